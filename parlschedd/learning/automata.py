@@ -1,0 +1,54 @@
+"""Level 2 of PaRLSched: perturbed learning automata over the cores of a domain.
+
+shared/spec/parlsched.md, "Level 2" (Table II of the paper). Every function works on
+all threads at once: row i of a strategy matrix is thread i's probability vector over
+the cores of its current domain, padded with zeros up to the widest domain. ``width``
+holds the number of valid columns of each row (|J_CPU(alpha_i)|).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+
+def valid_columns(width: IntArray, columns: int) -> NDArray[np.bool_]:
+    """Mask of the columns that are real cores of each thread's domain."""
+    return np.arange(columns)[None, :] < width[:, None]
+
+
+def uniform(width: IntArray, columns: int) -> FloatArray:
+    """The uniform strategy over each thread's domain: the start and the reset on a
+    domain change ("x_i restarts uniform over the cores of the new domain")."""
+    return valid_columns(width, columns) / width[:, None].astype(np.float64)
+
+
+def reinforce(x: FloatArray, chosen: IntArray, reward: FloatArray, eps: float) -> FloatArray:
+    """Step 2, first line: x(k+1) = x(k) + eps * u^(k) * (e_beta(k) - x(k)).
+
+    ``reward`` is the utility normalised into [0, 1], so each row stays a probability
+    vector (a convex combination of x and a unit vector). A NaN reward (no measurement
+    this period) leaves the row unchanged.
+    """
+    step = eps * np.nan_to_num(np.clip(reward, 0.0, 1.0), nan=0.0)
+    new = x * (1.0 - step)[:, None]
+    rows = np.arange(x.shape[0])
+    new[rows, chosen] += step
+    return new
+
+
+def perturb(x: FloatArray, width: IntArray, lam: float) -> FloatArray:
+    """Step 2, second line: sigma = (1 - lambda) x + lambda / |J| over the valid cores."""
+    mask = valid_columns(width, x.shape[1])
+    return (1.0 - lam) * x + mask * (lam / width[:, None])
+
+
+def draw(sigma: FloatArray, rng: np.random.Generator) -> IntArray:
+    """Step 3: one core index per row drawn from its distribution (inverse CDF, one
+    uniform number per thread)."""
+    cdf = np.cumsum(sigma, axis=1)
+    u = rng.random(sigma.shape[0]) * cdf[:, -1]
+    return np.minimum((cdf <= u[:, None]).sum(axis=1), sigma.shape[1] - 1).astype(np.int64)

@@ -1,0 +1,210 @@
+"""The two-level PaRLSched scheduler: per-thread utilities in, placements out.
+
+Pure code: no I/O, no clock. The daemon and the simulator both call ``step`` once per
+T_CPU period with the utility each thread achieved during the period just ended and get
+back the CPU each thread should run on next. Level 2 (automata) runs every step, Level 1
+(aspiration) every ``domain_every`` steps on the mean utility of that window, and only
+when there is more than one domain (shared/spec/parlsched.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from parlschedd.learning import aspiration, automata
+from parlschedd.learning.normalize import normalise, update_scale
+from parlschedd.learning.params import LearningParams
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The decision of one step, aligned with the keys passed in."""
+
+    keys: IntArray
+    cpus: IntArray
+    domains: IntArray
+    domain_move: int | None  # key of the thread that changed domain this step, if any
+
+
+class TwoLevelScheduler:
+    """PaRLSched over a fixed set of domains (lists of CPU ids).
+
+    Threads are identified by integer keys chosen by the caller (tids in the daemon).
+    A key seen for the first time joins; a key absent from a step has left and is
+    forgotten.
+    """
+
+    def __init__(self, domains: Sequence[Sequence[int]], params: LearningParams, domain_every: int) -> None:
+        if not domains or any(len(d) == 0 for d in domains):
+            raise ValueError("every domain needs at least one CPU")
+        if domain_every < 1:
+            raise ValueError("domain_every must be >= 1")
+        self.params = params
+        self.domain_every = domain_every
+        self.rng = np.random.default_rng(params.seed)
+        width = max(len(d) for d in domains)
+        self.domain_cpus = np.full((len(domains), width), -1, dtype=np.int64)
+        for a, cpus in enumerate(domains):
+            self.domain_cpus[a, : len(cpus)] = cpus
+        self.domain_width = np.array([len(d) for d in domains], dtype=np.int64)
+        self._domain_of_cpu = {int(c): a for a, cpus in enumerate(domains) for c in cpus}
+        self.periods = 0
+        self._reset_threads()
+
+    # -- state -------------------------------------------------------------------------
+
+    def _reset_threads(self) -> None:
+        cols = self.domain_cpus.shape[1]
+        self.keys = np.empty(0, dtype=np.int64)          # sorted
+        self.alpha = np.empty(0, dtype=np.int64)         # domain index
+        self.beta = np.empty(0, dtype=np.int64)          # core index inside the domain
+        self.x = np.empty((0, cols), dtype=np.float64)   # Level 2 nominal strategies
+        self.scale = np.empty(0, dtype=np.float64)       # utility normalisers
+        self.rho = np.empty(0, dtype=np.float64)         # aspiration levels (NaN: none yet)
+        self.bench = aspiration.Benchmarks(np.empty(0), np.empty(0))
+        self.window_sum = np.empty(0, dtype=np.float64)  # Level 1 utility accumulators
+        self.window_n = np.empty(0, dtype=np.int64)
+
+    @property
+    def n_domains(self) -> int:
+        return int(self.domain_cpus.shape[0])
+
+    @property
+    def cpus(self) -> IntArray:
+        """The CPU each known thread is placed on, aligned with ``self.keys``."""
+        return self.domain_cpus[self.alpha, self.beta]
+
+    def _take(self, rows: IntArray) -> None:
+        self.keys, self.alpha, self.beta = self.keys[rows], self.alpha[rows], self.beta[rows]
+        self.x, self.rho, self.scale = self.x[rows], self.rho[rows], self.scale[rows]
+        self.bench = aspiration.Benchmarks(self.bench.lower[rows], self.bench.upper[rows])
+        self.window_sum, self.window_n = self.window_sum[rows], self.window_n[rows]
+
+    def _align(self, keys: IntArray, ran_on: IntArray | None) -> None:
+        """Forget threads that left, add those that joined; keeps ``self.keys`` sorted."""
+        self._take(np.flatnonzero(np.isin(self.keys, keys)))
+        new = np.setdiff1d(keys, self.keys)
+        if new.size == 0:
+            return
+        alpha = self._join_domains(new, keys, ran_on)
+        width = self.domain_width[alpha]
+        x = automata.uniform(width, self.domain_cpus.shape[1])
+        beta = automata.draw(x, self.rng)
+        nan = np.full(new.size, np.nan)
+        keys_all = np.concatenate([self.keys, new])
+        order = np.argsort(keys_all, kind="stable")
+        self.keys = keys_all
+        self.alpha = np.concatenate([self.alpha, alpha])
+        self.beta = np.concatenate([self.beta, beta])
+        self.x = np.concatenate([self.x, x])
+        self.rho = np.concatenate([self.rho, nan])
+        self.scale = np.concatenate([self.scale, np.zeros(new.size)])
+        self.bench = aspiration.Benchmarks(
+            np.concatenate([self.bench.lower, nan]), np.concatenate([self.bench.upper, nan])
+        )
+        self.window_sum = np.concatenate([self.window_sum, np.zeros(new.size)])
+        self.window_n = np.concatenate([self.window_n, np.zeros(new.size, dtype=np.int64)])
+        self._take(order)
+
+    def _join_domains(self, new: IntArray, keys: IntArray, ran_on: IntArray | None) -> IntArray:
+        """A joining thread starts in the domain it was last seen running in, else in
+        the least populated domain (ties to the lowest index)."""
+        counts = np.bincount(self.alpha, minlength=self.n_domains)
+        alpha = np.empty(new.size, dtype=np.int64)
+        seen = dict(zip(keys.tolist(), ran_on.tolist())) if ran_on is not None else {}
+        for i, key in enumerate(new.tolist()):
+            a = self._domain_of_cpu.get(int(seen.get(key, -1)))
+            if a is None:
+                a = int(np.argmin(counts))
+            alpha[i] = a
+            counts[a] += 1
+        return alpha
+
+    # -- the step ------------------------------------------------------------------------
+
+    def step(self, keys: IntArray, utility: FloatArray, ran_on: IntArray | None = None) -> Placement:
+        """One T_CPU period.
+
+        keys:    thread keys measured this period (unique).
+        utility: each thread's utility over the period (NaN: not measured).
+        ran_on:  optional CPU each thread actually ran on (observe mode, or a pin the
+                 kernel refused); Level 2 reinforces that core when it is in the
+                 thread's domain, else the core it was placed on.
+        """
+        keys = np.asarray(keys, dtype=np.int64)
+        utility = np.asarray(utility, dtype=np.float64)
+        if keys.shape != utility.shape or np.unique(keys).size != keys.size:
+            raise ValueError("keys must be unique and aligned with utility")
+        ran = None if ran_on is None else np.asarray(ran_on, dtype=np.int64)
+        known_before = self.keys.copy()
+        self._align(keys, ran)
+        where = np.searchsorted(self.keys, keys)
+        u = np.full(self.keys.size, np.nan)
+        u[where] = utility
+        fresh = ~np.isin(self.keys, known_before)
+        u_learn = np.where(fresh, np.nan, u)  # a new thread's last period was not ours
+
+        if ran is not None:
+            self._observe_ran_on(where, ran)
+        self.scale = update_scale(self.scale, u, self.params.decay, self.params.normalise)
+        self._level2(normalise(u_learn, self.scale, self.params.sharpness))
+        self.window_sum += np.nan_to_num(u_learn, nan=0.0)
+        self.window_n += np.isfinite(u_learn)
+        self.periods += 1
+        mover = None
+        if self.n_domains > 1 and self.periods % self.domain_every == 0:
+            mover = self._level1()
+        cpus = self.cpus
+        return Placement(
+            keys=keys,
+            cpus=cpus[where],
+            domains=self.alpha[where],
+            domain_move=None if mover is None else int(self.keys[mover]),
+        )
+
+    def _observe_ran_on(self, where: IntArray, ran: IntArray) -> None:
+        row = self.domain_cpus[self.alpha[where]]
+        hit = row == ran[:, None]
+        ok = hit.any(axis=1)
+        self.beta[where[ok]] = hit[ok].argmax(axis=1)
+
+    def _level2(self, reward: FloatArray) -> None:
+        p = self.params
+        width = self.domain_width[self.alpha]
+        self.x = automata.reinforce(self.x, self.beta, reward, p.eps)
+        sigma = automata.perturb(self.x, width, p.lam)
+        self.beta = automata.draw(sigma, self.rng)
+
+    def _level1(self) -> int | None:
+        """Aspiration step on the window's mean utility; moves at most one thread."""
+        p = self.params
+        measured = self.window_n > 0
+        mean_u = np.where(measured, self.window_sum / np.maximum(self.window_n, 1), np.nan)
+        first = measured & np.isnan(self.rho)
+        self.rho = np.where(first, mean_u, self.rho)
+        lower = np.where(first, mean_u / p.eta, self.bench.lower)
+        upper = np.where(first, mean_u, self.bench.upper)
+        rho_before = self.rho
+        rho_next = np.where(measured, aspiration.update_aspiration(self.rho, mean_u, p.nu), self.rho)
+        bench = aspiration.update_benchmarks(rho_next, aspiration.Benchmarks(lower, upper), p.eta)
+        ok = np.isfinite(rho_before)
+        br = aspiration.better_replies(np.where(ok, rho_before, np.inf), self.alpha, self.n_domains, p.gamma)
+        br &= ok[:, None]
+        choice = aspiration.choose_mover(rho_next, lower, br, p.zeta, self.rng)
+        self.rho, self.bench = rho_next, bench
+        self.window_sum[:] = 0.0
+        self.window_n[:] = 0
+        if choice is None:
+            return None
+        i, a = choice
+        self.alpha[i] = a
+        self.x[i] = automata.uniform(self.domain_width[[a]], self.x.shape[1])[0]
+        self.beta[i] = automata.draw(self.x[[i]], self.rng)[0]
+        return i

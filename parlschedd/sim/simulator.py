@@ -1,0 +1,133 @@
+"""The simulated machine, stepped one T_CPU period at a time.
+
+Each step: the policy decides a placement from what it observes, the game gives each
+thread its utility for that placement (with optional multiplicative measurement noise),
+and the step is recorded. PaRLSched runs here through the very scheduler object the
+daemon drives (``ParlschedPolicy`` wraps ``TwoLevelScheduler``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from parlschedd.learning.params import LearningParams
+from parlschedd.learning.scheduler import TwoLevelScheduler
+from parlschedd.sim.background import Background
+from parlschedd.sim.game import Machine, Threads, lower_bound, makespan, utilities
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What a policy may look at before a step. ``utility`` is what each thread measured
+    during the previous step (NaN before the first) and ``ran_on`` the CPU it ran on
+    (before the first step, a CPU of its home domain: where the kernel first ran it and
+    its memory was first touched); ``threads`` and ``background`` are the oracle view
+    only the kernel-like balancer uses."""
+
+    step: int
+    keys: IntArray
+    utility: FloatArray
+    ran_on: IntArray
+    threads: Threads
+    background: FloatArray
+
+
+class Policy(Protocol):
+    def decide(self, obs: Observation) -> IntArray: ...
+
+
+class ParlschedPolicy:
+    """PaRLSched in the simulator: keys and measured utilities in, CPUs out."""
+
+    def __init__(self, machine: Machine, params: LearningParams, domain_every: int) -> None:
+        self.scheduler = TwoLevelScheduler(machine.domains, params, domain_every)
+
+    def decide(self, obs: Observation) -> IntArray:
+        return self.scheduler.step(obs.keys, obs.utility, obs.ran_on).cpus
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Threads whose weights may change: ``changes`` holds (step, new weights) pairs."""
+
+    threads: Threads
+    changes: Sequence[tuple[int, FloatArray]] = ()
+
+    def at(self, step: int) -> Threads:
+        weights = self.threads.weights
+        for when, w in self.changes:
+            if step >= when:
+                weights = w
+        return Threads(weights, self.threads.home)
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Per-step record of a run."""
+
+    makespan: FloatArray
+    bound: FloatArray
+    mean_utility: FloatArray
+    migrations: IntArray
+
+    @property
+    def ratio(self) -> FloatArray:
+        return self.makespan / self.bound
+
+    def periods_to_within(self, factor: float, hold: int = 10) -> int | None:
+        """First step from which the ratio's running median over ``hold`` steps stays
+        at or below ``factor`` for the rest of the run; None if never."""
+        r = self.ratio
+        if r.size < hold:
+            return None
+        med = np.array([np.median(r[max(0, k - hold + 1) : k + 1]) for k in range(r.size)])
+        bad = np.flatnonzero(med > factor)
+        first = 0 if bad.size == 0 else int(bad[-1]) + 1
+        return first if first < r.size else None
+
+
+def first_cpus(machine: Machine, threads: Threads) -> IntArray:
+    """Where threads start before any policy acts: spread round-robin over the cores of
+    each thread's home domain."""
+    cpus = np.empty(threads.weights.size, dtype=np.int64)
+    for a, domain in enumerate(machine.domains):
+        members = np.flatnonzero(threads.home == a)
+        cpus[members] = np.asarray(domain)[np.arange(members.size) % len(domain)]
+    return cpus
+
+
+def simulate(
+    policy: Policy,
+    machine: Machine,
+    workload: Workload,
+    background: Background,
+    steps: int,
+    noise: float = 0.0,
+    rng: np.random.Generator | None = None,
+) -> Trace:
+    rng = rng if rng is not None else np.random.default_rng(0)
+    n = workload.threads.weights.size
+    keys = np.arange(n, dtype=np.int64)
+    measured = np.full(n, np.nan)
+    cpus_before = first_cpus(machine, workload.threads)
+    trace = {k: np.empty(steps) for k in ("makespan", "bound", "mean_utility")}
+    migrations = np.empty(steps, dtype=np.int64)
+    for k in range(steps):
+        threads, bg = workload.at(k), background.at(k)
+        cpus = np.asarray(policy.decide(Observation(k, keys, measured, cpus_before, threads, bg)), dtype=np.int64)
+        u = utilities(machine, threads, cpus, bg)
+        measured = u * rng.lognormal(0.0, noise, n) if noise > 0 else u
+        trace["makespan"][k] = makespan(machine, threads, cpus, bg)
+        trace["bound"][k] = lower_bound(machine, threads, bg)
+        trace["mean_utility"][k] = u.mean()
+        migrations[k] = int((cpus != cpus_before).sum())
+        cpus_before = cpus
+    return Trace(migrations=migrations, **trace)
