@@ -58,14 +58,15 @@ def better_replies(rho: FloatArray, alpha: IntArray, n_domains: int, gamma: floa
 
     Two choices the spec leaves open, made here:
     - a thread's own domain is never in its set (moving there is staying);
-    - an empty domain counts with the best domain mean seen this step (optimistic): an
-      idle NUMA node is worth trying for a thread that is doing worse than the best.
+    - an empty domain is in every set: nothing is known of it, and an idle NUMA node is
+      free capacity. It is still only taken through step 5's rules (an unsatisfied
+      thread, or exploration with probability zeta), one thread per step.
+    Threads without an aspiration yet (NaN) get an empty set.
     """
     means = domain_means(rho, alpha, n_domains)
-    if np.all(np.isnan(means)):
-        return np.zeros((rho.shape[0], n_domains), dtype=bool)
-    means = np.where(np.isnan(means), np.nanmax(means), means)
-    br = rho[:, None] < gamma * means[None, :]
+    with np.errstate(invalid="ignore"):
+        br = (rho[:, None] < gamma * means[None, :]) | np.isnan(means)[None, :]
+    br &= np.isfinite(rho)[:, None]
     br[np.arange(rho.shape[0]), alpha] = False
     return br
 

@@ -194,9 +194,7 @@ class TwoLevelScheduler:
         rho_before = self.rho
         rho_next = np.where(measured, aspiration.update_aspiration(self.rho, mean_u, p.nu), self.rho)
         bench = aspiration.update_benchmarks(rho_next, aspiration.Benchmarks(lower, upper), p.eta)
-        ok = np.isfinite(rho_before)
-        br = aspiration.better_replies(np.where(ok, rho_before, np.inf), self.alpha, self.n_domains, p.gamma)
-        br &= ok[:, None]
+        br = aspiration.better_replies(rho_before, self.alpha, self.n_domains, p.gamma)
         choice = aspiration.choose_mover(rho_next, lower, br, p.zeta, self.rng)
         self.rho, self.bench = rho_next, bench
         self.window_sum[:] = 0.0

@@ -1,0 +1,71 @@
+"""Level 1 rules (shared/spec/parlsched.md, "Level 1")."""
+
+import numpy as np
+
+from parlschedd.learning import aspiration
+from parlschedd.learning.aspiration import Benchmarks
+
+
+def test_aspiration_is_a_discounted_running_average():
+    rho = aspiration.update_aspiration(np.array([10.0]), np.array([20.0]), nu=0.1)
+    np.testing.assert_allclose(rho, [11.0])
+
+
+def test_benchmarks_three_branches():
+    eta = 2.0
+    bench = Benchmarks(lower=np.array([5.0, 5.0, 5.0]), upper=np.array([10.0, 10.0, 10.0]))
+    rho = np.array([12.0, 7.0, 4.0])  # above bbar, between, below b
+    out = aspiration.update_benchmarks(rho, bench, eta)
+    np.testing.assert_allclose(out.upper, [12.0, 10.0, 8.0])
+    np.testing.assert_allclose(out.lower, [6.0, 5.0, 4.0])
+    assert (out.lower < out.upper).all()
+
+
+def test_benchmark_boundaries_belong_to_the_right_branch():
+    bench = Benchmarks(lower=np.array([5.0, 5.0]), upper=np.array([10.0, 10.0]))
+    out = aspiration.update_benchmarks(np.array([10.0, 5.0]), bench, eta=2.0)
+    np.testing.assert_allclose(out.upper, [10.0, 10.0])  # rho == bbar raises (to itself)
+    np.testing.assert_allclose(out.lower, [5.0, 5.0])    # rho == b is "between": unchanged
+
+
+def test_better_replies_with_gamma():
+    rho = np.array([1.0, 3.0, 2.0])
+    alpha = np.array([0, 1, 1])  # domain means: 1.0 and 2.5
+    br = aspiration.better_replies(rho, alpha, 2, gamma=0.9)
+    # thread 0: 1.0 < 0.9 * 2.5 -> domain 1 is better; its own domain never is
+    assert br.tolist() == [[False, True], [False, False], [False, False]]
+    br = aspiration.better_replies(rho, alpha, 2, gamma=0.3)
+    assert not br.any()  # 1.0 < 0.75 is false: a small gamma demands a clearly better domain
+
+
+def test_empty_domain_is_a_better_reply_for_everyone():
+    rho = np.array([1.0, 4.0])
+    alpha = np.array([0, 1])  # domain 2 is empty
+    br = aspiration.better_replies(rho, alpha, 3, gamma=1.0)
+    assert br[0].tolist() == [False, True, True]
+    assert br[1].tolist() == [False, False, True]
+
+
+def test_unknown_aspiration_is_ignored_in_means_and_gets_no_replies():
+    rho = np.array([1.0, np.nan, 3.0])
+    alpha = np.array([0, 0, 1])
+    means = aspiration.domain_means(rho, alpha, 3)
+    assert means[0] == 1.0 and means[1] == 3.0 and np.isnan(means[2])
+    assert not aspiration.better_replies(rho, alpha, 3, gamma=1.0)[1].any()
+
+
+def test_unsatisfied_threads_move_satisfied_ones_explore_with_zeta():
+    rng = np.random.default_rng(0)
+    br = np.array([[False, True], [False, True]])
+    rho = np.array([1.0, 10.0])
+    lower = np.array([2.0, 5.0])  # thread 0 unsatisfied, thread 1 satisfied
+    movers = [aspiration.choose_mover(rho, lower, br, zeta=0.0, rng=rng) for _ in range(50)]
+    assert set(movers) == {(0, 1)}
+    movers = [aspiration.choose_mover(rho, lower, br, zeta=1.0, rng=rng) for _ in range(200)]
+    assert {m[0] for m in movers} == {0, 1}  # both want to move, one at a time
+
+
+def test_no_move_with_empty_better_reply_set():
+    rng = np.random.default_rng(0)
+    br = np.zeros((2, 2), dtype=bool)
+    assert aspiration.choose_mover(np.array([0.0, 0.0]), np.array([1.0, 1.0]), br, 1.0, rng) is None

@@ -1,0 +1,134 @@
+"""The two-level scheduler: joins, leaves, timing of Level 1, one migration, resets."""
+
+import numpy as np
+import pytest
+
+from parlschedd.learning.params import LearningParams
+from parlschedd.learning.scheduler import TwoLevelScheduler
+
+DOMAINS = [[0, 1], [2, 3, 4]]
+
+
+def run(s, keys, utility_of_cpu, steps):
+    u = np.full(len(keys), np.nan)
+    for _ in range(steps):
+        p = s.step(np.array(keys), u)
+        u = np.array([utility_of_cpu(c) for c in p.cpus], dtype=float)
+    return p
+
+
+def test_placements_are_inside_the_thread_domain():
+    s = TwoLevelScheduler(DOMAINS, LearningParams(seed=1), domain_every=5)
+    p = run(s, [5, 6, 7, 8], lambda c: 1.0, 30)
+    for cpu, dom in zip(p.cpus, p.domains):
+        assert cpu in DOMAINS[dom]
+
+
+def test_same_seed_same_decisions_other_seed_differs():
+    def trace(seed):
+        s = TwoLevelScheduler(DOMAINS, LearningParams(seed=seed, zeta=0.5), domain_every=3)
+        out, u = [], np.full(6, np.nan)
+        for k in range(60):
+            p = s.step(np.arange(6), u)
+            u = (p.cpus + 1.0) * (1 + 0.1 * (k % 3))
+            out.append(p.cpus.copy())
+        return np.array(out)
+
+    np.testing.assert_array_equal(trace(42), trace(42))
+    assert not np.array_equal(trace(42), trace(43))
+
+
+def test_joins_and_leaves_keep_state_of_the_others():
+    s = TwoLevelScheduler([[0, 1, 2, 3]], LearningParams(seed=0, eps=0.5), domain_every=10)
+    run(s, [10, 20], lambda c: 1.0 if c == 3 else 0.01, 200)
+    x20 = s.x[s.keys == 20].copy()
+    p = s.step(np.array([30, 20]), np.array([0.5, 1.0]))  # 10 left, 30 joined
+    assert s.keys.tolist() == [20, 30]
+    assert p.keys.tolist() == [30, 20]  # aligned with the input order
+    np.testing.assert_allclose(s.x[1], [0.25] * 4)  # the newcomer starts uniform
+    assert s.x[0].argmax() == x20.argmax() == 3
+
+
+def test_new_thread_utility_is_not_learned_from():
+    s = TwoLevelScheduler([[0, 1]], LearningParams(seed=0, eps=1.0, lam=0.0), domain_every=10)
+    s.step(np.array([1]), np.array([5.0]))
+    np.testing.assert_allclose(s.x[0], [0.5, 0.5])
+
+
+def test_joining_thread_starts_in_the_domain_it_ran_in():
+    s = TwoLevelScheduler(DOMAINS, LearningParams(seed=0), domain_every=10)
+    p = s.step(np.array([1, 2, 3]), np.full(3, np.nan), ran_on=np.array([4, 0, 99]))
+    assert p.domains.tolist()[:2] == [1, 0]
+    assert p.domains[2] in (0, 1)
+
+
+def test_level1_runs_every_domain_every_periods_and_moves_at_most_one():
+    s = TwoLevelScheduler([[0], [1], [2]], LearningParams(seed=0, zeta=1.0, gamma=1.0), domain_every=4)
+    keys = np.arange(9)
+    p = s.step(keys, np.full(9, np.nan))
+    u = np.ones(9)
+    moves = []
+    for k in range(2, 42):
+        before = s.alpha.copy()
+        p = s.step(keys, u)
+        changed = int((s.alpha != before).sum())
+        assert changed <= 1
+        if k % 4:
+            assert changed == 0 and p.domain_move is None
+        moves.append(p.domain_move)
+        u = np.where(p.domains == 2, 10.0, 1.0) * (1 + keys / 100)
+    assert any(m is not None for m in moves)
+
+
+def test_domain_change_resets_x_uniform_over_the_new_domain():
+    s = TwoLevelScheduler([[0, 1], [2, 3, 4]], LearningParams(seed=1, zeta=1.0, gamma=1.0, eps=0.9), domain_every=2)
+    keys = np.arange(4)
+    u = np.full(4, np.nan)
+    for _ in range(200):
+        p = s.step(keys, u)
+        if p.domain_move is not None:
+            i = int(np.flatnonzero(s.keys == p.domain_move)[0])
+            width = len([[0, 1], [2, 3, 4]][s.alpha[i]])
+            # reset to uniform, then nothing learnt yet in the new domain
+            np.testing.assert_allclose(s.x[i, :width], 1.0 / width)
+            return
+        u = np.where(p.domains == 1, 5.0, 1.0) + keys
+    pytest.fail("no thread changed domain")
+
+
+def test_one_domain_keeps_level1_quiet():
+    s = TwoLevelScheduler([[0, 1, 2]], LearningParams(seed=0, zeta=1.0), domain_every=1)
+    for _ in range(20):
+        p = s.step(np.arange(4), np.ones(4))
+        assert p.domain_move is None
+    assert np.isnan(s.rho).all()  # Level 1 never ran
+
+
+def test_threads_move_towards_the_better_domain():
+    """Domain 1 gives ten times the utility; the aspiration dynamics should fill it."""
+    s = TwoLevelScheduler([[0, 1], [2, 3]], LearningParams(seed=3, gamma=0.9, zeta=0.1), domain_every=5)
+    keys = np.arange(4)
+    u = np.full(4, np.nan)
+    s.step(keys, u, ran_on=np.zeros(4, dtype=np.int64))  # all start in domain 0
+    for _ in range(400):
+        p = s.step(keys, u)
+        u = np.where(p.domains == 1, 10.0, 1.0)
+    assert (s.alpha == 1).sum() >= 3
+
+
+def test_observed_core_is_the_one_reinforced():
+    s = TwoLevelScheduler([[0, 1, 2, 3]], LearningParams(seed=0, eps=0.5, lam=0.0), domain_every=10)
+    s.step(np.array([1]), np.array([np.nan]))
+    for _ in range(30):
+        s.step(np.array([1]), np.array([1.0]), ran_on=np.array([2]))
+    assert s.x[0].argmax() == 2 and s.x[0, 2] > 0.99
+
+
+def test_bad_input_is_refused():
+    s = TwoLevelScheduler([[0]], LearningParams(), domain_every=1)
+    with pytest.raises(ValueError):
+        s.step(np.array([1, 1]), np.array([1.0, 2.0]))
+    with pytest.raises(ValueError):
+        TwoLevelScheduler([[0], []], LearningParams(), domain_every=1)
+    with pytest.raises(ValueError, match="eps"):
+        LearningParams(eps=0.0)

@@ -1,0 +1,50 @@
+"""The load-balancing game on hand-computed cases."""
+
+import numpy as np
+
+from parlschedd.sim.background import Background
+from parlschedd.sim.game import (
+    Machine, Threads, deviation_gains, is_nash, loads, lower_bound, makespan,
+    optimal_makespan, poa_bound, utilities,
+)
+
+M = Machine(speeds=np.array([1.0, 2.0]), domain_of_core=np.array([0, 1]), penalty=0.5)
+T = Threads(np.array([1.0, 2.0, 3.0]), home=np.array([0, 0, 1]))
+
+
+def test_loads_and_utilities_by_hand():
+    cpus = np.array([0, 1, 1])
+    # core 0: 1.0 / 1 ; core 1: (2.0 * 1.5 remote + 3.0) / 2 = 3.0
+    np.testing.assert_allclose(loads(M, T, cpus, np.zeros(2)), [1.0, 3.0])
+    np.testing.assert_allclose(utilities(M, T, cpus, np.zeros(2)), [1.0, 2 / 3, 1.0])
+    assert makespan(M, T, cpus, np.array([0.5, 0.0])) == 3.0
+
+
+def test_lower_bound_by_hand():
+    # max((6 + 1) / 3, 3 / 2)
+    assert lower_bound(M, T, np.array([1.0, 0.0])) == 7 / 3
+
+
+def test_nash_detection():
+    m = Machine.uniform(2)
+    t = Threads(np.array([1.0, 1.0]))
+    assert is_nash(m, t, np.array([0, 1]), np.zeros(2))
+    assert not is_nash(m, t, np.array([0, 0]), np.zeros(2))
+    gains = deviation_gains(m, t, np.array([0, 0]), np.zeros(2))
+    np.testing.assert_allclose(gains, [[1.0, 2.0], [1.0, 2.0]])
+
+
+def test_optimal_makespan_by_exhaustive_search():
+    m = Machine.uniform(2)
+    t = Threads(np.array([3.0, 2.0, 2.0, 1.0]))
+    assert optimal_makespan(m, t, np.zeros(2)) == 4.0
+    assert poa_bound(2) == 4 / 3
+
+
+def test_background_kinds():
+    assert Background(4).at(0).sum() == 0
+    nu = Background(4, "non-uniform", cores=2, load=3.0)
+    np.testing.assert_array_equal(nu.at(0), [3, 3, 0, 0])
+    np.testing.assert_array_equal(nu.at(1000), [3, 3, 0, 0])
+    tv = Background(4, "time-varying", cores=1, load=2.0, period=10)
+    assert tv.at(5)[0] == 2.0 and tv.at(15)[0] == 0.0 and tv.at(25)[0] == 2.0
