@@ -1,0 +1,197 @@
+"""Thread affinity: the sched_{get,set}affinity syscalls and a save-set-restore Pinner.
+
+On Linux ``os.sched_setaffinity(tid, ...)`` acts on the single thread ``tid``
+(sched_setaffinity(2) takes a thread id), so each thread of a target is placed on its
+own. The kernel intersects a new mask with the thread's cpuset and fails with EINVAL
+when nothing is left, which is reported as InvalidMask.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+import structlog
+
+from parlschedd.host import cgroups, procfs
+from parlschedd.host.base import RestoreReport
+from parlschedd.host.cpulist import format_cpulist, parse_cpulist
+from parlschedd.host.errors import HostError, InvalidMask, ThreadGone, translated
+
+log = structlog.get_logger(__name__)
+
+STATE_VERSION = 1
+
+T = TypeVar("T")
+
+
+def get_affinity(tid: int) -> frozenset[int]:
+    """The CPUs thread ``tid`` may run on."""
+    with translated("sched_getaffinity", tid=tid):
+        return frozenset(os.sched_getaffinity(tid))
+
+
+def set_affinity(tid: int, cpus: Iterable[int]) -> None:
+    """Restrict thread ``tid`` to ``cpus``."""
+    with translated("sched_setaffinity", tid=tid, overrides={errno.EINVAL: InvalidMask}):
+        os.sched_setaffinity(tid, cpus)
+
+
+@dataclass(frozen=True)
+class PinRecord:
+    """What the Pinner knows of one thread: its identity and both masks."""
+
+    start_time: int  # with the tid, the thread's identity (procfs stat field 22)
+    original: frozenset[int]  # the mask found at adoption, restored at the end
+    current: frozenset[int]  # the mask last set (the original until the first pin)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "start_time": self.start_time,
+            "original": format_cpulist(self.original),
+            "current": format_cpulist(self.current),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PinRecord:
+        return cls(int(data["start_time"]), parse_cpulist(data["original"]), parse_cpulist(data["current"]))
+
+
+AllowedCpus = Callable[[int], "frozenset[int] | None"]
+
+
+class Pinner:
+    """The real :class:`~parlschedd.host.base.Actuator`.
+
+    ``adopt`` saves a thread's mask once, ``pin`` changes it only when the target mask
+    differs from the last one set, ``restore`` puts the original back exactly. Before
+    every write the thread's start time is compared with the adopted one, so a tid
+    reused by another thread (after exit, or across a daemon restart) is never touched.
+    A vanished thread raises ThreadGone after its record is dropped and a debug line is
+    logged; it is an expected event, not an error.
+
+    ``allowed(tid)`` gives the CPUs the thread may use (default: its cpuset; None when
+    unrestricted); ``records`` seeds the state, as :meth:`from_json` does after a
+    restart. Not thread-safe; the daemon loop owns it.
+    """
+
+    def __init__(
+        self,
+        *,
+        allowed: AllowedCpus = cgroups.task_cpus,
+        proc_root: str = procfs.PROC_ROOT,
+        records: Mapping[int, PinRecord] | None = None,
+    ) -> None:
+        self._allowed = allowed
+        self._proc_root = proc_root
+        self._records: dict[int, PinRecord] = dict(records or {})
+
+    @property
+    def records(self) -> Mapping[int, PinRecord]:
+        """Read-only view of the adopted threads."""
+        return MappingProxyType(self._records)
+
+    def adopt(self, tid: int, start_time: int) -> None:
+        """Save the thread's current mask as its original, once per (tid, start_time).
+
+        The mask is read before the identity check, so a thread replaced in between is
+        caught rather than recorded under the wrong identity.
+        """
+        known = self._records.get(tid)
+        if known is not None and known.start_time == start_time:
+            return
+        mask = get_affinity(tid)
+        self._check_identity(tid, start_time)
+        self._records[tid] = PinRecord(start_time, mask, mask)
+
+    def pin(self, tid: int, cpus: frozenset[int]) -> bool:
+        """Restrict an adopted thread to ``cpus`` ∩ its allowed CPUs.
+
+        Returns True when a syscall changed the mask, False when it already had it.
+        Raises KeyError for a tid never adopted, InvalidMask when no allowed CPU is in
+        ``cpus``, ThreadGone when the thread is gone or the tid names another thread.
+        """
+        record = self._records[tid]
+        if cpus == record.current:
+            return False
+        allowed = self._guarded(tid, self._allowed)
+        target = cpus if allowed is None else cpus & allowed
+        if not target:
+            raise InvalidMask(f"CPUs {format_cpulist(cpus)} outside the allowed set of tid {tid}", tid=tid)
+        if target == record.current:
+            return False
+        self._guarded(tid, lambda t: self._check_identity(t, record.start_time))
+        self._guarded(tid, lambda t: set_affinity(t, target))
+        self._records[tid] = replace(record, current=target)
+        return True
+
+    def restore(self, tid: int) -> None:
+        """Put the original mask back and forget the thread (no-op if not adopted).
+
+        The syscall is made even when the record says the mask never changed: a daemon
+        killed between a pin and the next state write recorded the wrong current mask.
+        When the original no longer intersects the cpuset (it shrank), the thread gets
+        the whole allowed set, the closest mask to "unpinned" that remains.
+        """
+        record = self._records.pop(tid, None)
+        if record is None:
+            return
+        self._guarded(tid, lambda t: self._check_identity(t, record.start_time))
+        try:
+            self._guarded(tid, lambda t: set_affinity(t, record.original))
+        except InvalidMask:
+            allowed = self._guarded(tid, self._allowed)
+            if allowed is None:
+                raise
+            log.warning("original mask outside cpuset, widening", tid=tid, cpus=format_cpulist(allowed))
+            self._guarded(tid, lambda t: set_affinity(t, allowed))
+
+    def forget(self, tid: int) -> None:
+        """Drop a thread's record without touching it (the daemon saw it exit)."""
+        self._records.pop(tid, None)
+
+    def restore_all(self) -> RestoreReport:
+        """Restore every adopted thread and report which were restored, gone or failed."""
+        restored: list[int] = []
+        gone: list[int] = []
+        failed: list[tuple[int, str]] = []
+        for tid in sorted(self._records):
+            try:
+                self.restore(tid)
+            except ThreadGone:
+                gone.append(tid)
+            except HostError as exc:
+                failed.append((tid, str(exc)))
+            else:
+                restored.append(tid)
+        return RestoreReport(tuple(restored), tuple(gone), tuple(failed))
+
+    def to_json(self) -> dict[str, Any]:
+        """The state as a JSON-ready dict, for :func:`~parlschedd.host.state.write_state`."""
+        threads = {str(tid): rec.to_json() for tid, rec in sorted(self._records.items())}
+        return {"version": STATE_VERSION, "threads": threads}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], **kwargs: Any) -> Pinner:
+        """A Pinner holding the records of :meth:`to_json` (``kwargs`` as for __init__)."""
+        if data.get("version") != STATE_VERSION:
+            raise ValueError(f"unsupported pinner state version {data.get('version')!r}")
+        records = {int(tid): PinRecord.from_json(rec) for tid, rec in data["threads"].items()}
+        return cls(records=records, **kwargs)
+
+    def _check_identity(self, tid: int, start_time: int) -> None:
+        if procfs.thread_start_time(tid, self._proc_root) != start_time:
+            raise ThreadGone(f"tid {tid} now names another thread", tid=tid)
+
+    def _guarded(self, tid: int, step: Callable[[int], T]) -> T:
+        """Run ``step(tid)``; if the thread is gone, drop its record, log, re-raise."""
+        try:
+            return step(tid)
+        except ThreadGone:
+            self._records.pop(tid, None)
+            log.debug("thread gone", tid=tid)
+            raise

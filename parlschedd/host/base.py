@@ -1,0 +1,71 @@
+"""The seam between the scheduler and the world: what it measures and what it moves.
+
+The daemon's loop talks only to a :class:`Counters` and an :class:`Actuator`. The real
+ones (:class:`~parlschedd.host.perf.CounterSet`, :class:`~parlschedd.host.affinity.Pinner`)
+call the kernel; the simulator's (``parlschedd.sim``) implement the model. Both raise
+:class:`~parlschedd.host.errors.ThreadGone` for a thread that no longer exists, which the
+loop treats as "drop this thread", never as a failure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+
+class CounterSource(StrEnum):
+    """Where a thread's progress counter comes from, best first.
+
+    The value is what ``status`` reports as ``counter_source``.
+    """
+
+    INSTRUCTIONS = "perf:instructions"  # retired instructions (PMU), the paper's utility
+    TASK_CLOCK = "perf:task-clock"  # ns of CPU time, software event, no PMU needed
+    SCHEDSTAT = "schedstat"  # ns of CPU time from /proc, no perf_event_open at all
+
+
+@dataclass(frozen=True)
+class RestoreReport:
+    """Outcome of putting every adopted thread back on its original mask."""
+
+    restored: tuple[int, ...] = ()
+    gone: tuple[int, ...] = ()  # exited, or the tid now names another thread
+    failed: tuple[tuple[int, str], ...] = ()  # (tid, reason)
+
+
+class Counters(Protocol):
+    """Per-thread cumulative progress counters.
+
+    ``read`` returns a monotone-ish cumulative value (instructions, or ns of CPU time
+    for the two time sources) counted from ``open``, or from thread start for
+    schedstat; only differences between two reads are meaningful, so the caller divides
+    the difference by the monotonic time between them to get a rate.
+    """
+
+    source: CounterSource
+
+    def open(self, tid: int) -> None:
+        """Start counting ``tid``; ThreadGone if it does not exist."""
+
+    def read(self, tid: int) -> float:
+        """The cumulative value for an opened ``tid``."""
+
+    def close(self, tid: int) -> None:
+        """Stop counting ``tid`` and free what it held; unknown tids are ignored."""
+
+
+class Actuator(Protocol):
+    """Places threads on CPUs and can always put them back where they were."""
+
+    def adopt(self, tid: int, start_time: int) -> None:
+        """Remember the thread's current mask as its original (once per identity)."""
+
+    def pin(self, tid: int, cpus: frozenset[int]) -> bool:
+        """Restrict an adopted thread to ``cpus``; True when the mask actually changed."""
+
+    def restore(self, tid: int) -> None:
+        """Put the original mask back and forget the thread."""
+
+    def restore_all(self) -> RestoreReport:
+        """Restore every adopted thread; never raises for a single thread."""

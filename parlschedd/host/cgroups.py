@@ -1,0 +1,157 @@
+"""cgroup membership, member processes and cpusets, for v1, v2 and hybrid hosts.
+
+Mount layout is the systemd one (Documentation/admin-guide/cgroup-v2.rst and
+cgroup-v1/): v2 alone at ``<root>``; v1 with one directory per hierarchy under
+``<root>`` (``cpuset``, ``cpu,cpuacct`` with ``cpu``/``cpuacct`` symlinks, ``systemd``
+for ``name=systemd``); hybrid is v1 plus v2 at ``<root>/unified``. The root is
+injectable so tests run on fake trees.
+
+Cgroup paths from the config or from /proc are normalised below the hierarchy's
+directory, so ``../`` can never lead a read outside cgroupfs.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from parlschedd.host.cpulist import parse_cpulist
+from parlschedd.host.errors import HostError, translated
+from parlschedd.host.procfs import PROC_ROOT
+
+CGROUP_ROOT = "/sys/fs/cgroup"
+
+
+class Layout(StrEnum):
+    """Which cgroup versions the host mounts."""
+
+    V1 = "v1"
+    V2 = "v2"
+    HYBRID = "hybrid"  # v1 controllers, v2 (usually without controllers) at unified/
+
+
+@dataclass(frozen=True)
+class Membership:
+    """One line of ``/proc/<id>/cgroup``: ``hierarchy-ID:controller-list:path``.
+
+    The v2 line is ``0::/path`` (empty controller list); a v1 named hierarchy lists
+    ``name=<name>`` as its controller.
+    """
+
+    hierarchy_id: int
+    controllers: tuple[str, ...]
+    path: str
+
+    @property
+    def is_v2(self) -> bool:
+        return self.hierarchy_id == 0 and not self.controllers
+
+
+def detect_layout(root: str = CGROUP_ROOT) -> Layout:
+    """v2 when ``<root>`` is itself cgroup2 (it has cgroup.controllers), hybrid when
+    ``<root>/unified`` is, v1 when ``<root>`` only holds v1 hierarchies."""
+    base = Path(root)
+    if (base / "cgroup.controllers").exists():
+        return Layout.V2
+    if (base / "unified" / "cgroup.controllers").exists():
+        return Layout.HYBRID
+    with translated("list cgroup hierarchies"):
+        if any(entry.is_dir() for entry in base.iterdir()):
+            return Layout.V1
+    raise HostError(f"no cgroup hierarchy under {root}")
+
+
+def parse_proc_cgroup(text: str) -> list[Membership]:
+    """Parse ``/proc/<id>/cgroup``. The path may contain ``:``, so split twice only."""
+    result: list[Membership] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        hid, controllers, path = line.split(":", 2)
+        names = tuple(c for c in controllers.split(",") if c)
+        result.append(Membership(int(hid), names, path))
+    return result
+
+
+def memberships(task_id: int, proc_root: str = PROC_ROOT) -> list[Membership]:
+    """The cgroups of a process or thread: ``/proc/<id>/cgroup`` describes the task the
+    id names, so a tid gives that thread's own (v2 threaded, v1 per-task) membership."""
+    path = Path(proc_root, str(task_id), "cgroup")
+    with translated("read cgroup", tid=task_id):
+        return parse_proc_cgroup(path.read_text())
+
+
+def hierarchy_dir(controllers: tuple[str, ...], root: str = CGROUP_ROOT) -> Path:
+    """Directory of the hierarchy holding ``controllers``; ``()`` is the v2 hierarchy.
+
+    Raises HostError when no such hierarchy is mounted.
+    """
+    base = Path(root)
+    if not controllers:
+        candidates = [base, base / "unified"]
+        found = [c for c in candidates if (c / "cgroup.controllers").exists()]
+    else:
+        names = [",".join(controllers), *controllers]
+        found = [base / n.removeprefix("name=") for n in names if (base / n.removeprefix("name=")).is_dir()]
+    if not found:
+        raise HostError(f"no cgroup hierarchy for {','.join(controllers) or 'v2'} under {root}")
+    return found[0]
+
+
+def cgroup_dir(path: str, controllers: tuple[str, ...] = (), root: str = CGROUP_ROOT) -> Path:
+    """Directory of cgroup ``path`` in the hierarchy of ``controllers``, kept below it."""
+    return hierarchy_dir(controllers, root) / os.path.normpath("/" + path).lstrip("/")
+
+
+def cgroup_procs(path: str, controllers: tuple[str, ...] = (), root: str = CGROUP_ROOT) -> list[int]:
+    """Processes in cgroup ``path`` (its ``cgroup.procs``), ascending.
+
+    A cgroup that does not exist (yet, or any more: units come and go) has no
+    processes, so this returns an empty list rather than failing.
+    """
+    procs = cgroup_dir(path, controllers, root) / "cgroup.procs"
+    with translated("read cgroup.procs"):
+        try:
+            text = procs.read_text()
+        except FileNotFoundError:
+            return []
+    return sorted({int(v) for v in text.split()})
+
+
+def effective_cpus(path: str, controllers: tuple[str, ...] = (), root: str = CGROUP_ROOT) -> frozenset[int] | None:
+    """The CPUs cpuset grants cgroup ``path``, or None when no cpuset applies.
+
+    v2: ``cpuset.cpus.effective`` exists only where the cpuset controller is enabled,
+    and a cgroup without it gets its parent's CPUs, so the nearest ancestor's file is
+    used. v1 (``controllers`` naming cpuset): ``cpuset.effective_cpus`` (Linux 4.x),
+    else ``cpuset.cpus``.
+    """
+    top = hierarchy_dir(controllers, root)
+    node = cgroup_dir(path, controllers, root)
+    names = ("cpuset.effective_cpus", "cpuset.cpus") if controllers else ("cpuset.cpus.effective",)
+    while True:
+        for name in names:
+            if (node / name).exists():
+                with translated(f"read {name}"):
+                    return parse_cpulist((node / name).read_text())
+        if node == top:
+            return None
+        node = node.parent
+
+
+def task_cpus(task_id: int, root: str = CGROUP_ROOT, proc_root: str = PROC_ROOT) -> frozenset[int] | None:
+    """The CPUs a process or thread may use by its cpuset, or None when unrestricted.
+
+    A v1 cpuset hierarchy wins when mounted (on hybrid hosts cpuset is a v1 controller);
+    otherwise the v2 cgroup decides.
+    """
+    lines = memberships(task_id, proc_root)
+    for m in lines:
+        if "cpuset" in m.controllers:
+            return effective_cpus(m.path, m.controllers, root)
+    for m in lines:
+        if m.is_v2:
+            return effective_cpus(m.path, (), root)
+    return None

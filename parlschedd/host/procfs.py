@@ -1,0 +1,276 @@
+"""Small readers of /proc for processes and their threads, with an injectable root.
+
+Paths follow proc(5). A thread's files are read through ``<root>/<tid>/task/<tid>/``:
+the kernel resolves ``/proc/<tid>`` for any thread id, not only for thread-group
+leaders (it is just not listed by readdir), so a thread can be addressed without its
+pid. Fake trees in tests mirror this with a symlink ``<root>/<tid> -> <root>/<pid>``.
+
+Every read goes through :func:`~parlschedd.host.errors.translated`: a missing file means
+the task is gone (ENOENT), and so does ESRCH, which /proc returns for a task that exits
+while its file is open.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from parlschedd.host.errors import ThreadGone, Unsupported, translated
+
+PROC_ROOT = "/proc"
+
+
+@dataclass(frozen=True)
+class Stat:
+    """The fields of ``/proc/<id>/stat`` the scheduler needs (proc(5) numbering)."""
+
+    pid: int
+    comm: str
+    state: str
+    ppid: int
+    start_time: int  # field 22: clock ticks after boot
+
+
+@dataclass(frozen=True)
+class ThreadInfo:
+    """One thread of a process; ``(tid, start_time)`` identifies it across tid reuse."""
+
+    tid: int
+    comm: str
+
+
+@dataclass(frozen=True)
+class Schedstat:
+    """``/proc/<id>/schedstat`` (Documentation/scheduler/sched-stats.rst)."""
+
+    run_ns: int  # time spent on the CPU
+    wait_ns: int  # time spent runnable, waiting for a CPU
+    timeslices: int
+
+
+@dataclass(frozen=True)
+class Uids:
+    """Real, effective, saved and filesystem uid from the ``Uid:`` line of status."""
+
+    real: int
+    effective: int
+    saved: int
+    fs: int
+
+
+def parse_stat(text: str) -> Stat:
+    """Parse a stat line. comm sits in parentheses and may itself contain ``)`` and
+    spaces, so it ends at the *last* ``)``; the fields after it are space separated."""
+    open_at = text.index("(")
+    close_at = text.rindex(")")
+    rest = text[close_at + 2 :].split()
+    # rest[0] is field 3 (state); field n is rest[n - 3].
+    return Stat(
+        pid=int(text[:open_at]),
+        comm=text[open_at + 1 : close_at],
+        state=rest[0],
+        ppid=int(rest[1]),
+        start_time=int(rest[19]),
+    )
+
+
+def parse_schedstat(text: str) -> Schedstat:
+    """Parse the three numbers of a schedstat file."""
+    run_ns, wait_ns, slices = (int(v) for v in text.split()[:3])
+    return Schedstat(run_ns, wait_ns, slices)
+
+
+def parse_uids(status: str) -> Uids:
+    """Find the ``Uid:`` line of a status file."""
+    for line in status.splitlines():
+        if line.startswith("Uid:"):
+            real, eff, saved, fs = (int(v) for v in line.split()[1:5])
+            return Uids(real, eff, saved, fs)
+    raise ValueError("no Uid: line in status")
+
+
+def process_stat(pid: int, root: str = PROC_ROOT) -> Stat:
+    """``/proc/<pid>/stat`` of a process."""
+    return parse_stat(_read(Path(root, str(pid), "stat"), pid=pid))
+
+
+def thread_stat(tid: int, root: str = PROC_ROOT) -> Stat:
+    """``/proc/<tid>/task/<tid>/stat``: the thread's own line, not the process totals."""
+    return parse_stat(_read(_thread_dir(root, tid) / "stat", tid=tid))
+
+
+def process_start_time(pid: int, root: str = PROC_ROOT) -> int:
+    """Start time of a process in clock ticks after boot (stat field 22)."""
+    return process_stat(pid, root).start_time
+
+
+def thread_start_time(tid: int, root: str = PROC_ROOT) -> int:
+    """Start time of a thread in clock ticks after boot (stat field 22)."""
+    return thread_stat(tid, root).start_time
+
+
+def thread_schedstat(tid: int, root: str = PROC_ROOT) -> Schedstat:
+    """The thread's schedstat: ns on CPU is a counter that needs neither perf nor a PMU."""
+    return parse_schedstat(_read(_thread_dir(root, tid) / "schedstat", tid=tid))
+
+
+def list_threads(pid: int, root: str = PROC_ROOT) -> list[ThreadInfo]:
+    """The threads of ``pid``, ascending by tid; threads that exit while listing are
+    skipped, and a vanished process raises ThreadGone."""
+    threads: list[ThreadInfo] = []
+    for tid in _tids(pid, root):
+        try:
+            comm = _read(Path(root, str(pid), "task", str(tid), "comm"), tid=tid).rstrip("\n")
+        except ThreadGone:
+            continue
+        threads.append(ThreadInfo(tid, comm))
+    return threads
+
+
+def comm(pid: int, root: str = PROC_ROOT) -> str:
+    """The process name (``/proc/<pid>/comm``, at most 15 bytes)."""
+    return _read(Path(root, str(pid), "comm"), pid=pid).rstrip("\n")
+
+
+def cmdline(pid: int, root: str = PROC_ROOT) -> list[str]:
+    """The argument vector; empty for kernel threads and zombies."""
+    raw = _read(Path(root, str(pid), "cmdline"), pid=pid)
+    return raw.rstrip("\0").split("\0") if raw else []
+
+
+def process_uids(pid: int, root: str = PROC_ROOT) -> Uids:
+    """The uids of a process, from ``/proc/<pid>/status``."""
+    return parse_uids(_read(Path(root, str(pid), "status"), pid=pid))
+
+
+def children(pid: int, root: str = PROC_ROOT) -> list[int]:
+    """Direct children of ``pid``, ascending."""
+    return sorted(_children_lookup(pid, root)(pid))
+
+
+def descendants(pid: int, root: str = PROC_ROOT) -> list[int]:
+    """All descendants of ``pid`` (children, grandchildren, ...), ascending."""
+    kids_of = _children_lookup(pid, root)
+    found: set[int] = set()
+    frontier = [pid]
+    while frontier:
+        kids = [k for k in kids_of(frontier.pop()) if k not in found]
+        found.update(kids)
+        frontier.extend(kids)
+    return sorted(found)
+
+
+def pidfd_open(pid: int) -> int | None:
+    """A pidfd for ``pid`` (pidfd_open(2), Linux 5.3), or None where the kernel or
+    Python lacks it. The fd is close-on-exec; the caller closes it. A pid that is not
+    a thread-group leader gives EINVAL (a HostError) before Linux 6.9's PIDFD_THREAD."""
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        with translated("pidfd_open", pid=pid):
+            return int(opener(pid))
+    except Unsupported:
+        return None
+
+
+class ProcessHandle:
+    """A process identified so that pid reuse cannot fool the daemon.
+
+    The pidfd (when the kernel has one) refers to this very process: it becomes
+    readable when the process exits, whatever later happens to the pid number. The
+    start time read *after* opening the pidfd covers kernels without pidfds: a new
+    process with the same pid has a different start time.
+    """
+
+    def __init__(self, pid: int, root: str = PROC_ROOT) -> None:
+        self.pid = pid
+        self._root = root
+        self.pidfd = pidfd_open(pid)
+        try:
+            self.start_time = process_start_time(pid, root)
+        except BaseException:
+            self.close()
+            raise
+
+    def alive(self) -> bool:
+        """True while the process runs and ``pid`` still names it."""
+        if self.pidfd is not None:
+            poller = select.poll()
+            poller.register(self.pidfd, select.POLLIN)
+            if poller.poll(0):
+                return False
+        try:
+            return process_start_time(self.pid, self._root) == self.start_time
+        except ThreadGone:
+            return False
+
+    def close(self) -> None:
+        """Release the pidfd; idempotent."""
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+
+    def __enter__(self) -> ProcessHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _tids(pid: int, root: str) -> list[int]:
+    with translated("list threads", pid=pid):
+        return sorted(int(name) for name in os.listdir(Path(root, str(pid), "task")) if name.isdigit())
+
+
+def _thread_dir(root: str, tid: int) -> Path:
+    return Path(root, str(tid), "task", str(tid))
+
+
+def _read(path: Path, *, tid: int | None = None, pid: int | None = None) -> str:
+    with translated(f"read {path.name}", tid=tid, pid=pid):
+        return path.read_text()
+
+
+def _children_lookup(pid: int, root: str) -> Callable[[int], list[int]]:
+    """How to find a process's children on this kernel.
+
+    ``/proc/<pid>/task/<tid>/children`` (CONFIG_PROC_CHILDREN) lists each thread's
+    children; without it one scan of every process's ppid is taken and reused.
+    """
+    tids = _tids(pid, root)
+    if tids and Path(root, str(pid), "task", str(tids[0]), "children").exists():
+        return lambda parent: _children_from_task_files(parent, root)
+    by_parent = _children_by_scan(root)
+    return lambda parent: by_parent.get(parent, [])
+
+
+def _children_from_task_files(pid: int, root: str) -> list[int]:
+    kids: set[int] = set()
+    try:
+        tids = _tids(pid, root)
+    except ThreadGone:
+        return []
+    for tid in tids:
+        path = Path(root, str(pid), "task", str(tid), "children")
+        try:
+            kids.update(int(v) for v in _read(path, tid=tid).split())
+        except ThreadGone:
+            continue
+    return sorted(kids)
+
+
+def _children_by_scan(root: str) -> dict[int, list[int]]:
+    by_parent: dict[int, list[int]] = {}
+    for name in os.listdir(root):
+        if not name.isdigit():
+            continue
+        try:
+            st = process_stat(int(name), root)
+        except ThreadGone:
+            continue
+        by_parent.setdefault(st.ppid, []).append(st.pid)
+    return by_parent
