@@ -1,0 +1,150 @@
+"""The machine's CPUs and the domains Level 1 chooses between.
+
+Read from sysfs under an injectable root (tests use fake trees): online CPUs, NUMA
+nodes, last-level-cache groups, packages, and the isolated / nohz_full CPUs, which are
+left out by default because their owners reserved them. The usable CPUs are further
+narrowed to the ones this process may run on (its cpuset and affinity). Domains are
+groupings of usable CPUs (shared/spec/parlsched.md, "Domains"): ``auto`` takes NUMA nodes
+when there are several, else last-level caches, else packages, else one domain.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from parlschedd.host.cpulist import parse_cpulist
+
+DOMAIN_MODES = ("auto", "numa", "llc", "package")
+
+Groups = tuple[tuple[int, ...], ...]
+
+
+class TopologyError(ValueError):
+    """The topology or a requested domain layout cannot be used."""
+
+
+@dataclass(frozen=True)
+class Topology:
+    online: frozenset[int]
+    usable: tuple[int, ...]
+    numa: Groups
+    llc: Groups
+    package: Groups
+    excluded: frozenset[int]  # isolated or nohz_full, left out of ``usable``
+
+    def domains(self, spec: str | Sequence[Sequence[int]] = "auto") -> list[list[int]]:
+        """Domains as lists of usable CPUs, for a mode name or an explicit layout."""
+        if not isinstance(spec, str):
+            return self._explicit(spec)
+        if spec not in DOMAIN_MODES:
+            raise TopologyError(f"unknown domains mode {spec!r}; expected one of {', '.join(DOMAIN_MODES)} or a list of CPU lists")
+        if spec == "auto":
+            for groups in (self.numa, self.llc, self.package):
+                domains = self._restrict(groups)
+                if len(domains) > 1:
+                    return domains
+            return [list(self.usable)]
+        return self._restrict(getattr(self, spec)) or [list(self.usable)]
+
+    def _restrict(self, groups: Groups) -> list[list[int]]:
+        usable = set(self.usable)
+        return [kept for g in groups if (kept := sorted(usable.intersection(g)))]
+
+    def _explicit(self, layout: Sequence[Sequence[int]]) -> list[list[int]]:
+        seen: set[int] = set()
+        out = []
+        for i, group in enumerate(layout):
+            cpus = sorted(set(int(c) for c in group))
+            if not cpus:
+                raise TopologyError(f"domains[{i}] is empty")
+            if bad := set(cpus) - set(self.usable):
+                raise TopologyError(f"domains[{i}] names CPUs {sorted(bad)} that are not usable (usable: {list(self.usable)})")
+            if clash := seen.intersection(cpus):
+                raise TopologyError(f"domains[{i}] repeats CPUs {sorted(clash)} of an earlier domain")
+            seen.update(cpus)
+            out.append(cpus)
+        return out
+
+
+def read_topology(
+    sysfs: str | os.PathLike[str] = "/sys",
+    allowed: Iterable[int] | None = None,
+    cpus: Iterable[int] | None = None,
+    include_excluded: bool = False,
+) -> Topology:
+    """Discover the topology.
+
+    allowed: CPUs this process may use (default: its affinity, which the kernel keeps
+             within its cpuset); ``cpus``: the config's further restriction.
+    """
+    base = Path(sysfs) / "devices" / "system"
+    online = _cpulist_file(base / "cpu" / "online")
+    if not online:
+        raise TopologyError(f"no online CPUs found under {base / 'cpu' / 'online'}")
+    excluded = _cpulist_file(base / "cpu" / "isolated") | _cpulist_file(base / "cpu" / "nohz_full")
+    usable = set(online) & set(os.sched_getaffinity(0) if allowed is None else allowed)
+    if not include_excluded:
+        usable -= excluded
+    if cpus is not None:
+        usable &= set(cpus)
+    if not usable:
+        raise TopologyError("no usable CPUs: online, allowed, not isolated and in the config's cpus")
+    return Topology(
+        online=online,
+        usable=tuple(sorted(usable)),
+        numa=_numa_nodes(base / "node", online),
+        llc=_groups(base / "cpu", online, _llc_key),
+        package=_groups(base / "cpu", online, _package_key),
+        excluded=excluded,
+    )
+
+
+def _cpulist_file(path: Path) -> frozenset[int]:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return frozenset()
+    if text.strip() == "(null)":  # nohz_full when the feature is off
+        return frozenset()
+    return parse_cpulist(text)
+
+
+def _numa_nodes(node_dir: Path, online: frozenset[int]) -> Groups:
+    nodes = sorted(node_dir.glob("node[0-9]*"), key=lambda p: int(p.name[4:]))
+    groups = [tuple(sorted(_cpulist_file(n / "cpulist") & online)) for n in nodes]
+    groups = [g for g in groups if g]
+    return tuple(groups) if groups else (tuple(sorted(online)),)
+
+
+def _llc_key(cpu_dir: Path) -> frozenset[int] | None:
+    """The CPUs sharing this CPU's highest-level data or unified cache."""
+    best: tuple[int, frozenset[int]] | None = None
+    for index in cpu_dir.glob("cache/index[0-9]*"):
+        try:
+            level = int((index / "level").read_text())
+            kind = (index / "type").read_text().strip()
+            shared = parse_cpulist((index / "shared_cpu_list").read_text())
+        except (FileNotFoundError, ValueError):
+            continue
+        if kind in ("Unified", "Data") and (best is None or level > best[0]):
+            best = (level, shared)
+    return None if best is None else best[1]
+
+
+def _package_key(cpu_dir: Path) -> str | None:
+    try:
+        return (cpu_dir / "topology" / "physical_package_id").read_text().strip()
+    except FileNotFoundError:
+        return None
+
+
+def _groups(cpu_root: Path, online: frozenset[int], key_of: Callable[[Path], Hashable | None]) -> Groups:
+    """Partition the online CPUs by a per-CPU key read from sysfs; CPUs without one
+    form one group together."""
+    groups: dict[Hashable | None, list[int]] = {}
+    for cpu in sorted(online):
+        groups.setdefault(key_of(cpu_root / f"cpu{cpu}"), []).append(cpu)
+    return tuple(sorted(tuple(g) for g in groups.values()))

@@ -1,0 +1,94 @@
+"""Topology discovery on fake sysfs trees, and once on the real one."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from parlschedd.topology import TopologyError, read_topology
+
+
+def fake_sysfs(root: Path, nodes: list[str], llc: list[str], packages: list[int], isolated: str = "", nohz: str = "(null)") -> Path:
+    """A sysfs tree: one cpulist per NUMA node, an L3 shared list and a package id per
+    CPU (``llc[i]`` and ``packages[i]`` belong to CPU i)."""
+    cpu = root / "devices/system/cpu"
+    cpu.mkdir(parents=True)
+    n = len(llc)
+    (cpu / "online").write_text(f"0-{n - 1}\n")
+    (cpu / "isolated").write_text(isolated + "\n")
+    (cpu / "nohz_full").write_text(nohz + "\n")
+    for i in range(n):
+        for idx, (level, kind, shared) in enumerate([(1, "Data", str(i)), (1, "Instruction", str(i)), (3, "Unified", llc[i])]):
+            d = cpu / f"cpu{i}/cache/index{idx}"
+            d.mkdir(parents=True)
+            (d / "level").write_text(f"{level}\n")
+            (d / "type").write_text(kind + "\n")
+            (d / "shared_cpu_list").write_text(shared + "\n")
+        (cpu / f"cpu{i}/topology").mkdir()
+        (cpu / f"cpu{i}/topology/physical_package_id").write_text(f"{packages[i]}\n")
+    for k, cpus in enumerate(nodes):
+        d = root / f"devices/system/node/node{k}"
+        d.mkdir(parents=True)
+        (d / "cpulist").write_text(cpus + "\n")
+    return root
+
+
+@pytest.fixture
+def two_socket(tmp_path):
+    """8 CPUs, 2 NUMA nodes, 4 L3 groups (CCX-like), 2 packages."""
+    llc = ["0-1", "0-1", "2-3", "2-3", "4-5", "4-5", "6-7", "6-7"]
+    return fake_sysfs(tmp_path, ["0-3", "4-7"], llc, [0, 0, 0, 0, 1, 1, 1, 1])
+
+
+def test_numa_first_on_a_numa_machine(two_socket):
+    t = read_topology(two_socket, allowed=range(8))
+    assert t.domains() == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert t.domains("llc") == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert t.domains("package") == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_llc_when_one_numa_node(tmp_path):
+    root = fake_sysfs(tmp_path, ["0-3"], ["0-1", "0-1", "2-3", "2-3"], [0, 0, 0, 0])
+    assert read_topology(root, allowed=range(4)).domains() == [[0, 1], [2, 3]]
+
+
+def test_one_domain_when_nothing_splits(tmp_path):
+    root = fake_sysfs(tmp_path, ["0-1"], ["0-1", "0-1"], [0, 0])
+    assert read_topology(root, allowed=range(2)).domains() == [[0, 1]]
+
+
+def test_isolated_nohz_and_affinity_narrow_the_usable_cpus(tmp_path):
+    root = fake_sysfs(tmp_path, ["0-3", "4-7"], ["0-7"] * 8, [0] * 8, isolated="7", nohz="6")
+    t = read_topology(root, allowed=[0, 1, 2, 4, 5, 6, 7])
+    assert t.usable == (0, 1, 2, 4, 5)
+    assert t.domains() == [[0, 1, 2], [4, 5]]
+    assert read_topology(root, allowed=range(8), include_excluded=True).usable == tuple(range(8))
+    assert read_topology(root, allowed=range(8), cpus=[1, 2]).usable == (1, 2)
+
+
+def test_a_domain_left_without_usable_cpus_disappears(two_socket):
+    assert read_topology(two_socket, allowed=[0, 1]).domains() == [[0, 1]]
+
+
+def test_explicit_domains_are_checked(two_socket):
+    t = read_topology(two_socket, allowed=range(8))
+    assert t.domains([[0, 2], [1, 3]]) == [[0, 2], [1, 3]]
+    with pytest.raises(TopologyError, match=r"domains\[1\] names CPUs \[9\]"):
+        t.domains([[0], [9]])
+    with pytest.raises(TopologyError, match="repeats"):
+        t.domains([[0, 1], [1]])
+    with pytest.raises(TopologyError, match="empty"):
+        t.domains([[]])
+    with pytest.raises(TopologyError, match="unknown domains mode"):
+        t.domains("socket")
+
+
+def test_missing_sysfs_is_a_clear_error(tmp_path):
+    with pytest.raises(TopologyError, match="no online CPUs"):
+        read_topology(tmp_path)
+
+
+def test_real_machine():
+    t = read_topology()
+    assert set(t.usable) <= set(os.sched_getaffinity(0))
+    assert sorted(c for d in t.domains() for c in d) == list(t.usable)
