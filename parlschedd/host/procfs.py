@@ -264,7 +264,7 @@ def _children_from_task_files(pid: int, root: str) -> list[int]:
 
 
 def _children_by_scan(root: str) -> dict[int, list[int]]:
-    by_parent: dict[int, list[int]] = {}
+    by_parent: dict[int, set[int]] = {}
     for name in os.listdir(root):
         if not name.isdigit():
             continue
@@ -272,5 +272,5 @@ def _children_by_scan(root: str) -> dict[int, list[int]]:
             st = process_stat(int(name), root)
         except ThreadGone:
             continue
-        by_parent.setdefault(st.ppid, []).append(st.pid)
-    return by_parent
+        by_parent.setdefault(st.ppid, set()).add(st.pid)
+    return {ppid: sorted(kids) for ppid, kids in by_parent.items()}

@@ -1,0 +1,41 @@
+"""The kernel CPU list format."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from parlschedd.host.cpulist import format_cpulist, parse_cpulist
+
+
+@pytest.mark.parametrize(
+    ("text", "cpus"),
+    [
+        ("0-3,8,10-11\n", {0, 1, 2, 3, 8, 10, 11}),
+        ("5", {5}),
+        ("", set()),
+        ("\n", set()),
+        (" 0 - 1 , 4 ", {0, 1, 4}),
+        ("2-2", {2}),
+    ],
+)
+def test_parse(text: str, cpus: set[int]) -> None:
+    assert parse_cpulist(text) == frozenset(cpus)
+
+
+@pytest.mark.parametrize("text", ["3-1", "a", "1,,2", "-1", "0-", "0-7:2/4", "١"])
+def test_parse_rejects(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_cpulist(text)
+
+
+def test_format_like_the_kernel() -> None:
+    assert format_cpulist([11, 0, 1, 2, 3, 8, 10]) == "0-3,8,10-11"
+    assert format_cpulist([]) == ""
+    assert format_cpulist({4}) == "4"
+
+
+@given(st.frozensets(st.integers(min_value=0, max_value=300)))
+def test_round_trip(cpus: frozenset[int]) -> None:
+    assert parse_cpulist(format_cpulist(cpus)) == cpus

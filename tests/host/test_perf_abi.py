@@ -1,0 +1,140 @@
+"""The perf ABI as bytes: attr layout and group-read parsing.
+
+Nothing here needs a PMU: these are the parts of the hardware-counter path that can be
+checked on a machine without one (this one), against include/uapi/linux/perf_event.h.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+
+import pytest
+
+from parlschedd.host import perf
+from parlschedd.host.errors import Unsupported
+from parlschedd.host.perf import (
+    GROUP_READ_FORMAT,
+    PERF_FORMAT_GROUP,
+    PERF_FORMAT_ID,
+    PERF_FORMAT_TOTAL_TIME_ENABLED,
+    PERF_FORMAT_TOTAL_TIME_RUNNING,
+    PerfEventAttr,
+    group_read_size,
+    make_attr,
+    parse_group_read,
+)
+
+UAPI_OFFSETS = {
+    "type": 0,
+    "size": 4,
+    "config": 8,
+    "sample_period": 16,
+    "sample_type": 24,
+    "read_format": 32,
+    "wakeup_events": 48,
+    "bp_type": 52,
+    "config1": 56,
+    "config2": 64,
+    "branch_sample_type": 72,
+    "sample_regs_user": 80,
+    "sample_stack_user": 88,
+    "clockid": 92,
+    "sample_regs_intr": 96,
+    "aux_watermark": 104,
+    "sample_max_stack": 108,
+    "aux_sample_size": 112,
+}
+
+
+def test_size_is_ver6_and_matches_attr_size() -> None:
+    attr = make_attr(perf.TASK_CLOCK, leader=True)
+    assert ctypes.sizeof(PerfEventAttr) == perf.PERF_ATTR_SIZE_VER6 == 120
+    assert attr.size == ctypes.sizeof(attr)
+
+
+@pytest.mark.parametrize(("name", "offset"), UAPI_OFFSETS.items())
+def test_field_offsets(name: str, offset: int) -> None:
+    assert getattr(PerfEventAttr, name).offset == offset
+
+
+@pytest.mark.parametrize(
+    ("flag", "bit"),
+    [("disabled", 0), ("inherit", 1), ("pinned", 2), ("exclusive", 3), ("exclude_user", 4),
+     ("exclude_kernel", 5), ("exclude_hv", 6), ("exclude_idle", 7)],
+)
+def test_flag_bits_in_the_u64_at_offset_40(flag: str, bit: int) -> None:
+    attr = PerfEventAttr()
+    setattr(attr, flag, 1)
+    raw = bytes(attr)
+    (word,) = struct.unpack_from("=Q", raw, 40)
+    assert word == 1 << bit
+    assert raw[:40] == bytes(40) and raw[48:] == bytes(72)
+
+
+def test_leader_and_member_attrs() -> None:
+    leader = make_attr(perf.INSTRUCTIONS, leader=True)
+    member = make_attr(perf.TASK_CLOCK, leader=False)
+    assert (leader.type, leader.config) == (perf.PERF_TYPE_HARDWARE, perf.PERF_COUNT_HW_INSTRUCTIONS)
+    assert (member.type, member.config) == (perf.PERF_TYPE_SOFTWARE, perf.PERF_COUNT_SW_TASK_CLOCK)
+    assert leader.disabled == 1 and member.disabled == 0
+    for attr in (leader, member):
+        assert attr.inherit == 0 and attr.exclude_kernel == 0 and attr.exclude_user == 0
+        assert attr.exclude_hv == 1
+        assert attr.read_format == GROUP_READ_FORMAT
+        assert attr.sample_period == 0 and attr.sample_type == 0
+
+
+def test_syscall_numbers() -> None:
+    assert perf.syscall_number("x86_64") == 298
+    assert perf.syscall_number("aarch64") == 241
+    with pytest.raises(Unsupported):
+        perf.syscall_number("riscv64")
+
+
+def _words(*values: int) -> bytes:
+    return struct.pack(f"={len(values)}Q", *values)
+
+
+def test_group_read_unscaled_when_always_running() -> None:
+    data = _words(2, 1000, 1000, 5_000_000, 777)
+    assert parse_group_read(data, 2) == (5_000_000.0, 777.0)
+    assert group_read_size(2) == len(data)
+
+
+def test_group_read_scales_by_enabled_over_running() -> None:
+    # The PMU multiplexed the group: it was on a counter a quarter of the time.
+    data = _words(2, 4000, 1000, 300, 10)
+    assert parse_group_read(data, 2) == (1200.0, 40.0)
+
+
+def test_group_read_never_running_is_zero() -> None:
+    assert parse_group_read(_words(1, 5000, 0, 0), 1) == (0.0,)
+
+
+def test_group_read_with_ids() -> None:
+    fmt = GROUP_READ_FORMAT | PERF_FORMAT_ID
+    data = _words(2, 10, 5, 100, 71, 200, 72)
+    assert group_read_size(2, fmt) == len(data)
+    assert parse_group_read(data, 2, fmt) == (200.0, 400.0)
+
+
+def test_group_read_without_times_is_raw() -> None:
+    assert parse_group_read(_words(2, 3, 4), 2, PERF_FORMAT_GROUP) == (3.0, 4.0)
+    fmt = PERF_FORMAT_GROUP | PERF_FORMAT_TOTAL_TIME_ENABLED
+    assert parse_group_read(_words(1, 99, 3), 1, fmt) == (3.0,)
+    fmt = PERF_FORMAT_GROUP | PERF_FORMAT_TOTAL_TIME_RUNNING
+    assert parse_group_read(_words(1, 99, 3), 1, fmt) == (3.0,)
+
+
+@pytest.mark.parametrize(
+    ("data", "n", "fmt"),
+    [
+        (_words(3, 1, 1, 1, 1), 2, GROUP_READ_FORMAT),  # wrong nr
+        (_words(2, 1, 1, 1), 2, GROUP_READ_FORMAT),  # short
+        (_words(1, 1, 1), 1, PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING),  # not a group
+    ],
+)
+def test_group_read_rejects(data: bytes, n: int, fmt: int) -> None:
+    with pytest.raises(ValueError):
+        parse_group_read(data, n, fmt)

@@ -1,0 +1,245 @@
+"""Counters on real threads and processes, with the real perf_event_open.
+
+The software task-clock event works on this machine and is tested for real. The PMU is
+missing (hardware events give ENOENT), so the hardware path is exercised by an opener
+that stands in for the PMU: it swaps the instructions event for the software cpu-clock
+event and hands everything else to the real syscall, so groups, ioctl and reads are
+still the kernel's.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import resource
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from parlschedd.host import perf, procfs
+from parlschedd.host.base import CounterSource
+from parlschedd.host.errors import AccessDenied, ThreadGone, TooManyFiles, Unsupported
+from parlschedd.host.perf import CounterSet, PerfEventAttr, detect_source
+
+from .conftest import Worker, fd_count, spin
+
+PERF_COUNT_SW_CPU_CLOCK = 0
+
+
+def fake_pmu(attr: PerfEventAttr, pid: int, cpu: int, group_fd: int, flags: int) -> int:
+    """A PMU that counts 'instructions' as cpu-clock ns (this machine has no PMU)."""
+    if attr.type == perf.PERF_TYPE_HARDWARE:
+        attr.type, attr.config = perf.PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK
+    return perf.perf_event_open(attr, pid, cpu, group_fd, flags)
+
+
+def refusing(*codes: int) -> Callable[..., int]:
+    """An opener failing with the first errno for hardware events, the last for the rest."""
+
+    def opener(attr: PerfEventAttr, pid: int, cpu: int, group_fd: int, flags: int) -> int:
+        code = codes[0] if attr.type == perf.PERF_TYPE_HARDWARE else codes[-1]
+        raise OSError(code, os.strerror(code))
+
+    return opener
+
+
+def schedstat_ns(tid: int) -> int:
+    return procfs.thread_schedstat(tid).run_ns
+
+
+def has_instructions() -> bool:
+    try:
+        with CounterSet(CounterSource.INSTRUCTIONS) as probe:
+            probe.open(threading.get_native_id())
+    except Unsupported:
+        return False
+    return True
+
+
+def test_detect_source_on_this_machine() -> None:
+    best = CounterSource.INSTRUCTIONS if has_instructions() else CounterSource.TASK_CLOCK
+    assert detect_source() == best
+    assert detect_source("instructions") == best
+    assert detect_source("task-clock") == CounterSource.TASK_CLOCK
+    assert detect_source("schedstat") == CounterSource.SCHEDSTAT
+    with pytest.raises(ValueError):
+        detect_source("cycles")
+
+
+def test_detect_source_falls_through() -> None:
+    assert detect_source(opener=fake_pmu) == CounterSource.INSTRUCTIONS
+    assert detect_source(opener=refusing(errno.ENOENT, errno.EACCES)) == CounterSource.SCHEDSTAT
+    no_pmu = refusing(errno.ENOENT, 0)
+
+    def only_software(attr: PerfEventAttr, *args: int) -> int:
+        if attr.type == perf.PERF_TYPE_HARDWARE:
+            return no_pmu(attr, *args)
+        return perf.perf_event_open(attr, *args)
+
+    assert detect_source(opener=only_software) == CounterSource.TASK_CLOCK
+
+
+def test_detect_source_without_anything(tmp_path) -> None:
+    with pytest.raises(Unsupported):
+        detect_source(opener=refusing(errno.EACCES), proc_root=str(tmp_path))
+
+
+def test_task_clock_follows_cpu_time_of_real_threads(spawn: Callable[..., Worker]) -> None:
+    busy, idle = spawn(busy=True), spawn(busy=False)
+    with CounterSet(CounterSource.TASK_CLOCK) as counters:
+        for w in (busy, idle):
+            counters.open(w.tid)
+        before = {w.tid: (counters.read(w.tid), schedstat_ns(w.tid)) for w in (busy, idle)}
+        time.sleep(0.3)
+        after = {w.tid: (counters.read(w.tid), schedstat_ns(w.tid)) for w in (busy, idle)}
+    d_busy = after[busy.tid][0] - before[busy.tid][0]
+    d_busy_sched = after[busy.tid][1] - before[busy.tid][1]
+    d_idle = after[idle.tid][0] - before[idle.tid][0]
+    assert d_busy > 0.1e9  # most of 0.3 s on a CPU
+    assert d_busy == pytest.approx(d_busy_sched, rel=0.1, abs=5e6)
+    assert d_idle < d_busy / 10
+
+
+def test_task_clock_of_a_real_subprocess() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.05)
+        with CounterSet(CounterSource.TASK_CLOCK) as counters:
+            counters.open(child.pid)
+            first, sched0 = counters.read(child.pid), schedstat_ns(child.pid)
+            time.sleep(0.2)
+            second, sched1 = counters.read(child.pid), schedstat_ns(child.pid)
+        assert second - first == pytest.approx(sched1 - sched0, rel=0.1, abs=5e6)
+        assert second - first > 0.05e9
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_instructions_group_with_stand_in_pmu(spawn: Callable[..., Worker]) -> None:
+    busy = spawn(busy=True)
+    start = fd_count()
+    with CounterSet(CounterSource.INSTRUCTIONS, opener=fake_pmu) as counters:
+        counters.open(busy.tid)
+        assert fd_count() == start + 2  # leader + task-clock member
+        a = counters.read_group(busy.tid)
+        time.sleep(0.2)
+        b = counters.read_group(busy.tid)
+        assert counters.read(busy.tid) >= b[0]
+    assert fd_count() == start
+    d_instr, d_clock = b[0] - a[0], b[1] - a[1]
+    assert d_clock > 0.05e9
+    assert d_instr == pytest.approx(d_clock, rel=0.1)
+
+
+def test_exited_thread_gives_final_value_then_thread_gone(spawn: Callable[..., Worker]) -> None:
+    worker = spawn(busy=True)
+    with CounterSet(CounterSource.TASK_CLOCK) as counters:
+        counters.open(worker.tid)
+        spin(0.02)
+        running = counters.read(worker.tid)
+        worker.finish()
+        final = counters.read(worker.tid)
+        assert final >= running
+        assert counters.read(worker.tid) == final
+        counters.close(worker.tid)
+        with pytest.raises(ThreadGone) as info:
+            counters.open(worker.tid)
+        assert info.value.tid == worker.tid
+
+
+def test_schedstat_source_drops_an_exited_thread(spawn: Callable[..., Worker]) -> None:
+    worker = spawn(busy=True)
+    with CounterSet(CounterSource.SCHEDSTAT) as counters:
+        counters.open(worker.tid)
+        spin(0.02)
+        assert counters.read(worker.tid) > 0
+        worker.finish()
+        with pytest.raises(ThreadGone):
+            counters.read(worker.tid)
+        assert worker.tid not in counters
+
+
+def test_no_fd_leak_over_many_threads(spawn: Callable[..., Worker]) -> None:
+    workers = [spawn(busy=False) for _ in range(40)]
+    start = fd_count()
+    counters = CounterSet(CounterSource.TASK_CLOCK)
+    for w in workers:
+        counters.open(w.tid)
+        counters.open(w.tid)  # idempotent
+    assert len(counters) == 40 and fd_count() == start + 40
+    for w in workers[:20]:
+        counters.close(w.tid)
+    counters.close(10**9)  # unknown tid: ignored
+    assert fd_count() == start + 20
+    workers[30].finish()
+    with pytest.raises(ThreadGone):
+        counters.open(workers[30].tid + 10**6)
+    counters.close_all()
+    assert fd_count() == start and len(counters) == 0
+
+
+def test_emfile_raises_too_many_files_and_leaks_nothing(spawn: Callable[..., Worker]) -> None:
+    workers = [spawn(busy=False) for _ in range(8)]
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    counters = CounterSet(CounterSource.TASK_CLOCK)
+    start = fd_count()
+    resource.setrlimit(resource.RLIMIT_NOFILE, (start + 3, hard))
+    try:
+        with pytest.raises(TooManyFiles) as info:
+            for w in workers:
+                counters.open(w.tid)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert info.value.errno == errno.EMFILE
+    # RLIMIT_NOFILE bounds fd numbers, not their count: free low slots are used first.
+    assert 3 <= len(counters) < len(workers)
+    assert fd_count() == start + len(counters)
+    counters.close_all()
+    assert fd_count() == start
+
+
+def test_failing_group_member_closes_the_leader(spawn: Callable[..., Worker]) -> None:
+    worker = spawn(busy=False)
+
+    def emfile_on_member(attr: PerfEventAttr, pid: int, cpu: int, group_fd: int, flags: int) -> int:
+        if group_fd != -1:
+            raise OSError(errno.EMFILE, "Too many open files")
+        return fake_pmu(attr, pid, cpu, group_fd, flags)
+
+    start = fd_count()
+    counters = CounterSet(CounterSource.INSTRUCTIONS, opener=emfile_on_member)
+    with pytest.raises(TooManyFiles):
+        counters.open(worker.tid)
+    assert fd_count() == start and worker.tid not in counters
+
+
+def test_raise_fd_limit() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        assert perf.raise_fd_limit() == hard
+        assert resource.getrlimit(resource.RLIMIT_NOFILE) == (hard, hard)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become another user")
+def test_unprivileged_user_cannot_count_a_root_thread() -> None:
+    target = os.getpid()
+    child = os.fork()
+    if child == 0:  # the child drops to nobody and tries; exit code 0 means refused
+        try:
+            os.setresgid(65534, 65534, 65534)
+            os.setresuid(65534, 65534, 65534)
+            CounterSet(CounterSource.TASK_CLOCK).open(target)
+        except AccessDenied as exc:
+            os._exit(0 if exc.tid == target else 2)
+        except BaseException:
+            os._exit(3)
+        os._exit(1)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
