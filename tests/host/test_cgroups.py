@@ -1,0 +1,130 @@
+"""cgroup parsing on fake v1, v2 and hybrid trees, and a smoke test on this host."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from parlschedd.host import cgroups
+from parlschedd.host.cgroups import Layout, Membership
+from parlschedd.host.errors import HostError, ThreadGone
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def v2_tree(root: Path) -> None:
+    write(root / "cgroup.controllers", "cpuset cpu io memory pids\n")
+    write(root / "cpuset.cpus.effective", "0-7\n")
+    write(root / "app.slice" / "cgroup.procs", "10\n11\n")
+    write(root / "app.slice" / "cpuset.cpus.effective", "2-3\n")
+    write(root / "app.slice" / "inner" / "cgroup.procs", "12\n")
+
+
+def v1_tree(root: Path) -> None:
+    write(root / "cpuset" / "cpuset.cpus", "0-7\n")
+    write(root / "cpuset" / "cpuset.effective_cpus", "0-7\n")
+    write(root / "cpuset" / "batch" / "cpuset.cpus", "4-5\n")  # a kernel without effective_cpus
+    write(root / "cpuset" / "batch" / "cgroup.procs", "30\n31\n")
+    write(root / "systemd" / "user.slice" / "cgroup.procs", "40\n")
+    write(root / "cpu,cpuacct" / "cgroup.procs", "1\n")
+    (root / "cpu").symlink_to("cpu,cpuacct")
+
+
+def proc_cgroup(proc: Path, task_id: int, text: str) -> None:
+    write(proc / str(task_id) / "cgroup", text)
+
+
+def test_parse_proc_cgroup() -> None:
+    text = "12:cpuset:/batch\n1:name=systemd:/user.slice/a:b\n2:cpu,cpuacct:/\n0::/app.slice\n\n"
+    assert cgroups.parse_proc_cgroup(text) == [
+        Membership(12, ("cpuset",), "/batch"),
+        Membership(1, ("name=systemd",), "/user.slice/a:b"),
+        Membership(2, ("cpu", "cpuacct"), "/"),
+        Membership(0, (), "/app.slice"),
+    ]
+    assert [m.is_v2 for m in cgroups.parse_proc_cgroup(text)] == [False, False, False, True]
+
+
+def test_detect_layout(tmp_path: Path) -> None:
+    v2, v1, hybrid, empty = (tmp_path / n for n in ("v2", "v1", "hybrid", "empty"))
+    v2_tree(v2)
+    v1_tree(v1)
+    v1_tree(hybrid)
+    write(hybrid / "unified" / "cgroup.controllers", "\n")
+    empty.mkdir()
+    assert cgroups.detect_layout(str(v2)) is Layout.V2
+    assert cgroups.detect_layout(str(v1)) is Layout.V1
+    assert cgroups.detect_layout(str(hybrid)) is Layout.HYBRID
+    with pytest.raises(HostError):
+        cgroups.detect_layout(str(empty))
+
+
+def test_v2_procs_and_inherited_cpuset(tmp_path: Path) -> None:
+    v2_tree(tmp_path)
+    root = str(tmp_path)
+    assert cgroups.cgroup_procs("/app.slice", root=root) == [10, 11]
+    assert cgroups.cgroup_procs("/app.slice/inner", root=root) == [12]
+    assert cgroups.cgroup_procs("/gone.slice", root=root) == []
+    assert cgroups.effective_cpus("/app.slice", root=root) == frozenset({2, 3})
+    assert cgroups.effective_cpus("/app.slice/inner", root=root) == frozenset({2, 3})
+    assert cgroups.effective_cpus("/", root=root) == frozenset(range(8))
+
+
+def test_v1_procs_and_cpusets(tmp_path: Path) -> None:
+    v1_tree(tmp_path)
+    root = str(tmp_path)
+    assert cgroups.cgroup_procs("/batch", ("cpuset",), root) == [30, 31]
+    assert cgroups.cgroup_procs("/user.slice", ("name=systemd",), root) == [40]
+    assert cgroups.cgroup_procs("/", ("cpu", "cpuacct"), root) == [1]
+    assert cgroups.cgroup_procs("/", ("cpu",), root) == [1]  # through the symlink
+    assert cgroups.effective_cpus("/batch", ("cpuset",), root) == frozenset({4, 5})
+    assert cgroups.effective_cpus("/", ("cpuset",), root) == frozenset(range(8))
+    with pytest.raises(HostError):
+        cgroups.cgroup_procs("/", ("memory",), root)
+    with pytest.raises(HostError):
+        cgroups.cgroup_procs("/", (), root)  # no v2 hierarchy on a pure v1 host
+
+
+def test_paths_cannot_escape_the_hierarchy(tmp_path: Path) -> None:
+    v2_tree(tmp_path / "cg")
+    write(tmp_path / "cgroup.procs", "666\n")  # outside the cgroup root
+    root = str(tmp_path / "cg")
+    assert cgroups.cgroup_dir("../../app.slice", root=root) == tmp_path / "cg" / "app.slice"
+    assert cgroups.cgroup_procs("/../", root=root) == []
+
+
+def test_task_cpus_on_hybrid_prefers_the_v1_cpuset(tmp_path: Path) -> None:
+    root, proc = tmp_path / "cg", tmp_path / "proc"
+    v1_tree(root)
+    write(root / "unified" / "cgroup.controllers", "\n")
+    proc_cgroup(proc, 30, "3:cpuset:/batch\n1:name=systemd:/user.slice\n0::/user.slice\n")
+    proc_cgroup(proc, 40, "1:name=systemd:/user.slice\n0::/user.slice\n")
+    assert cgroups.task_cpus(30, str(root), str(proc)) == frozenset({4, 5})
+    assert cgroups.task_cpus(40, str(root), str(proc)) is None  # v2 without cpuset
+    with pytest.raises(ThreadGone):
+        cgroups.task_cpus(99, str(root), str(proc))
+
+
+def test_task_cpus_on_v2(tmp_path: Path) -> None:
+    root, proc = tmp_path / "cg", tmp_path / "proc"
+    v2_tree(root)
+    proc_cgroup(proc, 12, "0::/app.slice/inner\n")
+    assert cgroups.task_cpus(12, str(root), str(proc)) == frozenset({2, 3})
+
+
+def test_smoke_on_this_host() -> None:
+    layout = cgroups.detect_layout()
+    assert layout in set(Layout)
+    lines = cgroups.memberships(os.getpid())
+    assert any(m.is_v2 for m in lines) or layout is Layout.V1
+    allowed = cgroups.task_cpus(os.getpid())
+    if allowed is not None:
+        assert frozenset(os.sched_getaffinity(0)) <= allowed
+    for m in lines:
+        if m.is_v2 or "name=systemd" in m.controllers or "cpuset" in m.controllers:
+            assert os.getpid() in cgroups.cgroup_procs(m.path, m.controllers)

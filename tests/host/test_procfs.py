@@ -1,0 +1,153 @@
+"""/proc readers on fake trees and on the real /proc."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from parlschedd.host import procfs
+from parlschedd.host.errors import ThreadGone
+from parlschedd.host.procfs import Schedstat, ThreadInfo, Uids
+
+from .conftest import FakeProc, Worker, stat_line
+
+NASTY = "a) b (c"
+
+
+def test_parse_stat_with_parentheses_and_spaces_in_comm() -> None:
+    st = procfs.parse_stat(stat_line(1234, NASTY, ppid=77, start=987654))
+    assert (st.pid, st.comm, st.state, st.ppid, st.start_time) == (1234, NASTY, "S", 77, 987654)
+    assert procfs.parse_stat(stat_line(5, ")", start=3)).comm == ")"
+
+
+def test_fake_tree_threads_and_identity(fake_proc: FakeProc) -> None:
+    fake_proc.process(100, "app", start=500, uid=1001)
+    fake_proc.thread(100, 101, NASTY, start=510, run_ns=42)
+    fake_proc.thread(100, 102, "worker", start=520)
+    (fake_proc.root / "100" / "task" / "103").mkdir()  # exited while being listed
+    root = str(fake_proc.root)
+
+    assert procfs.list_threads(100, root) == [ThreadInfo(100, "app"), ThreadInfo(101, NASTY), ThreadInfo(102, "worker")]
+    assert procfs.thread_start_time(101, root) == 510
+    assert procfs.process_start_time(100, root) == 500
+    assert procfs.thread_schedstat(101, root) == Schedstat(42, 5, 7)
+    assert procfs.process_uids(100, root) == Uids(1001, 1001, 1001, 1001)
+    assert procfs.comm(100, root) == "app"
+    assert procfs.cmdline(100, root) == ["app", "--flag"]
+    with pytest.raises(ThreadGone) as info:
+        procfs.thread_start_time(103, root)
+    assert info.value.tid == 103
+
+
+def test_fake_tree_vanished_process(fake_proc: FakeProc) -> None:
+    fake_proc.root.mkdir()
+    root = str(fake_proc.root)
+    for call in (procfs.list_threads, procfs.process_start_time, procfs.comm, procfs.children):
+        with pytest.raises(ThreadGone) as info:
+            call(4242, root)
+        assert info.value.pid == 4242
+
+
+def test_empty_cmdline_of_a_kernel_thread(fake_proc: FakeProc) -> None:
+    fake_proc.process(2, "kthreadd", cmdline="")
+    assert procfs.cmdline(2, str(fake_proc.root)) == []
+
+
+def test_parse_uids_needs_the_uid_line() -> None:
+    assert procfs.parse_uids("Uid:\t1\t2\t3\t4\n") == Uids(1, 2, 3, 4)
+    with pytest.raises(ValueError):
+        procfs.parse_uids("Name:\tx\n")
+
+
+@pytest.mark.parametrize("children_files", [True, False], ids=["children-files", "ppid-scan"])
+def test_children_and_descendants(fake_proc: FakeProc, children_files: bool) -> None:
+    tree = {10: 1, 11: 10, 12: 10, 13: 11, 14: 13, 20: 1}
+    for pid, ppid in tree.items():
+        fake_proc.process(pid, ppid=ppid, children=children_files)
+    fake_proc.thread(10, 15, "helper", children=children_files)
+    if children_files:
+        fake_proc.set_children(10, 10, [11])
+        fake_proc.set_children(10, 15, [12])  # a child forked by a non-leader thread
+        fake_proc.set_children(11, 11, [13])
+        fake_proc.set_children(13, 13, [14])
+    root = str(fake_proc.root)
+    assert procfs.children(10, root) == [11, 12]
+    assert procfs.children(14, root) == []
+    assert procfs.descendants(10, root) == [11, 12, 13, 14]
+    assert procfs.descendants(20, root) == []
+
+
+def test_real_threads_of_this_process(spawn: Callable[..., Worker]) -> None:
+    worker = spawn(busy=False)
+    Path(f"/proc/self/task/{worker.tid}/comm").write_text(NASTY)
+    threads = procfs.list_threads(os.getpid())
+    assert ThreadInfo(worker.tid, NASTY) in threads
+    assert threads[0].tid == os.getpid()
+    assert procfs.thread_stat(worker.tid).comm == NASTY
+    assert procfs.thread_start_time(worker.tid) >= procfs.process_start_time(os.getpid())
+    assert procfs.process_uids(os.getpid()).real == os.getuid()
+    worker.finish()
+    with pytest.raises(ThreadGone):
+        procfs.thread_start_time(worker.tid)
+
+
+def test_real_descendants_of_a_process_tree() -> None:
+    shell = subprocess.Popen(["sh", "-c", "sleep 30 & sleep 30 & wait"])
+    try:
+        deadline = time.monotonic() + 5
+        while len(procfs.children(shell.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        grandchildren = procfs.children(shell.pid)
+        assert len(grandchildren) == 2
+        assert procfs.cmdline(shell.pid) == ["sh", "-c", "sleep 30 & sleep 30 & wait"]
+        assert all(procfs.comm(p) == "sleep" for p in grandchildren)
+        assert shell.pid in procfs.children(os.getpid())
+        assert set(grandchildren) | {shell.pid} <= set(procfs.descendants(os.getpid()))
+    finally:
+        for pid in procfs.descendants(shell.pid):
+            os.kill(pid, 9)
+        shell.kill()
+        shell.wait()
+
+
+def test_pidfd_open_real() -> None:
+    fd = procfs.pidfd_open(os.getpid())
+    assert fd is not None
+    os.close(fd)
+    child = subprocess.Popen(["true"])
+    child.wait()
+    with pytest.raises(ThreadGone):
+        procfs.pidfd_open(child.pid)
+
+
+def test_process_handle_sees_exit_through_the_pidfd() -> None:
+    child = subprocess.Popen(["sleep", "30"])
+    with procfs.ProcessHandle(child.pid) as handle:
+        assert handle.pidfd is not None
+        assert handle.alive()
+        child.kill()
+        child.wait()
+        assert not handle.alive()
+    assert handle.pidfd is None
+
+
+def test_process_handle_without_pidfd_detects_pid_reuse(fake_proc: FakeProc) -> None:
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        fake_proc.process(child.pid, "sleep", start=100)
+        handle = procfs.ProcessHandle(child.pid, str(fake_proc.root))
+        handle.close()  # as on a kernel without pidfd_open: only the start time decides
+        assert handle.alive()
+        stat = fake_proc.root / str(child.pid) / "stat"
+        stat.write_text(stat_line(child.pid, "other", start=200))  # the pid now names another process
+        assert not handle.alive()
+        stat.unlink()
+        assert not handle.alive()
+    finally:
+        child.kill()
+        child.wait()
