@@ -6,16 +6,164 @@ It parses, calls and prints. Exit codes: 0 success, 1 refused or failed,
 
 from __future__ import annotations
 
+import functools
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
 import click
 
 from parlschedd import __version__
+from parlschedctl import client
 from parlschedctl.model import model
+from parlschedctl.render import status_table
+
+
+def talks_to_daemon(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Map the client's errors to the contract's exit codes and one-line messages."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except client.Unreachable as exc:
+            click.echo(f"parlschedctl: {exc}", err=True)
+            sys.exit(3)
+        except client.Refused as exc:
+            click.echo(f"parlschedctl: {exc} ({exc.code})", err=True)
+            sys.exit(1)
+
+    return wrapper
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--socket", "socket_path", default=None, metavar="PATH",
+              help=f"Daemon socket (env PARLSCHED_SOCKET; default {client.DEFAULT_SOCKET}).")
 @click.version_option(__version__, prog_name="parlschedctl")
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context, socket_path: str | None) -> None:
     """Control the parlsched daemon and use the energy-time model."""
+    ctx.obj = client.socket_path(socket_path)
+
+
+@cli.command()
+@click.argument("pid", type=click.IntRange(min=1))
+@click.option("--observe", is_flag=True, help="Measure and learn without pinning.")
+@click.option("--threads", metavar="REGEX", help="Only threads whose name matches.")
+@click.option("--descendants", is_flag=True, help="Also manage child processes, present and future.")
+@click.pass_obj
+@talks_to_daemon
+def attach(sock: str, pid: int, observe: bool, threads: str | None, descendants: bool) -> None:
+    """Manage all threads of PID."""
+    reply = client.request(sock, "attach", pid=pid, observe=observe, threads=threads, descendants=descendants)
+    t = reply["target"]
+    click.echo(f"attached {t['pid']} ({t['name']}), {len(t['threads'])} threads, mode {t['mode']}")
+
+
+@cli.command()
+@click.argument("pid", type=click.IntRange(min=1))
+@click.pass_obj
+@talks_to_daemon
+def detach(sock: str, pid: int) -> None:
+    """Stop managing PID and restore its threads' original affinity."""
+    reply = client.request(sock, "detach", pid=pid)
+    click.echo(f"detached {pid}, restored {reply['restored']} threads")
+
+
+@cli.command()
+@click.argument("pid", type=click.IntRange(min=1), required=False)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+@talks_to_daemon
+def status(sock: str, pid: int | None, as_json: bool) -> None:
+    """The daemon and its targets; per thread: tid, name, cpu, domain, utility, pinned."""
+    reply = client.request(sock, "status", pid=pid)
+    click.echo(json.dumps(reply, indent=2) if as_json else status_table(reply))
+
+
+@cli.command()
+@click.option("--interval", type=float, default=None, help="Refresh interval (default: the daemon's period).")
+@click.option("--iterations", type=click.IntRange(min=1), default=None, help="Stop after N refreshes.")
+@click.pass_obj
+@talks_to_daemon
+def top(sock: str, interval: float | None, iterations: int | None) -> None:
+    """Live view of status, refreshed every period (Ctrl-C to quit)."""
+    n = 0
+    try:
+        while iterations is None or n < iterations:
+            reply = client.request(sock, "status")
+            if sys.stdout.isatty():
+                click.clear()
+            click.echo(status_table(reply))
+            n += 1
+            time.sleep(interval or reply["daemon"]["period_s"])
+    except KeyboardInterrupt:
+        pass
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.option("--observe", is_flag=True, help="Measure and learn without pinning.")
+@click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.pass_obj
+@talks_to_daemon
+def run(sock: str, observe: bool, cmd: tuple[str, ...]) -> None:
+    """Start CMD, attach it, wait for it, print a summary, exit with CMD's exit code."""
+    client.request(sock, "ping")
+    started = time.monotonic()
+    try:
+        proc = subprocess.Popen(cmd)
+    except OSError as exc:
+        click.echo(f"parlschedctl: cannot start {cmd[0]}: {exc.strerror}", err=True)
+        sys.exit(1)
+    last: dict[str, Any] = {}
+    try:
+        client.request(sock, "attach", pid=proc.pid, observe=observe, descendants=True)
+        while proc.poll() is None:
+            try:
+                last = client.request(sock, "status", pid=proc.pid)["targets"][0]
+            except client.Refused:
+                pass
+            time.sleep(0.2)
+    except client.Refused as exc:
+        click.echo(f"parlschedctl: not managed: {exc}", err=True)
+    code = proc.wait()
+    wall = time.monotonic() - started
+    threads = last.get("threads", [])
+    click.echo(f"parlschedctl: {cmd[0]} exited {code} after {wall:.2f} s; managed {len(threads)} threads"
+               f" ({sum(t['pinned'] for t in threads)} pinned at the end)", err=True)
+    sys.exit(code if code >= 0 else 128 - code)
+
+
+@cli.command()
+@click.pass_obj
+@talks_to_daemon
+def reload(sock: str) -> None:
+    """Re-read the daemon's config (as SIGHUP does)."""
+    client.request(sock, "reload")
+    click.echo("reloaded")
+
+
+@cli.group("config")
+def config_group() -> None:
+    """Work with config files."""
+
+
+@config_group.command("check")
+@click.argument("path", type=click.Path(dir_okay=False))
+def config_check(path: str) -> None:
+    """Validate a config file; print every error with its key path."""
+    from parlschedd.config import ConfigError, load
+
+    try:
+        load(path)
+    except ConfigError as exc:
+        for key, message in exc.errors:
+            click.echo(f"{path}: {key}: {message}", err=True)
+        sys.exit(1)
+    click.echo(f"{path}: ok")
 
 
 cli.add_command(model)

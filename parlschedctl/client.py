@@ -1,0 +1,56 @@
+"""The daemon's control socket from the client side: one request, one reply line."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from typing import Any
+
+DEFAULT_SOCKET = "/run/parlsched/parlschedd.sock"
+
+
+class Unreachable(Exception):
+    """The daemon is not listening on the socket (exit code 3)."""
+
+
+class Refused(Exception):
+    """The daemon answered with an error (exit code 1)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def socket_path(explicit: str | None) -> str:
+    return explicit or os.environ.get("PARLSCHED_SOCKET") or DEFAULT_SOCKET
+
+
+def request(path: str, cmd: str, timeout: float = 10.0, **args: Any) -> dict[str, Any]:
+    """Send one request and return the reply's fields; raise Unreachable or Refused."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        try:
+            sock.connect(path)
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            raise Unreachable(f"the daemon is not running (no listener on {path}: {exc.strerror})") from None
+        except PermissionError:
+            raise Unreachable(f"no permission to use {path} (are you in the parlsched group?)") from None
+        sock.sendall(json.dumps({"cmd": cmd, **args}).encode() + b"\n")
+        data = bytearray()
+        while not data.endswith(b"\n"):
+            chunk = sock.recv(1 << 20)
+            if not chunk:
+                raise Unreachable("the daemon closed the connection without answering")
+            data += chunk
+    except socket.timeout:
+        raise Unreachable(f"the daemon did not answer within {timeout:g} s") from None
+    finally:
+        sock.close()
+    reply = json.loads(data)
+    if not reply.get("ok"):
+        err = reply.get("error", {})
+        raise Refused(err.get("code", "internal"), err.get("message", "request failed"))
+    reply.pop("ok")
+    return reply

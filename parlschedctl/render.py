@@ -1,0 +1,26 @@
+"""Plain-text rendering of daemon replies for people."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def status_table(reply: dict[str, Any]) -> str:
+    d = reply["daemon"]
+    loop = d["loop"]
+    lines = [
+        f"parlschedd {d['version']} pid {d['pid']} up {d['uptime_s']:.0f} s, counters {d['counter_source']}, "
+        f"period {d['period_s']} s / domain period {d['domain_period_s']} s, loop mean {loop['mean_ms']} ms max {loop['max_ms']} ms",
+        f"domains {d['domains']}",
+    ]
+    if not reply["targets"]:
+        lines.append("no targets")
+    for t in reply["targets"]:
+        lines.append(f"\n{t['pid']} {t['name']} ({t['mode']}, {len(t['threads'])} threads)")
+        lines.append(f"  {'TID':>8} {'NAME':<16} {'CPU':>4} {'DOM':>4} {'UTILITY':>12} PINNED")
+        for th in t["threads"]:
+            util = "-" if th["utility"] is None else f"{th['utility']:.4g}"
+            cpu = "-" if th["cpu"] is None else th["cpu"]
+            dom = "-" if th["domain"] is None else th["domain"]
+            lines.append(f"  {th['tid']:>8} {th['name'][:16]:<16} {cpu:>4} {dom:>4} {util:>12} {'yes' if th['pinned'] else 'no'}")
+    return "\n".join(lines)

@@ -1,0 +1,42 @@
+"""parlschedd: the root daemon (shared/spec/interfaces.md, "Installed commands")."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from parlschedd import __version__, config as config_mod
+from parlschedd.logging import LEVELS, configure
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help=f"YAML config (default {config_mod.DEFAULT_PATH}; built-in defaults when absent).")
+@click.option("--socket", "socket_path", default=None, help="Control socket path (default: the config's socket.path).")
+@click.option("--state-dir", default="/run/parlsched", show_default=True, help="Where the state file lives.")
+@click.option("--log-format", type=click.Choice(["console", "json"]), default="console", show_default=True)
+@click.option("--log-level", type=click.Choice(LEVELS), default="info", show_default=True)
+@click.version_option(__version__, prog_name="parlschedd")
+def main(config_path: str | None, socket_path: str | None, state_dir: str, log_format: str, log_level: str) -> None:
+    """Run the PaRLSched daemon in the foreground."""
+    from parlschedd.daemon.server import Daemon, StartupError
+    from parlschedd.host.errors import HostError
+    from parlschedd.topology import TopologyError
+
+    configure(log_format, log_level)
+    try:
+        cfg = config_mod.load(config_path)
+    except config_mod.ConfigError as exc:
+        click.echo(f"parlschedd: invalid config {exc}", err=True)
+        sys.exit(1)
+    daemon = Daemon(cfg, config_path, socket_path or cfg.socket.path, state_dir)
+    try:
+        daemon.run()
+    except (StartupError, TopologyError, HostError) as exc:
+        click.echo(f"parlschedd: {exc}", err=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,272 @@
+"""The daemon's configuration: one frozen dataclass tree, validated at load.
+
+Every key of config/parlschedd.yaml maps onto a field here. ``load`` collects every
+error with its key path (``learning.eps: must be in (0, 1], got 2``) instead of stopping
+at the first, so ``parlschedctl config check`` can print them all.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from parlschedd.learning.normalize import MODES as NORMALISE_MODES
+from parlschedd.learning.params import LearningParams
+from parlschedd.topology import DOMAIN_MODES
+
+UTILITIES = ("auto", "instructions", "task-clock", "schedstat")
+DEFAULT_PATH = Path("/etc/parlsched/parlschedd.yaml")
+DEFAULT_SOCKET = "/run/parlsched/parlschedd.sock"
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used; ``errors`` lists (key path, message) pairs."""
+
+    def __init__(self, source: str, errors: list[tuple[str, str]]) -> None:
+        self.source, self.errors = source, errors
+        super().__init__(f"{source}: " + "; ".join(f"{k}: {m}" for k, m in errors))
+
+
+@dataclass(frozen=True)
+class TargetRule:
+    """Which processes to manage: a regex on comm or cmdline, and/or a cgroup path."""
+
+    name: str | None = None
+    cgroup: str | None = None
+    observe: bool = False
+    threads: str | None = None  # regex on thread names; None: all threads
+    descendants: bool = True
+
+
+@dataclass(frozen=True)
+class SocketConfig:
+    path: str = DEFAULT_SOCKET
+    group: str | None = None  # members may use the socket
+    mode: int = 0o660
+
+
+@dataclass(frozen=True)
+class Config:
+    period_s: float = 0.1
+    domain_period_s: float = 4.0
+    domains: str | tuple[tuple[int, ...], ...] = "auto"
+    cpus: tuple[int, ...] | None = None
+    utility: str = "auto"
+    learning: LearningParams = field(default_factory=LearningParams)
+    targets: tuple[TargetRule, ...] = ()
+    restore_on_exit: bool = True
+    socket: SocketConfig = field(default_factory=SocketConfig)
+    metrics: str | None = None
+    rescan_s: float = 1.0  # how often target rules are re-evaluated
+
+    @property
+    def domain_every(self) -> int:
+        """T_NUMA / T_CPU in whole periods."""
+        return max(1, round(self.domain_period_s / self.period_s))
+
+
+# The config's key for each LearningParams field where they differ ("lambda" is a
+# Python keyword), and each numeric field's range: (low, high, low inclusive).
+_LEARNING_KEYS = {"lam": "lambda"}
+_LEARNING_RANGES = {
+    "eps": (0.0, 1.0, False), "lam": (0.0, 1.0, True), "nu": (0.0, 1.0, False),
+    "zeta": (0.0, 1.0, True), "gamma": (0.0, 1.0, False), "eta": (1.0, None, False),
+    "decay": (0.0, 1.0, False), "sharpness": (1.0, None, True),
+}
+
+
+class _Checker:
+    """Collects errors with their key paths while converting raw YAML values."""
+
+    def __init__(self) -> None:
+        self.errors: list[tuple[str, str]] = []
+
+    def fail(self, path: str, message: str) -> None:
+        self.errors.append((path, message))
+
+    def number(self, raw: Mapping[str, Any], key: str, path: str, default: float, lo: float,
+               hi: float | None = None, lo_inclusive: bool = False) -> float:
+        value = raw.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            self.fail(path, f"must be a number, got {value!r}")
+            return default
+        below = value < lo if lo_inclusive else value <= lo
+        if below or (hi is not None and value > hi):
+            rng = (">= " if lo_inclusive else "> ") + f"{lo}" + (f" and <= {hi}" if hi is not None else "")
+            self.fail(path, f"must be {rng}, got {value!r}")
+            return default
+        return float(value)
+
+    def boolean(self, raw: Mapping[str, Any], key: str, path: str, default: bool) -> bool:
+        value = raw.get(key, default)
+        if not isinstance(value, bool):
+            self.fail(path, f"must be true or false, got {value!r}")
+            return default
+        return value
+
+    def choice(self, raw: Mapping[str, Any], key: str, path: str, default: str, options: tuple[str, ...]) -> str:
+        value = raw.get(key, default)
+        if value not in options:
+            self.fail(path, f"must be one of {', '.join(options)}, got {value!r}")
+            return default
+        return value
+
+    def regex(self, value: Any, path: str) -> str | None:
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            self.fail(path, f"must be a regular expression string, got {value!r}")
+            return None
+        try:
+            re.compile(value)
+        except re.error as exc:
+            self.fail(path, f"invalid regular expression: {exc}")
+            return None
+        return value
+
+    def cpu_list(self, value: Any, path: str) -> tuple[int, ...] | None:
+        if not isinstance(value, list) or not value or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in value):
+            self.fail(path, f"must be a non-empty list of CPU numbers, got {value!r}")
+            return None
+        return tuple(value)
+
+    def mapping(self, raw: Any, path: str, known: set[str]) -> Mapping[str, Any]:
+        if raw is None:
+            return {}
+        if not isinstance(raw, Mapping):
+            self.fail(path or "(top level)", f"must be a mapping, got {type(raw).__name__}")
+            return {}
+        for key in raw:
+            if key not in known:
+                self.fail(f"{path}.{key}" if path else str(key), f"unknown key; expected one of {', '.join(sorted(known))}")
+        return raw
+
+
+def from_mapping(raw: Any, source: str = "<config>") -> Config:
+    """Validate a parsed YAML document into a Config; raise ConfigError listing all errors."""
+    c = _Checker()
+    top = c.mapping(raw, "", {f.name for f in fields(Config)})
+    period = c.number(top, "period_s", "period_s", 0.1, 0.0)
+    domain_period = c.number(top, "domain_period_s", "domain_period_s", 4.0, 0.0)
+    if domain_period < period:
+        c.fail("domain_period_s", f"must be >= period_s ({period}), got {domain_period}")
+
+    domains: str | tuple[tuple[int, ...], ...] = "auto"
+    raw_domains = top.get("domains", "auto")
+    if isinstance(raw_domains, str):
+        domains = c.choice(top, "domains", "domains", "auto", DOMAIN_MODES)
+    elif isinstance(raw_domains, list) and raw_domains:
+        lists = [c.cpu_list(d, f"domains[{i}]") for i, d in enumerate(raw_domains)]
+        domains = tuple(d for d in lists if d is not None)
+    else:
+        c.fail("domains", f"must be one of {', '.join(DOMAIN_MODES)} or a list of CPU lists, got {raw_domains!r}")
+
+    cpus = None if top.get("cpus") is None else c.cpu_list(top.get("cpus"), "cpus")
+    utility = c.choice(top, "utility", "utility", "auto", UTILITIES)
+    learning = _learning(c, top.get("learning"))
+    targets = _targets(c, top.get("targets"))
+    restore = c.boolean(top, "restore_on_exit", "restore_on_exit", True)
+    socket = _socket(c, top.get("socket"))
+    metrics = top.get("metrics")
+    if metrics is not None and not (isinstance(metrics, str) and re.fullmatch(r"[^\s:]*:\d{1,5}", metrics)):
+        c.fail("metrics", f"must be a listen address host:port (e.g. 127.0.0.1:9177), got {metrics!r}")
+        metrics = None
+    rescan = c.number(top, "rescan_s", "rescan_s", 1.0, 0.0)
+    if c.errors:
+        raise ConfigError(source, c.errors)
+    return Config(period, domain_period, domains, cpus, utility, learning, targets, restore, socket, metrics, rescan)
+
+
+def _learning(c: _Checker, raw: Any) -> LearningParams:
+    names = {_LEARNING_KEYS.get(f.name, f.name): f.name for f in fields(LearningParams)}
+    m = c.mapping(raw, "learning", set(names))
+    defaults = LearningParams()
+    values: dict[str, Any] = {}
+    for key, attr in names.items():
+        path = f"learning.{key}"
+        if attr == "seed":
+            seed = m.get("seed")
+            if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+                c.fail(path, f"must be a non-negative integer or null, got {seed!r}")
+                seed = None
+            values["seed"] = seed
+        elif attr == "normalise":
+            values[attr] = c.choice(m, key, path, defaults.normalise, NORMALISE_MODES)
+        else:
+            lo, hi, inclusive = _LEARNING_RANGES[attr]
+            values[attr] = c.number(m, key, path, getattr(defaults, attr), lo, hi, inclusive)
+    return LearningParams(**values)
+
+
+def _targets(c: _Checker, raw: Any) -> tuple[TargetRule, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        c.fail("targets", f"must be a list of rules, got {type(raw).__name__}")
+        return ()
+    rules = []
+    known = {f.name for f in fields(TargetRule)}
+    for i, item in enumerate(raw):
+        path = f"targets[{i}]"
+        m = c.mapping(item, path, known)
+        name = c.regex(m.get("name"), f"{path}.name")
+        cgroup = m.get("cgroup")
+        if cgroup is not None and not (isinstance(cgroup, str) and cgroup.startswith("/") and ".." not in cgroup.split("/")):
+            c.fail(f"{path}.cgroup", f"must be an absolute cgroup path without '..', got {cgroup!r}")
+            cgroup = None
+        if isinstance(item, Mapping) and m.get("name") is None and m.get("cgroup") is None:
+            c.fail(path, "needs a name regex or a cgroup path")
+        rules.append(TargetRule(
+            name=name, cgroup=cgroup,
+            observe=c.boolean(m, "observe", f"{path}.observe", False),
+            threads=c.regex(m.get("threads"), f"{path}.threads"),
+            descendants=c.boolean(m, "descendants", f"{path}.descendants", True),
+        ))
+    return tuple(rules)
+
+
+def _socket(c: _Checker, raw: Any) -> SocketConfig:
+    m = c.mapping(raw, "socket", {"path", "group", "mode"})
+    path = m.get("path", DEFAULT_SOCKET)
+    if not isinstance(path, str) or not path.startswith("/"):
+        c.fail("socket.path", f"must be an absolute path, got {path!r}")
+        path = DEFAULT_SOCKET
+    group = m.get("group")
+    if group is not None and not isinstance(group, str):
+        c.fail("socket.group", f"must be a group name, got {group!r}")
+        group = None
+    mode = m.get("mode", 0o660)
+    if isinstance(mode, str):
+        try:
+            mode = int(mode, 8)
+        except ValueError:
+            pass
+    if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o777:
+        c.fail("socket.mode", f"must be an octal file mode such as '0660', got {m.get('mode')!r}")
+        mode = 0o660
+    return SocketConfig(path, group, mode)
+
+
+def load(path: str | Path | None) -> Config:
+    """Read and validate a YAML file; a missing default file gives built-in defaults."""
+    if path is None:
+        path = DEFAULT_PATH
+        if not path.exists():
+            return Config()
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(str(path), [("(file)", exc.strerror or str(exc))]) from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(file)"
+        raise ConfigError(str(path), [(where, f"not valid YAML: {getattr(exc, 'problem', exc)}")]) from None
+    return from_mapping(raw, str(path))

@@ -1,0 +1,1 @@
+"""The daemon: the per-period engine, the control protocol and the server loop."""

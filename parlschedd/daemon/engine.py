@@ -1,0 +1,272 @@
+"""The per-period work of the daemon, over the host adapters.
+
+Each ``tick``: refresh every target's threads (adopt new ones, drop exited ones),
+read counters into utilities (counter delta / monotonic time delta), step the
+target's TwoLevelScheduler, and pin the threads whose CPU changed. The chain is
+counters -> rates -> scheduler -> pin plan; the clock is passed in, so tests drive it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import structlog
+
+from parlschedd.config import Config
+from parlschedd.host import procfs
+from parlschedd.host.base import Actuator, Counters
+from parlschedd.host.errors import AccessDenied, HostError, InvalidMask, ThreadGone, TooManyFiles
+from parlschedd.learning.scheduler import TwoLevelScheduler
+
+log = structlog.get_logger("parlschedd.engine")
+
+
+class EngineError(Exception):
+    """A refused request; ``code`` is the protocol's error code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class ThreadState:
+    tid: int
+    start_time: int
+    name: str
+    last_value: float
+    last_time: float
+    utility: float = float("nan")
+    cpu: int | None = None
+    domain: int | None = None
+    pinned: bool = False
+
+
+@dataclass
+class Target:
+    pid: int
+    name: str
+    uid: int
+    observe: bool
+    thread_filter: re.Pattern[str] | None
+    descendants: bool
+    handle: procfs.ProcessHandle
+    scheduler: TwoLevelScheduler
+    threads: dict[int, ThreadState] = field(default_factory=dict)
+    rule: int | None = None  # index of the config rule that matched, None if attached by hand
+
+    @property
+    def mode(self) -> str:
+        return "observe" if self.observe else "pin"
+
+
+class Engine:
+    """Targets and their threads; no sockets, no signals, no sleeping."""
+
+    def __init__(self, config: Config, domains: list[list[int]], counters: Counters, pinner: Actuator,
+                 proc_root: str = procfs.PROC_ROOT, on_change: Callable[[], None] = lambda: None) -> None:
+        self.config = config
+        self.domains = domains
+        self.counters = counters
+        self.pinner = pinner
+        self.proc_root = proc_root
+        self.targets: dict[int, Target] = {}
+        self.on_change = on_change  # called when the set of adopted threads changed
+
+    # -- requests ---------------------------------------------------------------------
+
+    def attach(self, pid: int, now: float, *, observe: bool = False, threads: str | None = None,
+               descendants: bool = False, uid: int | None = None, rule: int | None = None) -> Target:
+        """Start managing ``pid``. ``uid`` is the caller's (None: trusted, e.g. a config
+        rule); a non-root caller may attach only its own processes."""
+        if pid in self.targets:
+            raise EngineError("already_attached", f"process {pid} is already attached")
+        try:
+            handle = procfs.ProcessHandle(pid, self.proc_root)
+        except ThreadGone:
+            raise EngineError("no_such_process", f"no process with pid {pid}") from None
+        try:
+            owner = procfs.process_uids(pid, self.proc_root).real
+            name = procfs.comm(pid, self.proc_root)
+            if uid not in (None, 0) and uid != owner:
+                raise EngineError("permission_denied", f"process {pid} belongs to uid {owner}, not to you (uid {uid})")
+            pattern = re.compile(threads) if threads else None
+        except ThreadGone:
+            handle.close()
+            raise EngineError("no_such_process", f"process {pid} exited") from None
+        except (EngineError, re.error) as exc:
+            handle.close()
+            if isinstance(exc, re.error):
+                raise EngineError("bad_request", f"invalid threads regex: {exc}") from None
+            raise
+        scheduler = TwoLevelScheduler(self.domains, self.config.learning, self.config.domain_every)
+        target = Target(pid, name, owner, observe, pattern, descendants, handle, scheduler, rule=rule)
+        self.targets[pid] = target
+        self._refresh(target, now)
+        log.info("attached", pid=pid, name=name, mode=target.mode, threads=len(target.threads))
+        return target
+
+    def detach(self, pid: int, uid: int | None = None) -> int:
+        """Stop managing ``pid`` and restore its threads; returns how many were restored."""
+        target = self.targets.get(pid)
+        if target is None or (uid not in (None, 0) and uid != target.uid):
+            raise EngineError("not_attached", f"process {pid} is not attached")
+        restored = self._release(target)
+        log.info("detached", pid=pid, restored=restored)
+        return restored
+
+    def detach_all(self) -> int:
+        return sum(self._release(t) for t in list(self.targets.values()))
+
+    # -- the period -------------------------------------------------------------------
+
+    def tick(self, now: float) -> None:
+        for target in list(self.targets.values()):
+            if not target.handle.alive():
+                self._drop_target(target, "exited")
+                continue
+            self._refresh(target, now)
+            self._step(target, now)
+
+    def _step(self, target: Target, now: float) -> None:
+        tids, utils = [], []
+        for tid, th in list(target.threads.items()):
+            try:
+                value = self.counters.read(tid)
+            except ThreadGone:
+                self._drop_thread(target, tid)
+                continue
+            except HostError as exc:
+                log.warning("counter read failed", tid=tid, error=str(exc))
+                value = th.last_value
+                th.utility = float("nan")
+            else:
+                dt = now - th.last_time
+                th.utility = (value - th.last_value) / dt if dt > 0 else float("nan")
+            th.last_value, th.last_time = value, now
+            tids.append(tid)
+            utils.append(th.utility)
+        if not tids:
+            return
+        placement = target.scheduler.step(np.array(tids), np.array(utils))
+        for tid, cpu, dom in zip(tids, placement.cpus.tolist(), placement.domains.tolist()):
+            th = target.threads.get(tid)
+            if th is None:
+                continue
+            th.domain = dom
+            if target.observe:
+                th.cpu = self._running_on(tid)
+                continue
+            self._pin(target, th, cpu)
+
+    def _pin(self, target: Target, th: ThreadState, cpu: int) -> None:
+        try:
+            self.pinner.pin(th.tid, frozenset({cpu}))
+        except ThreadGone:
+            self._drop_thread(target, th.tid)
+            return
+        except (InvalidMask, AccessDenied) as exc:
+            log.warning("pin refused", tid=th.tid, cpu=cpu, error=str(exc))
+            th.pinned = False
+            th.cpu = self._running_on(th.tid)
+            return
+        th.cpu, th.pinned = cpu, True
+
+    def _running_on(self, tid: int) -> int | None:
+        try:
+            return procfs.thread_stat(tid, self.proc_root).processor
+        except HostError:
+            return None
+
+    # -- threads ----------------------------------------------------------------------
+
+    def _pids(self, target: Target) -> list[int]:
+        if not target.descendants:
+            return [target.pid]
+        try:
+            return [target.pid, *procfs.descendants(target.pid, self.proc_root)]
+        except ThreadGone:
+            return [target.pid]
+
+    def _refresh(self, target: Target, now: float) -> None:
+        seen: set[int] = set()
+        for pid in self._pids(target):
+            try:
+                infos = procfs.list_threads(pid, self.proc_root)
+            except ThreadGone:
+                continue
+            for info in infos:
+                if target.thread_filter and not target.thread_filter.search(info.comm):
+                    continue
+                seen.add(info.tid)
+                if info.tid not in target.threads:
+                    self._adopt(target, info, now)
+        for tid in set(target.threads) - seen:
+            self._drop_thread(target, tid)
+
+    def _adopt(self, target: Target, info: procfs.ThreadInfo, now: float) -> None:
+        tid = info.tid
+        try:
+            start = procfs.thread_start_time(tid, self.proc_root)
+            self.counters.open(tid)
+            value = self.counters.read(tid)
+            if not target.observe:
+                self.pinner.adopt(tid, start)
+        except ThreadGone:
+            self.counters.close(tid)
+            return
+        except TooManyFiles as exc:
+            log.error("out of file descriptors, thread not managed", tid=tid, error=str(exc))
+            return
+        except HostError as exc:
+            self.counters.close(tid)
+            log.warning("cannot manage thread", tid=tid, error=str(exc))
+            return
+        target.threads[tid] = ThreadState(tid, start, info.comm, value, now)
+        self.on_change()
+
+    def _drop_thread(self, target: Target, tid: int) -> None:
+        target.threads.pop(tid, None)
+        self.counters.close(tid)
+        if not target.observe:
+            self.pinner.forget(tid)
+        log.debug("thread dropped", pid=target.pid, tid=tid)
+        self.on_change()
+
+    def _release(self, target: Target) -> int:
+        restored = 0
+        for tid in list(target.threads):
+            if not target.observe:
+                try:
+                    self.pinner.restore(tid)
+                    restored += 1
+                except HostError as exc:
+                    log.debug("restore skipped", tid=tid, error=str(exc))
+            self._drop_thread(target, tid)
+        self.targets.pop(target.pid, None)
+        target.handle.close()
+        self.on_change()
+        return restored
+
+    def _drop_target(self, target: Target, why: str) -> None:
+        for tid in list(target.threads):
+            self._drop_thread(target, tid)
+        self.targets.pop(target.pid, None)
+        target.handle.close()
+        log.info("target dropped", pid=target.pid, reason=why)
+        self.on_change()
+
+    # -- views ------------------------------------------------------------------------
+
+    def describe(self, target: Target) -> dict:
+        return {
+            "pid": target.pid, "name": target.name, "mode": target.mode, "uid": target.uid,
+            "threads": [
+                {"tid": t.tid, "name": t.name, "cpu": t.cpu, "domain": t.domain,
+                 "utility": None if t.utility != t.utility else t.utility, "pinned": t.pinned}
+                for t in sorted(target.threads.values(), key=lambda t: t.tid)
+            ],
+        }

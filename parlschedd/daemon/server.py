@@ -1,0 +1,453 @@
+"""The daemon process: control socket, period loop, signals, state file.
+
+A single thread runs everything: a selector waits for socket traffic until the next
+period's deadline, then the engine ticks. Deadlines advance by whole periods from the
+start, so the loop does not drift; an overrun skips the periods it missed.
+"""
+
+from __future__ import annotations
+
+import errno
+import grp
+import os
+import re
+import selectors
+import signal
+import socket
+import struct
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+
+from parlschedd import __version__, config as config_mod
+from parlschedd.config import Config, ConfigError
+from parlschedd.daemon import notify, protocol
+from parlschedd.daemon.engine import Engine, EngineError
+from parlschedd.host import cgroups, procfs
+from parlschedd.host.affinity import Pinner
+from parlschedd.host.errors import HostError, ThreadGone
+from parlschedd.host.perf import CounterSet, detect_source, raise_fd_limit
+from parlschedd.host.state import read_state, write_state
+from parlschedd.topology import read_topology
+
+log = structlog.get_logger("parlschedd")
+MAX_CLIENTS = 256
+STATE_VERSION = 1
+
+
+class StartupError(Exception):
+    """The daemon cannot start; the message is the one-line reason."""
+
+
+@dataclass
+class Client:
+    sock: socket.socket
+    uid: int
+    inbuf: bytearray = field(default_factory=bytearray)
+    outbuf: bytearray = field(default_factory=bytearray)
+    closing: bool = False
+
+
+@dataclass
+class LoopStats:
+    periods: int = 0
+    total_s: float = 0.0
+    max_s: float = 0.0
+
+    def add(self, seconds: float) -> None:
+        self.periods += 1
+        self.total_s += seconds
+        self.max_s = max(self.max_s, seconds)
+
+    def as_json(self) -> dict:
+        mean = self.total_s / self.periods if self.periods else 0.0
+        return {"periods": self.periods, "mean_ms": round(mean * 1e3, 3), "max_ms": round(self.max_s * 1e3, 3)}
+
+
+class Daemon:
+    def __init__(self, config: Config, config_path: str | None, socket_path: str, state_dir: str,
+                 sysfs: str = "/sys", proc_root: str = procfs.PROC_ROOT) -> None:
+        self.config, self.config_path = config, config_path
+        self.socket_path, self.state_path = socket_path, Path(state_dir) / "state.json"
+        self.sysfs, self.proc_root = sysfs, proc_root
+        self.started = time.monotonic()
+        self.should_exit = False
+        self.reload_requested = False
+        self.stats = LoopStats()
+        self.clients: dict[int, Client] = {}
+        self.selector = selectors.DefaultSelector()
+        self._dirty = False
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def startup(self) -> None:
+        if os.geteuid() != 0:
+            raise StartupError("parlschedd must run as root (it changes other processes' CPU affinity)")
+        raise_fd_limit()
+        topology = read_topology(self.sysfs, cpus=self.config.cpus)
+        self.domains = topology.domains(self.config.domains)
+        self.cpus = list(topology.usable)
+        source = detect_source(self.config.utility, proc_root=self.proc_root)
+        if self.config.utility not in ("auto", source.value.removeprefix("perf:")):
+            log.warning("counter source unavailable, falling back", wanted=self.config.utility, using=source.value)
+        self.counters = CounterSet(source, proc_root=self.proc_root)
+        self.engine = Engine(self.config, self.domains, self.counters, Pinner(proc_root=self.proc_root),
+                             proc_root=self.proc_root, on_change=self._mark_dirty)
+        saved = self._recover()
+        self._open_socket()
+        self._wake_r, self._wake_w = socket.socketpair()
+        for s in (self._wake_r, self._wake_w):
+            s.setblocking(False)
+        signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
+        self.selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self.handle_exit)
+        signal.signal(signal.SIGHUP, self.handle_reload)
+        now = time.monotonic()
+        for t in saved:
+            self._reattach(t, now)
+        self._rescan(now)
+        self._save_state()
+        log.info("started", version=__version__, socket=self.socket_path, domains=self.domains,
+                 counter_source=source.value, period_s=self.config.period_s)
+        notify.notify(f"READY=1\nSTATUS=managing 0 threads\nMAINPID={os.getpid()}")
+
+    def handle_exit(self, signum: int, frame: object = None) -> None:
+        self.should_exit = True
+
+    def handle_reload(self, signum: int = 0, frame: object = None) -> None:
+        self.reload_requested = True
+
+    def run(self) -> None:
+        self.startup()  # raises StartupError before the loop owns anything to undo
+        try:
+            self.main_loop()
+        finally:
+            self.shutdown()
+
+    def main_loop(self) -> None:
+        period = self.config.period_s
+        deadline = time.monotonic() + period
+        next_rescan = time.monotonic() + self.config.rescan_s
+        watchdog = notify.watchdog_interval()
+        next_watchdog = time.monotonic()
+        while not self.should_exit:
+            timeout = max(0.0, deadline - time.monotonic())
+            for key, events in self.selector.select(timeout):
+                self._dispatch(key, events)
+            if self.reload_requested:
+                self.reload_requested = False
+                self.reload()
+            now = time.monotonic()
+            if now < deadline:
+                continue
+            started = time.perf_counter()
+            if now >= next_rescan:
+                self._rescan(now)
+                next_rescan = now + self.config.rescan_s
+            self.engine.tick(now)
+            if self._dirty:
+                self._save_state()
+            self.stats.add(time.perf_counter() - started)
+            period = self.config.period_s
+            deadline += period
+            if deadline <= time.monotonic():  # overran: skip the missed periods
+                deadline = time.monotonic() + period
+            if watchdog and now >= next_watchdog:
+                threads = sum(len(t.threads) for t in self.engine.targets.values())
+                notify.notify(f"WATCHDOG=1\nSTATUS=managing {threads} threads in {len(self.engine.targets)} targets")
+                next_watchdog = now + watchdog
+
+    def shutdown(self) -> None:
+        notify.notify("STOPPING=1")
+        if self.config.restore_on_exit:
+            restored = self.engine.detach_all()
+            report = self.engine.pinner.restore_all()
+            log.info("restored", threads=restored + len(report.restored), gone=len(report.gone), failed=len(report.failed))
+        self._save_state()
+        self.counters.close_all()
+        for client in list(self.clients.values()):
+            self._close(client)
+        self.selector.close()
+        try:
+            os.unlink(self.socket_path)
+        except FileNotFoundError:
+            pass
+        log.info("stopped")
+
+    def reload(self) -> bool:
+        """Re-read the config; keep the old one when the new one is invalid."""
+        try:
+            new = config_mod.load(self.config_path)
+        except ConfigError as exc:
+            log.error("reload failed, keeping the old config", errors=[f"{k}: {m}" for k, m in exc.errors])
+            return False
+        changed_layout = (new.domains, new.cpus) != (self.config.domains, self.config.cpus)
+        self.config = new
+        self.engine.config = new
+        if changed_layout:
+            log.warning("domains or cpus changed; they apply to targets attached from now on")
+        log.info("reloaded", config=self.config_path)
+        self._rescan(time.monotonic())
+        return True
+
+    # -- state ------------------------------------------------------------------------
+
+    def _mark_dirty(self) -> None:
+        self._dirty = True
+
+    def _save_state(self) -> None:
+        targets = [{"pid": t.pid, "start_time": t.handle.start_time, "observe": t.observe,
+                    "threads": t.thread_filter.pattern if t.thread_filter else None,
+                    "descendants": t.descendants, "uid": t.uid}
+                   for t in self.engine.targets.values() if t.rule is None]
+        state = {"version": STATE_VERSION, "pinner": self.engine.pinner.to_json(), "targets": targets}
+        self.state_path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+        write_state(self.state_path, state)
+        self._dirty = False
+
+    def _recover(self) -> list[dict]:
+        """After a crash: put every thread the last run pinned back on its original
+        mask, and return the targets attached by hand, to attach again."""
+        try:
+            state = read_state(self.state_path)
+        except (OSError, ValueError) as exc:
+            log.error("state file unreadable, ignoring it", path=str(self.state_path), error=str(exc))
+            return []
+        if not state or state.get("version") != STATE_VERSION:
+            return []
+        try:
+            old = Pinner.from_json(state["pinner"], proc_root=self.proc_root)
+        except (KeyError, ValueError, TypeError) as exc:
+            log.error("state file malformed, ignoring it", error=str(exc))
+            return []
+        report = old.restore_all()
+        if report.restored or report.gone or report.failed:
+            log.info("recovered from previous run", restored=len(report.restored), gone=len(report.gone), failed=len(report.failed))
+        return [t for t in state.get("targets", []) if isinstance(t, dict)]
+
+    def _reattach(self, saved: dict, now: float) -> None:
+        try:
+            pid = int(saved["pid"])
+            if procfs.process_start_time(pid, self.proc_root) != saved["start_time"]:
+                return
+            self.engine.attach(pid, now, observe=bool(saved.get("observe")), threads=saved.get("threads"),
+                               descendants=bool(saved.get("descendants")))
+        except (KeyError, ValueError, TypeError, HostError, EngineError) as exc:
+            log.info("previous target not re-attached", target=saved, reason=str(exc))
+
+    # -- config rules -----------------------------------------------------------------
+
+    def _rescan(self, now: float) -> None:
+        rules = self.config.targets
+        if not rules and not any(t.rule is not None for t in self.engine.targets.values()):
+            return
+        wanted: dict[int, int] = {}
+        for i, rule in enumerate(rules):
+            for pid in self._matching(rule):
+                wanted.setdefault(pid, i)
+        for pid, target in list(self.engine.targets.items()):
+            if target.rule is not None and pid not in wanted:
+                self.engine.detach(pid)
+        for pid, i in wanted.items():
+            if pid in self.engine.targets or pid == os.getpid():
+                continue
+            rule = rules[i]
+            try:
+                self.engine.attach(pid, now, observe=rule.observe, threads=rule.threads,
+                                   descendants=rule.descendants, rule=i)
+            except EngineError as exc:
+                log.debug("rule match not attached", pid=pid, reason=str(exc))
+
+    def _matching(self, rule: config_mod.TargetRule) -> set[int]:
+        pids: set[int] | None = None
+        if rule.cgroup is not None:
+            try:
+                pids = set(cgroups.cgroup_procs(rule.cgroup))
+            except HostError:
+                pids = set()
+        if rule.name is not None:
+            pattern = re.compile(rule.name)
+            candidates = pids if pids is not None else _all_pids(self.proc_root)
+            pids = {p for p in candidates if _name_matches(pattern, p, self.proc_root)}
+        return pids or set()
+
+    # -- socket -----------------------------------------------------------------------
+
+    def _open_socket(self) -> None:
+        path = self.socket_path
+        Path(path).parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+        if os.path.exists(path):
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                probe.connect(path)
+            except OSError:
+                os.unlink(path)  # stale socket of a dead daemon
+            else:
+                raise StartupError(f"another daemon is listening on {path}")
+            finally:
+                probe.close()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        try:
+            sock.bind(path)
+        except OSError as exc:
+            sock.close()
+            raise StartupError(f"cannot bind control socket {path}: {exc.strerror}") from None
+        os.chmod(path, self.config.socket.mode)
+        if self.config.socket.group:
+            try:
+                os.chown(path, 0, grp.getgrnam(self.config.socket.group).gr_gid)
+            except KeyError:
+                log.warning("socket group does not exist", group=self.config.socket.group)
+        sock.listen(64)
+        sock.setblocking(False)
+        self.listener = sock
+        self.selector.register(sock, selectors.EVENT_READ, "accept")
+
+    def _dispatch(self, key: selectors.SelectorKey, events: int) -> None:
+        if key.data == "wake":
+            try:
+                while self._wake_r.recv(4096):
+                    pass
+            except BlockingIOError:
+                pass
+        elif key.data == "accept":
+            self._accept()
+        else:
+            client: Client = key.data
+            if events & selectors.EVENT_READ:
+                self._read(client)
+            if events & selectors.EVENT_WRITE and client.sock.fileno() >= 0:
+                self._flush(client)
+
+    def _accept(self) -> None:
+        try:
+            sock, _ = self.listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:  # EMFILE and the like: refuse this one, keep serving
+            log.warning("accept failed", error=str(exc))
+            return
+        if len(self.clients) >= MAX_CLIENTS:
+            sock.close()
+            return
+        sock.setblocking(False)
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        _, uid, _ = struct.unpack("3i", creds)
+        client = Client(sock, uid)
+        self.clients[sock.fileno()] = client
+        self.selector.register(sock, selectors.EVENT_READ, client)
+
+    def _read(self, client: Client) -> None:
+        try:
+            data = client.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._close(client)
+            return
+        client.inbuf += data
+        while (nl := client.inbuf.find(b"\n")) >= 0 and not client.closing:
+            line = bytes(client.inbuf[:nl])
+            del client.inbuf[: nl + 1]
+            client.outbuf += self._handle(line, client.uid)
+        if len(client.inbuf) > protocol.MAX_LINE:
+            client.inbuf.clear()
+            client.outbuf += protocol.error("bad_request", f"request line longer than {protocol.MAX_LINE} bytes")
+            client.closing = True
+        self._flush(client)
+
+    def _flush(self, client: Client) -> None:
+        try:
+            sent = client.sock.send(client.outbuf) if client.outbuf else 0
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            self._close(client)
+            return
+        del client.outbuf[:sent]
+        if not client.outbuf and client.closing:
+            self._close(client)
+            return
+        want = selectors.EVENT_READ | (selectors.EVENT_WRITE if client.outbuf else 0)
+        self.selector.modify(client.sock, want, client)
+
+    def _close(self, client: Client) -> None:
+        self.clients.pop(client.sock.fileno(), None)
+        try:
+            self.selector.unregister(client.sock)
+        except (KeyError, ValueError):
+            pass
+        client.sock.close()
+
+    # -- requests ---------------------------------------------------------------------
+
+    def _handle(self, line: bytes, uid: int) -> bytes:
+        try:
+            request = protocol.parse_request(line)
+            return protocol.ok(**self._execute(request, uid))
+        except protocol.ProtocolError as exc:
+            return protocol.error(exc.code, str(exc))
+        except EngineError as exc:
+            return protocol.error(exc.code, str(exc))
+        except Exception as exc:  # the daemon must survive any request
+            log.exception("request failed", error=str(exc))
+            return protocol.error("internal", f"internal error: {type(exc).__name__}")
+
+    def _execute(self, request: protocol.Request, uid: int) -> dict:
+        a = request.args
+        now = time.monotonic()
+        if request.cmd == "ping":
+            return {"version": __version__}
+        if request.cmd == "attach":
+            target = self.engine.attach(a["pid"], now, observe=a.get("observe", False), threads=a.get("threads"),
+                                        descendants=a.get("descendants", False), uid=uid)
+            self._save_state()
+            return {"target": self.engine.describe(target)}
+        if request.cmd == "detach":
+            restored = self.engine.detach(a["pid"], uid=uid)
+            self._save_state()
+            return {"pid": a["pid"], "restored": restored}
+        if request.cmd == "status":
+            return self.status(uid, a.get("pid"))
+        if request.cmd == "reload":
+            if uid != 0:
+                raise EngineError("permission_denied", "only root may reload the daemon")
+            if not self.reload():
+                raise EngineError("bad_config", "the new config is invalid; the old one stays (see the daemon log)")
+            return {}
+        raise EngineError("bad_request", f"unhandled command {request.cmd}")
+
+    def status(self, uid: int, pid: int | None = None) -> dict:
+        targets = [t for t in self.engine.targets.values() if uid == 0 or t.uid == uid]
+        if pid is not None:
+            targets = [t for t in targets if t.pid == pid]
+            if not targets:
+                raise EngineError("not_attached", f"process {pid} is not attached")
+        return {
+            "daemon": {
+                "pid": os.getpid(), "version": __version__,
+                "uptime_s": round(time.monotonic() - self.started, 3),
+                "counter_source": self.counters.source.value,
+                "period_s": self.config.period_s, "domain_period_s": self.config.domain_period_s,
+                "domains": self.domains, "cpus": self.cpus, "loop": self.stats.as_json(),
+            },
+            "targets": [self.engine.describe(t) for t in targets],
+        }
+
+
+def _all_pids(proc_root: str) -> set[int]:
+    return {int(p) for p in os.listdir(proc_root) if p.isdigit()}
+
+
+def _name_matches(pattern: re.Pattern[str], pid: int, proc_root: str) -> bool:
+    try:
+        if pattern.search(procfs.comm(pid, proc_root)):
+            return True
+        return bool(pattern.search(" ".join(procfs.cmdline(pid, proc_root))))
+    except HostError:
+        return False
