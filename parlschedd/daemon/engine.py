@@ -128,8 +128,11 @@ class Engine:
             if not target.handle.alive():
                 self._drop_target(target, "exited")
                 continue
-            self._refresh(target, now)
-            self._step(target, now)
+            try:
+                self._refresh(target, now)
+                self._step(target, now)
+            except Exception:  # a bug must cost one target's period, never the daemon
+                log.exception("period failed for target", pid=target.pid)
 
     def _step(self, target: Target, now: float) -> None:
         tids, utils = [], []

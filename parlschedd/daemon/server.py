@@ -34,6 +34,7 @@ from parlschedd.topology import read_topology
 
 log = structlog.get_logger("parlschedd")
 MAX_CLIENTS = 256
+MAX_PENDING = 4 * 1024 * 1024  # reply bytes a client may leave unread
 STATE_VERSION = 1
 
 
@@ -47,7 +48,7 @@ class Client:
     uid: int
     inbuf: bytearray = field(default_factory=bytearray)
     outbuf: bytearray = field(default_factory=bytearray)
-    closing: bool = False
+    discarding: bool = False  # inside an over-long line: drop bytes up to its newline
 
 
 @dataclass
@@ -351,14 +352,24 @@ class Daemon:
             self._close(client)
             return
         client.inbuf += data
-        while (nl := client.inbuf.find(b"\n")) >= 0 and not client.closing:
+        if client.discarding:
+            nl = client.inbuf.find(b"\n")
+            if nl < 0:
+                client.inbuf.clear()
+                return
+            del client.inbuf[: nl + 1]
+            client.discarding = False
+        while (nl := client.inbuf.find(b"\n")) >= 0:
             line = bytes(client.inbuf[:nl])
             del client.inbuf[: nl + 1]
             client.outbuf += self._handle(line, client.uid)
         if len(client.inbuf) > protocol.MAX_LINE:
             client.inbuf.clear()
             client.outbuf += protocol.error("bad_request", f"request line longer than {protocol.MAX_LINE} bytes")
-            client.closing = True
+            client.discarding = True
+        if len(client.outbuf) > MAX_PENDING:  # a peer that sends but never reads
+            self._close(client)
+            return
         self._flush(client)
 
     def _flush(self, client: Client) -> None:
@@ -370,9 +381,6 @@ class Daemon:
             self._close(client)
             return
         del client.outbuf[:sent]
-        if not client.outbuf and client.closing:
-            self._close(client)
-            return
         want = selectors.EVENT_READ | (selectors.EVENT_WRITE if client.outbuf else 0)
         self.selector.modify(client.sock, want, client)
 

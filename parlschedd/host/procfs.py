@@ -32,6 +32,7 @@ class Stat:
     state: str
     ppid: int
     start_time: int  # field 22: clock ticks after boot
+    processor: int  # field 39: the CPU it last ran on
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,7 @@ def parse_stat(text: str) -> Stat:
         state=rest[0],
         ppid=int(rest[1]),
         start_time=int(rest[19]),
+        processor=int(rest[36]),
     )
 
 

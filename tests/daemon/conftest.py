@@ -1,0 +1,124 @@
+"""A real daemon on a real socket in a temporary directory, and real target processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from parlschedctl import client
+
+WORKLOAD = Path(__file__).with_name("workload.py")
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the daemon must run as root")
+
+
+@dataclass
+class Daemon:
+    proc: subprocess.Popen
+    socket: str
+    state_dir: Path
+    config: Path
+    log: Path
+
+    def request(self, cmd: str, **args):
+        return client.request(self.socket, cmd, **args)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout)
+
+    def log_text(self) -> str:
+        return self.log.read_text()
+
+
+def start_daemon(tmp: Path, config_text: str = "period_s: 0.05\ndomain_period_s: 0.5\n") -> Daemon:
+    config = tmp / "parlschedd.yaml"
+    if not config.exists():
+        config.write_text(config_text)
+    sock = str(tmp / "ctl.sock")
+    log = tmp / "daemon.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "parlschedd", "--config", str(config), "--socket", sock,
+         "--state-dir", str(tmp / "state"), "--log-format", "json", "--log-level", "debug"],
+        stdout=subprocess.DEVNULL, stderr=open(log, "ab"),
+    )
+    d = Daemon(proc, sock, tmp / "state", config, log)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"daemon exited {proc.returncode}: {log.read_text()}")
+        try:
+            d.request("ping")
+            return d
+        except client.Unreachable:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("daemon did not come up")
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    d = start_daemon(tmp_path)
+    yield d
+    if d.proc.poll() is None:
+        d.stop()
+
+
+class Workload:
+    def __init__(self, n: int = 3) -> None:
+        self.proc = subprocess.Popen([sys.executable, str(WORKLOAD), str(n)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        first = json.loads(self.proc.stdout.readline())
+        self.pid, self.tids = first["pid"], first["tids"]
+
+    def command(self, cmd: str) -> list[int]:
+        self.proc.stdin.write(cmd + "\n")
+        self.proc.stdin.flush()
+        self.tids = json.loads(self.proc.stdout.readline())["tids"]
+        return self.tids
+
+    def all_tids(self) -> list[int]:
+        return sorted(int(t) for t in os.listdir(f"/proc/{self.pid}/task"))
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture
+def workload():
+    made: list[Workload] = []
+
+    def make(n: int = 3) -> Workload:
+        w = Workload(n)
+        made.append(w)
+        return w
+
+    yield make
+    for w in made:
+        w.close()
+
+
+def wait_for(predicate, timeout: float = 5.0, interval: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(interval)
+
+
+def threads_of(d: Daemon, pid: int) -> dict[int, dict]:
+    targets = d.request("status", pid=pid)["targets"]
+    return {t["tid"]: t for t in targets[0]["threads"]}

@@ -1,0 +1,300 @@
+"""The daemon end to end: a real daemon process, real target processes and threads,
+real affinity checked with os.sched_getaffinity, over the real control socket."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from parlschedctl import client
+from tests.daemon.conftest import needs_root, start_daemon, threads_of, wait_for
+
+pytestmark = needs_root
+ALL = frozenset(os.sched_getaffinity(0))
+
+
+def masks(tids):
+    return {t: frozenset(os.sched_getaffinity(t)) for t in tids}
+
+
+def all_pinned(d, pid, expect: int | None = None):
+    threads = threads_of(d, pid)
+    ok = all(t["pinned"] for t in threads.values()) and (expect is None or len(threads) == expect)
+    return threads if ok else None
+
+
+def test_attach_pins_and_detach_restores_exact_masks(daemon, workload):
+    w = workload(3)
+    tids = w.all_tids()
+    os.sched_setaffinity(w.tids[0], {max(ALL)})  # one thread starts with a narrowed mask
+    before = masks(tids)
+    reply = daemon.request("attach", pid=w.pid)
+    assert {t["tid"] for t in reply["target"]["threads"]} == set(tids)
+    threads = wait_for(lambda: all_pinned(daemon, w.pid, len(tids)))
+    for tid, t in threads.items():
+        assert os.sched_getaffinity(tid) == {t["cpu"]}, "status must say where the thread is pinned"
+    assert daemon.request("detach", pid=w.pid)["restored"] == len(tids)
+    assert masks(tids) == before
+    assert daemon.request("status")["targets"] == []
+
+
+def test_status_json_fields(daemon, workload):
+    w = workload(2)
+    daemon.request("attach", pid=w.pid)
+    wait_for(lambda: all_pinned(daemon, w.pid))
+    time.sleep(0.3)
+    reply = daemon.request("status")
+    d = reply["daemon"]
+    for key in ("pid", "version", "uptime_s", "counter_source", "period_s", "domain_period_s", "domains", "cpus", "loop"):
+        assert key in d
+    assert d["counter_source"] in ("perf:instructions", "perf:task-clock", "schedstat")
+    assert d["loop"]["periods"] > 0
+    th = reply["targets"][0]["threads"][0]
+    assert set(th) >= {"tid", "name", "cpu", "domain", "utility", "pinned"}
+    assert any(t["utility"] and t["utility"] > 0 for t in reply["targets"][0]["threads"])
+
+
+def test_new_threads_are_adopted_and_exiting_threads_dropped_quietly(daemon, workload):
+    w = workload(2)
+    daemon.request("attach", pid=w.pid)
+    wait_for(lambda: all_pinned(daemon, w.pid))
+    new = set(w.command("spawn")) - set(w.tids[:-1])
+    (tid,) = new
+    wait_for(lambda: tid in threads_of(daemon, w.pid) and threads_of(daemon, w.pid)[tid]["pinned"])
+    assert len(os.sched_getaffinity(tid)) == 1
+    for _ in range(10):  # threads come and go while periods run
+        w.command("spawn")
+        w.command("stop")
+        w.command("stop")
+        w.command("spawn")
+    wait_for(lambda: set(threads_of(daemon, w.pid)) == set(w.all_tids()))
+    errors = [json.loads(l) for l in daemon.log_text().splitlines() if '"level"' in l]
+    assert not [e for e in errors if e["level"] in ("error", "warning") and "tid" in e], errors
+
+
+def test_a_process_that_exits_is_dropped(daemon, workload):
+    w = workload(2)
+    daemon.request("attach", pid=w.pid)
+    w.close()
+    wait_for(lambda: daemon.request("status")["targets"] == [])
+    assert daemon.proc.poll() is None
+
+
+def test_observe_mode_never_pins(daemon, workload):
+    w = workload(2)
+    before = masks(w.all_tids())
+    daemon.request("attach", pid=w.pid, observe=True)
+    time.sleep(0.5)
+    threads = threads_of(daemon, w.pid)
+    assert not any(t["pinned"] for t in threads.values())
+    assert masks(w.all_tids()) == before
+    assert daemon.request("status")["targets"][0]["mode"] == "observe"
+
+
+def test_threads_regex_selects_threads(daemon, workload):
+    w = workload(3)
+    daemon.request("attach", pid=w.pid, threads="^worker")
+    assert set(threads_of(daemon, w.pid)) == set(w.tids)  # the main thread is not a worker
+
+
+def test_errors_for_bad_targets(daemon, workload):
+    with pytest.raises(client.Refused) as e:
+        daemon.request("attach", pid=2**31 - 2)
+    assert e.value.code == "no_such_process"
+    w = workload(1)
+    daemon.request("attach", pid=w.pid)
+    with pytest.raises(client.Refused) as e:
+        daemon.request("attach", pid=w.pid)
+    assert e.value.code == "already_attached"
+    with pytest.raises(client.Refused) as e:
+        daemon.request("detach", pid=1)
+    assert e.value.code == "not_attached"
+
+
+def raw_exchange(path: str, payload: bytes) -> list[dict]:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(5)
+        s.connect(path)
+        s.sendall(payload)
+        s.shutdown(socket.SHUT_WR)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    return [json.loads(line) for line in data.splitlines()]
+
+
+@pytest.mark.parametrize("payload, fragment", [
+    (b"not json\n", "JSON"),
+    (b"\xff\xfe\n", "UTF-8"),
+    (b"[1, 2]\n", "object"),
+    (b'{"cmd": "format_disk"}\n', "unknown command"),
+    (b'{"cmd": "attach"}\n', "missing field"),
+    (b'{"cmd": "attach", "pid": "1"}\n', "must be int"),
+    (b'{"cmd": "attach", "pid": true}\n', "must be int"),
+    (b'{"cmd": "attach", "pid": 1, "rm": 1}\n', "unknown field"),
+    (b"[" * 60000 + b"\n", "JSON"),
+])
+def test_malformed_requests_get_structured_errors(daemon, payload, fragment):
+    (reply,) = raw_exchange(daemon.socket, payload)
+    assert reply["ok"] is False and reply["error"]["code"] == "bad_request"
+    assert fragment in reply["error"]["message"]
+    assert daemon.request("ping")["version"]
+
+
+def test_oversized_line_is_refused_and_the_connection_goes_on(daemon):
+    replies = raw_exchange(daemon.socket, b"x" * (200 * 1024) + b'\n{"cmd":"ping"}\n')
+    assert replies[0]["error"]["code"] == "bad_request" and "longer" in replies[0]["error"]["message"]
+    assert len(replies) == 2 and replies[1]["ok"]
+    # several requests on one connection are answered in order
+    replies = raw_exchange(daemon.socket, b'{"cmd":"ping"}\n{"cmd":"status"}\n')
+    assert [r["ok"] for r in replies] == [True, True] and "daemon" in replies[1]
+
+
+def test_client_vanishing_mid_reply(daemon, workload):
+    w = workload(4)
+    daemon.request("attach", pid=w.pid)
+    for _ in range(20):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(daemon.socket)
+        s.sendall(b'{"cmd":"status"}\n' * 50)
+        s.close()
+    assert daemon.request("ping")
+    assert len(threads_of(daemon, w.pid)) == 5
+
+
+def test_sigkill_and_restart_restores_and_readopts(tmp_path, workload):
+    d = start_daemon(tmp_path)
+    w = workload(3)
+    tids = w.all_tids()
+    before = masks(tids)
+    d.request("attach", pid=w.pid)
+    wait_for(lambda: all_pinned(d, w.pid, len(tids)))
+    d.stop(signal.SIGKILL)
+    assert all(len(m) == 1 for m in masks(tids).values()) or len(ALL) == 1  # left pinned by the dead daemon
+    d2 = start_daemon(tmp_path)
+    try:
+        assert w.pid in {t["pid"] for t in d2.request("status")["targets"]}, "target re-adopted"
+        wait_for(lambda: all_pinned(d2, w.pid, len(tids)))
+    finally:
+        assert d2.stop() == 0
+    assert masks(tids) == before, "stop restores the masks saved by the first daemon"
+
+
+def test_restart_after_target_exit_touches_nothing(tmp_path, workload):
+    d = start_daemon(tmp_path)
+    w = workload(2)
+    d.request("attach", pid=w.pid)
+    wait_for(lambda: all_pinned(d, w.pid))
+    d.stop(signal.SIGKILL)
+    w.close()
+    d2 = start_daemon(tmp_path)
+    try:
+        assert d2.request("status")["targets"] == []
+    finally:
+        d2.stop()
+
+
+def test_invalid_config_on_reload_keeps_the_old_one(daemon):
+    period = daemon.request("status")["daemon"]["period_s"]
+    daemon.config.write_text("period_s: -3\nlearning: {eps: 7}\n")
+    with pytest.raises(client.Refused) as e:
+        daemon.request("reload")
+    assert e.value.code == "bad_config"
+    daemon.proc.send_signal(signal.SIGHUP)
+    time.sleep(0.3)
+    assert daemon.request("status")["daemon"]["period_s"] == period
+    assert "reload failed" in daemon.log_text() and "learning.eps" in daemon.log_text()
+    daemon.config.write_text("period_s: 0.07\ndomain_period_s: 0.7\n")
+    daemon.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: daemon.request("status")["daemon"]["period_s"] == 0.07)
+
+
+def test_sigterm_restores_and_removes_the_socket(tmp_path, workload):
+    d = start_daemon(tmp_path)
+    w = workload(2)
+    before = masks(w.all_tids())
+    d.request("attach", pid=w.pid)
+    wait_for(lambda: all_pinned(d, w.pid))
+    assert d.stop() == 0
+    assert masks(w.all_tids()) == before
+    assert not os.path.exists(d.socket)
+
+
+def test_config_rule_adopts_by_name_and_releases_when_gone(tmp_path, workload):
+    w = workload(2)
+    tag = f"parlsched-test-{os.getpid()}"
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", tag])
+    try:
+        (tmp_path / "parlschedd.yaml").write_text(
+            f"period_s: 0.05\ndomain_period_s: 0.5\nrescan_s: 0.1\ntargets:\n  - name: '{tag}'\n")
+        d = start_daemon(tmp_path)
+        try:
+            wait_for(lambda: proc.pid in {t["pid"] for t in d.request("status")["targets"]})
+            assert w.pid not in {t["pid"] for t in d.request("status")["targets"]}
+        finally:
+            d.stop()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+NOBODY = 65534
+
+
+def as_nobody(socket_path: str, cmd: str, **args) -> dict:
+    """The request made by a forked child that dropped to uid/gid nobody."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: never returns into pytest
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            try:
+                out = client.request(socket_path, cmd, **args)
+            except client.Refused as e:
+                out = {"refused": e.code}
+            os.write(w, json.dumps(out).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    return json.loads(data)
+
+
+def test_non_root_peer_cannot_touch_root_processes(workload):
+    tmp = Path(tempfile.mkdtemp(prefix="parlsched-auth-"))  # outside pytest's 0700 tmp dirs
+    tmp.chmod(0o755)
+    (tmp / "parlschedd.yaml").write_text("period_s: 0.05\nsocket: {mode: '0666'}\n")
+    d = start_daemon(tmp)
+    try:
+        root_w = workload(1)
+        nobody_w = subprocess.Popen(["sleep", "60"], user=NOBODY, group=NOBODY, extra_groups=[])
+        assert as_nobody(d.socket, "attach", pid=root_w.pid) == {"refused": "permission_denied"}
+        d.request("attach", pid=root_w.pid)
+        assert as_nobody(d.socket, "detach", pid=root_w.pid) == {"refused": "not_attached"}
+        assert as_nobody(d.socket, "status")["targets"] == []
+        mine = as_nobody(d.socket, "attach", pid=nobody_w.pid)
+        assert mine["target"]["pid"] == nobody_w.pid
+        assert [t["pid"] for t in as_nobody(d.socket, "status")["targets"]] == [nobody_w.pid]
+        assert as_nobody(d.socket, "reload") == {"refused": "permission_denied"}
+        assert {t["pid"] for t in d.request("status")["targets"]} == {root_w.pid, nobody_w.pid}
+        assert as_nobody(d.socket, "detach", pid=nobody_w.pid)["restored"] == 1
+    finally:
+        d.stop()
+        nobody_w.kill()
+        nobody_w.wait()
+        shutil.rmtree(tmp)

@@ -1,0 +1,67 @@
+"""Config loading and validation: every error named by its key path."""
+
+import pytest
+
+from parlschedd.config import Config, ConfigError, from_mapping, load
+
+
+def errors_of(raw):
+    with pytest.raises(ConfigError) as e:
+        from_mapping(raw)
+    return dict(e.value.errors)
+
+
+def test_defaults_and_domain_every():
+    c = from_mapping({})
+    assert c == Config()
+    assert c.domain_every == 40
+    assert from_mapping(None) == Config()
+
+
+def test_full_config_round_trip():
+    c = from_mapping({
+        "period_s": 0.2, "domain_period_s": 8, "domains": [[0, 1], [2, 3]], "cpus": [0, 1, 2, 3],
+        "utility": "task-clock", "learning": {"eps": 0.1, "lambda": 0.0, "seed": 7, "normalise": "thread"},
+        "targets": [{"name": "^swaptions$", "observe": True, "threads": "worker"}, {"cgroup": "/app.slice"}],
+        "restore_on_exit": False, "socket": {"path": "/run/x.sock", "group": "parlsched", "mode": "0640"},
+        "metrics": "127.0.0.1:9177",
+    })
+    assert c.domains == ((0, 1), (2, 3)) and c.learning.lam == 0.0 and c.learning.seed == 7
+    assert c.targets[0].observe and c.targets[1].cgroup == "/app.slice"
+    assert c.socket.mode == 0o640 and c.domain_every == 40
+
+
+def test_every_error_has_its_key_path():
+    errs = errors_of({
+        "period_s": 0, "domains": "sockets", "cpus": [-1], "utility": "cycles",
+        "learning": {"eps": 2, "eta": 1.0, "seed": -3, "bogus": 1},
+        "targets": [{"name": "("}, {}, {"cgroup": "../etc"}, "x"],
+        "socket": {"path": "rel.sock", "mode": "999"}, "metrics": "everywhere", "colour": "red",
+    })
+    for key in ("period_s", "domains", "cpus", "utility", "learning.eps", "learning.eta", "learning.seed",
+                "learning.bogus", "targets[0].name", "targets[1]", "targets[2].cgroup", "targets[3]",
+                "socket.path", "socket.mode", "metrics", "colour"):
+        assert key in errs, key
+
+
+def test_domain_period_shorter_than_period_is_refused():
+    assert "domain_period_s" in errors_of({"period_s": 1.0, "domain_period_s": 0.5})
+
+
+def test_load_from_files(tmp_path):
+    good = tmp_path / "good.yaml"
+    good.write_text("period_s: 0.5\ndomain_period_s: 5\n")
+    assert load(good).domain_every == 10
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("period_s: [\n")
+    with pytest.raises(ConfigError, match="line 2"):
+        load(bad)
+    with pytest.raises(ConfigError, match="No such file"):
+        load(tmp_path / "missing.yaml")
+
+
+def test_shipped_default_config_is_valid():
+    from pathlib import Path
+
+    shipped = Path(__file__).parents[1] / "config" / "parlschedd.yaml"
+    assert load(shipped) == Config()  # the documented file states the built-in defaults
