@@ -56,6 +56,7 @@ class Target:
     handle: procfs.ProcessHandle
     scheduler: TwoLevelScheduler
     threads: dict[int, ThreadState] = field(default_factory=dict)
+    ignored: set[int] = field(default_factory=set)  # tids the thread filter left out
     rule: int | None = None  # index of the config rule that matched, None if attached by hand
 
     @property
@@ -195,24 +196,28 @@ class Engine:
             return [target.pid]
 
     def _refresh(self, target: Target, now: float) -> None:
+        """Adopt the target's new threads and drop those gone. Each period costs one
+        directory listing per process; a thread's name is read once, when it is new."""
         seen: set[int] = set()
         for pid in self._pids(target):
             try:
-                infos = procfs.list_threads(pid, self.proc_root)
+                tids = procfs.list_tids(pid, self.proc_root)
             except ThreadGone:
                 continue
-            for info in infos:
-                if target.thread_filter and not target.thread_filter.search(info.comm):
-                    continue
-                seen.add(info.tid)
-                if info.tid not in target.threads:
-                    self._adopt(target, info, now)
+            seen.update(tids)
+            for tid in tids:
+                if tid not in target.threads and tid not in target.ignored:
+                    self._adopt(target, tid, now)
         for tid in set(target.threads) - seen:
             self._drop_thread(target, tid)
+        target.ignored &= seen
 
-    def _adopt(self, target: Target, info: procfs.ThreadInfo, now: float) -> None:
-        tid = info.tid
+    def _adopt(self, target: Target, tid: int, now: float) -> None:
         try:
+            name = procfs.comm(tid, self.proc_root)
+            if target.thread_filter and not target.thread_filter.search(name):
+                target.ignored.add(tid)
+                return
             start = procfs.thread_start_time(tid, self.proc_root)
             self.counters.open(tid)
             value = self.counters.read(tid)
@@ -228,7 +233,7 @@ class Engine:
             self.counters.close(tid)
             log.warning("cannot manage thread", tid=tid, error=str(exc))
             return
-        target.threads[tid] = ThreadState(tid, start, info.comm, value, now)
+        target.threads[tid] = ThreadState(tid, start, name, value, now)
         self.on_change()
 
     def _drop_thread(self, target: Target, tid: int) -> None:

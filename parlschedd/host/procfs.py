@@ -123,7 +123,7 @@ def list_threads(pid: int, root: str = PROC_ROOT) -> list[ThreadInfo]:
     """The threads of ``pid``, ascending by tid; threads that exit while listing are
     skipped, and a vanished process raises ThreadGone."""
     threads: list[ThreadInfo] = []
-    for tid in _tids(pid, root):
+    for tid in list_tids(pid, root):
         try:
             comm = _read(Path(root, str(pid), "task", str(tid), "comm"), tid=tid).rstrip("\n")
         except ThreadGone:
@@ -223,7 +223,9 @@ class ProcessHandle:
         self.close()
 
 
-def _tids(pid: int, root: str) -> list[int]:
+def list_tids(pid: int, root: str = PROC_ROOT) -> list[int]:
+    """The tids of ``pid``, ascending: one directory listing, for the per-period scan
+    (names are read only for threads not seen before). ThreadGone if the process is."""
     with translated("list threads", pid=pid):
         return sorted(int(name) for name in os.listdir(Path(root, str(pid), "task")) if name.isdigit())
 
@@ -243,7 +245,7 @@ def _children_lookup(pid: int, root: str) -> Callable[[int], list[int]]:
     ``/proc/<pid>/task/<tid>/children`` (CONFIG_PROC_CHILDREN) lists each thread's
     children; without it one scan of every process's ppid is taken and reused.
     """
-    tids = _tids(pid, root)
+    tids = list_tids(pid, root)
     if tids and Path(root, str(pid), "task", str(tids[0]), "children").exists():
         return lambda parent: _children_from_task_files(parent, root)
     by_parent = _children_by_scan(root)
@@ -253,7 +255,7 @@ def _children_lookup(pid: int, root: str) -> Callable[[int], list[int]]:
 def _children_from_task_files(pid: int, root: str) -> list[int]:
     kids: set[int] = set()
     try:
-        tids = _tids(pid, root)
+        tids = list_tids(pid, root)
     except ThreadGone:
         return []
     for tid in tids:

@@ -298,3 +298,16 @@ def test_non_root_peer_cannot_touch_root_processes(workload):
         nobody_w.kill()
         nobody_w.wait()
         shutil.rmtree(tmp)
+
+
+def test_descendants_present_and_future_are_managed(daemon):
+    tree = subprocess.Popen(["bash", "-c", "sleep 30 & sleep 0.5; sleep 30 & wait"])
+    try:
+        daemon.request("attach", pid=tree.pid, descendants=True)
+        threads = wait_for(lambda: all_pinned(daemon, tree.pid, 3))
+        names = sorted(t["name"] for t in threads.values())
+        assert names == ["bash", "sleep", "sleep"]
+    finally:
+        subprocess.run(["pkill", "-P", str(tree.pid)])
+        tree.kill()
+        tree.wait()
