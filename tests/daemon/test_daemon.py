@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from parlschedctl import client
-from tests.daemon.conftest import needs_root, start_daemon, threads_of, wait_for
+from tests.conftest import needs_root, start_daemon, threads_of, wait_for
 
 pytestmark = needs_root
 ALL = frozenset(os.sched_getaffinity(0))

@@ -15,7 +15,7 @@ import pytest
 
 from parlschedctl import client
 
-WORKLOAD = Path(__file__).with_name("workload.py")
+WORKLOAD = Path(__file__).parent / "daemon" / "workload.py"
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the daemon must run as root")
 
 

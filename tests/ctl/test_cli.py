@@ -1,0 +1,66 @@
+"""parlschedctl as a user runs it: a real subprocess against a real daemon."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.conftest import needs_root, wait_for
+
+CTL = [sys.executable, "-c", "from parlschedctl.cli import main; main()"]
+
+
+def ctl(*args: str, socket: str | None = None, **kw) -> subprocess.CompletedProcess:
+    env = {**os.environ}
+    if socket:
+        env["PARLSCHED_SOCKET"] = socket
+    return subprocess.run([*CTL, *args], capture_output=True, text=True, env=env, timeout=60, **kw)
+
+
+def test_unreachable_daemon_exits_3(tmp_path):
+    r = ctl("status", socket=str(tmp_path / "none.sock"))
+    assert r.returncode == 3 and "not running" in r.stderr
+
+
+def test_usage_error_exits_2():
+    assert ctl("attach", "notapid").returncode == 2
+
+
+def test_config_check(tmp_path):
+    good = tmp_path / "good.yaml"
+    good.write_text("period_s: 0.2\n")
+    r = ctl("config", "check", str(good))
+    assert r.returncode == 0 and "ok" in r.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("period_s: fast\nlearning:\n  gamma: 3\n")
+    r = ctl("config", "check", str(bad))
+    assert r.returncode == 1
+    assert f"{bad}: period_s: must be a number" in r.stderr and "learning.gamma" in r.stderr
+
+
+@needs_root
+def test_attach_status_detach_through_the_cli(daemon, workload):
+    w = workload(2)
+    r = ctl("--socket", daemon.socket, "attach", str(w.pid))
+    assert r.returncode == 0 and f"attached {w.pid}" in r.stdout
+    wait_for(lambda: all(t["pinned"] for t in json.loads(ctl("status", "--json", socket=daemon.socket).stdout)["targets"][0]["threads"]))
+    table = ctl("status", str(w.pid), socket=daemon.socket).stdout
+    assert "TID" in table and str(w.tids[0]) in table
+    r = ctl("attach", str(w.pid), socket=daemon.socket)
+    assert r.returncode == 1 and "already_attached" in r.stderr
+    top = ctl("top", "--iterations", "2", "--interval", "0.05", socket=daemon.socket)
+    assert top.returncode == 0 and top.stdout.count("parlschedd") == 2
+    r = ctl("detach", str(w.pid), socket=daemon.socket)
+    assert r.returncode == 0 and "restored 3 threads" in r.stdout
+    assert ctl("reload", socket=daemon.socket).returncode == 0
+
+
+@needs_root
+def test_run_passes_the_exit_code_and_summarises(daemon):
+    code = "import threading,time,sys; [threading.Thread(target=time.sleep,args=(1,)).start() for _ in range(3)]; time.sleep(1.2); sys.exit(7)"
+    r = ctl("run", "--", sys.executable, "-c", code, socket=daemon.socket)
+    assert r.returncode == 7, r.stderr
+    assert "exited 7" in r.stderr and "managed" in r.stderr
+    wait_for(lambda: json.loads(ctl("status", "--json", socket=daemon.socket).stdout)["targets"] == [])
