@@ -57,6 +57,7 @@ class Target:
     scheduler: TwoLevelScheduler
     threads: dict[int, ThreadState] = field(default_factory=dict)
     ignored: set[int] = field(default_factory=set)  # tids the thread filter left out
+    migrations: int = 0  # affinity changes made
     rule: int | None = None  # index of the config rule that matched, None if attached by hand
 
     @property
@@ -168,7 +169,7 @@ class Engine:
 
     def _pin(self, target: Target, th: ThreadState, cpu: int) -> None:
         try:
-            self.pinner.pin(th.tid, frozenset({cpu}))
+            target.migrations += self.pinner.pin(th.tid, frozenset({cpu}))
         except ThreadGone:
             self._drop_thread(target, th.tid)
             return
@@ -272,6 +273,7 @@ class Engine:
     def describe(self, target: Target) -> dict:
         return {
             "pid": target.pid, "name": target.name, "mode": target.mode, "uid": target.uid,
+            "migrations": target.migrations,
             "threads": [
                 {"tid": t.tid, "name": t.name, "cpu": t.cpu, "domain": t.domain,
                  "utility": None if t.utility != t.utility else t.utility, "pinned": t.pinned}

@@ -89,6 +89,7 @@ class Pinner:
         self._allowed = allowed
         self._proc_root = proc_root
         self._records: dict[int, PinRecord] = dict(records or {})
+        self._handles: dict[int, procfs.ThreadHandle] = {}  # identity proofs, not state
 
     @property
     def records(self) -> Mapping[int, PinRecord]:
@@ -105,6 +106,7 @@ class Pinner:
         if known is not None and known.start_time == start_time:
             return
         mask = get_affinity(tid)
+        self._close_handle(tid)
         self._check_identity(tid, start_time)
         self._records[tid] = PinRecord(start_time, mask, mask)
 
@@ -114,19 +116,24 @@ class Pinner:
         Returns True when a syscall changed the mask, False when it already had it.
         Raises KeyError for a tid never adopted, InvalidMask when no allowed CPU is in
         ``cpus``, ThreadGone when the thread is gone or the tid names another thread.
+
+        The kernel itself intersects the mask with the thread's cpuset and fails with
+        EINVAL only when nothing is left, so the allowed set is read (two cgroup files)
+        only on that slow path, not on every pin of the daemon's period.
         """
         record = self._records[tid]
         if cpus == record.current:
             return False
-        allowed = self._guarded(tid, self._allowed)
-        target = cpus if allowed is None else cpus & allowed
-        if not target:
-            raise InvalidMask(f"CPUs {format_cpulist(cpus)} outside the allowed set of tid {tid}", tid=tid)
-        if target == record.current:
-            return False
         self._guarded(tid, lambda t: self._check_identity(t, record.start_time))
-        self._guarded(tid, lambda t: set_affinity(t, target))
-        self._records[tid] = replace(record, current=target)
+        try:
+            self._guarded(tid, lambda t: set_affinity(t, cpus))
+        except InvalidMask:
+            allowed = self._guarded(tid, self._allowed)
+            target = frozenset() if allowed is None else cpus & allowed
+            if not target:
+                raise InvalidMask(f"CPUs {format_cpulist(cpus)} outside the allowed set of tid {tid}", tid=tid) from None
+            self._guarded(tid, lambda t: set_affinity(t, target))
+        self._records[tid] = replace(record, current=cpus)
         return True
 
     def restore(self, tid: int) -> None:
@@ -137,9 +144,16 @@ class Pinner:
         When the original no longer intersects the cpuset (it shrank), the thread gets
         the whole allowed set, the closest mask to "unpinned" that remains.
         """
-        record = self._records.pop(tid, None)
+        record = self._records.get(tid)
         if record is None:
             return
+        try:
+            self._restore(tid, record)
+        finally:
+            self._records.pop(tid, None)
+            self._close_handle(tid)
+
+    def _restore(self, tid: int, record: PinRecord) -> None:
         self._guarded(tid, lambda t: self._check_identity(t, record.start_time))
         try:
             self._guarded(tid, lambda t: set_affinity(t, record.original))
@@ -153,6 +167,7 @@ class Pinner:
     def forget(self, tid: int) -> None:
         """Drop a thread's record without touching it (the daemon saw it exit)."""
         self._records.pop(tid, None)
+        self._close_handle(tid)
 
     def restore_all(self) -> RestoreReport:
         """Restore every adopted thread and report which were restored, gone or failed."""
@@ -184,8 +199,18 @@ class Pinner:
         return cls(records=records, **kwargs)
 
     def _check_identity(self, tid: int, start_time: int) -> None:
-        if procfs.thread_start_time(tid, self._proc_root) != start_time:
-            raise ThreadGone(f"tid {tid} now names another thread", tid=tid)
+        """ThreadGone unless ``tid`` is still the thread started at ``start_time``. The
+        first check opens a ThreadHandle; later ones only re-read it (hot path)."""
+        handle = self._handles.get(tid)
+        if handle is None:
+            self._handles[tid] = procfs.ThreadHandle(tid, start_time, self._proc_root)
+        else:
+            handle.stat()
+
+    def _close_handle(self, tid: int) -> None:
+        handle = self._handles.pop(tid, None)
+        if handle is not None:
+            handle.close()
 
     def _guarded(self, tid: int, step: Callable[[int], T]) -> T:
         """Run ``step(tid)``; if the thread is gone, drop its record, log, re-raise."""
@@ -193,5 +218,6 @@ class Pinner:
             return step(tid)
         except ThreadGone:
             self._records.pop(tid, None)
+            self._close_handle(tid)
             log.debug("thread gone", tid=tid)
             raise

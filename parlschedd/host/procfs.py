@@ -96,12 +96,12 @@ def parse_uids(status: str) -> Uids:
 
 def process_stat(pid: int, root: str = PROC_ROOT) -> Stat:
     """``/proc/<pid>/stat`` of a process."""
-    return parse_stat(_read(Path(root, str(pid), "stat"), pid=pid))
+    return parse_stat(_read(os.path.join(root, str(pid), "stat"), pid=pid))
 
 
 def thread_stat(tid: int, root: str = PROC_ROOT) -> Stat:
     """``/proc/<tid>/task/<tid>/stat``: the thread's own line, not the process totals."""
-    return parse_stat(_read(_thread_dir(root, tid) / "stat", tid=tid))
+    return parse_stat(_read(os.path.join(_thread_dir(root, tid), "stat"), tid=tid))
 
 
 def process_start_time(pid: int, root: str = PROC_ROOT) -> int:
@@ -116,7 +116,7 @@ def thread_start_time(tid: int, root: str = PROC_ROOT) -> int:
 
 def thread_schedstat(tid: int, root: str = PROC_ROOT) -> Schedstat:
     """The thread's schedstat: ns on CPU is a counter that needs neither perf nor a PMU."""
-    return parse_schedstat(_read(_thread_dir(root, tid) / "schedstat", tid=tid))
+    return parse_schedstat(_read(os.path.join(_thread_dir(root, tid), "schedstat"), tid=tid))
 
 
 def list_threads(pid: int, root: str = PROC_ROOT) -> list[ThreadInfo]:
@@ -125,7 +125,7 @@ def list_threads(pid: int, root: str = PROC_ROOT) -> list[ThreadInfo]:
     threads: list[ThreadInfo] = []
     for tid in list_tids(pid, root):
         try:
-            comm = _read(Path(root, str(pid), "task", str(tid), "comm"), tid=tid).rstrip("\n")
+            comm = _read(os.path.join(root, str(pid), "task", str(tid), "comm"), tid=tid).rstrip("\n")
         except ThreadGone:
             continue
         threads.append(ThreadInfo(tid, comm))
@@ -134,18 +134,18 @@ def list_threads(pid: int, root: str = PROC_ROOT) -> list[ThreadInfo]:
 
 def comm(pid: int, root: str = PROC_ROOT) -> str:
     """The process name (``/proc/<pid>/comm``, at most 15 bytes)."""
-    return _read(Path(root, str(pid), "comm"), pid=pid).rstrip("\n")
+    return _read(os.path.join(root, str(pid), "comm"), pid=pid).rstrip("\n")
 
 
 def cmdline(pid: int, root: str = PROC_ROOT) -> list[str]:
     """The argument vector; empty for kernel threads and zombies."""
-    raw = _read(Path(root, str(pid), "cmdline"), pid=pid)
+    raw = _read(os.path.join(root, str(pid), "cmdline"), pid=pid)
     return raw.rstrip("\0").split("\0") if raw else []
 
 
 def process_uids(pid: int, root: str = PROC_ROOT) -> Uids:
     """The uids of a process, from ``/proc/<pid>/status``."""
-    return parse_uids(_read(Path(root, str(pid), "status"), pid=pid))
+    return parse_uids(_read(os.path.join(root, str(pid), "status"), pid=pid))
 
 
 def children(pid: int, root: str = PROC_ROOT) -> list[int]:
@@ -223,20 +223,54 @@ class ProcessHandle:
         self.close()
 
 
+class ThreadHandle:
+    """An open ``/proc/<tid>/task/<tid>/stat`` that names one thread for good.
+
+    A /proc file descriptor stays bound to the task it was opened for: once that thread
+    exits, reading it fails with ESRCH, even if the tid is reused by a new thread. So a
+    re-read of the open fd (no path lookup, no open) proves the thread is still the one
+    whose start time was checked when the handle was made.
+    """
+
+    def __init__(self, tid: int, start_time: int, root: str = PROC_ROOT) -> None:
+        self.tid = tid
+        path = os.path.join(_thread_dir(root, tid), "stat")
+        with translated("open stat", tid=tid):
+            self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            if self.stat().start_time != start_time:
+                raise ThreadGone(f"tid {tid} now names another thread", tid=tid)
+        except BaseException:
+            self.close()
+            raise
+
+    def stat(self) -> Stat:
+        """The thread's stat now; ThreadGone once it has exited."""
+        with translated("read stat", tid=self.tid):
+            return parse_stat(os.pread(self.fd, 4096, 0).decode())
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
 def list_tids(pid: int, root: str = PROC_ROOT) -> list[int]:
     """The tids of ``pid``, ascending: one directory listing, for the per-period scan
     (names are read only for threads not seen before). ThreadGone if the process is."""
     with translated("list threads", pid=pid):
-        return sorted(int(name) for name in os.listdir(Path(root, str(pid), "task")) if name.isdigit())
+        return sorted(int(name) for name in os.listdir(os.path.join(root, str(pid), "task")) if name.isdigit())
 
 
-def _thread_dir(root: str, tid: int) -> Path:
-    return Path(root, str(tid), "task", str(tid))
+def _thread_dir(root: str, tid: int) -> str:
+    return os.path.join(root, str(tid), "task", str(tid))
 
 
-def _read(path: Path, *, tid: int | None = None, pid: int | None = None) -> str:
-    with translated(f"read {path.name}", tid=tid, pid=pid):
-        return path.read_text()
+def _read(path: str, *, tid: int | None = None, pid: int | None = None) -> str:
+    """Read a small /proc file. Plain strings, not pathlib: this runs per thread per
+    period in the daemon's hot path."""
+    with translated(f"read {os.path.basename(path)}", tid=tid, pid=pid), open(path) as f:
+        return f.read()
 
 
 def _children_lookup(pid: int, root: str) -> Callable[[int], list[int]]:
@@ -261,7 +295,7 @@ def _children_from_task_files(pid: int, root: str) -> list[int]:
     for tid in tids:
         path = Path(root, str(pid), "task", str(tid), "children")
         try:
-            kids.update(int(v) for v in _read(path, tid=tid).split())
+            kids.update(int(v) for v in _read(str(path), tid=tid).split())
         except ThreadGone:
             continue
     return sorted(kids)

@@ -143,12 +143,16 @@ class TwoLevelScheduler:
         if keys.shape != utility.shape or np.unique(keys).size != keys.size:
             raise ValueError("keys must be unique and aligned with utility")
         ran = None if ran_on is None else np.asarray(ran_on, dtype=np.int64)
-        known_before = self.keys.copy()
-        self._align(keys, ran)
-        where = np.searchsorted(self.keys, keys)
+        if keys.size == self.keys.size and (keys == self.keys).all():  # the usual period
+            where = np.arange(keys.size)
+            fresh = np.zeros(keys.size, dtype=bool)
+        else:
+            known_before = self.keys
+            self._align(keys, ran)
+            where = np.searchsorted(self.keys, keys)
+            fresh = ~np.isin(self.keys, known_before)
         u = np.full(self.keys.size, np.nan)
         u[where] = utility
-        fresh = ~np.isin(self.keys, known_before)
         u_learn = np.where(fresh, np.nan, u)  # a new thread's last period was not ours
 
         if ran is not None:

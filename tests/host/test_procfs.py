@@ -151,3 +151,32 @@ def test_process_handle_without_pidfd_detects_pid_reuse(fake_proc: FakeProc) -> 
     finally:
         child.kill()
         child.wait()
+
+
+def test_thread_handle_proves_identity_until_the_thread_exits():
+    import threading
+
+    from parlschedd.host.errors import ThreadGone
+    from parlschedd.host.procfs import ThreadHandle, thread_start_time
+
+    stop, ready, tids = threading.Event(), threading.Event(), []
+
+    def body():
+        tids.append(threading.get_native_id())
+        ready.set()
+        stop.wait()
+
+    t = threading.Thread(target=body)
+    t.start()
+    ready.wait()
+    tid = tids[0]
+    start = thread_start_time(tid)
+    with pytest.raises(ThreadGone):
+        ThreadHandle(tid, start + 1)  # a different start time is another thread
+    handle = ThreadHandle(tid, start)
+    assert handle.stat().start_time == start
+    stop.set()
+    t.join()
+    with pytest.raises(ThreadGone):
+        handle.stat()  # the fd stays bound to the exited thread, whatever reuses the tid
+    handle.close()

@@ -1,0 +1,152 @@
+"""Benchmark: the daemon's own cost per managed thread per period (issue 3).
+
+For targets of 16, 256 and 1024 threads at T_CPU = 0.1 s: a real parlschedd manages a
+real process whose threads mostly sleep; its CPU time (utime + stime) over a window,
+divided by periods and threads, and its RSS. The floor is measured in this same run,
+in this process: one counter read per thread per period plus as many
+sched_setaffinity calls as the daemon made (its reported migrations), nothing else.
+
+    sudo .venv/bin/python bench/overhead.py [--window 10] [--sizes 16,256,1024]
+
+Prints a table and writes bench/results/overhead.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket as socketlib
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+from parlschedctl import client
+from parlschedd.host.base import CounterSource
+from parlschedd.host.perf import CounterSet, raise_fd_limit
+
+TARGET = r"""
+import sys, threading, time
+def idle():
+    x = 0
+    while True:
+        for i in range(200): x += i
+        time.sleep(0.05)
+for _ in range(int(sys.argv[1]) - 1):
+    threading.Thread(target=idle, daemon=True).start()
+print("ready", flush=True)
+time.sleep(3600)
+"""
+
+
+def start_daemon(tmp: Path) -> tuple[subprocess.Popen, str]:
+    (tmp / "cfg.yaml").write_text("period_s: 0.1\ndomain_period_s: 4.0\n")
+    sock = str(tmp / "ctl.sock")
+    proc = subprocess.Popen([sys.executable, "-m", "parlschedd", "--config", str(tmp / "cfg.yaml"), "--socket", sock,
+                             "--state-dir", str(tmp / "state"), "--log-level", "warning"], stderr=subprocess.DEVNULL)
+    for _ in range(300):
+        try:
+            client.request(sock, "ping")
+            return proc, sock
+        except client.Unreachable:
+            time.sleep(0.05)
+    raise RuntimeError("daemon did not start")
+
+
+def measure_daemon(n: int, window: float) -> dict:
+    target = subprocess.Popen([sys.executable, "-c", TARGET, str(n)], stdout=subprocess.PIPE, text=True)
+    target.stdout.readline()
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, sock = start_daemon(Path(tmp))
+        try:
+            client.request(sock, "attach", pid=target.pid, timeout=60)
+            time.sleep(3.0)  # adoption and the first learning periods settle
+            p = psutil.Process(proc.pid)
+            s0, t0 = client.request(sock, "status"), p.cpu_times()
+            time.sleep(window)
+            s1, t1 = client.request(sock, "status"), p.cpu_times()
+            rss = p.memory_info().rss
+            fds = p.num_fds()
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    tids = [int(t) for t in os.listdir(f"/proc/{target.pid}/task")]
+    periods = s1["daemon"]["loop"]["periods"] - s0["daemon"]["loop"]["periods"]
+    migrations = s1["targets"][0]["migrations"] - s0["targets"][0]["migrations"]
+    managed = len(s1["targets"][0]["threads"])
+    cpu = (t1.user + t1.system) - (t0.user + t0.system)
+    floor = measure_floor(target.pid, tids, periods, migrations)
+    target.kill()
+    target.wait()
+    us = cpu / periods / managed * 1e6
+    return {"threads": managed, "periods": periods, "migrations_per_period": migrations / periods,
+            "daemon_us_per_thread_period": us, "floor_us_per_thread_period": floor,
+            "ratio_to_floor": us / floor, "rss_mib": rss / 2**20, "fds": fds,
+            "loop_mean_ms": s1["daemon"]["loop"]["mean_ms"], "loop_max_ms": s1["daemon"]["loop"]["max_ms"],
+            "counter_source": s1["daemon"]["counter_source"]}
+
+
+def measure_floor(pid: int, tids: list[int], periods: int, migrations: int) -> float:
+    """CPU us per thread per period of the bare syscalls: reads and the same pins."""
+    cpus = sorted(os.sched_getaffinity(0))
+    originals = {t: os.sched_getaffinity(t) for t in tids}
+    with CounterSet(CounterSource(client_source(pid))) as counters:
+        for t in tids:
+            counters.open(t)
+        start = time.process_time()
+        k = 0
+        for _ in range(periods):
+            for t in tids:
+                counters.read(t)
+            for _ in range(migrations // max(periods, 1)):
+                t = tids[k % len(tids)]
+                os.sched_setaffinity(t, {cpus[k % len(cpus)]})
+                k += 1
+        spent = time.process_time() - start
+    for t, mask in originals.items():
+        os.sched_setaffinity(t, mask)
+    return spent / periods / len(tids) * 1e6
+
+
+def client_source(pid: int) -> str:
+    from parlschedd.host.perf import detect_source
+    return detect_source("auto").value
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--window", type=float, default=10.0, help="seconds measured per size")
+    ap.add_argument("--sizes", default="16,256,1024")
+    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "overhead.json")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("overhead.py: run as root (the daemon needs it)")
+    raise_fd_limit()
+    rows = []
+    for n in (int(s) for s in args.sizes.split(",")):
+        print(f"measuring {n} threads for {args.window:g} s ...", file=sys.stderr, flush=True)
+        rows.append(measure_daemon(n, args.window))
+    head = "| threads | daemon us/thread/period | floor us/thread/period | ratio | migrations/period | RSS MiB | fds | loop mean / max ms |"
+    lines = [head, "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['threads']} | {r['daemon_us_per_thread_period']:.1f} | {r['floor_us_per_thread_period']:.1f} | "
+                     f"{r['ratio_to_floor']:.2f} | {r['migrations_per_period']:.1f} | {r['rss_mib']:.1f} | {r['fds']} | "
+                     f"{r['loop_mean_ms']:.2f} / {r['loop_max_ms']:.2f} |")
+    table = "\n".join(lines)
+    print(table)
+    out = {"benchmark": "overhead", "date": time.strftime("%Y-%m-%d"),
+           "machine": {"node": socketlib.gethostname(), "cpus": os.cpu_count(), "kernel": platform.release()},
+           "period_s": 0.1, "window_s": args.window, "targets": {"ratio_to_floor": 3.0, "us_per_thread_period": 10.0},
+           "rows": rows, "table": table}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"wrote {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
