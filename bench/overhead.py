@@ -30,6 +30,7 @@ from parlschedctl import client
 from parlschedd.host.base import CounterSource
 from parlschedd.host.perf import CounterSet, raise_fd_limit
 
+PERIOD_S = 0.1
 TARGET = r"""
 import sys, threading, time
 def idle():
@@ -45,7 +46,7 @@ time.sleep(3600)
 
 
 def start_daemon(tmp: Path) -> tuple[subprocess.Popen, str]:
-    (tmp / "cfg.yaml").write_text("period_s: 0.1\ndomain_period_s: 4.0\n")
+    (tmp / "cfg.yaml").write_text(f"period_s: {PERIOD_S}\ndomain_period_s: 4.0\n")
     sock = str(tmp / "ctl.sock")
     proc = subprocess.Popen([sys.executable, "-m", "parlschedd", "--config", str(tmp / "cfg.yaml"), "--socket", sock,
                              "--state-dir", str(tmp / "state"), "--log-level", "warning"], stderr=subprocess.DEVNULL)
@@ -80,7 +81,7 @@ def measure_daemon(n: int, window: float) -> dict:
     migrations = s1["targets"][0]["migrations"] - s0["targets"][0]["migrations"]
     managed = len(s1["targets"][0]["threads"])
     cpu = (t1.user + t1.system) - (t0.user + t0.system)
-    floor = measure_floor(target.pid, tids, periods, migrations)
+    floor = measure_floor(s1["daemon"]["counter_source"], tids, periods, migrations)
     target.kill()
     target.wait()
     us = cpu / periods / managed * 1e6
@@ -91,31 +92,31 @@ def measure_daemon(n: int, window: float) -> dict:
             "counter_source": s1["daemon"]["counter_source"]}
 
 
-def measure_floor(pid: int, tids: list[int], periods: int, migrations: int) -> float:
-    """CPU us per thread per period of the bare syscalls: reads and the same pins."""
+def measure_floor(source: str, tids: list[int], periods: int, migrations: int) -> float:
+    """CPU us per thread per period of the bare syscalls, at the daemon's cadence (one
+    burst every T_CPU, so caches are as cold as the daemon's): a counter read per
+    thread and as many sched_setaffinity calls as the daemon made."""
     cpus = sorted(os.sched_getaffinity(0))
     originals = {t: os.sched_getaffinity(t) for t in tids}
-    with CounterSet(CounterSource(client_source(pid))) as counters:
+    with CounterSet(CounterSource(source)) as counters:
         for t in tids:
             counters.open(t)
-        start = time.process_time()
-        k = 0
+        spent, k = 0.0, 0
+        deadline = time.monotonic()
         for _ in range(periods):
+            deadline += PERIOD_S
+            time.sleep(max(0.0, deadline - time.monotonic()))
+            start = time.process_time()
             for t in tids:
                 counters.read(t)
             for _ in range(migrations // max(periods, 1)):
                 t = tids[k % len(tids)]
                 os.sched_setaffinity(t, {cpus[k % len(cpus)]})
                 k += 1
-        spent = time.process_time() - start
+            spent += time.process_time() - start
     for t, mask in originals.items():
         os.sched_setaffinity(t, mask)
     return spent / periods / len(tids) * 1e6
-
-
-def client_source(pid: int) -> str:
-    from parlschedd.host.perf import detect_source
-    return detect_source("auto").value
 
 
 def main() -> None:
@@ -141,7 +142,7 @@ def main() -> None:
     print(table)
     out = {"benchmark": "overhead", "date": time.strftime("%Y-%m-%d"),
            "machine": {"node": socketlib.gethostname(), "cpus": os.cpu_count(), "kernel": platform.release()},
-           "period_s": 0.1, "window_s": args.window, "targets": {"ratio_to_floor": 3.0, "us_per_thread_period": 10.0},
+           "period_s": PERIOD_S, "window_s": args.window, "targets": {"ratio_to_floor": 3.0, "us_per_thread_period": 10.0},
            "rows": rows, "table": table}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n")

@@ -77,6 +77,7 @@ class Engine:
         self.proc_root = proc_root
         self.targets: dict[int, Target] = {}
         self.on_change = on_change  # called when the set of adopted threads changed
+        self._single = {c: frozenset({c}) for d in domains for c in d}  # pin masks, made once
 
     # -- requests ---------------------------------------------------------------------
 
@@ -169,7 +170,7 @@ class Engine:
 
     def _pin(self, target: Target, th: ThreadState, cpu: int) -> None:
         try:
-            target.migrations += self.pinner.pin(th.tid, frozenset({cpu}))
+            target.migrations += self.pinner.pin(th.tid, self._single[cpu])
         except ThreadGone:
             self._drop_thread(target, th.tid)
             return

@@ -11,7 +11,7 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, TypeVar
 
@@ -133,7 +133,7 @@ class Pinner:
             if not target:
                 raise InvalidMask(f"CPUs {format_cpulist(cpus)} outside the allowed set of tid {tid}", tid=tid) from None
             self._guarded(tid, lambda t: set_affinity(t, target))
-        self._records[tid] = replace(record, current=cpus)
+        self._records[tid] = PinRecord(record.start_time, record.original, cpus)
         return True
 
     def restore(self, tid: int) -> None:
@@ -205,7 +205,7 @@ class Pinner:
         if handle is None:
             self._handles[tid] = procfs.ThreadHandle(tid, start_time, self._proc_root)
         else:
-            handle.stat()
+            handle.check()
 
     def _close_handle(self, tid: int) -> None:
         handle = self._handles.pop(tid, None)

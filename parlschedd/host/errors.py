@@ -90,9 +90,22 @@ def translated(
     try:
         yield
     except OSError as exc:
-        code = exc.errno if exc.errno is not None else 0
-        table = {**_DEFAULT, **(overrides or {})}
-        kind = table.get(code, HostError)
-        subject = f" (tid {tid})" if tid is not None else f" (pid {pid})" if pid is not None else ""
-        reason = errno.errorcode.get(code, str(code))
-        raise kind(f"{what}{subject}: {reason}", tid=tid, pid=pid, errno_=code) from exc
+        raise as_host_error(exc, what, tid=tid, pid=pid, overrides=overrides) from exc
+
+
+def as_host_error(
+    exc: OSError,
+    what: str,
+    *,
+    tid: int | None = None,
+    pid: int | None = None,
+    overrides: Mapping[int, type[HostError]] | None = None,
+) -> HostError:
+    """The HostError for an OSError: the table behind ``translated``, callable from a
+    plain ``except`` where a context manager per call would cost too much (the
+    daemon's per-thread, per-period reads)."""
+    code = exc.errno if exc.errno is not None else 0
+    kind = (overrides or {}).get(code) or _DEFAULT.get(code, HostError)
+    subject = f" (tid {tid})" if tid is not None else f" (pid {pid})" if pid is not None else ""
+    reason = errno.errorcode.get(code, str(code))
+    return kind(f"{what}{subject}: {reason}", tid=tid, pid=pid, errno_=code)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import fcntl
+import functools
 import os
 import platform
 import resource
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 
 from parlschedd.host import procfs
 from parlschedd.host.base import CounterSource
-from parlschedd.host.errors import HostError, ThreadGone, Unsupported, translated
+from parlschedd.host.errors import HostError, ThreadGone, Unsupported, as_host_error, translated
 
 PERF_TYPE_HARDWARE = 0
 PERF_TYPE_SOFTWARE = 1
@@ -173,6 +174,7 @@ def perf_event_open(attr: PerfEventAttr, pid: int, cpu: int, group_fd: int, flag
     return int(fd)
 
 
+@functools.cache
 def group_read_size(n_events: int, read_format: int = GROUP_READ_FORMAT) -> int:
     """Bytes one group read returns: nr, the optional times, then value (+ id) each."""
     words = 1 + _has(read_format, PERF_FORMAT_TOTAL_TIME_ENABLED)
@@ -276,8 +278,10 @@ class CounterSet:
                 self.close(tid)
                 raise
         size = group_read_size(len(fds))
-        with translated("read perf group", tid=tid):
+        try:
             data = os.read(fds[0], size)
+        except OSError as exc:
+            raise as_host_error(exc, "read perf group", tid=tid) from exc
         if len(data) != size:
             # perf_read() returns 0 bytes for an event in error state.
             raise HostError(f"perf group of tid {tid} is in error state", tid=tid)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from parlschedd.host.errors import ThreadGone, Unsupported, translated
+from parlschedd.host.errors import ThreadGone, Unsupported, as_host_error, translated
 
 PROC_ROOT = "/proc"
 
@@ -248,6 +248,13 @@ class ThreadHandle:
         """The thread's stat now; ThreadGone once it has exited."""
         with translated("read stat", tid=self.tid):
             return parse_stat(os.pread(self.fd, 4096, 0).decode())
+
+    def check(self) -> None:
+        """ThreadGone once the thread has exited; the cheapest proof it has not."""
+        try:
+            os.pread(self.fd, 1, 0)
+        except OSError as exc:
+            raise as_host_error(exc, "read stat", tid=self.tid) from exc
 
     def close(self) -> None:
         if self.fd >= 0:
