@@ -33,7 +33,7 @@ THREADS, CORES, DOMAINS = 1024, 256, 4
 DOMAIN_EVERY = 40
 PARAMS = {
     "parlsched (spec defaults)": LearningParams(),
-    "parlsched (tuned)": LearningParams(eps=0.7, lam=0.002, decay=0.99),
+    "parlsched (tuned)": LearningParams(eps=0.7, lam=0.001, decay=0.99),
 }
 MARKS = (0, 10, 50, 100, 200, 300)
 
