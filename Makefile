@@ -4,15 +4,24 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 RUNDIR := $(CURDIR)/run
+SYSDEPS_STAMP := $(VENV)/.sysdeps-stamp
 
-.PHONY: venv run test test-all bench clean
+.PHONY: venv sysdeps run test test-all bench fuzz clean
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+# systemd-python (the optional "systemd" extra) builds against libsystemd.
+$(SYSDEPS_STAMP):
+	mkdir -p $(VENV)
+	pkg-config --exists libsystemd || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pkg-config libsystemd-dev; }
+	touch $@
+
+sysdeps: $(SYSDEPS_STAMP)
+
+$(STAMP): pyproject.toml $(SYSDEPS_STAMP)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,systemd]'
 	touch $@
 
 run: $(STAMP)
@@ -27,6 +36,10 @@ test-all: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/sim_scale.py
+	$(PY) bench/overhead.py
+	test ! -f bench/energy_fit.py || $(PY) bench/energy_fit.py
 
 clean:
-	rm -rf $(VENV) $(RUNDIR) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(RUNDIR) build dist *.egg-info .pytest_cache .hypothesis
+
+-include mk/*.mk
