@@ -138,35 +138,32 @@ class Engine:
                 log.exception("period failed for target", pid=target.pid)
 
     def _step(self, target: Target, now: float) -> None:
-        tids, utils = [], []
-        for tid, th in list(target.threads.items()):
-            try:
-                value = self.counters.read(tid)
-            except ThreadGone:
+        """counters -> rates -> scheduler -> pins, for one target's period."""
+        order = list(target.threads)
+        values, gone = self.counters.read_many(order)
+        if gone:
+            lost = set(gone)
+            values = values[[i for i, tid in enumerate(order) if tid not in lost]]
+            for tid in gone:
                 self._drop_thread(target, tid)
-                continue
-            except HostError as exc:
-                log.warning("counter read failed", tid=tid, error=str(exc))
-                value = th.last_value
-                th.utility = float("nan")
-            else:
-                dt = now - th.last_time
-                th.utility = (value - th.last_value) / dt if dt > 0 else float("nan")
-            th.last_value, th.last_time = value, now
-            tids.append(tid)
-            utils.append(th.utility)
-        if not tids:
+        states = list(target.threads.values())
+        if not states:
             return
-        placement = target.scheduler.step(np.array(tids), np.array(utils))
-        for tid, cpu, dom in zip(tids, placement.cpus.tolist(), placement.domains.tolist()):
-            th = target.threads.get(tid)
-            if th is None:
-                continue
-            th.domain = dom
+        last = np.array([th.last_value for th in states])
+        since = np.array([th.last_time for th in states])
+        failed = np.isnan(values)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            utility = np.where(failed | (now <= since), np.nan, (values - last) / (now - since))
+        values = np.where(failed, last, values)
+        tids = np.array([th.tid for th in states], dtype=np.int64)
+        placement = target.scheduler.step(tids, utility)
+        for th, value, u, cpu, dom in zip(states, values.tolist(), utility.tolist(),
+                                          placement.cpus.tolist(), placement.domains.tolist()):
+            th.last_value, th.last_time, th.utility, th.domain = value, now, u, dom
             if target.observe:
-                th.cpu = self._running_on(tid)
-                continue
-            self._pin(target, th, cpu)
+                th.cpu = self._running_on(th.tid)
+            elif cpu != th.cpu or not th.pinned:
+                self._pin(target, th, cpu)
 
     def _pin(self, target: Target, th: ThreadState, cpu: int) -> None:
         try:
@@ -175,7 +172,8 @@ class Engine:
             self._drop_thread(target, th.tid)
             return
         except (InvalidMask, AccessDenied) as exc:
-            log.warning("pin refused", tid=th.tid, cpu=cpu, error=str(exc))
+            # retried every period; said once per thread, at the change, not each time
+            (log.warning if th.pinned or th.cpu is None else log.debug)("pin refused", tid=th.tid, cpu=cpu, error=str(exc))
             th.pinned = False
             th.cpu = self._running_on(th.tid)
             return

@@ -20,7 +20,7 @@ import structlog
 from parlschedd.host import cgroups, procfs
 from parlschedd.host.base import RestoreReport
 from parlschedd.host.cpulist import format_cpulist, parse_cpulist
-from parlschedd.host.errors import HostError, InvalidMask, ThreadGone, translated
+from parlschedd.host.errors import HostError, InvalidMask, ThreadGone, as_host_error, translated
 
 log = structlog.get_logger(__name__)
 
@@ -35,10 +35,15 @@ def get_affinity(tid: int) -> frozenset[int]:
         return frozenset(os.sched_getaffinity(tid))
 
 
+_SETAFFINITY_ERRORS = {errno.EINVAL: InvalidMask}
+
+
 def set_affinity(tid: int, cpus: Iterable[int]) -> None:
-    """Restrict thread ``tid`` to ``cpus``."""
-    with translated("sched_setaffinity", tid=tid, overrides={errno.EINVAL: InvalidMask}):
+    """Restrict thread ``tid`` to ``cpus`` (the daemon's hot path: a plain ``except``)."""
+    try:
         os.sched_setaffinity(tid, cpus)
+    except OSError as exc:
+        raise as_host_error(exc, "sched_setaffinity", tid=tid, overrides=_SETAFFINITY_ERRORS) from exc
 
 
 @dataclass(frozen=True)
@@ -124,15 +129,19 @@ class Pinner:
         record = self._records[tid]
         if cpus == record.current:
             return False
-        self._guarded(tid, lambda t: self._check_identity(t, record.start_time))
         try:
-            self._guarded(tid, lambda t: set_affinity(t, cpus))
-        except InvalidMask:
-            allowed = self._guarded(tid, self._allowed)
-            target = frozenset() if allowed is None else cpus & allowed
-            if not target:
-                raise InvalidMask(f"CPUs {format_cpulist(cpus)} outside the allowed set of tid {tid}", tid=tid) from None
-            self._guarded(tid, lambda t: set_affinity(t, target))
+            self._check_identity(tid, record.start_time)
+            try:
+                set_affinity(tid, cpus)
+            except InvalidMask:
+                allowed = self._allowed(tid)
+                target = frozenset() if allowed is None else cpus & allowed
+                if not target:
+                    raise InvalidMask(f"CPUs {format_cpulist(cpus)} outside the allowed set of tid {tid}", tid=tid) from None
+                set_affinity(tid, target)
+        except ThreadGone:
+            self._gone(tid)
+            raise
         self._records[tid] = PinRecord(record.start_time, record.original, cpus)
         return True
 
@@ -217,7 +226,10 @@ class Pinner:
         try:
             return step(tid)
         except ThreadGone:
-            self._records.pop(tid, None)
-            self._close_handle(tid)
-            log.debug("thread gone", tid=tid)
+            self._gone(tid)
             raise
+
+    def _gone(self, tid: int) -> None:
+        self._records.pop(tid, None)
+        self._close_handle(tid)
+        log.debug("thread gone", tid=tid)

@@ -26,8 +26,10 @@ import platform
 import resource
 import struct
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from parlschedd.host import procfs
 from parlschedd.host.base import CounterSource
@@ -175,6 +177,12 @@ def perf_event_open(attr: PerfEventAttr, pid: int, cpu: int, group_fd: int, flag
 
 
 @functools.cache
+def _group_struct(n_events: int) -> struct.Struct:
+    """The unpacker of a GROUP_READ_FORMAT read: nr, enabled, running, values."""
+    return struct.Struct(f"={group_read_size(n_events) // 8}Q")
+
+
+@functools.cache
 def group_read_size(n_events: int, read_format: int = GROUP_READ_FORMAT) -> int:
     """Bytes one group read returns: nr, the optional times, then value (+ id) each."""
     words = 1 + _has(read_format, PERF_FORMAT_TOTAL_TIME_ENABLED)
@@ -265,6 +273,41 @@ class CounterSet:
     def read(self, tid: int) -> float:
         """The leader's cumulative value: instructions, or ns of CPU time."""
         return self.read_group(tid)[0]
+
+    def read_many(self, tids: Sequence[int]) -> tuple[np.ndarray, list[int]]:
+        """Leader values of many tids at once: (values, gone). A failed read gives NaN;
+        tids that no longer exist are listed in ``gone`` (and closed, for schedstat).
+
+        This is the daemon's per-period hot path, so perf groups are read and scaled
+        inline (one os.read and one precompiled unpack per thread) rather than through
+        ``read_group``; ``parse_group_read`` documents the layout and is the reference
+        the tests compare this with.
+        """
+        values = np.full(len(tids), np.nan)
+        gone: list[int] = []
+        if not self._events:
+            for i, tid in enumerate(tids):
+                try:
+                    values[i] = self.read_group(tid)[0]
+                except ThreadGone:
+                    gone.append(tid)
+                except HostError:
+                    pass
+            return values, gone
+        size = group_read_size(len(self._events))
+        unpack = _group_struct(len(self._events)).unpack
+        fds, read = self._fds, os.read
+        for i, tid in enumerate(tids):
+            try:
+                data = read(fds[tid][0], size)
+            except OSError as exc:
+                if isinstance(as_host_error(exc, "read perf group", tid=tid), ThreadGone):
+                    gone.append(tid)
+                continue
+            if len(data) == size:
+                _, enabled, running, leader = unpack(data)[:4]
+                values[i] = leader * enabled / running if running else 0.0
+        return values, gone
 
     def read_group(self, tid: int) -> tuple[float, ...]:
         """Every member's value in the order of ``GROUPS[source]`` (for instructions:

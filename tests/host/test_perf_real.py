@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 
 from parlschedd.host import perf, procfs
@@ -243,3 +244,32 @@ def test_unprivileged_user_cannot_count_a_root_thread() -> None:
         os._exit(1)
     _, status = os.waitpid(child, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+@pytest.mark.parametrize("source, opener", [
+    (CounterSource.TASK_CLOCK, perf.perf_event_open),
+    (CounterSource.INSTRUCTIONS, fake_pmu),  # two-event group, stand-in PMU
+    (CounterSource.SCHEDSTAT, perf.perf_event_open),
+])
+def test_read_many_agrees_with_read_and_reports_gone(spawn: Callable[..., Worker], source, opener) -> None:
+    workers = [spawn(busy=False) for _ in range(3)]  # sleepers: values barely move between reads
+    with CounterSet(source, opener=opener) as counters:
+        for w in workers:
+            counters.open(w.tid)
+        time.sleep(0.1)
+        tids = [w.tid for w in workers]
+        values, gone = counters.read_many(tids)
+        after = [counters.read(t) for t in tids]
+        assert gone == []
+        for v, a in zip(values, after):
+            assert 0 < v <= a and a - v < 5e6  # read right after: within 5 ms of CPU, never less
+        workers[1].finish()
+        deadline = time.monotonic() + 2
+        while os.path.exists(f"/proc/self/task/{tids[1]}") and time.monotonic() < deadline:
+            time.sleep(0.01)  # the kernel reaps the task a moment after join returns
+        values, gone = counters.read_many(tids)
+        if source is CounterSource.SCHEDSTAT:
+            assert gone == [tids[1]] and np.isnan(values[1])
+        else:  # an exited thread's perf counter keeps its final value
+            assert gone == [] and values[1] > 0
+        assert values[0] > 0 and values[2] > 0
