@@ -19,7 +19,7 @@ import click
 from parlschedd import __version__
 from parlschedctl import client
 from parlschedctl.model import model
-from parlschedctl.render import status_table
+from parlschedctl.render import progress_line, status_table
 
 
 def talks_to_daemon(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -121,12 +121,17 @@ def run(sock: str, observe: bool, cmd: tuple[str, ...]) -> None:
     last: dict[str, Any] = {}
     try:
         client.request(sock, "attach", pid=proc.pid, observe=observe, descendants=True)
+        live = sys.stderr.isatty()
         while proc.poll() is None:
             try:
                 last = client.request(sock, "status", pid=proc.pid)["targets"][0]
             except client.Refused:
                 pass
+            if live and last:
+                click.echo("\r\033[K" + progress_line(last, time.monotonic() - started), nl=False, err=True)
             time.sleep(0.2)
+        if live:
+            click.echo("\r\033[K", nl=False, err=True)
     except client.Refused as exc:
         click.echo(f"parlschedctl: not managed: {exc}", err=True)
     code = proc.wait()
@@ -135,6 +140,25 @@ def run(sock: str, observe: bool, cmd: tuple[str, ...]) -> None:
     click.echo(f"parlschedctl: {cmd[0]} exited {code} after {wall:.2f} s; managed {len(threads)} threads"
                f" ({sum(t['pinned'] for t in threads)} pinned at the end)", err=True)
     sys.exit(code if code >= 0 else 128 - code)
+
+
+@cli.command()
+@click.argument("pid", type=click.IntRange(min=1))
+@click.option("--out", required=True, type=click.Path(dir_okay=False, writable=True), help="PNG file to write.")
+@click.option("--last", type=click.IntRange(min=1), default=None, help="Only the last N periods.")
+@click.pass_obj
+@talks_to_daemon
+def plot(sock: str, pid: int, out: str, last: int | None) -> None:
+    """Plot PID's running average speed per thread and overall, with CPU and domain changes."""
+    from parlschedd.plots import plot_history
+
+    history = client.request(sock, "history", pid=pid, last=last, timeout=60)
+    try:
+        path = plot_history(history, out)
+    except (ValueError, OSError) as exc:
+        click.echo(f"parlschedctl: cannot plot: {exc}", err=True)
+        sys.exit(1)
+    click.echo(f"wrote {path} ({len(history['samples'])} periods)")
 
 
 @cli.command()

@@ -24,3 +24,13 @@ def status_table(reply: dict[str, Any]) -> str:
             dom = "-" if th["domain"] is None else th["domain"]
             lines.append(f"  {th['tid']:>8} {th['name'][:16]:<16} {cpu:>4} {dom:>4} {util:>12} {'yes' if th['pinned'] else 'no'}")
     return "\n".join(lines)
+
+
+def progress_line(target: dict[str, Any], elapsed: float) -> str:
+    """One line for a terminal while ``run`` waits: threads, pins, moves, speed."""
+    threads = target["threads"]
+    utils = [t["utility"] for t in threads if t["utility"] is not None]
+    mean = sum(utils) / len(utils) if utils else 0.0
+    pinned = sum(t["pinned"] for t in threads)
+    return (f"{elapsed:6.1f} s  {len(threads)} threads, {pinned} pinned, "
+            f"{target.get('migrations', 0)} moves, mean utility {mean:.3g}")

@@ -63,6 +63,8 @@ class Config:
     socket: SocketConfig = field(default_factory=SocketConfig)
     metrics: str | None = None
     rescan_s: float = 1.0  # how often target rules are re-evaluated
+    history_periods: int = 600  # per-target history kept in memory (periods)
+    metrics_max_threads: int = 256  # per-thread series beyond this are aggregated
 
     @property
     def domain_every(self) -> int:
@@ -101,6 +103,13 @@ class _Checker:
             self.fail(path, f"must be {rng}, got {value!r}")
             return default
         return float(value)
+
+    def count(self, raw: Mapping[str, Any], key: str, default: int) -> int:
+        value = raw.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            self.fail(key, f"must be a whole number >= 1, got {value!r}")
+            return default
+        return value
 
     def boolean(self, raw: Mapping[str, Any], key: str, path: str, default: bool) -> bool:
         value = raw.get(key, default)
@@ -177,9 +186,12 @@ def from_mapping(raw: Any, source: str = "<config>") -> Config:
         c.fail("metrics", f"must be a listen address host:port (e.g. 127.0.0.1:9177), got {metrics!r}")
         metrics = None
     rescan = c.number(top, "rescan_s", "rescan_s", 1.0, 0.0)
+    history = c.count(top, "history_periods", 600)
+    max_threads = c.count(top, "metrics_max_threads", 256)
     if c.errors:
         raise ConfigError(source, c.errors)
-    return Config(period, domain_period, domains, cpus, utility, learning, targets, restore, socket, metrics, rescan)
+    return Config(period, domain_period, domains, cpus, utility, learning, targets, restore, socket, metrics,
+                  rescan, history, max_threads)
 
 
 def _learning(c: _Checker, raw: Any) -> LearningParams:

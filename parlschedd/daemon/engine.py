@@ -16,6 +16,7 @@ import numpy as np
 import structlog
 
 from parlschedd.config import Config
+from parlschedd.daemon.history import History
 from parlschedd.host import procfs
 from parlschedd.host.base import Actuator, Counters
 from parlschedd.host.errors import AccessDenied, HostError, InvalidMask, ThreadGone, TooManyFiles
@@ -59,6 +60,7 @@ class Target:
     ignored: set[int] = field(default_factory=set)  # tids the thread filter left out
     migrations: int = 0  # affinity changes made
     rule: int | None = None  # index of the config rule that matched, None if attached by hand
+    history: History | None = None
 
     @property
     def mode(self) -> str:
@@ -78,6 +80,7 @@ class Engine:
         self.targets: dict[int, Target] = {}
         self.on_change = on_change  # called when the set of adopted threads changed
         self._single = {c: frozenset({c}) for d in domains for c in d}  # pin masks, made once
+        self.read_errors = 0  # counter reads that failed for a thread still there
 
     # -- requests ---------------------------------------------------------------------
 
@@ -106,7 +109,8 @@ class Engine:
                 raise EngineError("bad_request", f"invalid threads regex: {exc}") from None
             raise
         scheduler = TwoLevelScheduler(self.domains, self.config.learning, self.config.domain_every)
-        target = Target(pid, name, owner, observe, pattern, descendants, handle, scheduler, rule=rule)
+        target = Target(pid, name, owner, observe, pattern, descendants, handle, scheduler, rule=rule,
+                        history=History(self.config.history_periods, now))
         self.targets[pid] = target
         self._refresh(target, now)
         log.info("attached", pid=pid, name=name, mode=target.mode, threads=len(target.threads))
@@ -152,6 +156,7 @@ class Engine:
         last = np.array([th.last_value for th in states])
         since = np.array([th.last_time for th in states])
         failed = np.isnan(values)
+        self.read_errors += int(failed.sum())
         with np.errstate(invalid="ignore", divide="ignore"):
             utility = np.where(failed | (now <= since), np.nan, (values - last) / (now - since))
         values = np.where(failed, last, values)
@@ -164,6 +169,8 @@ class Engine:
                 th.cpu = self._running_on(th.tid)
             elif cpu != th.cpu or not th.pinned:
                 self._pin(target, th, cpu)
+        target.history.record(now, tids, utility, [-1 if th.cpu is None else th.cpu for th in states],
+                              placement.domains)
 
     def _pin(self, target: Target, th: ThreadState, cpu: int) -> None:
         try:

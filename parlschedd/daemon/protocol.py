@@ -18,6 +18,7 @@ COMMANDS: dict[str, dict[str, tuple[type, bool]]] = {
     "attach": {"pid": (int, True), "observe": (bool, False), "threads": (str, False), "descendants": (bool, False)},
     "detach": {"pid": (int, True)},
     "status": {"pid": (int, False)},
+    "history": {"pid": (int, True), "last": (int, False)},
     "reload": {},
 }
 

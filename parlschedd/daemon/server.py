@@ -97,6 +97,7 @@ class Daemon:
         self.engine = Engine(self.config, self.domains, self.counters, Pinner(proc_root=self.proc_root),
                              proc_root=self.proc_root, on_change=self._mark_dirty)
         saved = self._recover()
+        self.metrics = self._start_metrics()
         self._open_socket()
         self._wake_r, self._wake_w = socket.socketpair()
         for s in (self._wake_r, self._wake_w):
@@ -151,7 +152,10 @@ class Daemon:
             self.engine.tick(now)
             if self._dirty:
                 self._save_state()
-            self.stats.add(time.perf_counter() - started)
+            elapsed = time.perf_counter() - started
+            self.stats.add(elapsed)
+            if self.metrics is not None:
+                self.metrics.loop.observe(elapsed)
             period = self.config.period_s
             deadline += period
             if deadline <= time.monotonic():  # overran: skip the missed periods
@@ -169,6 +173,8 @@ class Daemon:
             log.info("restored", threads=restored + len(report.restored), gone=len(report.gone), failed=len(report.failed))
         self._save_state()
         self.counters.close_all()
+        if self.metrics is not None:
+            self.metrics.close()
         for client in list(self.clients.values()):
             self._close(client)
         self.selector.close()
@@ -190,9 +196,26 @@ class Daemon:
         self.engine.config = new
         if changed_layout:
             log.warning("domains or cpus changed; they apply to targets attached from now on")
+        if new.metrics != self.metrics_address:
+            log.warning("the metrics address changes at the next restart", running=self.metrics_address)
         log.info("reloaded", config=self.config_path)
         self._rescan(time.monotonic())
         return True
+
+    def _start_metrics(self):
+        self.metrics_address = self.config.metrics
+        if self.config.metrics is None:
+            return None
+        from parlschedd.daemon.metrics import EngineCollector, Metrics
+
+        metrics = Metrics(EngineCollector(lambda: self.engine, lambda: self.counters.source.value,
+                                          lambda: self.config.metrics_max_threads))
+        try:
+            metrics.listen(self.config.metrics)
+        except OSError as exc:
+            raise StartupError(f"cannot listen for metrics on {self.config.metrics}: {exc.strerror}") from None
+        log.info("metrics listening", address=self.config.metrics, port=metrics.port)
+        return metrics
 
     # -- state ------------------------------------------------------------------------
 
@@ -351,6 +374,9 @@ class Daemon:
         if not data:
             self._close(client)
             return
+        if len(client.outbuf) > MAX_PENDING:  # a peer that sends but never reads
+            self._close(client)
+            return
         client.inbuf += data
         if client.discarding:
             nl = client.inbuf.find(b"\n")
@@ -367,9 +393,6 @@ class Daemon:
             client.inbuf.clear()
             client.outbuf += protocol.error("bad_request", f"request line longer than {protocol.MAX_LINE} bytes")
             client.discarding = True
-        if len(client.outbuf) > MAX_PENDING:  # a peer that sends but never reads
-            self._close(client)
-            return
         self._flush(client)
 
     def _flush(self, client: Client) -> None:
@@ -422,6 +445,13 @@ class Daemon:
             return {"pid": a["pid"], "restored": restored}
         if request.cmd == "status":
             return self.status(uid, a.get("pid"))
+        if request.cmd == "history":
+            target = self.engine.targets.get(a["pid"])
+            if target is None or (uid != 0 and target.uid != uid):
+                raise EngineError("not_attached", f"process {a['pid']} is not attached")
+            return {"pid": target.pid, "name": target.name, "period_s": self.config.period_s,
+                    "counter_source": self.counters.source.value,
+                    "capacity": target.history.samples.maxlen, "samples": target.history.as_json(a.get("last"))}
         if request.cmd == "reload":
             if uid != 0:
                 raise EngineError("permission_denied", "only root may reload the daemon")

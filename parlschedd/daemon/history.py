@@ -1,0 +1,61 @@
+"""A bounded in-memory history of each target: one sample per period.
+
+A ring (deque with maxlen) of per-period samples, each a few small numpy arrays, so
+memory is bounded by capacity x threads x 20 bytes whatever the run length. Served over
+the socket (``history``) for ``parlschedctl plot``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+
+@dataclass(frozen=True)
+class Sample:
+    t: float                       # seconds since the target was attached
+    tids: NDArray[np.int32]
+    utility: NDArray[np.float32]   # NaN: not measured this period
+    cpu: NDArray[np.int16]
+    domain: NDArray[np.int16]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.tids, self.utility, self.cpu, self.domain))
+
+    def as_json(self) -> dict:
+        return {
+            "t": round(self.t, 4),
+            "tids": self.tids.tolist(),
+            "utility": [None if u != u else float(u) for u in self.utility.tolist()],
+            "cpu": self.cpu.tolist(),
+            "domain": self.domain.tolist(),
+        }
+
+
+class History:
+    def __init__(self, capacity: int, started: float) -> None:
+        self.samples: deque[Sample] = deque(maxlen=capacity)
+        self.started = started
+
+    def record(self, now: float, tids, utility, cpu, domain) -> None:
+        self.samples.append(Sample(
+            now - self.started,
+            np.asarray(tids, dtype=np.int32),
+            np.asarray(utility, dtype=np.float32),
+            np.asarray(cpu, dtype=np.int16),
+            np.asarray(domain, dtype=np.int16),
+        ))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(s.nbytes for s in self.samples)
+
+    def as_json(self, last: int | None = None) -> list[dict]:
+        samples = list(self.samples)
+        if last is not None:
+            samples = samples[-last:]
+        return [s.as_json() for s in samples]

@@ -1,0 +1,92 @@
+"""An optional Prometheus endpoint (the config's ``metrics: host:port``).
+
+Series are computed at scrape time from the engine's state by a custom collector, so
+the period loop pays nothing for them except one histogram observation. Per-thread
+series are bounded: past ``max_threads`` threads of a target, the rest are summed into
+one series with ``tid="other"``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Histogram, ProcessCollector, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from parlschedd.daemon.engine import Engine
+
+
+class EngineCollector(Collector):
+    def __init__(self, engine: Callable[[], Engine], source: Callable[[], str], max_threads: Callable[[], int]) -> None:
+        self.engine, self.source, self.max_threads = engine, source, max_threads
+
+    def collect(self) -> Iterator:
+        engine = self.engine()
+        labels = ["pid", "name", "tid"]
+        utility = GaugeMetricFamily("parlsched_thread_utility", "Utility of a managed thread over the last period (counter units per second)", labels=labels)
+        cpu = GaugeMetricFamily("parlsched_thread_cpu", "CPU a managed thread is placed on (-1: unknown)", labels=labels)
+        domain = GaugeMetricFamily("parlsched_thread_domain", "Domain (NUMA node or group) of a managed thread", labels=labels)
+        pinned = GaugeMetricFamily("parlsched_thread_pinned", "1 when the thread is pinned by the daemon", labels=labels)
+        threads = GaugeMetricFamily("parlsched_target_threads", "Managed threads of a target", labels=["pid", "name"])
+        target_utility = GaugeMetricFamily("parlsched_target_utility", "Sum of the utilities of a target's threads", labels=["pid", "name"])
+        migrations = CounterMetricFamily("parlsched_target_migrations", "Affinity changes made for a target", labels=["pid", "name"])
+        total = 0
+        limit = self.max_threads()
+        for t in list(engine.targets.values()):
+            pid, name = str(t.pid), t.name
+            states = sorted(list(t.threads.values()), key=lambda s: s.tid)
+            total += len(states)
+            util_sum = sum(s.utility for s in states if s.utility == s.utility)
+            threads.add_metric([pid, name], len(states))
+            target_utility.add_metric([pid, name], util_sum)
+            migrations.add_metric([pid, name], t.migrations)
+            for s in states[:limit]:
+                key = [pid, name, str(s.tid)]
+                utility.add_metric(key, s.utility)
+                cpu.add_metric(key, -1 if s.cpu is None else s.cpu)
+                domain.add_metric(key, -1 if s.domain is None else s.domain)
+                pinned.add_metric(key, float(s.pinned))
+            rest = states[limit:]
+            if rest:
+                utility.add_metric([pid, name, "other"], sum(s.utility for s in rest if s.utility == s.utility))
+                pinned.add_metric([pid, name, "other"], sum(s.pinned for s in rest))
+        yield from (utility, cpu, domain, pinned, threads, target_utility, migrations)
+        managed = GaugeMetricFamily("parlsched_managed_threads", "Threads managed over all targets")
+        managed.add_metric([], total)
+        yield managed
+        errors = CounterMetricFamily("parlsched_counter_read_errors", "Counter reads that failed for a live thread")
+        errors.add_metric([], engine.read_errors)
+        yield errors
+        info = InfoMetricFamily("parlsched_counter_source", "Where per-thread utilities come from")
+        info.add_metric([], {"source": self.source()})
+        yield info
+
+
+class Metrics:
+    """The registry, the loop histogram and the HTTP listener."""
+
+    def __init__(self, collector: EngineCollector) -> None:
+        self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)  # process_resident_memory_bytes, process_open_fds, ...
+        self.registry.register(collector)
+        self.loop = Histogram("parlsched_loop_duration_seconds", "Time the daemon spends in one period",
+                              registry=self.registry,
+                              buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5))
+        self.server = None
+
+    def listen(self, address: str) -> None:
+        host, _, port = address.rpartition(":")
+        self.server, self.thread = start_http_server(int(port), addr=host or "127.0.0.1", registry=self.registry)
+
+    @property
+    def port(self) -> int | None:
+        return None if self.server is None else self.server.server_address[1]
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None

@@ -1,0 +1,248 @@
+"""The cluster description: run constants, master, switch, worker nodes and devices.
+
+A frozen dataclass tree read from YAML (shared/data/energy-time/cluster-hpmoon.yaml is
+the reference). ``parse_cluster`` collects every problem with its key path
+(``nodes[1].devices[0].compute_units: must be an integer >= 1, got 0``) so a user can fix
+a file in one go. The flattened device arrays (``compute_units``, ``frequency_hz``,
+``tdp_w``) are what the vectorised model consumes; device order is node order, then the
+order inside the node, which is also the initial order of Algorithm 1's list L.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+
+class ClusterError(ValueError):
+    """A cluster file that cannot be used; ``errors`` lists (key path, message) pairs."""
+
+    def __init__(self, source: str, errors: list[tuple[str, str]]) -> None:
+        self.source, self.errors = source, errors
+        super().__init__(f"{source}: " + "; ".join(f"{k}: {m}" for k, m in errors))
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The GA being modelled: N, g, NGm, alpha and the NSp range of interest."""
+
+    individuals: int
+    generations: int
+    global_migrations: int
+    crossover_probability: float
+    subpopulations: tuple[int, int] = (1, 32)
+
+
+@dataclass(frozen=True)
+class Device:
+    """Device j of a node: C_ij compute units at F_ij Hz, with a TDP bounding its power."""
+
+    name: str
+    kind: str
+    compute_units: int
+    frequency_hz: float
+    tdp_w: float
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    devices: tuple[Device, ...]
+
+
+@dataclass(frozen=True)
+class Cluster:
+    run: RunSettings
+    master_tdp_w: float
+    switch_tdp_w: float
+    nodes: tuple[Node, ...]
+    master_cpu_threads: int | None = None
+    master_frequency_hz: float | None = None
+
+    @property
+    def devices(self) -> tuple[Device, ...]:
+        return tuple(d for n in self.nodes for d in n.devices)
+
+    @property
+    def device_labels(self) -> tuple[str, ...]:
+        """``node.device`` for every device, in model order."""
+        return tuple(f"{n.name}.{d.name}" for n in self.nodes for d in n.devices)
+
+    @property
+    def node_of_device(self) -> np.ndarray:
+        """Index of the node of every device (the baseline aggregates by node)."""
+        return np.array([i for i, n in enumerate(self.nodes) for _ in n.devices])
+
+    @property
+    def compute_units(self) -> np.ndarray:
+        return np.array([d.compute_units for d in self.devices], dtype=float)
+
+    @property
+    def frequency_hz(self) -> np.ndarray:
+        return np.array([d.frequency_hz for d in self.devices], dtype=float)
+
+    @property
+    def tdp_w(self) -> np.ndarray:
+        return np.array([d.tdp_w for d in self.devices], dtype=float)
+
+
+def _yaml12_float(value: Any) -> Any:
+    """PyYAML follows YAML 1.1, which reads ``2.1e9`` (no sign in the exponent) as a
+    string; YAML 1.2 and every user mean a number, so such strings are converted."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+class _Reader:
+    """Typed getters that record errors under a key path instead of raising at once."""
+
+    def __init__(self) -> None:
+        self.errors: list[tuple[str, str]] = []
+
+    def mapping(self, value: Any, path: str) -> Mapping[str, Any]:
+        if isinstance(value, Mapping):
+            return value
+        self.errors.append((path, f"must be a mapping, got {type(value).__name__}"))
+        return {}
+
+    def number(self, data: Mapping[str, Any], key: str, path: str, *, integer: bool = False,
+               low: float | None = None, high: float | None = None, required: bool = True) -> Any:
+        where = f"{path}.{key}" if path else key
+        if key not in data:
+            if required:
+                self.errors.append((where, "is required"))
+            return None
+        value = _yaml12_float(data[key]) if not integer else data[key]
+        kind = "an integer" if integer else "a number"
+        ok = isinstance(value, int) if integer else isinstance(value, int | float)
+        if isinstance(value, bool) or not ok:
+            self.errors.append((where, f"must be {kind}, got {value!r}"))
+            return None
+        if (low is not None and value < low) or (high is not None and value > high):
+            bounds = f">= {low}" if high is None else f"in [{low}, {high}]"
+            self.errors.append((where, f"must be {kind} {bounds}, got {value!r}"))
+            return None
+        return int(value) if integer else float(value)
+
+    def text(self, data: Mapping[str, Any], key: str, path: str, default: str) -> str:
+        value = data.get(key, default)
+        if not isinstance(value, str) or not value:
+            self.errors.append((f"{path}.{key}", f"must be a non-empty string, got {value!r}"))
+            return default
+        return value
+
+
+def _run(r: _Reader, data: Mapping[str, Any]) -> RunSettings | None:
+    run = r.mapping(data.get("run"), "run") if "run" in data else None
+    if run is None:
+        r.errors.append(("run", "is required"))
+        return None
+    n = r.number(run, "individuals", "run", integer=True, low=1)
+    g = r.number(run, "generations", "run", integer=True, low=1)
+    ngm = r.number(run, "global_migrations", "run", integer=True, low=1)
+    alpha = r.number(run, "crossover_probability", "run", low=0.0, high=1.0)
+    span = run.get("subpopulations", [1, 32])
+    ok_span = (isinstance(span, list) and len(span) == 2 and all(isinstance(v, int) and v >= 1 for v in span)
+               and span[0] <= span[1])
+    if not ok_span:
+        r.errors.append(("run.subpopulations", f"must be [low, high] with 1 <= low <= high, got {span!r}"))
+    if g is not None and ngm is not None and g % ngm:
+        r.errors.append(("run.global_migrations", f"must divide generations ({g}), got {ngm}"))
+    if None in (n, g, ngm, alpha) or not ok_span:
+        return None
+    return RunSettings(n, g, ngm, alpha, (span[0], span[1]))
+
+
+def _device(r: _Reader, raw: Any, path: str, index: int) -> Device | None:
+    d = r.mapping(raw, path)
+    if not d:
+        return None
+    cu = r.number(d, "compute_units", path, integer=True, low=1)
+    f = r.number(d, "frequency_hz", path, low=1.0)
+    tdp = r.number(d, "tdp_w", path, low=0.0)
+    name = r.text(d, "name", path, f"dev{index + 1}")
+    kind = r.text(d, "kind", path, "cpu")
+    return None if None in (cu, f, tdp) else Device(name, kind, cu, f, tdp)
+
+
+def _nodes(r: _Reader, data: Mapping[str, Any]) -> tuple[Node, ...]:
+    raw = data.get("nodes")
+    if not isinstance(raw, list) or not raw:
+        r.errors.append(("nodes", "must be a non-empty list of worker nodes"))
+        return ()
+    nodes = []
+    for i, raw_node in enumerate(raw):
+        path = f"nodes[{i}]"
+        node = r.mapping(raw_node, path)
+        devices = node.get("devices")
+        if not isinstance(devices, list) or not devices:
+            r.errors.append((f"{path}.devices", "must be a non-empty list of devices"))
+            continue
+        built = [_device(r, dev, f"{path}.devices[{j}]", j) for j, dev in enumerate(devices)]
+        nodes.append(Node(r.text(node, "name", path, f"node{i + 1}"), tuple(d for d in built if d)))
+    return tuple(nodes)
+
+
+def parse_cluster(data: Any, source: str = "<cluster>") -> Cluster:
+    """Validate a parsed YAML document; raise ClusterError listing every problem."""
+    r = _Reader()
+    top = r.mapping(data, "<top>")
+    run = _run(r, top) if top else None
+    master = r.mapping(top.get("master", {}), "master")
+    switch = r.mapping(top.get("switch", {}), "switch")
+    master_tdp = r.number(master, "tdp_w", "master", low=0.0)
+    switch_tdp = r.number(switch, "tdp_w", "switch", low=0.0)
+    threads = r.number(master, "cpu_threads", "master", integer=True, low=1, required=False)
+    freq = r.number(master, "frequency_hz", "master", low=1.0, required=False)
+    nodes = _nodes(r, top) if top else ()
+    known = {"run", "master", "switch", "nodes"}
+    r.errors.extend((k, "unknown key") for k in top if k not in known)
+    if r.errors:
+        raise ClusterError(source, r.errors)
+    return Cluster(run, master_tdp, switch_tdp, nodes, threads, freq)
+
+
+def load_cluster(path: str | Path) -> Cluster:
+    """Read and validate a cluster YAML file; errors name the file and the key path."""
+    source = str(path)
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ClusterError(source, [("<file>", f"cannot read: {exc.strerror}")]) from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else "<file>"
+        raise ClusterError(source, [(where, f"not valid YAML: {getattr(exc, 'problem', exc)}")]) from exc
+    return parse_cluster(data, source)
+
+
+def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
+    """The YAML/JSON form that ``parse_cluster`` reads back (a fitted model carries it)."""
+    run = cluster.run
+    master: dict[str, Any] = {"tdp_w": cluster.master_tdp_w}
+    if cluster.master_cpu_threads is not None:
+        master["cpu_threads"] = cluster.master_cpu_threads
+    if cluster.master_frequency_hz is not None:
+        master["frequency_hz"] = cluster.master_frequency_hz
+    return {
+        "run": {"individuals": run.individuals, "generations": run.generations,
+                "global_migrations": run.global_migrations,
+                "crossover_probability": run.crossover_probability,
+                "subpopulations": list(run.subpopulations)},
+        "master": master,
+        "switch": {"tdp_w": cluster.switch_tdp_w},
+        "nodes": [{"name": n.name, "devices": [
+            {"name": d.name, "kind": d.kind, "compute_units": d.compute_units,
+             "frequency_hz": d.frequency_hz, "tdp_w": d.tdp_w} for d in n.devices]} for n in cluster.nodes],
+    }

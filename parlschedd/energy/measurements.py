@@ -1,0 +1,163 @@
+"""Measured runtimes and energies per NSp, in the CSV format of the shared data.
+
+Columns (shared/data/energy-time/README.md): ``nsp``, repetitions ``time_s_r1..rK`` and
+``energy_wh_r1..rK``, their means ``time_s_mean`` and ``energy_wh_mean`` (the model is
+fitted to the means; when a mean column is absent it is computed from the repetitions),
+and optionally the baseline's stored predictions ``baseline_time_s`` and
+``baseline_energy_wh``. Energy cells may be empty (a machine without RAPL): the energy
+of that configuration is then NaN and only time can be fitted.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+_REPEAT = re.compile(r"^(time_s|energy_wh)_r(\d+)$")
+_KNOWN = {"nsp", "time_s_mean", "energy_wh_mean", "baseline_time_s", "baseline_energy_wh"}
+
+
+class MeasurementsError(ValueError):
+    """A measurements file that cannot be used, with the file and the line at fault."""
+
+    def __init__(self, source: str, line: int | None, message: str) -> None:
+        self.source, self.line = source, line
+        where = f"{source}:{line}" if line is not None else source
+        super().__init__(f"{where}: {message}")
+
+
+@dataclass(frozen=True)
+class Measurements:
+    """One row per configuration, sorted by NSp. Arrays are float; NaN means not measured."""
+
+    nsp: np.ndarray
+    time_s: np.ndarray
+    energy_wh: np.ndarray
+    time_reps: np.ndarray  # (configs, repetitions); may have zero columns
+    energy_reps: np.ndarray
+    baseline_time_s: np.ndarray | None = None
+    baseline_energy_wh: np.ndarray | None = None
+
+    @property
+    def has_energy(self) -> bool:
+        return bool(np.all(np.isfinite(self.energy_wh)))
+
+    def without(self, index: int) -> Measurements:
+        """All configurations but one (for leave-one-out validation)."""
+        keep = np.arange(len(self.nsp)) != index
+
+        def pick(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else a[keep]
+
+        return Measurements(self.nsp[keep], self.time_s[keep], self.energy_wh[keep], self.time_reps[keep],
+                            self.energy_reps[keep], pick(self.baseline_time_s), pick(self.baseline_energy_wh))
+
+
+def _cell(value: str | None, column: str, source: str, line: int) -> float:
+    if value is None or value.strip() == "":
+        return math.nan
+    try:
+        x = float(value)
+    except ValueError:
+        raise MeasurementsError(source, line, f"column {column}: not a number: {value!r}") from None
+    if not math.isfinite(x) or x <= 0:
+        raise MeasurementsError(source, line, f"column {column}: must be a positive number, got {value!r}")
+    return x
+
+
+def _repeat_columns(header: list[str], quantity: str) -> list[str]:
+    found = sorted((int(m.group(2)), c) for c in header if (m := _REPEAT.match(c)) and m.group(1) == quantity)
+    return [c for _, c in found]
+
+
+def _mean(stored: float, reps: list[float]) -> float:
+    if not math.isnan(stored):
+        return stored
+    values = [v for v in reps if not math.isnan(v)]
+    return float(np.mean(values)) if values else math.nan
+
+
+def parse_measurements(rows: list[dict[str, str]], header: list[str], source: str) -> Measurements:
+    """Validate CSV rows (line numbers count the header as line 1)."""
+    unknown = [c for c in header if c not in _KNOWN and not _REPEAT.match(c)]
+    if unknown:
+        raise MeasurementsError(source, 1, f"unknown column(s) {', '.join(unknown)}; expected nsp, "
+                                "time_s_rN, energy_wh_rN, time_s_mean, energy_wh_mean, baseline_*")
+    if "nsp" not in header:
+        raise MeasurementsError(source, 1, "missing column nsp")
+    t_cols, e_cols = _repeat_columns(header, "time_s"), _repeat_columns(header, "energy_wh")
+    if "time_s_mean" not in header and not t_cols:
+        raise MeasurementsError(source, 1, "no time column: need time_s_mean or time_s_r1..")
+    if not rows:
+        raise MeasurementsError(source, None, "no data rows")
+    nsp, t, e, tr, er, bt, be = [], [], [], [], [], [], []
+    seen: dict[int, int] = {}
+    for line, row in enumerate(rows, start=2):
+        raw = (row.get("nsp") or "").strip()
+        if not raw.isdigit() or int(raw) < 1:
+            raise MeasurementsError(source, line, f"column nsp: must be an integer >= 1, got {raw!r}")
+        k = int(raw)
+        if k in seen:
+            raise MeasurementsError(source, line, f"nsp {k} repeats line {seen[k]}")
+        seen[k] = line
+        times = [_cell(row.get(c), c, source, line) for c in t_cols]
+        energies = [_cell(row.get(c), c, source, line) for c in e_cols]
+        mean_t = _mean(_cell(row.get("time_s_mean"), "time_s_mean", source, line), times)
+        if math.isnan(mean_t):
+            raise MeasurementsError(source, line, "no runtime measured for this configuration")
+        nsp.append(k)
+        t.append(mean_t)
+        e.append(_mean(_cell(row.get("energy_wh_mean"), "energy_wh_mean", source, line), energies))
+        tr.append(times)
+        er.append(energies)
+        bt.append(_cell(row.get("baseline_time_s"), "baseline_time_s", source, line))
+        be.append(_cell(row.get("baseline_energy_wh"), "baseline_energy_wh", source, line))
+    order = np.argsort(nsp)
+
+    def col(values: list, optional: bool = False) -> np.ndarray | None:
+        a = np.array(values, dtype=float)[order]
+        return None if optional and np.all(np.isnan(a)) else a
+
+    return Measurements(np.array(nsp)[order], col(t), col(e), col(tr).reshape(len(nsp), len(t_cols)),
+                        col(er).reshape(len(nsp), len(e_cols)), col(bt, True), col(be, True))
+
+
+def load_measurements(path: str | Path) -> Measurements:
+    """Read and validate a measurements CSV; errors name the file and line."""
+    source = str(path)
+    try:
+        with open(path, newline="") as fh:
+            reader = csv.DictReader(fh)
+            header = [c.strip() for c in reader.fieldnames or []]
+            reader.fieldnames = header
+            rows = list(reader)
+    except OSError as exc:
+        raise MeasurementsError(source, None, f"cannot read: {exc.strerror}") from exc
+    if not header:
+        raise MeasurementsError(source, 1, "empty file: expected a header line")
+    for line, row in enumerate(rows, start=2):
+        if None in row:
+            raise MeasurementsError(source, line, f"{len(header) + len(row[None])} cells for {len(header)} columns")
+    return parse_measurements(rows, header, source)
+
+
+def write_measurements(path: str | Path, nsp: np.ndarray, time_reps: np.ndarray, energy_reps: np.ndarray) -> None:
+    """Write repetitions and their means; NaN energies become empty cells."""
+    reps = time_reps.shape[1]
+    header = (["nsp"] + [f"time_s_r{r + 1}" for r in range(reps)] + [f"energy_wh_r{r + 1}" for r in range(reps)]
+              + ["time_s_mean", "energy_wh_mean"])
+
+    def fmt(x: float) -> str:
+        return "" if math.isnan(x) else f"{x:.6g}"
+
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(header)
+        for k, t, e in zip(nsp, time_reps, energy_reps, strict=True):
+            e_mean = math.nan if np.any(np.isnan(e)) else float(np.mean(e))
+            w.writerow([int(k), *map(fmt, t), *map(fmt, e), fmt(float(np.mean(t))), fmt(e_mean)])

@@ -1,0 +1,110 @@
+"""Metrics, history and plots of a real daemon managing a real process."""
+
+from __future__ import annotations
+
+import re
+import socket
+import struct
+import subprocess
+import sys
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+
+from parlschedd.daemon.history import History
+from parlschedctl.render import progress_line
+from tests.conftest import needs_root, start_daemon, threads_of, wait_for
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(port: int) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    series = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            series[name] = float(value)
+    return series
+
+
+@needs_root
+def test_prometheus_endpoint_reports_the_managed_threads(tmp_path, workload):
+    port = free_port()
+    (tmp_path / "parlschedd.yaml").write_text(
+        f"period_s: 0.05\nmetrics: '127.0.0.1:{port}'\nmetrics_max_threads: 3\n")
+    d = start_daemon(tmp_path)
+    try:
+        w = workload(4)
+        d.request("attach", pid=w.pid)
+        wait_for(lambda: all(t["pinned"] for t in threads_of(d, w.pid).values()))
+        time.sleep(0.5)
+        m = scrape(port)
+        tids = sorted(threads_of(d, w.pid))
+        per_thread = {int(re.search(r'tid="(\d+)"', k).group(1)): v for k, v in m.items()
+                      if k.startswith("parlsched_thread_utility{") and 'tid="other"' not in k}
+        assert sorted(per_thread) == tids[:3]  # bounded cardinality ...
+        assert any('tid="other"' in k for k in m if k.startswith("parlsched_thread_utility"))  # ... the rest summed
+        assert m["parlsched_managed_threads"] == 5
+        assert m[f'parlsched_target_threads{{name="python",pid="{w.pid}"}}'] == 5
+        assert any(v > 0 for v in per_thread.values())
+        cpus = [v for k, v in m.items() if k.startswith("parlsched_thread_cpu{")]
+        assert cpus and all(v in (0, 1) for v in cpus)
+        assert m[f'parlsched_target_migrations_total{{name="python",pid="{w.pid}"}}'] >= 5
+        assert m["parlsched_loop_duration_seconds_count"] > 5
+        assert m['parlsched_counter_source_info{source="perf:task-clock"}'] == 1 or \
+            any(k.startswith("parlsched_counter_source_info") for k in m)
+        assert m["process_open_fds"] > 0 and m["process_resident_memory_bytes"] > 10e6
+        assert m["parlsched_counter_read_errors_total"] == 0
+    finally:
+        d.stop()
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)  # gone with the daemon
+
+
+@needs_root
+def test_history_is_bounded_and_plot_writes_a_png(tmp_path, workload):
+    (tmp_path / "parlschedd.yaml").write_text("period_s: 0.02\ndomain_period_s: 0.2\nhistory_periods: 25\n")
+    d = start_daemon(tmp_path)
+    try:
+        w = workload(3)
+        d.request("attach", pid=w.pid)
+        wait_for(lambda: len(d.request("history", pid=w.pid)["samples"]) == 25)
+        time.sleep(0.3)
+        h = d.request("history", pid=w.pid)
+        assert h["capacity"] == 25 and len(h["samples"]) == 25  # the ring keeps only the last 25
+        t = [s["t"] for s in h["samples"]]
+        assert t == sorted(t) and t[0] > 0.3
+        assert set(h["samples"][-1]["tids"]) == set(threads_of(d, w.pid))
+        assert len(d.request("history", pid=w.pid, last=5)["samples"]) == 5
+        out = tmp_path / "run.png"
+        r = subprocess.run([sys.executable, "-c", "from parlschedctl.cli import main; main()", "--socket", d.socket,
+                            "plot", str(w.pid), "--out", str(out)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        data = out.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+        width, height = struct.unpack(">II", data[16:24])
+        assert width > 500 and height > 400
+    finally:
+        d.stop()
+
+
+def test_history_memory_is_bounded():
+    h = History(capacity=100, started=0.0)
+    for k in range(1000):
+        h.record(k * 0.1, np.arange(64), np.random.rand(64), np.zeros(64), np.zeros(64))
+    assert len(h.samples) == 100
+    assert h.nbytes == 100 * 64 * (4 + 4 + 2 + 2)
+    assert h.as_json(last=1)[0]["t"] == pytest.approx(99.9)
+
+
+def test_progress_line():
+    line = progress_line({"threads": [{"utility": 2.0, "pinned": True}, {"utility": None, "pinned": False}],
+                          "migrations": 7}, 3.25)
+    assert line == "   3.2 s  2 threads, 1 pinned, 7 moves, mean utility 2"
