@@ -37,7 +37,7 @@ class TargetRule:
     """Which processes to manage: a regex on comm or cmdline, and/or a cgroup path."""
 
     name: str | None = None
-    cgroup: str | None = None
+    cgroup: str | None = None  # "/path" (v2) or "controllers:/path" (a v1 hierarchy)
     observe: bool = False
     threads: str | None = None  # regex on thread names; None: all threads
     descendants: bool = True
@@ -228,8 +228,9 @@ def _targets(c: _Checker, raw: Any) -> tuple[TargetRule, ...]:
         m = c.mapping(item, path, known)
         name = c.regex(m.get("name"), f"{path}.name")
         cgroup = m.get("cgroup")
-        if cgroup is not None and not (isinstance(cgroup, str) and cgroup.startswith("/") and ".." not in cgroup.split("/")):
-            c.fail(f"{path}.cgroup", f"must be an absolute cgroup path without '..', got {cgroup!r}")
+        if cgroup is not None and not _valid_cgroup(cgroup):
+            c.fail(f"{path}.cgroup", "must be an absolute cgroup path without '..' (v2), or CONTROLLERS:/path "
+                                     f"for a v1 hierarchy (e.g. cpuset:/jobs or name=systemd:/x.slice), got {cgroup!r}")
             cgroup = None
         if isinstance(item, Mapping) and m.get("name") is None and m.get("cgroup") is None:
             c.fail(path, "needs a name regex or a cgroup path")
@@ -240,6 +241,21 @@ def _targets(c: _Checker, raw: Any) -> tuple[TargetRule, ...]:
             descendants=c.boolean(m, "descendants", f"{path}.descendants", True),
         ))
     return tuple(rules)
+
+
+def _valid_cgroup(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    _, path = split_cgroup(value)
+    return path.startswith("/") and ".." not in path.split("/")
+
+
+def split_cgroup(value: str) -> tuple[tuple[str, ...], str]:
+    """``"cpuset,cpu:/jobs"`` -> (("cpuset", "cpu"), "/jobs"); a bare path is v2: ()."""
+    head, sep, path = value.partition(":")
+    if not sep or head.startswith("/"):
+        return (), value
+    return tuple(head.split(",")), path
 
 
 def _socket(c: _Checker, raw: Any) -> SocketConfig:

@@ -69,10 +69,10 @@ class LoopStats:
 
 class Daemon:
     def __init__(self, config: Config, config_path: str | None, socket_path: str, state_dir: str,
-                 sysfs: str = "/sys", proc_root: str = procfs.PROC_ROOT) -> None:
+                 sysfs: str = "/sys", proc_root: str = procfs.PROC_ROOT, cgroup_root: str = cgroups.CGROUP_ROOT) -> None:
         self.config, self.config_path = config, config_path
         self.socket_path, self.state_path = socket_path, Path(state_dir) / "state.json"
-        self.sysfs, self.proc_root = sysfs, proc_root
+        self.sysfs, self.proc_root, self.cgroup_root = sysfs, proc_root, cgroup_root
         self.started = time.monotonic()
         self.should_exit = False
         self.reload_requested = False
@@ -288,8 +288,9 @@ class Daemon:
     def _matching(self, rule: config_mod.TargetRule) -> set[int]:
         pids: set[int] | None = None
         if rule.cgroup is not None:
+            controllers, path = config_mod.split_cgroup(rule.cgroup)
             try:
-                pids = set(cgroups.cgroup_procs(rule.cgroup))
+                pids = set(cgroups.cgroup_procs(path, controllers, self.cgroup_root))
             except HostError:
                 pids = set()
         if rule.name is not None:

@@ -311,3 +311,37 @@ def test_descendants_present_and_future_are_managed(daemon):
         subprocess.run(["pkill", "-P", str(tree.pid)])
         tree.kill()
         tree.wait()
+
+
+CGROUP_RULES = [
+    ("/sys/fs/cgroup/unified", "/parlsched-test-{pid}"),          # v2 (the unified hierarchy of a hybrid host)
+    ("/sys/fs/cgroup/cpuset", "cpuset:/parlsched-test-{pid}"),    # a v1 controller hierarchy
+]
+
+
+@pytest.mark.parametrize("mount, rule", CGROUP_RULES)
+def test_config_rule_adopts_a_cgroup_and_releases_when_it_leaves(tmp_path, mount, rule):
+    if not os.path.isdir(mount):
+        pytest.skip(f"{mount} is not mounted on this host")
+    group = Path(mount) / f"parlsched-test-{os.getpid()}"
+    group.mkdir()
+    if (group / "cpuset.cpus").exists():  # a v1 cpuset needs its CPUs and memory nodes set
+        (group / "cpuset.cpus").write_text((Path(mount) / "cpuset.cpus").read_text())
+        (group / "cpuset.mems").write_text((Path(mount) / "cpuset.mems").read_text())
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        (group / "cgroup.procs").write_text(str(proc.pid))
+        (tmp_path / "parlschedd.yaml").write_text(
+            f"period_s: 0.05\nrescan_s: 0.1\ntargets:\n  - cgroup: '{rule.format(pid=os.getpid())}'\n")
+        d = start_daemon(tmp_path)
+        try:
+            wait_for(lambda: proc.pid in {t["pid"] for t in d.request("status")["targets"]})
+            (Path(mount) / "cgroup.procs").write_text(str(proc.pid))  # moved out: no longer matches
+            wait_for(lambda: d.request("status")["targets"] == [])
+            assert os.sched_getaffinity(proc.pid) == ALL
+        finally:
+            d.stop()
+    finally:
+        proc.kill()
+        proc.wait()
+        group.rmdir()
