@@ -18,7 +18,6 @@ import json
 import os
 import platform
 import socket as socketlib
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,44 +25,18 @@ from pathlib import Path
 
 import psutil
 
+from harness import start_daemon, start_idle_target
 from parlschedctl import client
 from parlschedd.host.base import CounterSource
 from parlschedd.host.perf import CounterSet, raise_fd_limit
 
 PERIOD_S = 0.1
-TARGET = r"""
-import sys, threading, time
-def idle():
-    x = 0
-    while True:
-        for i in range(200): x += i
-        time.sleep(0.05)
-for _ in range(int(sys.argv[1]) - 1):
-    threading.Thread(target=idle, daemon=True).start()
-print("ready", flush=True)
-time.sleep(3600)
-"""
-
-
-def start_daemon(tmp: Path) -> tuple[subprocess.Popen, str]:
-    (tmp / "cfg.yaml").write_text(f"period_s: {PERIOD_S}\ndomain_period_s: 4.0\n")
-    sock = str(tmp / "ctl.sock")
-    proc = subprocess.Popen([sys.executable, "-m", "parlschedd", "--config", str(tmp / "cfg.yaml"), "--socket", sock,
-                             "--state-dir", str(tmp / "state"), "--log-level", "warning"], stderr=subprocess.DEVNULL)
-    for _ in range(300):
-        try:
-            client.request(sock, "ping")
-            return proc, sock
-        except client.Unreachable:
-            time.sleep(0.05)
-    raise RuntimeError("daemon did not start")
 
 
 def measure_daemon(n: int, window: float) -> dict:
-    target = subprocess.Popen([sys.executable, "-c", TARGET, str(n)], stdout=subprocess.PIPE, text=True)
-    target.stdout.readline()
+    target = start_idle_target(n)
     with tempfile.TemporaryDirectory() as tmp:
-        proc, sock = start_daemon(Path(tmp))
+        proc, sock = start_daemon(Path(tmp), f"period_s: {PERIOD_S}\ndomain_period_s: 4.0\n")
         try:
             client.request(sock, "attach", pid=target.pid, timeout=60)
             time.sleep(3.0)  # adoption and the first learning periods settle

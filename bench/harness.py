@@ -1,0 +1,51 @@
+"""What the benchmarks share: a real daemon in a temporary directory, and a target
+process of N threads that mostly sleep."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from parlschedctl import client
+
+IDLE_TARGET = r"""
+import sys, threading, time
+nap = float(sys.argv[2]) if len(sys.argv) > 2 else 0.05
+def idle():
+    x = 0
+    while True:
+        for i in range(200): x += i
+        time.sleep(nap)
+for _ in range(int(sys.argv[1]) - 1):
+    threading.Thread(target=idle, daemon=True).start()
+print("ready", flush=True)
+time.sleep(86400)
+"""
+
+
+def start_daemon(tmp: Path, config: str, log: Path | None = None) -> tuple[subprocess.Popen, str]:
+    """Start parlschedd with ``config`` (YAML text); returns (process, socket path)."""
+    (tmp / "cfg.yaml").write_text(config)
+    sock = str(tmp / "ctl.sock")
+    stderr = open(log, "ab") if log else subprocess.DEVNULL
+    proc = subprocess.Popen([sys.executable, "-m", "parlschedd", "--config", str(tmp / "cfg.yaml"), "--socket", sock,
+                             "--state-dir", str(tmp / "state"), "--log-level", "warning"], stderr=stderr)
+    for _ in range(600):
+        try:
+            client.request(sock, "ping")
+            return proc, sock
+        except client.Unreachable:
+            if proc.poll() is not None:
+                raise RuntimeError(f"daemon exited with {proc.returncode}")
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("daemon did not start")
+
+
+def start_idle_target(threads: int, nap: float = 0.05) -> subprocess.Popen:
+    """A process of ``threads`` threads (main included) that wake every ``nap`` s."""
+    proc = subprocess.Popen([sys.executable, "-c", IDLE_TARGET, str(threads), str(nap)], stdout=subprocess.PIPE, text=True)
+    proc.stdout.readline()
+    return proc
