@@ -1,0 +1,280 @@
+"""Benchmark: the daemon under load (issue 7, part 3).
+
+A real parlschedd (T_CPU = 0.1 s) manages 1024 real threads (4 processes x 256 threads
+that mostly sleep) while 50 client processes query ``status`` in a loop over the
+loopback Unix socket (each: one request, wait for the whole reply, sleep
+``--interval``, again). Measured:
+
+* the loop period's jitter, from the outside: a probe client polls
+  ``status pid=<probe target>`` (a 1-thread target, so the reply is small) back to
+  back and records when ``daemon.loop.periods`` increments. Each tick is placed at the
+  midpoint of the interval between the reply before and the reply after it, so every
+  estimate carries an error of half that bracket (reported as ``bracket_ms``). The
+  actual period is the difference of consecutive tick estimates and the jitter is
+  |actual - T_CPU|. Periods the daemon skipped (an overrun) show as a delta of more
+  than one period and are counted apart;
+* the status latency of the 50 clients (send to last byte of the reply), p50/p99/max;
+* the daemon's fd count (/proc/<pid>/fd) and RSS (VmRSS), sampled every second.
+
+    sudo .venv/bin/python bench/load.py [--seconds 300] [--clients 50] [--interval 0.1]
+
+Prints a table and writes bench/results/load.json. Targets: p99 period jitter under
+10% of T_CPU, p99 status latency under 50 ms, flat fds and RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import signal
+import socket as socketlib
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from parlschedctl import client  # noqa: E402
+
+PERIOD_S = 0.1
+TARGET = r"""
+import sys, threading, time
+def idle():
+    x = 0
+    while True:
+        for i in range(200): x += i
+        time.sleep(0.1)
+for _ in range(int(sys.argv[1]) - 1):
+    threading.Thread(target=idle, daemon=True).start()
+print("ready", flush=True)
+time.sleep(86400)
+"""
+
+
+def start_daemon(tmp: Path) -> tuple[subprocess.Popen, str]:
+    (tmp / "cfg.yaml").write_text(f"period_s: {PERIOD_S}\ndomain_period_s: 4.0\n")
+    sock = str(tmp / "ctl.sock")
+    proc = subprocess.Popen([sys.executable, "-m", "parlschedd", "--config", str(tmp / "cfg.yaml"), "--socket", sock,
+                             "--state-dir", str(tmp / "state"), "--log-level", "warning"],
+                            stderr=open(tmp / "daemon.log", "ab"))
+    for _ in range(300):
+        try:
+            client.request(sock, "ping")
+            return proc, sock
+        except client.Unreachable:
+            time.sleep(0.05)
+    raise RuntimeError("daemon did not start")
+
+
+def raw_request(sock: socketlib.socket, line: bytes) -> bytes:
+    sock.sendall(line)
+    data = bytearray()
+    while not data.endswith(b"\n"):
+        chunk = sock.recv(1 << 20)
+        if not chunk:
+            raise ConnectionError("daemon closed the connection")
+        data += chunk
+    return bytes(data)
+
+
+def client_proc(path: str, until: float, interval: float, max_requests: int, out: mp.Queue) -> None:
+    """One client: a persistent connection, status in a loop; latencies in seconds."""
+    lat: list[float] = []
+    errors = 0
+    s = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(path)
+    line = b'{"cmd":"status"}\n'
+    while time.monotonic() < until and len(lat) < max_requests:
+        t0 = time.perf_counter()
+        try:
+            reply = raw_request(s, line)
+        except (OSError, ConnectionError):
+            errors += 1
+            s.close()
+            s = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM)
+            s.settimeout(10)
+            s.connect(path)
+            continue
+        lat.append(time.perf_counter() - t0)
+        if not reply.startswith(b'{"ok":true'):
+            errors += 1
+        if interval:
+            time.sleep(interval)
+    s.close()
+    out.put((lat, errors))
+
+
+def probe_proc(path: str, pid: int, until: float, out: mp.Queue) -> None:
+    """Poll status of a tiny target back to back; record (t_before, t_after, periods)."""
+    s = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(path)
+    line = json.dumps({"cmd": "status", "pid": pid}).encode() + b"\n"
+    samples: list[tuple[float, float, int]] = []
+    last = -1
+    prev_t = time.perf_counter()
+    while time.monotonic() < until:
+        reply = json.loads(raw_request(s, line))
+        t = time.perf_counter()
+        periods = reply["daemon"]["loop"]["periods"]
+        if periods != last:
+            samples.append((prev_t, t, periods))
+            last = periods
+        prev_t = t
+    s.close()
+    out.put(samples)
+
+
+def jitter_from_samples(samples: list[tuple[float, float, int]]) -> dict:
+    """Tick estimates at bracket midpoints; periods = consecutive differences over
+    increments of exactly one period; skipped periods counted apart."""
+    est, brackets, deltas, multi = [], [], [], 0
+    for (lo, hi, n) in samples:
+        est.append(((lo + hi) / 2, n))
+        brackets.append(hi - lo)
+    for (t0, n0), (t1, n1) in zip(est[1:], est[2:]):  # est[0]: before the probe's first tick
+        if n1 - n0 == 1:
+            deltas.append(t1 - t0)
+        else:
+            multi += 1
+    d = np.array(deltas)
+    j = np.abs(d - PERIOD_S)
+    b = np.array(brackets[1:])
+    q = lambda a, p: float(np.percentile(a, p) * 1e3) if len(a) else float("nan")  # noqa: E731
+    return {"periods_observed": len(deltas), "multi_period_steps": multi,
+            "period_ms": {"p50": q(d, 50), "p1": q(d, 1), "p99": q(d, 99), "max": float(d.max() * 1e3) if len(d) else None},
+            "jitter_ms": {"p50": q(j, 50), "p99": q(j, 99), "max": float(j.max() * 1e3) if len(j) else None},
+            "bracket_ms": {"p50": q(b, 50), "p99": q(b, 99)}}
+
+
+def daemon_sample(pid: int) -> tuple[int, float]:
+    fds = len(os.listdir(f"/proc/{pid}/fd"))
+    rss = 0.0
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            rss = int(line.split()[1]) / 1024
+    return fds, rss
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=300.0, help="measured run length (default 300)")
+    ap.add_argument("--clients", type=int, default=50)
+    ap.add_argument("--interval", type=float, default=0.1, help="each client's sleep between requests (0: none)")
+    ap.add_argument("--max-requests", type=int, default=100_000, help="cap per client")
+    ap.add_argument("--targets", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=256, help="threads per target")
+    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "load.json")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("load.py: run as root (the daemon needs it)")
+    targets = [subprocess.Popen([sys.executable, "-c", TARGET, str(args.threads)], stdout=subprocess.PIPE, text=True)
+               for _ in range(args.targets)]
+    probe_target = subprocess.Popen(["sleep", "86400"])
+    for t in targets:
+        t.stdout.readline()
+    tmp = Path(tempfile.mkdtemp(prefix="parlsched-load-"))
+    daemon, sock = start_daemon(tmp)
+    try:
+        for t in targets:
+            client.request(sock, "attach", pid=t.pid, timeout=120)
+        client.request(sock, "attach", pid=probe_target.pid)
+        managed = sum(len(t["threads"]) for t in client.request(sock, "status", timeout=30)["targets"])
+        print(f"daemon {daemon.pid} manages {managed} threads; settling 3 s ...", file=sys.stderr, flush=True)
+        time.sleep(3.0)
+        fds0, rss0 = daemon_sample(daemon.pid)
+        s0 = client.request(sock, "status", pid=probe_target.pid)["daemon"]["loop"]
+        ctx = mp.get_context("fork")
+        q: mp.Queue = ctx.Queue()
+        start = time.monotonic()
+        until = start + args.seconds
+        procs = [ctx.Process(target=client_proc, args=(sock, until, args.interval, args.max_requests, q))
+                 for _ in range(args.clients)]
+        probe_q: mp.Queue = ctx.Queue()
+        probe = ctx.Process(target=probe_proc, args=(sock, probe_target.pid, until, probe_q))
+        for p in procs + [probe]:
+            p.start()
+        samples = []
+        while time.monotonic() < until:
+            fds, rss = daemon_sample(daemon.pid)
+            samples.append({"t_s": round(time.monotonic() - start, 2), "fds": fds, "rss_mib": round(rss, 2)})
+            time.sleep(1.0)
+        results = [q.get(timeout=120) for _ in procs]
+        probe_samples = probe_q.get(timeout=120)
+        for p in procs + [probe]:
+            p.join(30)
+        s1 = client.request(sock, "status", pid=probe_target.pid)["daemon"]["loop"]
+        fds1, rss1 = daemon_sample(daemon.pid)
+        alive = daemon.poll() is None
+        managed_end = sum(len(t["threads"]) for t in client.request(sock, "status", timeout=30)["targets"])
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(60)
+        for t in targets + [probe_target]:
+            t.kill()
+            t.wait()
+    lat = np.concatenate([np.array(r[0]) for r in results]) * 1e3
+    errors = sum(r[1] for r in results)
+    jit = jitter_from_samples(probe_samples)
+    elapsed = args.seconds
+    expected = elapsed / PERIOD_S
+    got = s1["periods"] - s0["periods"]
+    fd_series = [s["fds"] for s in samples]
+    rss_series = [s["rss_mib"] for s in samples]
+    # flat: the last third of the run is no higher than the first third plus a margin
+    third = max(1, len(samples) // 3)
+    fd_growth = max(fd_series[-third:]) - max(fd_series[:third])
+    rss_growth = float(np.mean(rss_series[-third:]) - np.mean(rss_series[:third]))
+    out = {
+        "benchmark": "load", "date": time.strftime("%Y-%m-%d %H:%M"),
+        "machine": {"node": socketlib.gethostname(), "cpus": os.cpu_count(), "kernel": platform.release(),
+                    "note": "shared 2-vCPU machine; other engineers ran jobs concurrently"},
+        "config": {"period_s": PERIOD_S, "seconds": args.seconds, "clients": args.clients, "interval_s": args.interval,
+                   "targets": args.targets, "threads_per_target": args.threads, "managed_threads": managed,
+                   "managed_threads_end": managed_end},
+        "loop": {"periods_expected": expected, "periods_counted": got,
+                 "work_mean_ms": s1["mean_ms"], "work_max_ms": s1["max_ms"], **jit},
+        "status_latency_ms": {"requests": int(len(lat)), "errors": errors,
+                              "p50": float(np.percentile(lat, 50)), "p99": float(np.percentile(lat, 99)),
+                              "max": float(lat.max()), "throughput_rps": len(lat) / elapsed},
+        "daemon": {"alive_at_end": alive, "fds_start": fds0, "fds_end": fds1, "fds_max": max(fd_series),
+                   "rss_mib_start": rss0, "rss_mib_end": rss1, "rss_mib_max": max(rss_series),
+                   "fd_growth_last_vs_first_third": fd_growth, "rss_growth_mib_last_vs_first_third": rss_growth},
+        "targets": {"jitter_p99_ms": PERIOD_S * 1e3 * 0.1, "status_p99_ms": 50.0},
+        "verdict": {
+            "jitter_p99_under_10pct": jit["jitter_ms"]["p99"] < PERIOD_S * 1e3 * 0.1,
+            "status_p99_under_50ms": float(np.percentile(lat, 99)) < 50.0,
+            "fds_flat": fd_growth <= 2, "rss_flat": rss_growth < 5.0,
+        },
+        "samples": samples,
+    }
+    rows = [
+        ("managed threads", f"{managed} -> {managed_end}"),
+        ("periods counted / expected", f"{got} / {expected:.0f} ({jit['multi_period_steps']} multi-period steps seen)"),
+        ("period work mean / max ms", f"{s1['mean_ms']:.2f} / {s1['max_ms']:.2f}"),
+        ("actual period p1 / p50 / p99 / max ms", "{p1:.2f} / {p50:.2f} / {p99:.2f} / {max:.2f}".format(**jit["period_ms"])),
+        ("jitter p50 / p99 / max ms", "{p50:.2f} / {p99:.2f} / {max:.2f}".format(**jit["jitter_ms"])),
+        ("probe bracket p50 / p99 ms", "{p50:.2f} / {p99:.2f}".format(**jit["bracket_ms"])),
+        ("status requests / errors", f"{len(lat)} / {errors}  ({len(lat) / elapsed:.0f} req/s)"),
+        ("status latency p50 / p99 / max ms", f"{np.percentile(lat, 50):.2f} / {np.percentile(lat, 99):.2f} / {lat.max():.2f}"),
+        ("daemon fds start / end / max", f"{fds0} / {fds1} / {max(fd_series)}"),
+        ("daemon RSS MiB start / end / max", f"{rss0:.1f} / {rss1:.1f} / {max(rss_series):.1f}"),
+        ("verdict", ", ".join(f"{k}={'yes' if v else 'NO'}" for k, v in out["verdict"].items())),
+    ]
+    table = "\n".join(["| measure | value |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows])
+    out["table"] = table
+    print(table)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"wrote {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
