@@ -1,0 +1,421 @@
+"""The paper's experiment (Table V, Tables VI-IX) scaled to this machine: real programs
+from the distribution under the plain kernel (A) and under parlschedd (B), interleaved
+A B A B, completion time (wall time of the command) as the figure.
+
+Matrix: workload {cpu: sysbench cpu, mem: sysbench memory} x availability
+{small: 4 app threads per usable CPU, medium: 2, large: 1} x CPU availability
+{uniform: nothing else, nonuniform: a busy loop pinned to CPU 0 for the whole run,
+timevarying: a busy loop pinned to CPU 0 that switches on and off every --toggle-s}.
+
+Per scenario: the gain of each A/B pair, 100 * (A - B) / A (positive: parlsched
+faster), reported as median and IQR and as mean +- std over the pairs, the medians of
+A and B, and the average per-thread speed (CPU share of the worker threads, from
+/proc/<pid>/task/*/schedstat deltas, measured the same way in A and B; for B also the
+daemon's own mean utility from its history). Writes a Markdown table to stdout,
+JSON to bench/results/scenarios[-TAG].json and, for one scenario of each CPU
+availability, a plot of the running average speed under parlschedd
+(bench/results/scenario-NAME.png).
+
+Run as root (the daemon pins threads):
+    .venv/bin/python bench/scenarios.py                      # the full matrix, 5 reps
+    .venv/bin/python bench/scenarios.py --quick --scenarios 'cpu-.*-nonuniform'
+    .venv/bin/python bench/scenarios.py --set learning.eps=0.3 --set learning.lambda=0.005 --tag tuned
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from harness import start_daemon  # noqa: E402
+
+from parlschedctl import client  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+AVAILABILITY = {"small": 4, "medium": 2, "large": 1}  # app threads per usable CPU
+CPU_AVAIL = ("uniform", "nonuniform", "timevarying")
+WORKLOADS = ("cpu", "mem")
+PLOTTED = {"uniform": "cpu-small-uniform", "nonuniform": "cpu-medium-nonuniform",
+           "timevarying": "cpu-medium-timevarying"}
+
+HOG = r"""
+import os, sys, time
+os.sched_setaffinity(0, {int(sys.argv[1])})
+toggle = float(sys.argv[2])
+while True:
+    end = time.monotonic() + (toggle if toggle > 0 else 1e9)
+    while time.monotonic() < end:
+        pass
+    if toggle > 0:
+        time.sleep(toggle)
+"""
+
+BASE_CONFIG = {
+    "period_s": 0.1,
+    "domain_period_s": 4.0,
+    "utility": "auto",
+    "history_periods": 2000,
+    "restore_on_exit": True,
+    "learning": {},
+}
+
+
+# ---------------------------------------------------------------- set-up
+
+def ensure_tools() -> None:
+    """Install sysbench (and stress-ng) from the distribution when missing."""
+    if shutil.which("sysbench") and shutil.which("stress-ng"):
+        return
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    cmd = ["apt-get", "install", "-y", "sysbench", "stress-ng"]
+    if subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode != 0:
+        subprocess.run(["apt-get", "update"], env=env, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+    if not shutil.which("sysbench"):
+        raise SystemExit("sysbench is not available and could not be installed")
+
+
+def yaml_text(cfg: dict) -> str:
+    lines = []
+    for k, v in cfg.items():
+        if isinstance(v, dict):
+            if v:
+                lines.append(f"{k}:")
+                lines.extend(f"  {kk}: {json.dumps(vv)}" for kk, vv in v.items())
+        else:
+            lines.append(f"{k}: {json.dumps(v)}")
+    return "\n".join(lines) + "\n"
+
+
+def apply_sets(cfg: dict, sets: list[str]) -> dict:
+    cfg = json.loads(json.dumps(cfg))
+    for item in sets:
+        key, _, raw = item.partition("=")
+        try:
+            val = json.loads(raw)
+        except json.JSONDecodeError:
+            val = raw
+        node = cfg
+        parts = key.split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = val
+    return cfg
+
+
+# ---------------------------------------------------------------- scenarios
+
+def usable_cpus() -> list[int]:
+    return sorted(os.sched_getaffinity(0))
+
+
+def scenario_matrix(scale: float) -> list[dict]:
+    ncpu = len(usable_cpus())
+    out = []
+    for wl in WORKLOADS:
+        for avail, per in AVAILABILITY.items():
+            for ca in CPU_AVAIL:
+                threads = per * ncpu
+                if wl == "cpu":
+                    events = int(8000 * scale)
+                    cmd = ["sysbench", "cpu", f"--threads={threads}", f"--events={events}", "--time=0",
+                           "--cpu-max-prime=20000", "run"]
+                else:
+                    total = max(4, int(40 * scale))
+                    cmd = ["sysbench", "memory", f"--threads={threads}", f"--memory-total-size={total}G",
+                           "--memory-block-size=64M", "--time=0", "run"]
+                out.append({"name": f"{wl}-{avail}-{ca}", "workload": wl, "availability": avail,
+                            "cpu_availability": ca, "threads": threads, "cmd": cmd})
+    return out
+
+
+def start_background(kind: str, toggle_s: float) -> subprocess.Popen | None:
+    if kind == "uniform":
+        return None
+    cpu0 = usable_cpus()[0]
+    toggle = toggle_s if kind == "timevarying" else 0.0
+    return subprocess.Popen([sys.executable, "-c", HOG, str(cpu0), str(toggle)])
+
+
+def stop(proc: subprocess.Popen | None) -> None:
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+# ---------------------------------------------------------------- measurement
+
+class TaskSampler(threading.Thread):
+    """Polls /proc/<pid>/task/*/schedstat; keeps first and last (time, cpu ns) per tid."""
+
+    def __init__(self, pid: int, interval: float = 0.1) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.interval = pid, interval
+        self.first: dict[int, tuple[float, int]] = {}
+        self.last: dict[int, tuple[float, int]] = {}
+        self.halt = threading.Event()
+
+    def sample(self) -> None:
+        now = time.monotonic()
+        try:
+            tids = os.listdir(f"/proc/{self.pid}/task")
+        except OSError:
+            return
+        for t in tids:
+            try:
+                with open(f"/proc/{self.pid}/task/{t}/schedstat") as f:
+                    ns = int(f.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+            tid = int(t)
+            self.first.setdefault(tid, (now, ns))
+            self.last[tid] = (now, ns)
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            self.sample()
+            self.halt.wait(self.interval)
+
+    def per_thread_speed(self) -> float | None:
+        """Mean CPU share (s of CPU per s) of the worker threads (not the main thread)."""
+        speeds = []
+        for tid, (t0, c0) in self.first.items():
+            if tid == self.pid:
+                continue
+            t1, c1 = self.last[tid]
+            if t1 - t0 >= 0.3:
+                speeds.append((c1 - c0) / 1e9 / (t1 - t0))
+        return statistics.fmean(speeds) if speeds else None
+
+
+class HistoryPoller(threading.Thread):
+    """Keeps the daemon's history of one target while it runs (the target vanishes at exit)."""
+
+    def __init__(self, sock: str, pid: int, interval: float = 0.5) -> None:
+        super().__init__(daemon=True)
+        self.sock, self.pid, self.interval = sock, pid, interval
+        self.samples: dict[float, dict] = {}
+        self.meta: dict = {}
+        self.halt = threading.Event()
+
+    def poll(self) -> None:
+        try:
+            h = client.request(self.sock, "history", pid=self.pid, last=30, timeout=5)
+        except (client.Unreachable, client.Refused):
+            return
+        self.meta = {k: v for k, v in h.items() if k != "samples"}
+        for s in h["samples"]:
+            self.samples[s["t"]] = s
+
+    def run(self) -> None:
+        while not self.halt.wait(self.interval):
+            self.poll()
+
+    def history(self) -> dict:
+        return {**self.meta, "samples": [self.samples[t] for t in sorted(self.samples)]}
+
+    def mean_utility(self) -> float | None:
+        """Mean over periods of the mean utility of the worker threads, in CPU share."""
+        vals = []
+        for s in self.samples.values():
+            us = [u for tid, u in zip(s["tids"], s["utility"]) if tid != self.pid and u is not None]
+            if us:
+                vals.append(statistics.fmean(us))
+        if not vals:
+            return None
+        scale = 1e9 if self.meta.get("counter_source") in ("perf:task-clock", "schedstat") else 1.0
+        return statistics.fmean(vals) / scale
+
+
+def run_once(sc: dict, mode: str, sock: str | None, toggle_s: float, keep_history: bool) -> dict:
+    bg = start_background(sc["cpu_availability"], toggle_s)
+    if bg is not None:
+        time.sleep(0.3)  # the hog runs before the workload starts
+    load = os.getloadavg()[0]
+    t0 = time.monotonic()
+    proc = subprocess.Popen(sc["cmd"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    poller = None
+    if mode == "B":
+        client.request(sock, "attach", pid=proc.pid, descendants=True)
+        poller = HistoryPoller(sock, proc.pid)
+        poller.start()
+    sampler = TaskSampler(proc.pid)
+    sampler.start()
+    rc = proc.wait()
+    wall = time.monotonic() - t0
+    sampler.halt.set()
+    sampler.join()
+    stop(bg)
+    rec = {"mode": mode, "wall_s": round(wall, 4), "rc": rc, "load1": round(load, 2),
+           "speed": sampler.per_thread_speed()}
+    if poller is not None:
+        poller.halt.set()
+        poller.join()
+        rec["daemon_utility"] = poller.mean_utility()
+        rec["periods"] = len(poller.samples)
+        if keep_history:
+            rec["history"] = poller.history()
+    return rec
+
+
+def q(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    k = (len(xs) - 1) * p
+    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def summarise(sc: dict, runs: list[dict]) -> dict:
+    a = [r["wall_s"] for r in runs if r["mode"] == "A"]
+    b = [r["wall_s"] for r in runs if r["mode"] == "B"]
+    gains = [100.0 * (x - y) / x for x, y in zip(a, b)]
+    sp = lambda m: [r["speed"] for r in runs if r["mode"] == m and r.get("speed") is not None]  # noqa: E731
+    du = [r["daemon_utility"] for r in runs if r.get("daemon_utility") is not None]
+    return {
+        "name": sc["name"], "workload": sc["workload"], "availability": sc["availability"],
+        "cpu_availability": sc["cpu_availability"], "threads": sc["threads"], "cmd": " ".join(sc["cmd"]),
+        "reps": len(gains),
+        "a_median_s": round(statistics.median(a), 4), "b_median_s": round(statistics.median(b), 4),
+        "gain_median_pct": round(statistics.median(gains), 2),
+        "gain_iqr_pct": [round(q(gains, 0.25), 2), round(q(gains, 0.75), 2)],
+        "gain_mean_pct": round(statistics.fmean(gains), 2),
+        "gain_std_pct": round(statistics.stdev(gains), 2) if len(gains) > 1 else 0.0,
+        "gain_of_medians_pct": round(100.0 * (statistics.median(a) - statistics.median(b)) / statistics.median(a), 2),
+        "speed_a": round(statistics.fmean(sp("A")), 3) if sp("A") else None,
+        "speed_b": round(statistics.fmean(sp("B")), 3) if sp("B") else None,
+        "daemon_utility_b": round(statistics.fmean(du), 3) if du else None,
+        "runs": [{k: v for k, v in r.items() if k != "history"} for r in runs],
+    }
+
+
+def markdown(rows: list[dict]) -> str:
+    out = ["| scenario | threads | kernel A median s | parlsched B median s | gain median % [IQR] | gain mean +- std % "
+           "| speed A | speed B (daemon) |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        du = f" ({r['daemon_utility_b']:.3f})" if r["daemon_utility_b"] is not None else ""
+        out.append(f"| {r['name']} | {r['threads']} | {r['a_median_s']:.3f} | {r['b_median_s']:.3f} "
+                   f"| {r['gain_median_pct']:+.1f} [{r['gain_iqr_pct'][0]:+.1f}, {r['gain_iqr_pct'][1]:+.1f}] "
+                   f"| {r['gain_mean_pct']:+.1f} +- {r['gain_std_pct']:.1f} "
+                   f"| {r['speed_a'] if r['speed_a'] is not None else '-'} "
+                   f"| {r['speed_b'] if r['speed_b'] is not None else '-'}{du} |")
+    return "\n".join(out)
+
+
+def verdict(rows: list[dict]) -> dict:
+    worst = min(rows, key=lambda r: r["gain_median_pct"])
+    loaded = [r["gain_median_pct"] for r in rows if r["cpu_availability"] != "uniform"]
+    mean_loaded = statistics.fmean(loaded) if loaded else None
+    return {
+        "worst_scenario": worst["name"], "worst_gain_median_pct": worst["gain_median_pct"],
+        "no_scenario_worse_than_2pct": worst["gain_median_pct"] >= -2.0,
+        "mean_gain_nonuniform_timevarying_pct": round(mean_loaded, 2) if mean_loaded is not None else None,
+        "mean_gain_target_5pct_met": mean_loaded is not None and mean_loaded >= 5.0,
+        "mean_gain_all_pct": round(statistics.fmean(r["gain_median_pct"] for r in rows), 2),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=5, help="A/B pairs per scenario (default 5)")
+    ap.add_argument("--scenarios", default=".*", help="regex on scenario names (e.g. 'cpu-.*-nonuniform')")
+    ap.add_argument("--quick", action="store_true", help="2 reps, half the work, no plots unless --plots")
+    ap.add_argument("--scale", type=float, default=None, help="work size factor (default 1, --quick 0.5)")
+    ap.add_argument("--toggle-s", type=float, default=1.0, help="on/off period of the time-varying hog")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="daemon config override, e.g. learning.eps=0.3 or period_s=0.05 (repeatable)")
+    ap.add_argument("--tag", default="", help="write bench/results/scenarios-TAG.json instead of scenarios.json")
+    ap.add_argument("--plots", action="store_true", help="draw plots even with --quick")
+    ap.add_argument("--no-plots", action="store_true")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("run as root: the daemon pins threads of the workload")
+    reps = args.reps if not args.quick or args.reps != 5 else 2
+    scale = args.scale if args.scale is not None else (0.5 if args.quick else 1.0)
+    plots = (not args.no_plots) and (args.plots or not args.quick)
+    ensure_tools()
+    pattern = re.compile(args.scenarios)
+    matrix = [s for s in scenario_matrix(scale) if pattern.search(s["name"])]
+    if not matrix:
+        raise SystemExit("no scenario matches " + args.scenarios)
+    cfg = apply_sets(BASE_CONFIG, args.set)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    started = dt.datetime.now(dt.timezone.utc)
+    load_start = os.getloadavg()
+    t_start = time.monotonic()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="parlsched-scen-") as tmp:
+        daemon, sock = start_daemon(Path(tmp), yaml_text(cfg), log=Path(tmp) / "daemon.log")
+        try:
+            for sc in matrix:
+                runs = []
+                for i in range(reps):
+                    for mode in ("A", "B"):
+                        keep = plots and mode == "B" and i == reps - 1 and sc["name"] in PLOTTED.values()
+                        runs.append(run_once(sc, mode, sock, args.toggle_s, keep))
+                        time.sleep(0.2)
+                row = summarise(sc, runs)
+                rows.append(row)
+                print(f"{sc['name']}: A {row['a_median_s']:.3f}s B {row['b_median_s']:.3f}s "
+                      f"gain {row['gain_median_pct']:+.1f}% [{row['gain_iqr_pct'][0]:+.1f}, {row['gain_iqr_pct'][1]:+.1f}] "
+                      f"load {statistics.fmean(r['load1'] for r in runs):.1f}", file=sys.stderr, flush=True)
+                for r in runs:
+                    if "history" in r and r["history"].get("samples"):
+                        from parlschedd.plots import plot_history
+                        out = RESULTS / f"scenario-{sc['name']}.png"
+                        plot_history(r["history"], out)
+                        print(f"wrote {out}", file=sys.stderr)
+        finally:
+            daemon.terminate()
+            try:
+                daemon.wait(10)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+    loads = [r["load1"] for row in rows for r in row["runs"]]
+    result = {
+        "benchmark": "scenarios", "date": started.isoformat(timespec="seconds"),
+        "machine": {"node": platform.node(), "cpus": usable_cpus(), "kernel": platform.release(),
+                    "cpu_model": _cpu_model()},
+        "load_average": {"at_start": [round(x, 2) for x in load_start], "at_end": [round(x, 2) for x in os.getloadavg()],
+                         "load1_mean_during_runs": round(statistics.fmean(loads), 2),
+                         "load1_min": min(loads), "load1_max": max(loads)},
+        "reps": reps, "scale": scale, "toggle_s": args.toggle_s, "quick": args.quick,
+        "daemon_config": cfg, "overrides": args.set, "duration_s": round(time.monotonic() - t_start, 1),
+        "verdict": verdict(rows), "scenarios": rows,
+    }
+    name = f"scenarios-{args.tag}.json" if args.tag else "scenarios.json"
+    (RESULTS / name).write_text(json.dumps(result, indent=1) + "\n")
+    print(markdown(rows))
+    print()
+    print(json.dumps(result["verdict"]), "load1 mean", result["load_average"]["load1_mean_during_runs"],
+          "duration", result["duration_s"], "s")
+
+
+def _cpu_model() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+if __name__ == "__main__":
+    main()
