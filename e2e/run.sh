@@ -42,7 +42,8 @@ fi
 
 log "building the wheel"
 rm -rf "$E2E_OUT/dist"
-timeout 300 "$E2E_PY" -m pip wheel -q --disable-pip-version-check --no-deps -w "$E2E_OUT/dist" "$repo"
+timeout 300 "$E2E_PY" -m pip wheel -q --disable-pip-version-check --no-deps -w "$E2E_OUT/dist" "$repo" \
+    > "$E2E_OUT/wheel.log" 2>&1 || { tail -30 "$E2E_OUT/wheel.log" >&2; exit 1; }
 wheel=$(ls "$E2E_OUT"/dist/parlsched-*.whl)
 
 if [ "$(cat "$E2E_ROOT/.parlsched-e2e-tree" 2>/dev/null)" != "$TREE_KEY" ]; then
