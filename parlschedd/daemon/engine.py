@@ -125,6 +125,16 @@ class Engine:
         log.info("detached", pid=pid, restored=restored)
         return restored
 
+    def rename(self) -> None:
+        """Re-read thread names (a child that execs changes its comm after adoption);
+        called at the rescan interval, not every period."""
+        for target in list(self.targets.values()):
+            for th in list(target.threads.values()):
+                try:
+                    th.name = procfs.comm(th.tid, self.proc_root)
+                except HostError:
+                    pass  # gone: the next period drops it
+
     def detach_all(self) -> int:
         return sum(self._release(t) for t in list(self.targets.values()))
 

@@ -148,6 +148,7 @@ class Daemon:
             started = time.perf_counter()
             if now >= next_rescan:
                 self._rescan(now)
+                self.engine.rename()
                 next_rescan = now + self.config.rescan_s
             self.engine.tick(now)
             if self._dirty:

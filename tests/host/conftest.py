@@ -30,9 +30,15 @@ class Worker:
                 self.stop.wait(0.01)
 
     def finish(self) -> None:
+        """Stop the thread and wait until the kernel has reaped it: join() returns when
+        Python is done with the thread, a little before the OS thread is gone."""
         self.stop.set()
         assert self.thread is not None
         self.thread.join(5)
+        task = Path(f"/proc/self/task/{self.tid}")
+        deadline = time.monotonic() + 5
+        while task.exists() and time.monotonic() < deadline:
+            time.sleep(0.001)
 
 
 @pytest.fixture

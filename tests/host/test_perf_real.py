@@ -52,6 +52,15 @@ def schedstat_ns(tid: int) -> int:
     return procfs.thread_schedstat(tid).run_ns
 
 
+def wait_for_cpu(tid: int, ns: float, timeout: float = 20.0) -> None:
+    """Sleep until thread ``tid`` has had ``ns`` of CPU in all: wall time is no measure
+    of CPU time on a loaded machine."""
+    deadline = time.monotonic() + timeout
+    while schedstat_ns(tid) < ns:
+        assert time.monotonic() < deadline, "the busy thread got no CPU"
+        time.sleep(0.02)
+
+
 def has_instructions() -> bool:
     try:
         with CounterSet(CounterSource.INSTRUCTIONS) as probe:
@@ -95,7 +104,7 @@ def test_task_clock_follows_cpu_time_of_real_threads(spawn: Callable[..., Worker
         for w in (busy, idle):
             counters.open(w.tid)
         before = {w.tid: (counters.read(w.tid), schedstat_ns(w.tid)) for w in (busy, idle)}
-        time.sleep(0.3)
+        wait_for_cpu(busy.tid, before[busy.tid][1] + 0.15e9)
         after = {w.tid: (counters.read(w.tid), schedstat_ns(w.tid)) for w in (busy, idle)}
     d_busy = after[busy.tid][0] - before[busy.tid][0]
     d_busy_sched = after[busy.tid][1] - before[busy.tid][1]
@@ -128,7 +137,7 @@ def test_instructions_group_with_stand_in_pmu(spawn: Callable[..., Worker]) -> N
         counters.open(busy.tid)
         assert fd_count() == start + 2  # leader + task-clock member
         a = counters.read_group(busy.tid)
-        time.sleep(0.2)
+        wait_for_cpu(busy.tid, schedstat_ns(busy.tid) + 0.1e9)
         b = counters.read_group(busy.tid)
         assert counters.read(busy.tid) >= b[0]
     assert fd_count() == start
