@@ -1,0 +1,273 @@
+"""Affinity and the Pinner on real threads (this host has CPUs 0 and 1)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from parlschedd.host import cgroups, procfs
+from parlschedd.host.affinity import Pinner, PinRecord, get_affinity, set_affinity
+from parlschedd.host.errors import AccessDenied, InvalidMask, ThreadGone
+from parlschedd.host.state import read_state, write_state
+
+from .conftest import Worker, fd_count
+
+CPUSET_ROOT = Path(cgroups.CGROUP_ROOT, "cpuset")
+
+
+class CpusetDir:
+    """A real v1 cpuset made for one test; its tasks go back to the root at the end."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.mkdir()
+        (path / "cpuset.mems").write_text((CPUSET_ROOT / "cpuset.mems").read_text())
+
+    def set_cpus(self, cpus: str) -> None:
+        (self.path / "cpuset.cpus").write_text(cpus)
+
+    def add(self, tid: int) -> None:
+        (self.path / "tasks").write_text(str(tid))
+
+    def remove(self) -> None:
+        for tid in (self.path / "tasks").read_text().split():
+            try:
+                (CPUSET_ROOT / "tasks").write_text(tid)
+            except ProcessLookupError:
+                pass
+        self.path.rmdir()
+
+
+@pytest.fixture
+def cpuset() -> Iterator[CpusetDir]:
+    """Skipped where there is no writable v1 cpuset hierarchy (this host has one)."""
+    if not os.access(CPUSET_ROOT / "cpuset.cpus", os.W_OK):
+        pytest.skip("no writable cgroup v1 cpuset hierarchy")
+    made = CpusetDir(CPUSET_ROOT / f"parlsched-test-{uuid.uuid4().hex[:8]}")
+    yield made
+    made.remove()
+
+ALL = frozenset(os.sched_getaffinity(0))
+pytestmark = pytest.mark.skipif(not {0, 1} <= ALL, reason="needs CPUs 0 and 1")
+
+unrestricted: Callable[[int], frozenset[int] | None] = lambda tid: None  # noqa: E731
+
+
+def adopted(pinner: Pinner, worker: Worker) -> int:
+    pinner.adopt(worker.tid, procfs.thread_start_time(worker.tid))
+    return worker.tid
+
+
+def test_get_and_set_affinity(spawn: Callable[..., Worker]) -> None:
+    worker = spawn(busy=False)
+    assert get_affinity(worker.tid) == ALL
+    set_affinity(worker.tid, {0})
+    assert os.sched_getaffinity(worker.tid) == {0}
+    assert os.sched_getaffinity(0) == ALL  # only that thread moved
+    with pytest.raises(InvalidMask):
+        set_affinity(worker.tid, {1000})  # no such CPU
+    worker.finish()
+    with pytest.raises(ThreadGone):
+        set_affinity(worker.tid, {0})
+    with pytest.raises(ThreadGone):
+        get_affinity(worker.tid)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become another user")
+def test_unprivileged_user_cannot_move_a_root_thread() -> None:
+    target = os.getpid()
+    child = os.fork()
+    if child == 0:  # exit code 0: refused as AccessDenied
+        try:
+            os.setresgid(65534, 65534, 65534)
+            os.setresuid(65534, 65534, 65534)
+            set_affinity(target, {0})
+        except AccessDenied:
+            os._exit(0)
+        except BaseException:
+            os._exit(2)
+        os._exit(1)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_pin_then_restore_exact_original(spawn: Callable[..., Worker]) -> None:
+    worker = spawn(busy=True)
+    set_affinity(worker.tid, {0, 1})
+    pinner = Pinner()
+    tid = adopted(pinner, worker)
+    assert pinner.pin(tid, frozenset({0})) is True
+    assert os.sched_getaffinity(tid) == {0}
+    assert pinner.records[tid] == PinRecord(pinner.records[tid].start_time, frozenset({0, 1}), frozenset({0}))
+    pinner.adopt(tid, pinner.records[tid].start_time)  # once per identity: original kept
+    assert pinner.records[tid].original == {0, 1}
+    pinner.restore(tid)
+    assert os.sched_getaffinity(tid) == {0, 1}
+    assert tid not in pinner.records
+    pinner.restore(tid)  # not adopted any more: nothing to do
+
+
+def test_pin_skips_the_syscall_when_the_mask_is_unchanged(spawn: Callable[..., Worker]) -> None:
+    worker = spawn(busy=False)
+    pinner = Pinner(allowed=unrestricted)
+    tid = adopted(pinner, worker)
+    assert pinner.pin(tid, frozenset({1})) is True
+    os.sched_setaffinity(tid, {0})  # someone else moves it; a syscall would undo this
+    assert pinner.pin(tid, frozenset({1})) is False
+    assert os.sched_getaffinity(tid) == {0}
+    assert pinner.pin(tid, ALL) is True  # back to the original mask is a change too
+
+
+def test_pin_to_cpus_outside_every_cpuset(spawn: Callable[..., Worker]) -> None:
+    worker = spawn(busy=False)
+    pinner = Pinner()
+    tid = adopted(pinner, worker)
+    with pytest.raises(InvalidMask):
+        pinner.pin(tid, frozenset({1000}))
+    assert os.sched_getaffinity(tid) == ALL
+    assert pinner.records[tid].current == ALL
+    with pytest.raises(KeyError):
+        pinner.pin(os.getpid(), frozenset({0}))  # never adopted
+
+
+def test_the_kernel_drops_cpus_outside_the_cpuset(spawn: Callable[..., Worker]) -> None:
+    worker = spawn(busy=False)
+    pinner = Pinner()
+    tid = adopted(pinner, worker)
+    assert pinner.pin(tid, frozenset({0, 1000})) is True  # CPU 1000 is in no cpuset
+    assert os.sched_getaffinity(tid) == {0}
+
+
+def test_pin_inside_a_real_cpuset(spawn: Callable[..., Worker], cpuset: CpusetDir) -> None:
+    worker = spawn(busy=False)
+    cpuset.set_cpus("1")
+    cpuset.add(worker.tid)
+    assert cgroups.task_cpus(worker.tid) == frozenset({1})
+    pinner = Pinner()
+    tid = adopted(pinner, worker)
+    assert pinner.records[tid].original == {1}
+    with pytest.raises(InvalidMask):
+        pinner.pin(tid, frozenset({0}))
+    assert os.sched_getaffinity(tid) == {1}
+    assert pinner.pin(tid, ALL) is True
+    assert os.sched_getaffinity(tid) == {1}  # the kernel keeps it inside the cpuset
+
+
+def test_restore_after_the_cpuset_shrank(spawn: Callable[..., Worker], cpuset: CpusetDir) -> None:
+    worker = spawn(busy=False)
+    cpuset.set_cpus("0-1")
+    cpuset.add(worker.tid)
+    os.sched_setaffinity(worker.tid, {0})
+    pinner = Pinner()
+    tid = adopted(pinner, worker)
+    pinner.pin(tid, frozenset({1}))
+    cpuset.set_cpus("1")  # the original CPU 0 is no longer allowed
+    report = pinner.restore_all()
+    assert report.restored == (tid,)
+    assert os.sched_getaffinity(tid) == {1}  # widened to the whole cpuset
+
+
+def test_no_fd_left_behind(spawn: Callable[..., Worker]) -> None:
+    workers = [spawn(busy=False) for _ in range(20)]
+    start = fd_count()
+    pinner = Pinner()
+    for w in workers:
+        adopted(pinner, w)
+        pinner.pin(w.tid, frozenset({0}))
+    workers[0].finish()
+    with pytest.raises(ThreadGone):
+        pinner.pin(workers[0].tid, frozenset({1}))
+    pinner.forget(workers[1].tid)
+    report = pinner.restore_all()
+    assert len(report.restored) == 18
+    assert fd_count() == start
+
+
+def test_thread_exiting_between_adopt_and_pin(spawn: Callable[..., Worker]) -> None:
+    worker = spawn(busy=False)
+    pinner = Pinner()
+    tid = adopted(pinner, worker)
+    worker.finish()
+    with pytest.raises(ThreadGone):
+        pinner.pin(tid, frozenset({0}))
+    assert tid not in pinner.records
+
+
+def test_adopt_refuses_a_stale_identity(spawn: Callable[..., Worker]) -> None:
+    worker = spawn(busy=False)
+    pinner = Pinner()
+    with pytest.raises(ThreadGone):
+        pinner.adopt(worker.tid, procfs.thread_start_time(worker.tid) - 1)
+    assert worker.tid not in pinner.records
+
+
+def test_restart_restores_from_another_pinners_state(spawn: Callable[..., Worker], tmp_path: Path) -> None:
+    keep, leave = spawn(busy=False), spawn(busy=False)
+    state = tmp_path / "pinner.json"
+    first = Pinner()
+    for w in (keep, leave):
+        adopted(first, w)
+        first.pin(w.tid, frozenset({0}))
+    write_state(state, first.to_json())
+    leave.finish()
+    del first  # the daemon was killed; a new one starts
+
+    second = Pinner.from_json(read_state(state) or {})
+    assert set(second.records) == {keep.tid, leave.tid}
+    report = second.restore_all()
+    assert report.restored == (keep.tid,) and report.gone == (leave.tid,) and report.failed == ()
+    assert os.sched_getaffinity(keep.tid) == ALL
+    assert second.records == {}
+
+
+def test_restore_after_a_crash_between_pin_and_state_write(spawn: Callable[..., Worker]) -> None:
+    worker = spawn(busy=False)
+    first = Pinner()
+    tid = adopted(first, worker)
+    saved = first.to_json()  # written before the pin; the pin never reached the file
+    first.pin(tid, frozenset({1}))
+    Pinner.from_json(saved).restore(tid)
+    assert os.sched_getaffinity(tid) == ALL
+
+
+def test_a_reused_tid_is_never_touched(spawn: Callable[..., Worker]) -> None:
+    stranger = spawn(busy=False)
+    os.sched_setaffinity(stranger.tid, {1})
+    start = procfs.thread_start_time(stranger.tid)
+    # A state file from before a restart: the same tid, but it named an older thread.
+    old = {"version": 1, "threads": {str(stranger.tid): {"start_time": start - 5, "original": "0", "current": "1"}}}
+    pinner = Pinner.from_json(old)
+    with pytest.raises(ThreadGone):
+        pinner.pin(stranger.tid, frozenset({0}))
+    pinner = Pinner.from_json(old)
+    assert pinner.restore_all().gone == (stranger.tid,)
+    assert os.sched_getaffinity(stranger.tid) == {1}
+
+
+def test_restore_when_the_original_left_the_cpuset(spawn: Callable[..., Worker]) -> None:
+    widened, stuck = spawn(busy=False), spawn(busy=False)
+    records = {
+        w.tid: PinRecord(procfs.thread_start_time(w.tid), frozenset({1000}), frozenset({0}))
+        for w in (widened, stuck)
+    }
+    for w in (widened, stuck):
+        os.sched_setaffinity(w.tid, {0})
+    report = Pinner(records={widened.tid: records[widened.tid]}, allowed=lambda t: ALL).restore_all()
+    assert report.restored == (widened.tid,)
+    assert os.sched_getaffinity(widened.tid) == ALL
+    report = Pinner(records={stuck.tid: records[stuck.tid]}, allowed=unrestricted).restore_all()
+    assert [tid for tid, _ in report.failed] == [stuck.tid]
+    assert "sched_setaffinity" in report.failed[0][1]
+
+
+def test_state_round_trip() -> None:
+    records = {7: PinRecord(123, frozenset({0, 1, 2, 5}), frozenset({2}))}
+    data = Pinner(records=records).to_json()
+    assert data == {"version": 1, "threads": {"7": {"start_time": 123, "original": "0-2,5", "current": "2"}}}
+    assert Pinner.from_json(data).records == records
+    with pytest.raises(ValueError):
+        Pinner.from_json({"version": 99, "threads": {}})

@@ -1,0 +1,39 @@
+"""Atomic state files."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from parlschedd.host.state import read_state, write_state
+
+
+def test_round_trip_private_and_no_leftovers(tmp_path: Path) -> None:
+    path = tmp_path / "pinner.json"
+    write_state(path, {"version": 1, "threads": {"5": {"start_time": 9}}})
+    write_state(path, {"version": 1, "threads": {}})
+    assert read_state(path) == {"version": 1, "threads": {}}
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert [p.name for p in tmp_path.iterdir()] == ["pinner.json"]
+
+
+def test_missing_file_is_no_state(tmp_path: Path) -> None:
+    assert read_state(tmp_path / "absent.json") is None
+
+
+def test_a_failed_write_keeps_the_old_file(tmp_path: Path) -> None:
+    path = tmp_path / "pinner.json"
+    write_state(path, {"ok": True})
+    with pytest.raises(TypeError):
+        write_state(path, {"bad": object()})
+    assert read_state(path) == {"ok": True}
+    assert [p.name for p in tmp_path.iterdir()] == ["pinner.json"]
+
+
+def test_not_an_object(tmp_path: Path) -> None:
+    path = tmp_path / "list.json"
+    path.write_text("[1, 2]")
+    with pytest.raises(ValueError):
+        read_state(path)
