@@ -1,8 +1,270 @@
-"""`parlschedctl model ...`: the energy-time model commands (placeholder until issue 4)."""
+"""`parlschedctl model ...`: fit, query and validate the energy-time model (issue 4).
+
+Thin: each command parses, calls parlschedd.energy, and prints. Exit codes: 0 success,
+1 failure (one message on stderr saying what and where), 2 usage error. Progress of long
+work goes to stderr only when it is a terminal and --json is not given.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import click
+import numpy as np
+
+from parlschedd.energy.baseline import BaselineModel
+from parlschedd.energy.cluster import ClusterError, load_cluster
+from parlschedd.energy.estimator import EnergyTimeModel
+from parlschedd.energy.fitting import METHODS, Problem, leave_one_out
+from parlschedd.energy.measure import POWERCAP_ROOT, MeasureError, measure, rapl_zones
+from parlschedd.energy.measurements import MeasurementsError, load_measurements, write_measurements
+from parlschedd.energy.metrics import OBJECTIVES, nrmse, objective, relative_errors
+from parlschedd.energy.model import MASTER_POWER, SUBPOP_SIZES
+from parlschedd.energy.store import ParamsError, load_params, params_document, save_params
+
+FAILURES = (ClusterError, MeasurementsError, ParamsError, MeasureError, ValueError, OSError)
+
+
+class NspRange(click.ParamType):
+    """NSp values: ``1-32``, ``8`` or a comma list of both, e.g. ``1,2,4-8``."""
+
+    name = "NSP"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[int, ...]:
+        if isinstance(value, tuple):
+            return value
+        found: set[int] = set()
+        for part in str(value).split(","):
+            low, _, high = part.strip().partition("-")
+            try:
+                a, b = int(low), int(high or low)
+            except ValueError:
+                self.fail(f"{part!r} is not N or N-M (e.g. 1-32)", param, ctx)
+            if a < 1 or b < a:
+                self.fail(f"{part!r}: need 1 <= N <= M", param, ctx)
+            found.update(range(a, b + 1))
+        return tuple(sorted(found))
+
+
+NSP = NspRange()
+
+
+def fails_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Library errors become one line on stderr and exit 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except FAILURES as exc:
+            click.echo(f"parlschedctl model: {exc}", err=True)
+            sys.exit(1)
+
+    return wrapper
+
+
+def progress_printer(label: str, quiet: bool) -> Callable[[int, int], None] | None:
+    if quiet or not sys.stderr.isatty():
+        return None
+
+    def show(done: int, total: int) -> None:
+        click.echo(f"\r{label} {done}/{total}", err=True, nl=done == total)
+
+    return show
+
+
+def _floats(a: np.ndarray) -> list[float | None]:
+    return [None if np.isnan(v) else round(float(v), 6) for v in a]
+
+
+def _emit(as_json: bool, document: dict[str, Any], text: str) -> None:
+    click.echo(json.dumps(document, indent=2) if as_json else text)
 
 
 @click.group()
 def model() -> None:
     """Fit, validate and query the energy-time model of a distributed GA."""
+
+
+@model.command()
+@click.option("--cluster", "cluster_path", required=True, type=click.Path(dir_okay=False),
+              help="Cluster description (YAML).")
+@click.option("--data", "data_path", required=True, type=click.Path(dir_okay=False), help="Measurements (CSV).")
+@click.option("--method", type=click.Choice(METHODS), default="de", show_default=True,
+              help="de: differential evolution (fast); ga: the paper's two-phase GA.")
+@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Independent fits; the best is kept (the paper uses 20).")
+@click.option("--seed", type=int, default=None, help="Seed for reproducible fits.")
+@click.option("--rounding", type=click.Choice(SUBPOP_SIZES), default="floor", show_default=True,
+              help="How N / NSp is rounded to a subpopulation size.")
+@click.option("--master-power", type=click.Choice(MASTER_POWER), default="migration", show_default=True,
+              help="migration: the paper's eq. 7; whole-run: master and switch powered all the time.")
+@click.option("--loo", is_flag=True, help="Also leave-one-out errors (one more fit per configuration).")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), help="Write the parameters (JSON).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@fails_cleanly
+def fit(cluster_path: str, data_path: str, method: str, repeat: int, seed: int | None, rounding: str,
+        master_power: str, loo: bool, out_path: str | None, as_json: bool) -> None:
+    """Fit the proposed model and the baseline to measured runs."""
+    cluster, m = load_cluster(cluster_path), load_measurements(data_path)
+    energy = m.energy_wh if m.has_energy else None
+    if energy is None:
+        click.echo(f"parlschedctl model: {data_path}: energy not measured for every NSp; fitting time only",
+                   err=True)
+    est = EnergyTimeModel(cluster, method, repeat, seed, rounding, master_power)
+    est.fit(m.nsp, m.time_s, energy, progress=progress_printer("fit", as_json))
+    base = BaselineModel(cluster, rounding).fit(m.nsp, m.time_s, energy)
+    bt, be = base.predict(m.nsp)
+    reps = est.repetitions_.fits
+    summary: dict[str, Any] = {
+        "data": str(data_path),
+        "nrmse": {"time": est.nrmse_time_, "energy": _floats(np.array([est.nrmse_energy_]))[0]},
+        "nrmse_mean": {"time": float(np.mean([f.nrmse_time for f in reps])),
+                       "energy": _floats(np.array([np.mean([f.nrmse_energy for f in reps])]))[0]},
+        "baseline_nrmse": {"time": float(nrmse(bt, m.time_s)),
+                           "energy": None if energy is None else float(nrmse(be, energy))},
+        "fit_seconds": round(sum(f.seconds for f in reps), 3),
+    }
+    if loo:
+        problem = Problem.from_measurements(cluster, m, rounding=rounding, master_power=master_power)
+        out = leave_one_out(problem, method, seed, progress=progress_printer("leave-one-out", as_json))
+        summary["leave_one_out"] = {"nrmse_time": out.nrmse_time, "nrmse_energy": _floats(np.array([out.nrmse_energy]))[0],
+                                    "time_s": _floats(out.time_s), "energy_wh": _floats(out.energy_wh)}
+    document = params_document(cluster, est, base, {"fit": summary})
+    if out_path:
+        save_params(out_path, document)
+    _emit(as_json, document, _fit_text(est, summary, out_path))
+
+
+def _fit_text(est: EnergyTimeModel, s: dict[str, Any], out_path: str | None) -> str:
+    lines = [f"{'parameter':<22} {'value':>14} {'RSD %':>8}"]
+    for name, value in est.parameters().items():
+        r = est.rsd_.get(name, float("nan"))
+        lines.append(f"{name:<22} {value:>14.6g} {r:>8.1f}" if est.repeat > 1 else f"{name:<22} {value:>14.6g}")
+
+    def pair(d: dict[str, Any]) -> str:
+        e = "n/a" if d["energy"] is None else f"{d['energy']:.3f}"
+        return f"time {d['time']:.3f}, energy {e}"
+
+    lines += ["", f"NRMSE best of {est.repeat} ({est.method}): {pair(s['nrmse'])}",
+              f"NRMSE mean of {est.repeat}:          {pair(s['nrmse_mean'])}",
+              f"baseline (eq. 5) NRMSE:     {pair(s['baseline_nrmse'])}"]
+    if "leave_one_out" in s:
+        lo = s["leave_one_out"]
+        lines.append(f"leave-one-out NRMSE:        {pair({'time': lo['nrmse_time'], 'energy': lo['nrmse_energy']})}")
+    lines.append(f"fitted in {s['fit_seconds']:.1f} s" + (f"; wrote {out_path}" if out_path else ""))
+    return "\n".join(lines)
+
+
+@model.command()
+@click.option("--params", "params_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--nsp", type=NSP, default=None, help="NSp values (default: the cluster's run.subpopulations).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@fails_cleanly
+def predict(params_path: str, nsp: tuple[int, ...] | None, as_json: bool) -> None:
+    """Predicted runtime and energy per NSp."""
+    fitted = load_params(params_path)
+    ks = np.array(nsp or range(fitted.cluster.run.subpopulations[0], fitted.cluster.run.subpopulations[1] + 1))
+    t, e = fitted.model.predict(ks)
+    rows = [{"nsp": int(k), "time_s": a, "energy_wh": b} for k, a, b in zip(ks, _floats(t), _floats(e), strict=True)]
+    text = "\n".join([f"{'nsp':>4} {'time_s':>10} {'energy_wh':>10}"]
+                     + [f"{r['nsp']:>4} {r['time_s']:>10.2f} {_cell(r['energy_wh'])}" for r in rows])
+    _emit(as_json, {"predictions": rows}, text)
+
+
+def _cell(x: float | None) -> str:
+    return f"{'n/a':>10}" if x is None else f"{x:>10.3f}"
+
+
+@model.command()
+@click.option("--params", "params_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--data", "data_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@fails_cleanly
+def validate(params_path: str, data_path: str, as_json: bool) -> None:
+    """NRMSE of time and energy against measurements, and per-NSp relative errors."""
+    fitted, m = load_params(params_path), load_measurements(data_path)
+    models = {"proposed": fitted.model.predict(m.nsp), "baseline": fitted.baseline.predict(m.nsp)}
+    if m.baseline_time_s is not None:
+        stored_e = m.baseline_energy_wh if m.baseline_energy_wh is not None else np.full(len(m.nsp), np.nan)
+        models["baseline_stored"] = (m.baseline_time_s, stored_e)
+    doc: dict[str, Any] = {"data": data_path, "models": {}}
+    for name, (t, e) in models.items():
+        ok_e = m.has_energy and np.all(np.isfinite(e))
+        doc["models"][name] = {
+            "nrmse_time": float(nrmse(t, m.time_s)),
+            "nrmse_energy": float(nrmse(e, m.energy_wh)) if ok_e else None,
+            "per_nsp": [{"nsp": int(k), "time_rel_error": a, "energy_rel_error": b} for k, a, b in
+                        zip(m.nsp, _floats(relative_errors(t, m.time_s)), _floats(relative_errors(e, m.energy_wh)),
+                            strict=True)]}
+    lines = [f"{'model':<16} {'NRMSE time':>11} {'NRMSE energy':>13}"]
+    for name, r in doc["models"].items():
+        lines.append(f"{name:<16} {r['nrmse_time']:>11.3f} {_cell(r['nrmse_energy']):>13}")
+    p = doc["models"]["proposed"]["per_nsp"]
+    worst = max(p, key=lambda r: abs(r["time_rel_error"]))
+    lines.append(f"proposed: largest runtime error {worst['time_rel_error'] * 100:+.1f}% at nsp={worst['nsp']}")
+    _emit(as_json, doc, "\n".join(lines))
+
+
+@model.command()
+@click.option("--params", "params_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--data", "data_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="PNG file to write.")
+@fails_cleanly
+def plot(params_path: str, data_path: str, out_path: str) -> None:
+    """Measured vs predicted runtime and energy for both models (the paper's Figure 3)."""
+    from parlschedd.energy.plot import figure3  # matplotlib is slow to import; only here
+
+    fitted, m = load_params(params_path), load_measurements(data_path)
+    figure3(out_path, m, fitted.model.predict(m.nsp), fitted.baseline.predict(m.nsp),
+            title=f"{Path(data_path).name}: proposed model (NRMSE time {fitted.model.nrmse_time_:.3f}) vs baseline")
+    click.echo(f"wrote {out_path}")
+
+
+@model.command()
+@click.option("--params", "params_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--objective", "goal", type=click.Choice(OBJECTIVES), default="time", show_default=True,
+              help="Minimise runtime, energy, or the energy-delay product.")
+@click.option("--nsp", type=NSP, default=None, help="Candidates (default: the cluster's run.subpopulations).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@fails_cleanly
+def recommend(params_path: str, goal: str, nsp: tuple[int, ...] | None, as_json: bool) -> None:
+    """The NSp with the best predicted runtime, energy or energy-delay product."""
+    fitted = load_params(params_path)
+    lo, hi = fitted.cluster.run.subpopulations
+    ks = np.array(nsp or range(lo, hi + 1))
+    t, e = fitted.model.predict(ks)
+    if goal != "time" and np.all(np.isnan(e)):
+        raise ValueError(f"{params_path}: fitted without energies; only --objective time is possible")
+    best = int(np.nanargmin(objective(goal, t, e)))
+    doc = {"objective": goal, "nsp": int(ks[best]), "time_s": float(t[best]), "energy_wh": _floats(e[best:best + 1])[0]}
+    energy_text = "" if doc["energy_wh"] is None else f", {doc['energy_wh']:.2f} Wh"
+    _emit(as_json, doc, f"best nsp for {goal}: {doc['nsp']} (predicted {doc['time_s']:.1f} s{energy_text})")
+
+
+@model.command("measure", context_settings={"ignore_unknown_options": True})
+@click.option("--nsp", type=NSP, required=True, help="Configurations to run, e.g. 1-32.")
+@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="CSV to write.")
+@click.option("--powercap-root", type=click.Path(file_okay=False), default=str(POWERCAP_ROOT),
+              show_default=True, help="Where RAPL's powercap zones live.")
+@click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
+@fails_cleanly
+def measure_cmd(nsp: tuple[int, ...], repeat: int, out_path: str, powercap_root: str, cmd: tuple[str, ...]) -> None:
+    """Run CMD for every NSp ({nsp} in CMD is replaced) and record time and energy."""
+    if not any("{nsp}" in a for a in cmd):
+        click.echo("parlschedctl model: note: CMD has no {nsp}; every configuration runs the same command",
+                   err=True)
+    zones = rapl_zones(Path(powercap_root))
+    if not zones:
+        click.echo(f"parlschedctl model: no readable RAPL zones under {powercap_root}; energy left empty "
+                   "(time-only fitting still works)", err=True)
+    times, energies = measure(cmd, nsp, repeat, zones, progress_printer("run", False))
+    write_measurements(out_path, np.array(nsp), times, energies)
+    click.echo(f"wrote {out_path}: {len(nsp)} configurations x {repeat}")
+

@@ -6,12 +6,12 @@ receives the next one. Run for NSp subpopulations, this gives each device's coun
 NSp_ij and T_evo, the largest accumulated time (the last row of L).
 
 The simulation is vectorised over any leading batch shape (parameter sets times
-configurations): L is held as two arrays in list order, the accumulated times and the
-device ids, and each of the at most max(NSp) steps adds T1 to column 0 of every batch
-row still distributing and re-sorts each row stably, exactly as lines 4-12 do. Ties
-therefore resolve as in the paper's list: the device that just received work stays
-ahead of devices with the same accumulated time, and at the start devices are taken
-in cluster order.
+configurations). Instead of re-sorting L at every step, it uses what the stable sort
+implies: the first row of L is the device with the least accumulated time and, among
+devices tied on that time, the one that received work most recently (the stable sort
+keeps the device just updated ahead of its equals), and among devices that never
+received work, the first in cluster order. Rows are processed longest-NSp first so the
+rows still distributing at a step are a prefix of the batch.
 """
 
 from __future__ import annotations
@@ -31,17 +31,20 @@ def distribute(t1: np.ndarray, nsp: np.ndarray | int) -> tuple[np.ndarray, np.nd
     nsp = np.broadcast_to(np.asarray(nsp), batch).reshape(-1)
     if np.any(nsp < 0):
         raise ValueError("the number of subpopulations must be >= 0")
-    flat = t1.reshape(-1, devices)
-    rows = np.arange(flat.shape[0])
-    order = np.tile(np.arange(devices), (flat.shape[0], 1))  # device id at each list position
-    total = np.zeros_like(flat)  # accumulated time at each list position
+    by_nsp = np.argsort(-nsp, kind="stable")
+    flat = t1.reshape(-1, devices)[by_nsp]
+    remaining = nsp[by_nsp]
+    total = np.zeros_like(flat)
     counts = np.zeros(flat.shape, dtype=np.int64)
-    for step in range(int(nsp.max(initial=0))):
-        active = step < nsp
-        first = order[:, 0]
-        total[:, 0] += np.where(active, flat[rows, first], 0.0)
-        counts[rows, first] += active
-        resort = np.argsort(total, axis=1, kind="stable")
-        total = np.take_along_axis(total, resort, axis=1)
-        order = np.take_along_axis(order, resort, axis=1)
-    return total[:, -1].reshape(batch), counts.reshape(*batch, devices)
+    last = np.full(flat.shape, -1)  # step at which each device last received work
+    for step in range(int(remaining.max(initial=0))):
+        n = int(np.count_nonzero(remaining > step))
+        tot = total[:n]
+        tied = tot == tot.min(axis=1, keepdims=True)
+        pick = np.argmax(np.where(tied, last[:n], -2), axis=1)
+        rows = np.arange(n)
+        tot[rows, pick] += flat[rows, pick]
+        counts[rows, pick] += 1
+        last[rows, pick] = step
+    unsort = np.argsort(by_nsp)
+    return total.max(axis=1)[unsort].reshape(batch), counts[unsort].reshape(*batch, devices)

@@ -1,0 +1,129 @@
+"""The proposed model as a scikit-learn-like estimator.
+
+    model = EnergyTimeModel(cluster, method="de", repeat=20, random_state=1)
+    model.fit(nsp, time_s, energy_wh)      # validates, learns attributes ending in _
+    time_s, energy_wh = model.predict(np.arange(1, 33))
+
+``__init__`` only stores its arguments; ``fit`` runs the two-phase fitting of
+fitting.py ``repeat`` times and keeps the best repetition (closest to (0, 0) in
+(NRMSE_T, NRMSE_E)), with the RSD of every parameter (eq. 17) over the repetitions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from parlschedd.energy.cluster import Cluster
+from parlschedd.energy.fitting import METHODS, Fit, Problem, Progress, fit_repeated, predict
+from parlschedd.energy.model import MASTER_POWER, SUBPOP_SIZES, EnergyParams, TimeParams
+
+
+def parameter_names(cluster: Cluster, with_energy: bool = True) -> list[str]:
+    """Names of c_TW (eq. 8) then c_E (eq. 9), e.g. ``W[node1.gpu]``, ``Pow_master``."""
+    labels = cluster.device_labels
+    names = [f"W[{d}]" for d in labels] + ["T_com", "T_master"]
+    if with_energy:
+        names += [f"Pow[{d}]" for d in labels] + [f"Powidle[{d}]" for d in labels] + ["Pow_master", "Pow_switch"]
+    return names
+
+
+class EnergyTimeModel:
+    """Runtime and energy of a distributed multi-population GA per NSp (eqs. 1-7)."""
+
+    def __init__(self, cluster: Cluster, method: str = "de", repeat: int = 1, random_state: int | None = None,
+                 rounding: str = "floor", master_power: str = "migration") -> None:
+        self.cluster = cluster
+        self.method = method
+        self.repeat = repeat
+        self.random_state = random_state
+        self.rounding = rounding
+        self.master_power = master_power
+
+    def _check_options(self) -> None:
+        for name, value, allowed in (("method", self.method, METHODS), ("rounding", self.rounding, SUBPOP_SIZES),
+                                     ("master_power", self.master_power, MASTER_POWER)):
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+        if not isinstance(self.repeat, int) or self.repeat < 1:
+            raise ValueError(f"repeat must be an integer >= 1, got {self.repeat!r}")
+
+    def fit(self, nsp: np.ndarray, time_s: np.ndarray, energy_wh: np.ndarray | None = None,
+            progress: Progress | None = None) -> EnergyTimeModel:
+        """Fit to measured means; ``energy_wh`` None (or any NaN) fits time only."""
+        self._check_options()
+        nsp, time_s = np.asarray(nsp), np.asarray(time_s, dtype=float)
+        if nsp.ndim != 1 or nsp.shape != time_s.shape or len(nsp) < 2:
+            raise ValueError("nsp and time_s must be 1-D arrays of the same length >= 2")
+        if np.any(nsp < 1) or np.any(time_s <= 0):
+            raise ValueError("nsp must be >= 1 and runtimes > 0")
+        if energy_wh is not None:
+            energy_wh = np.asarray(energy_wh, dtype=float)
+            if energy_wh.shape != nsp.shape:
+                raise ValueError("energy_wh must have the shape of nsp")
+            energy_wh = energy_wh if np.all(np.isfinite(energy_wh)) else None
+        self.problem_ = Problem(self.cluster, nsp, time_s, energy_wh, self.rounding, self.master_power)
+        self.repetitions_ = fit_repeated(self.problem_, self.method, self.repeat, self.random_state, progress)
+        best = self.repetitions_.fits[self.repetitions_.best]
+        self._set_best(best)
+        names = parameter_names(self.cluster, best.energy_params is not None)
+        self.rsd_ = dict(zip(names, self.repetitions_.rsd.tolist(), strict=True))
+        return self
+
+    def _set_best(self, best: Fit) -> None:
+        self.fit_ = best
+        self.time_params_, self.energy_params_ = best.time_params, best.energy_params
+        self.nrmse_time_, self.nrmse_energy_ = best.nrmse_time, best.nrmse_energy
+
+    def predict(self, nsp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Predicted runtime (s) and energy (Wh; NaN if fitted on time only) per NSp."""
+        if not hasattr(self, "fit_"):
+            raise RuntimeError("EnergyTimeModel is not fitted; call fit() first")
+        nsp = np.asarray(nsp)
+        if nsp.ndim != 1 or np.any(nsp < 1):
+            raise ValueError("nsp must be a 1-D array of integers >= 1")
+        return predict(self.problem_, self.fit_, nsp)
+
+    def parameters(self) -> dict[str, float]:
+        """The fitted parameters by name (eqs. 8 and 9)."""
+        names = parameter_names(self.cluster, self.energy_params_ is not None)
+        return dict(zip(names, self.fit_.vector.tolist(), strict=True))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready parameters and fit summary (``from_dict`` reads it back)."""
+        reps = self.repetitions_.fits if hasattr(self, "repetitions_") else (self.fit_,)
+        return {
+            "method": self.method, "repeat": self.repeat, "random_state": self.random_state,
+            "rounding": self.rounding, "master_power": self.master_power,
+            "parameters": self.parameters(),
+            "nrmse_time": self.nrmse_time_, "nrmse_energy": _none_if_nan(self.nrmse_energy_),
+            "rsd_percent": {k: _none_if_nan(v) for k, v in getattr(self, "rsd_", {}).items()},
+            "repetitions": [{"nrmse_time": f.nrmse_time, "nrmse_energy": _none_if_nan(f.nrmse_energy),
+                             "seconds": round(f.seconds, 3)} for f in reps],
+            "best_repetition": self.repetitions_.best if hasattr(self, "repetitions_") else 0,
+        }
+
+    @classmethod
+    def from_dict(cls, cluster: Cluster, d: dict[str, Any]) -> EnergyTimeModel:
+        """A fitted model from ``to_dict`` output (parameters checked against the cluster)."""
+        model = cls(cluster, d["method"], d["repeat"], d["random_state"], d["rounding"], d["master_power"])
+        model._check_options()
+        values = d["parameters"]
+        with_energy = len(values) > len(cluster.devices) + 2
+        names = parameter_names(cluster, with_energy)
+        if list(values) != names:
+            raise ValueError(f"parameters do not match the cluster: expected {names}, got {list(values)}")
+        vector = np.array([values[n] for n in names], dtype=float)
+        n_time = len(cluster.devices) + 2
+        tp = TimeParams.from_vector(vector[:n_time])
+        ep = EnergyParams.from_vector(vector[n_time:]) if with_energy else None
+        nrmse_e = d.get("nrmse_energy")
+        model._set_best(Fit(tp, ep, float(d["nrmse_time"]), float("nan") if nrmse_e is None else nrmse_e, 0.0))
+        model.problem_ = Problem(cluster, np.array([], dtype=int), np.array([]), None, model.rounding,
+                                 model.master_power)
+        return model
+
+
+def _none_if_nan(x: float) -> float | None:
+    return None if x is None or np.isnan(x) else float(x)

@@ -1,0 +1,319 @@
+"""Fitting the proposed model: the paper's two-phase GA and a faster default.
+
+Both methods fit in two phases as the paper does: first the time/workload chromosome
+c_TW (eq. 8) against the measured runtimes with the RMSE of eq. 10, then the energy
+chromosome c_E (eq. 9) against the measured energies with the RMSE of eq. 11, c_TW
+fixed. Phase 2 needs no new run of Algorithm 1: with c_TW fixed, T_ij and T_evo are
+fixed and only the powers change.
+
+- ``"ga"``: the paper's GA (Table 1) with DEAP: 120 real-valued individuals, 100
+  generations, simulated binary bounded crossover with probability 0.7, polynomial
+  bounded mutation with probability 0.01 (per gene), constraints R1-R3 (eqs. 12-14) by a
+  penalty of 1e9. Where the paper is silent: binary tournament selection (its Section 3),
+  distribution index eta = 1 for both operators (of 1, 5 and 20 on the shared data, 1
+  fits best: the wide spread of children explores the piecewise-linear cost of
+  Algorithm 1 better), and the best individual is carried into the next generation.
+- ``"de"`` (default): scipy's differential evolution (rand/1/bin with dithered
+  mutation in [0.5, 1), which escaped local minima more often than best/1/bin on the
+  shared data) with the same population size,
+  the idle powers reparametrised as Powidle_ij = r_ij * Pow_ij with r_ij in [0, 1), so
+  that R1-R3 are box bounds and no solution is ever rejected, and a gradient polish of
+  the (smooth) energy phase.
+
+Search boxes: 0 <= W_ij <= 1.5 x the cycles at which one subpopulation on device ij
+would take the whole measured runtime of a configuration that uses every device (a
+device is given work in all of them, so it cannot be slower without over-predicting);
+0 <= T_com, T_master <= the shortest measured runtime per migration; powers in
+[0, 1.5 TDP].
+
+Everything here is pure: arrays in, arrays out; seeds make every run reproducible.
+Progress is reported through an optional callback, never printed.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+from deap import base, tools
+from scipy.optimize import differential_evolution
+
+from parlschedd.energy.cluster import Cluster
+from parlschedd.energy.measurements import Measurements
+from parlschedd.energy.metrics import fit_distance, nrmse, rmse, rsd
+from parlschedd.energy.model import EnergyParams, TimeParams, Timing, energy, timing, waves
+
+METHODS = ("de", "ga")
+PENALTY = 1e9
+TDP_MARGIN = 1.5
+R_MAX = 1.0 - 1e-9  # Powidle < Pow strictly (R1)
+
+Cost = Callable[[np.ndarray], np.ndarray]
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What a fit needs: the cluster, the measured configurations, and model options."""
+
+    cluster: Cluster
+    nsp: np.ndarray
+    time_s: np.ndarray
+    energy_wh: np.ndarray | None = None
+    rounding: str = "floor"
+    master_power: str = "migration"
+
+    @classmethod
+    def from_measurements(cls, cluster: Cluster, m: Measurements, **options: str) -> Problem:
+        return cls(cluster, m.nsp, m.time_s, m.energy_wh if m.has_energy else None, **options)
+
+    def without(self, index: int) -> Problem:
+        keep = np.arange(len(self.nsp)) != index
+        e = None if self.energy_wh is None else self.energy_wh[keep]
+        return replace(self, nsp=self.nsp[keep], time_s=self.time_s[keep], energy_wh=e)
+
+
+@dataclass(frozen=True)
+class GASettings:
+    """Table 1 of the paper, plus the operators' distribution index (the paper is silent)."""
+
+    individuals: int = 120
+    generations: int = 100
+    crossover: float = 0.7
+    mutation: float = 0.01
+    eta: float = 1.0
+    tournament: int = 2
+
+
+@dataclass(frozen=True)
+class DESettings:
+    individuals: int = 120
+    generations: int = 400
+    tol: float = 1e-8
+
+
+@dataclass(frozen=True)
+class Fit:
+    """One two-phase fit; energy_params is None for time-only data."""
+
+    time_params: TimeParams
+    energy_params: EnergyParams | None
+    nrmse_time: float
+    nrmse_energy: float
+    seconds: float
+
+    @property
+    def vector(self) -> np.ndarray:
+        """All fitted parameters in the order of eqs. 8 and 9."""
+        parts = [self.time_params.to_vector()]
+        if self.energy_params is not None:
+            parts.append(self.energy_params.to_vector())
+        return np.concatenate(parts)
+
+
+@dataclass(frozen=True)
+class Repeated:
+    """Repetitions of a fit, the best chosen as the paper does, and eq. 17's RSD."""
+
+    fits: tuple[Fit, ...]
+    best: int
+    rsd: np.ndarray
+
+
+@dataclass(frozen=True)
+class LeaveOneOut:
+    """Prediction of each configuration by a model fitted on all the others."""
+
+    time_s: np.ndarray
+    energy_wh: np.ndarray
+    nrmse_time: float
+    nrmse_energy: float
+
+
+# ---- search boxes and constraints -------------------------------------------------
+
+def time_bounds(p: Problem) -> np.ndarray:
+    """(D + 2, 2) box for c_TW (see the module docstring)."""
+    c, run = p.cluster, p.cluster.run
+    w = waves(c, p.nsp, p.rounding)
+    all_used = p.nsp >= len(c.devices)
+    use = all_used if all_used.any() else np.ones_like(all_used)
+    cycles = p.time_s[use, None] * c.frequency_hz / (run.generations * w[use])
+    w_hi = TDP_MARGIN * (cycles.min(axis=0) if all_used.any() else cycles.max(axis=0))
+    t_hi = p.time_s.min() / run.global_migrations
+    return np.column_stack([np.zeros(len(w_hi) + 2), np.concatenate([w_hi, [t_hi, t_hi]])])
+
+
+def energy_bounds(c: Cluster) -> np.ndarray:
+    """(2D + 2, 2) box for c_E as the GA searches it: every power in [0, 1.5 TDP]."""
+    tdp = np.concatenate([c.tdp_w, c.tdp_w, [c.master_tdp_w, c.switch_tdp_w]])
+    return np.column_stack([np.zeros_like(tdp), TDP_MARGIN * tdp])
+
+
+def feasible(c: Cluster, e: EnergyParams) -> np.ndarray:
+    """R1-R3 (eqs. 12-14) for every parameter set: shape of the batch, True if all hold."""
+    r1 = np.all((e.pow_idle < e.pow) & (e.pow <= TDP_MARGIN * c.tdp_w), axis=-1)
+    r2 = e.pow_master <= TDP_MARGIN * c.master_tdp_w
+    r3 = e.pow_switch <= TDP_MARGIN * c.switch_tdp_w
+    return r1 & r2 & r3
+
+
+def from_ratio(x: np.ndarray) -> np.ndarray:
+    """DE genes (Pow, r, Pow_master, Pow_switch) -> c_E with Powidle = r * Pow."""
+    d = (x.shape[-1] - 2) // 2
+    return np.concatenate([x[..., :d], x[..., :d] * x[..., d:2 * d], x[..., 2 * d:]], axis=-1)
+
+
+def ratio_bounds(c: Cluster) -> np.ndarray:
+    b = energy_bounds(c)
+    d = len(c.devices)
+    b[d:2 * d] = [0.0, R_MAX]
+    return b
+
+
+# ---- costs (eqs. 10 and 11) --------------------------------------------------------
+
+def time_cost(p: Problem) -> Cost:
+    """RMSE_T of eq. 10 for a (P, D + 2) population of c_TW."""
+
+    def cost(x: np.ndarray) -> np.ndarray:
+        return rmse(timing(p.cluster, TimeParams.from_vector(x), p.nsp, p.rounding).runtime, p.time_s)
+
+    return cost
+
+
+def energy_cost(p: Problem, tp: TimeParams, t: Timing) -> Cost:
+    """RMSE_E of eq. 11 for a (P, 2D + 2) population of c_E; infeasible sets cost 1e9."""
+
+    def cost(x: np.ndarray) -> np.ndarray:
+        e = EnergyParams.from_vector(x)
+        err = rmse(energy(p.cluster, t, tp, e, p.master_power), p.energy_wh)
+        return np.where(feasible(p.cluster, e), err, PENALTY)
+
+    return cost
+
+
+# ---- optimisers --------------------------------------------------------------------
+
+class _Fitness(base.Fitness):
+    weights = (-1.0,)
+
+
+class _Individual(list):
+    def __init__(self, genes):  # noqa: ANN001 - DEAP clones call this with any iterable
+        super().__init__(genes)
+        self.fitness = _Fitness()
+
+
+def _evaluate(cost: Cost, individuals: list[_Individual]) -> None:
+    """One vectorised cost call for a whole population."""
+    for ind, f in zip(individuals, cost(np.array(individuals)), strict=True):
+        ind.fitness.values = (float(f),)
+
+
+def ga_minimize(cost: Cost, bounds: np.ndarray, seed: int, s: GASettings = GASettings()) -> np.ndarray:
+    """The paper's GA (Table 1) with DEAP's operators; returns the best genes.
+
+    DEAP draws from Python's global ``random``; its state is saved, seeded and
+    restored so a run is reproducible without disturbing the caller."""
+    low, up = bounds[:, 0].tolist(), bounds[:, 1].tolist()
+    saved = random.getstate()
+    random.seed(seed)
+    try:
+        pop = [_Individual(random.uniform(lo, hi) for lo, hi in zip(low, up, strict=True))
+               for _ in range(s.individuals)]
+        _evaluate(cost, pop)
+        for _ in range(s.generations):
+            elite = tools.selBest(pop, 1)[0]
+            offspring = [_Individual(ind) for ind in tools.selTournament(pop, len(pop), s.tournament)]
+            for a, b in zip(offspring[::2], offspring[1::2], strict=False):
+                if random.random() < s.crossover:
+                    tools.cxSimulatedBinaryBounded(a, b, s.eta, low, up)
+            for ind in offspring:
+                tools.mutPolynomialBounded(ind, s.eta, low, up, s.mutation)
+            _evaluate(cost, offspring)
+            worst = min(range(len(offspring)), key=lambda i: offspring[i].fitness)
+            offspring[worst] = elite
+            pop = offspring
+        return np.array(tools.selBest(pop, 1)[0])
+    finally:
+        random.setstate(saved)
+
+
+def de_minimize(cost: Cost, bounds: np.ndarray, seed: int, s: DESettings = DESettings(),
+                polish: bool = False) -> np.ndarray:
+    """scipy's differential evolution, vectorised over the population."""
+    n = len(bounds)
+    result = differential_evolution(
+        lambda x: cost(np.atleast_2d(x.T)) if x.ndim > 1 else cost(x[None])[0],
+        bounds, popsize=max(1, -(-s.individuals // n)), maxiter=s.generations, tol=s.tol,
+        seed=seed, vectorized=True, updating="deferred", polish=polish, init="sobol",
+        strategy="rand1bin", mutation=(0.5, 1.0))
+    return result.x
+
+
+# ---- fits ----------------------------------------------------------------------------
+
+def _seeds(seed: int | None, n: int) -> list[int]:
+    return [int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(n)]
+
+
+def fit_once(p: Problem, method: str = "de", seed: int | None = None,
+             ga: GASettings = GASettings(), de: DESettings = DESettings()) -> Fit:
+    """One two-phase fit (phase 2 only when energies were measured)."""
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    started = time.perf_counter()
+    s_time, s_energy = _seeds(seed, 2)
+    tb = time_bounds(p)
+    x_t = ga_minimize(time_cost(p), tb, s_time, ga) if method == "ga" else de_minimize(time_cost(p), tb, s_time, de)
+    tp = TimeParams.from_vector(x_t)
+    t = timing(p.cluster, tp, p.nsp, p.rounding)
+    ep, nrmse_e = None, float("nan")
+    if p.energy_wh is not None:
+        cost = energy_cost(p, tp, t)
+        if method == "ga":
+            x_e = ga_minimize(cost, energy_bounds(p.cluster), s_energy, ga)
+        else:
+            x_e = from_ratio(de_minimize(lambda x: cost(from_ratio(x)), ratio_bounds(p.cluster), s_energy, de,
+                                         polish=True))
+        ep = EnergyParams.from_vector(x_e)
+        nrmse_e = float(nrmse(energy(p.cluster, t, tp, ep, p.master_power), p.energy_wh))
+    return Fit(tp, ep, float(nrmse(t.runtime, p.time_s)), nrmse_e, time.perf_counter() - started)
+
+
+def fit_repeated(p: Problem, method: str = "de", repeat: int = 1, seed: int | None = None,
+                 progress: Progress | None = None, **settings: GASettings | DESettings) -> Repeated:
+    """``repeat`` independent fits; the best is closest to (0, 0) in (NRMSE_T, NRMSE_E)."""
+    fits = []
+    for r, s in enumerate(_seeds(seed, repeat)):
+        fits.append(fit_once(p, method, s, **settings))
+        if progress:
+            progress(r + 1, repeat)
+    distance = fit_distance(np.array([f.nrmse_time for f in fits]), np.array([f.nrmse_energy for f in fits]))
+    return Repeated(tuple(fits), int(np.argmin(distance)), rsd(np.array([f.vector for f in fits])))
+
+
+def predict(p: Problem, f: Fit, nsp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Runtime (s) and energy (Wh, NaN without energy parameters) of a fit at ``nsp``."""
+    t = timing(p.cluster, f.time_params, np.asarray(nsp), p.rounding)
+    if f.energy_params is None:
+        return t.runtime, np.full(t.runtime.shape, np.nan)
+    return t.runtime, energy(p.cluster, t, f.time_params, f.energy_params, p.master_power)
+
+
+def leave_one_out(p: Problem, method: str = "de", seed: int | None = None, repeat: int = 1,
+                  progress: Progress | None = None, **settings: GASettings | DESettings) -> LeaveOneOut:
+    """For every configuration, fit on the others (best of ``repeat``) and predict it."""
+    t_pred, e_pred = np.empty(len(p.nsp)), np.empty(len(p.nsp))
+    for k, s in enumerate(_seeds(seed, len(p.nsp))):
+        rest = p.without(k)
+        fits = fit_repeated(rest, method, repeat, s, **settings)
+        t_pred[k], e_pred[k] = (a[0] for a in predict(p, fits.fits[fits.best], p.nsp[k:k + 1]))
+        if progress:
+            progress(k + 1, len(p.nsp))
+    e_nrmse = float("nan") if p.energy_wh is None else float(nrmse(e_pred, p.energy_wh))
+    return LeaveOneOut(t_pred, e_pred, float(nrmse(t_pred, p.time_s)), e_nrmse)

@@ -1,0 +1,43 @@
+"""Measured vs predicted runtime and energy per NSp, like the paper's Figure 3."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+import numpy as np  # noqa: E402
+
+from parlschedd.energy.measurements import Measurements  # noqa: E402
+
+
+def figure3(path: str | Path, m: Measurements, proposed: tuple[np.ndarray, np.ndarray],
+            baseline: tuple[np.ndarray, np.ndarray], title: str = "") -> None:
+    """Two panels (runtime, energy): measured means with the min-max of repetitions,
+    the proposed model, the refitted baseline, and the baseline's stored predictions
+    when the measurements carry them."""
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.6), constrained_layout=True)
+    panels = ((0, "Runtime (s)", m.time_s, m.time_reps, m.baseline_time_s),
+              (1, "Energy consumption (W·h)", m.energy_wh, m.energy_reps, m.baseline_energy_wh))
+    for i, label, measured, reps, stored in panels:
+        ax = axes[i]
+        if reps.shape[1] and np.all(np.isfinite(reps)):
+            ax.fill_between(m.nsp, reps.min(axis=1), reps.max(axis=1), color="0.85", label="Measured (min-max)")
+        ax.plot(m.nsp, measured, "ko", ms=4, label="Experimental data (mean)")
+        ax.plot(m.nsp, proposed[i], "-", color="tab:blue", lw=2, label="Proposed model")
+        ax.plot(m.nsp, baseline[i], "--", color="tab:orange", label="Baseline model (refitted)")
+        if stored is not None:
+            ax.plot(m.nsp, stored, ":", color="tab:red", label="Baseline model [33] (stored)")
+        ax.set_xlabel("Number of subpopulations")
+        ax.set_ylabel(label)
+        ax.set_xticks(m.nsp)
+        ax.tick_params(axis="x", labelsize=7)
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

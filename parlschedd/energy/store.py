@@ -1,0 +1,62 @@
+"""PARAMS.json: a fitted proposed model, the fitted baseline and the cluster they belong to.
+
+The file is self-contained (it carries the cluster), so ``predict`` and ``recommend``
+need nothing else. ``load_params`` checks the format and names the file in its errors.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from parlschedd.energy.baseline import BaselineModel
+from parlschedd.energy.cluster import Cluster, ClusterError, cluster_to_dict, parse_cluster
+from parlschedd.energy.estimator import EnergyTimeModel
+
+FORMAT = "parlsched-energy-time/1"
+
+
+class ParamsError(ValueError):
+    """A parameters file that cannot be used."""
+
+
+@dataclass(frozen=True)
+class Fitted:
+    cluster: Cluster
+    model: EnergyTimeModel
+    baseline: BaselineModel
+    extra: dict[str, Any]
+
+
+def params_document(cluster: Cluster, model: EnergyTimeModel, baseline: BaselineModel,
+                    extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"format": FORMAT, "cluster": cluster_to_dict(cluster), "model": model.to_dict(),
+            "baseline": baseline.to_dict(), **(extra or {})}
+
+
+def save_params(path: str | Path, document: dict[str, Any]) -> None:
+    Path(path).write_text(json.dumps(document, indent=2) + "\n")
+
+
+def load_params(path: str | Path) -> Fitted:
+    source = str(path)
+    try:
+        doc = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ParamsError(f"{source}: cannot read: {exc.strerror}") from exc
+    except json.JSONDecodeError as exc:
+        raise ParamsError(f"{source}:{exc.lineno}: not valid JSON: {exc.msg}") from exc
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ParamsError(f"{source}: not a parameters file of format {FORMAT} (write one with `model fit --out`)")
+    try:
+        cluster = parse_cluster(doc["cluster"], f"{source}: cluster")
+        model = EnergyTimeModel.from_dict(cluster, doc["model"])
+        baseline = BaselineModel.from_dict(cluster, doc["baseline"])
+    except ClusterError as exc:
+        raise ParamsError(str(exc)) from exc
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ParamsError(f"{source}: malformed parameters: {exc}") from exc
+    extra = {k: v for k, v in doc.items() if k not in {"format", "cluster", "model", "baseline"}}
+    return Fitted(cluster, model, baseline, extra)
