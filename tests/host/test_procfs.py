@@ -177,6 +177,9 @@ def test_thread_handle_proves_identity_until_the_thread_exits():
     assert handle.stat().start_time == start
     stop.set()
     t.join()
+    deadline = time.monotonic() + 5
+    while os.path.exists(f"/proc/self/task/{tid}") and time.monotonic() < deadline:
+        time.sleep(0.005)  # the kernel reaps the task a moment after join returns
     with pytest.raises(ThreadGone):
         handle.stat()  # the fd stays bound to the exited thread, whatever reuses the tid
     handle.close()
