@@ -31,6 +31,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -133,11 +134,11 @@ def scenario_matrix(scale: float) -> list[dict]:
             for ca in CPU_AVAIL:
                 threads = per * ncpu
                 if wl == "cpu":
-                    events = int(8000 * scale)
+                    events = int(5000 * scale)
                     cmd = ["sysbench", "cpu", f"--threads={threads}", f"--events={events}", "--time=0",
                            "--cpu-max-prime=20000", "run"]
                 else:
-                    total = max(4, int(40 * scale))
+                    total = max(4, int(32 * scale))
                     cmd = ["sysbench", "memory", f"--threads={threads}", f"--memory-total-size={total}G",
                            "--memory-block-size=64M", "--time=0", "run"]
                 out.append({"name": f"{wl}-{avail}-{ca}", "workload": wl, "availability": avail,
@@ -230,6 +231,24 @@ class HistoryPoller(threading.Thread):
     def history(self) -> dict:
         return {**self.meta, "samples": [self.samples[t] for t in sorted(self.samples)]}
 
+    def placement_stats(self) -> dict:
+        """Share of periods where the worker threads' counts per CPU differ by more than
+        one (an imbalance the kernel would not leave), and CPU changes per period."""
+        ordered = [self.samples[t] for t in sorted(self.samples)]
+        imbalanced, moves, prev = 0, 0, {}
+        counted = 0
+        for s in ordered:
+            cpus = [c for tid, c in zip(s["tids"], s["cpu"]) if tid != self.pid and c is not None and c >= 0]
+            if len(cpus) >= 2:
+                counts = [cpus.count(c) for c in usable_cpus()]
+                imbalanced += (max(counts) - min(counts)) > 1 or (len(cpus) == len(usable_cpus()) and max(counts) > 1)
+                counted += 1
+            cur = dict(zip(s["tids"], s["cpu"]))
+            moves += sum(1 for tid, c in cur.items() if tid in prev and prev[tid] != c)
+            prev = cur
+        return {"imbalanced_share": round(imbalanced / counted, 3) if counted else None,
+                "moves_per_period": round(moves / max(len(ordered) - 1, 1), 2)}
+
     def mean_utility(self) -> float | None:
         """Mean over periods of the mean utility of the worker threads, in CPU share."""
         vals = []
@@ -257,11 +276,14 @@ def run_once(sc: dict, mode: str, sock: str | None, toggle_s: float, keep_histor
         poller.start()
     sampler = TaskSampler(proc.pid)
     sampler.start()
-    rc = proc.wait()
-    wall = time.monotonic() - t0
-    sampler.halt.set()
+    try:
+        rc = proc.wait()
+    finally:
+        wall = time.monotonic() - t0
+        sampler.halt.set()
+        stop(proc)
+        stop(bg)
     sampler.join()
-    stop(bg)
     rec = {"mode": mode, "wall_s": round(wall, 4), "rc": rc, "load1": round(load, 2),
            "speed": sampler.per_thread_speed()}
     if poller is not None:
@@ -269,6 +291,7 @@ def run_once(sc: dict, mode: str, sock: str | None, toggle_s: float, keep_histor
         poller.join()
         rec["daemon_utility"] = poller.mean_utility()
         rec["periods"] = len(poller.samples)
+        rec.update(poller.placement_stats())
         if keep_history:
             rec["history"] = poller.history()
     return rec
@@ -287,6 +310,8 @@ def summarise(sc: dict, runs: list[dict]) -> dict:
     gains = [100.0 * (x - y) / x for x, y in zip(a, b)]
     sp = lambda m: [r["speed"] for r in runs if r["mode"] == m and r.get("speed") is not None]  # noqa: E731
     du = [r["daemon_utility"] for r in runs if r.get("daemon_utility") is not None]
+    imb = [r["imbalanced_share"] for r in runs if r.get("imbalanced_share") is not None]
+    mv = [r["moves_per_period"] for r in runs if r.get("moves_per_period") is not None]
     return {
         "name": sc["name"], "workload": sc["workload"], "availability": sc["availability"],
         "cpu_availability": sc["cpu_availability"], "threads": sc["threads"], "cmd": " ".join(sc["cmd"]),
@@ -300,21 +325,25 @@ def summarise(sc: dict, runs: list[dict]) -> dict:
         "speed_a": round(statistics.fmean(sp("A")), 3) if sp("A") else None,
         "speed_b": round(statistics.fmean(sp("B")), 3) if sp("B") else None,
         "daemon_utility_b": round(statistics.fmean(du), 3) if du else None,
+        "b_imbalanced_share": round(statistics.fmean(imb), 3) if imb else None,
+        "b_moves_per_period": round(statistics.fmean(mv), 2) if mv else None,
         "runs": [{k: v for k, v in r.items() if k != "history"} for r in runs],
     }
 
 
 def markdown(rows: list[dict]) -> str:
     out = ["| scenario | threads | kernel A median s | parlsched B median s | gain median % [IQR] | gain mean +- std % "
-           "| speed A | speed B (daemon) |",
-           "|---|---|---|---|---|---|---|---|"]
+           "| speed A | speed B (daemon) | B imbalanced periods | B moves/period |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         du = f" ({r['daemon_utility_b']:.3f})" if r["daemon_utility_b"] is not None else ""
         out.append(f"| {r['name']} | {r['threads']} | {r['a_median_s']:.3f} | {r['b_median_s']:.3f} "
                    f"| {r['gain_median_pct']:+.1f} [{r['gain_iqr_pct'][0]:+.1f}, {r['gain_iqr_pct'][1]:+.1f}] "
                    f"| {r['gain_mean_pct']:+.1f} +- {r['gain_std_pct']:.1f} "
                    f"| {r['speed_a'] if r['speed_a'] is not None else '-'} "
-                   f"| {r['speed_b'] if r['speed_b'] is not None else '-'}{du} |")
+                   f"| {r['speed_b'] if r['speed_b'] is not None else '-'}{du} "
+                   f"| {r['b_imbalanced_share'] if r['b_imbalanced_share'] is not None else '-'} "
+                   f"| {r['b_moves_per_period'] if r['b_moves_per_period'] is not None else '-'} |")
     return "\n".join(out)
 
 
@@ -344,6 +373,7 @@ def main() -> None:
     ap.add_argument("--plots", action="store_true", help="draw plots even with --quick")
     ap.add_argument("--no-plots", action="store_true")
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the clean-ups (workload, hog, daemon)
     if os.geteuid() != 0:
         raise SystemExit("run as root: the daemon pins threads of the workload")
     reps = args.reps if not args.quick or args.reps != 5 else 2
