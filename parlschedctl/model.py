@@ -104,19 +104,21 @@ def model() -> None:
               help="How N / NSp is rounded to a subpopulation size.")
 @click.option("--master-power", type=click.Choice(MASTER_POWER), default="migration", show_default=True,
               help="migration: the paper's eq. 7; whole-run: master and switch powered all the time.")
+@click.option("--generations", type=click.IntRange(min=1), default=None,
+              help="Generations per phase (default: 100 for ga, 400 for de).")
 @click.option("--loo", is_flag=True, help="Also leave-one-out errors (one more fit per configuration).")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), help="Write the parameters (JSON).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @fails_cleanly
 def fit(cluster_path: str, data_path: str, method: str, repeat: int, seed: int | None, rounding: str,
-        master_power: str, loo: bool, out_path: str | None, as_json: bool) -> None:
+        master_power: str, generations: int | None, loo: bool, out_path: str | None, as_json: bool) -> None:
     """Fit the proposed model and the baseline to measured runs."""
     cluster, m = load_cluster(cluster_path), load_measurements(data_path)
     energy = m.energy_wh if m.has_energy else None
     if energy is None:
         click.echo(f"parlschedctl model: {data_path}: energy not measured for every NSp; fitting time only",
                    err=True)
-    est = EnergyTimeModel(cluster, method, repeat, seed, rounding, master_power)
+    est = EnergyTimeModel(cluster, method, repeat, seed, rounding, master_power, generations)
     est.fit(m.nsp, m.time_s, energy, progress=progress_printer("fit", as_json))
     base = BaselineModel(cluster, rounding).fit(m.nsp, m.time_s, energy)
     bt, be = base.predict(m.nsp)
@@ -132,7 +134,8 @@ def fit(cluster_path: str, data_path: str, method: str, repeat: int, seed: int |
     }
     if loo:
         problem = Problem.from_measurements(cluster, m, rounding=rounding, master_power=master_power)
-        out = leave_one_out(problem, method, seed, progress=progress_printer("leave-one-out", as_json))
+        out = leave_one_out(problem, method, seed, progress=progress_printer("leave-one-out", as_json),
+                            **est.settings())
         summary["leave_one_out"] = {"nrmse_time": out.nrmse_time, "nrmse_energy": _floats(np.array([out.nrmse_energy]))[0],
                                     "time_s": _floats(out.time_s), "energy_wh": _floats(out.energy_wh)}
     document = params_document(cluster, est, base, {"fit": summary})

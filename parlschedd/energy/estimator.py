@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from parlschedd.energy.cluster import Cluster
-from parlschedd.energy.fitting import METHODS, Fit, Problem, Progress, fit_repeated, predict
+from parlschedd.energy.fitting import (METHODS, DESettings, Fit, GASettings, Problem, Progress, fit_repeated,
+                                       predict)
 from parlschedd.energy.model import MASTER_POWER, SUBPOP_SIZES, EnergyParams, TimeParams
 
 
@@ -33,13 +34,19 @@ class EnergyTimeModel:
     """Runtime and energy of a distributed multi-population GA per NSp (eqs. 1-7)."""
 
     def __init__(self, cluster: Cluster, method: str = "de", repeat: int = 1, random_state: int | None = None,
-                 rounding: str = "floor", master_power: str = "migration") -> None:
+                 rounding: str = "floor", master_power: str = "migration", generations: int | None = None) -> None:
         self.cluster = cluster
         self.method = method
         self.repeat = repeat
         self.random_state = random_state
         self.rounding = rounding
         self.master_power = master_power
+        self.generations = generations  # None: each method's default budget
+
+    def settings(self) -> dict[str, GASettings | DESettings]:
+        if self.generations is None:
+            return {}
+        return {"ga": GASettings(generations=self.generations), "de": DESettings(generations=self.generations)}
 
     def _check_options(self) -> None:
         for name, value, allowed in (("method", self.method, METHODS), ("rounding", self.rounding, SUBPOP_SIZES),
@@ -48,6 +55,8 @@ class EnergyTimeModel:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
         if not isinstance(self.repeat, int) or self.repeat < 1:
             raise ValueError(f"repeat must be an integer >= 1, got {self.repeat!r}")
+        if self.generations is not None and (not isinstance(self.generations, int) or self.generations < 1):
+            raise ValueError(f"generations must be an integer >= 1, got {self.generations!r}")
 
     def fit(self, nsp: np.ndarray, time_s: np.ndarray, energy_wh: np.ndarray | None = None,
             progress: Progress | None = None) -> EnergyTimeModel:
@@ -64,7 +73,8 @@ class EnergyTimeModel:
                 raise ValueError("energy_wh must have the shape of nsp")
             energy_wh = energy_wh if np.all(np.isfinite(energy_wh)) else None
         self.problem_ = Problem(self.cluster, nsp, time_s, energy_wh, self.rounding, self.master_power)
-        self.repetitions_ = fit_repeated(self.problem_, self.method, self.repeat, self.random_state, progress)
+        self.repetitions_ = fit_repeated(self.problem_, self.method, self.repeat, self.random_state, progress,
+                                         **self.settings())
         best = self.repetitions_.fits[self.repetitions_.best]
         self._set_best(best)
         names = parameter_names(self.cluster, best.energy_params is not None)
@@ -95,7 +105,7 @@ class EnergyTimeModel:
         reps = self.repetitions_.fits if hasattr(self, "repetitions_") else (self.fit_,)
         return {
             "method": self.method, "repeat": self.repeat, "random_state": self.random_state,
-            "rounding": self.rounding, "master_power": self.master_power,
+            "rounding": self.rounding, "master_power": self.master_power, "generations": self.generations,
             "parameters": self.parameters(),
             "nrmse_time": self.nrmse_time_, "nrmse_energy": _none_if_nan(self.nrmse_energy_),
             "rsd_percent": {k: _none_if_nan(v) for k, v in getattr(self, "rsd_", {}).items()},
@@ -107,7 +117,8 @@ class EnergyTimeModel:
     @classmethod
     def from_dict(cls, cluster: Cluster, d: dict[str, Any]) -> EnergyTimeModel:
         """A fitted model from ``to_dict`` output (parameters checked against the cluster)."""
-        model = cls(cluster, d["method"], d["repeat"], d["random_state"], d["rounding"], d["master_power"])
+        model = cls(cluster, d["method"], d["repeat"], d["random_state"], d["rounding"], d["master_power"],
+                    d.get("generations"))
         model._check_options()
         values = d["parameters"]
         with_energy = len(values) > len(cluster.devices) + 2

@@ -1,0 +1,42 @@
+"""Shared inputs: the real HPMoon data read in place, and a hand-computable cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from parlschedd.energy.cluster import load_cluster, parse_cluster
+from parlschedd.energy.measurements import load_measurements
+
+REPO = Path(__file__).resolve().parents[2]
+DATA = REPO.parent / "shared" / "data" / "energy-time"
+CLUSTER_YAML = DATA / "cluster-hpmoon.yaml"
+MEASUREMENTS_CSV = DATA / "hpmoon_v3_measurements.csv"
+
+# One node, two devices: 2 units at 1 GHz and 4 units at 2 GHz; N = 16, g = 4, NGm = 2,
+# alpha = 0.5. Small enough to compute the model by hand (test_model.py).
+TINY = {
+    "run": {"individuals": 16, "generations": 4, "global_migrations": 2, "crossover_probability": 0.5,
+            "subpopulations": [1, 4]},
+    "master": {"tdp_w": 60},
+    "switch": {"tdp_w": 4},
+    "nodes": [{"name": "n1", "devices": [
+        {"name": "a", "kind": "gpu", "compute_units": 2, "frequency_hz": 1e9, "tdp_w": 100},
+        {"name": "b", "kind": "cpu", "compute_units": 4, "frequency_hz": 2e9, "tdp_w": 50}]}],
+}
+
+
+@pytest.fixture(scope="session")
+def hpmoon():
+    return load_cluster(CLUSTER_YAML)
+
+
+@pytest.fixture(scope="session")
+def measured():
+    return load_measurements(MEASUREMENTS_CSV)
+
+
+@pytest.fixture
+def tiny():
+    return parse_cluster(TINY, "tiny")

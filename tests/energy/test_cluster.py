@@ -1,0 +1,60 @@
+"""Cluster YAML: the real file loads; every error names the file and the key path."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from parlschedd.energy.cluster import ClusterError, cluster_to_dict, load_cluster, parse_cluster
+from tests.energy.conftest import TINY
+
+
+def test_the_shared_cluster(hpmoon):
+    assert hpmoon.run.individuals == 3840 and hpmoon.run.global_migrations == 5
+    assert hpmoon.device_labels == ("node1.gpu", "node1.cpu", "node2.gpu", "node2.cpu", "node3.gpu", "node3.cpu")
+    assert hpmoon.compute_units.tolist() == [13, 24, 15, 16, 15, 32]
+    assert hpmoon.frequency_hz[0] == 706e6  # written 706.0e6, a string to YAML 1.1
+    assert hpmoon.node_of_device.tolist() == [0, 0, 1, 1, 2, 2]
+    assert hpmoon.master_tdp_w == 80 and hpmoon.switch_tdp_w == 5
+
+
+def test_round_trip_through_dict(hpmoon):
+    assert parse_cluster(cluster_to_dict(hpmoon)) == hpmoon
+
+
+def test_every_error_is_reported_with_its_key_path(tmp_path):
+    bad = copy.deepcopy(TINY)
+    bad["run"]["generations"] = 5  # not divisible by NGm = 2
+    bad["nodes"][0]["devices"][1]["compute_units"] = 0
+    bad["nodes"][0]["devices"][0]["frequency_hz"] = "fast"
+    del bad["switch"]["tdp_w"]
+    bad["colour"] = "blue"
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(bad))
+    with pytest.raises(ClusterError) as err:
+        load_cluster(path)
+    keys = dict(err.value.errors)
+    assert str(path) in str(err.value)
+    assert "must divide generations" in keys["run.global_migrations"]
+    assert "integer >= 1, got 0" in keys["nodes[0].devices[1].compute_units"]
+    assert "must be a number, got 'fast'" in keys["nodes[0].devices[0].frequency_hz"]
+    assert keys["switch.tdp_w"] == "is required"
+    assert keys["colour"] == "unknown key"
+
+
+def test_missing_nodes_and_run():
+    with pytest.raises(ClusterError) as err:
+        parse_cluster({"master": {"tdp_w": 1}, "switch": {"tdp_w": 1}})
+    assert {"run", "nodes"} <= dict(err.value.errors).keys()
+
+
+def test_unreadable_and_invalid_yaml(tmp_path):
+    with pytest.raises(ClusterError, match="cannot read"):
+        load_cluster(tmp_path / "missing.yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("run: [1, 2\n")
+    with pytest.raises(ClusterError, match="not valid YAML"):
+        load_cluster(broken)
+

@@ -1,0 +1,111 @@
+"""Fitting: constraints R1-R3, search boxes, both methods seeded, repetitions, LOO."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from parlschedd.energy.estimator import EnergyTimeModel, parameter_names
+from parlschedd.energy.fitting import (PENALTY, DESettings, GASettings, Problem, energy_bounds, energy_cost,
+                                       feasible, fit_once, from_ratio, leave_one_out, ratio_bounds, time_bounds)
+from parlschedd.energy.model import EnergyParams, TimeParams, timing
+
+QUICK_GA = GASettings(individuals=40, generations=15)
+QUICK_DE = DESettings(individuals=40, generations=15)
+
+
+@pytest.fixture(scope="module")
+def problem(hpmoon, measured):
+    return Problem.from_measurements(hpmoon, measured)
+
+
+def test_constraints_r1_r2_r3(tiny):
+    ok = EnergyParams(np.array([100.0, 50.0]), np.array([10.0, 5.0]), np.array(80.0), np.array(4.0))
+    assert feasible(tiny, ok)
+    idle_not_below_active = EnergyParams(ok.pow, np.array([100.0, 5.0]), ok.pow_master, ok.pow_switch)
+    over_tdp = EnergyParams(np.array([151.0, 50.0]), ok.pow_idle, ok.pow_master, ok.pow_switch)
+    master_hot = EnergyParams(ok.pow, ok.pow_idle, np.array(91.0), ok.pow_switch)  # 1.5 * 60 = 90
+    switch_hot = EnergyParams(ok.pow, ok.pow_idle, ok.pow_master, np.array(6.5))  # 1.5 * 4 = 6
+    assert not any(feasible(tiny, e) for e in (idle_not_below_active, over_tdp, master_hot, switch_hot))
+
+
+def test_infeasible_energy_genes_cost_the_penalty(tiny):
+    tp = TimeParams(np.array([1e9, 4e9]), np.array(0.25), np.array(0.5))
+    nsp = np.array([2, 3])
+    p = Problem(tiny, nsp, np.array([9.5, 17.5]), np.array([0.4, 0.5]))
+    cost = energy_cost(p, tp, timing(tiny, tp, nsp))
+    genes = np.array([[100, 50, 10, 5, 80, 4], [100, 50, 100, 5, 80, 4]], dtype=float)
+    c = cost(genes)
+    assert c[0] < 1 and c[1] == PENALTY
+
+
+def test_ratio_reparametrisation_makes_every_box_point_feasible(hpmoon):
+    rng = np.random.default_rng(0)
+    b = ratio_bounds(hpmoon)
+    x = rng.uniform(b[:, 0], b[:, 1], (500, len(b)))
+    assert feasible(hpmoon, EnergyParams.from_vector(from_ratio(x))).all()
+    assert energy_bounds(hpmoon)[:6, 1].tolist() == (1.5 * hpmoon.tdp_w).tolist()
+
+
+def test_time_box_contains_physically_plausible_cycles(problem):
+    b = time_bounds(problem)
+    assert b.shape == (8, 2) and np.all(b[:, 0] == 0)
+    assert b[6, 1] == pytest.approx(problem.time_s.min() / 5)
+    # node1.gpu alone must do NSp = 1 in 428 s: 150 * 222 rounds * W / 706 MHz
+    w_nsp1 = 428.193 * 706e6 / (150 * 222)
+    assert w_nsp1 < b[0, 1]
+
+
+@pytest.mark.parametrize("method, settings", [("ga", {"ga": QUICK_GA}), ("de", {"de": QUICK_DE})])
+def test_both_methods_are_seeded_and_beat_a_random_guess(problem, method, settings):
+    state = random.getstate()
+    a = fit_once(problem, method, 7, **settings)
+    b = fit_once(problem, method, 7, **settings)
+    assert random.getstate() == state  # DEAP's global random is restored
+    np.testing.assert_array_equal(a.vector, b.vector)
+    assert a.nrmse_time < 0.5 and a.nrmse_energy < 0.5
+    assert feasible(problem.cluster, a.energy_params)
+
+
+def test_estimator_repetitions_rsd_and_round_trip(hpmoon, measured):
+    est = EnergyTimeModel(hpmoon, "de", repeat=3, random_state=1, generations=15)
+    assert est.fit(measured.nsp, measured.time_s, measured.energy_wh) is est
+    fits = est.repetitions_.fits
+    best = min(fits, key=lambda f: np.hypot(f.nrmse_time, f.nrmse_energy))
+    assert est.nrmse_time_ == best.nrmse_time
+    assert list(est.rsd_) == parameter_names(hpmoon) and len(est.rsd_) == 22
+    t, e = est.predict(np.array([1, 16, 32]))
+    assert t.shape == e.shape == (3,)
+    again = EnergyTimeModel.from_dict(hpmoon, est.to_dict())
+    np.testing.assert_allclose(again.predict(np.array([1, 16, 32]))[1], e)
+
+
+def test_time_only_fit(hpmoon, measured):
+    est = EnergyTimeModel(hpmoon, generations=10, random_state=0).fit(measured.nsp, measured.time_s)
+    t, e = est.predict(measured.nsp)
+    assert est.energy_params_ is None and np.isnan(est.nrmse_energy_) and np.all(np.isnan(e))
+    assert len(est.parameters()) == 8
+
+
+def test_estimator_validates(hpmoon, measured):
+    with pytest.raises(RuntimeError, match="not fitted"):
+        EnergyTimeModel(hpmoon).predict(np.array([1]))
+    with pytest.raises(ValueError, match="method"):
+        EnergyTimeModel(hpmoon, method="pso").fit(measured.nsp, measured.time_s)
+    with pytest.raises(ValueError, match="same length"):
+        EnergyTimeModel(hpmoon).fit(measured.nsp, measured.time_s[:-1])
+
+
+def test_leave_one_out_predicts_every_configuration(hpmoon, measured):
+    p = Problem.from_measurements(hpmoon, measured)
+    p = Problem(hpmoon, p.nsp[:8], p.time_s[:8], p.energy_wh[:8])
+    out = leave_one_out(p, "de", 0, de=DESettings(individuals=30, generations=8))
+    assert out.time_s.shape == (8,) and np.all(out.time_s > 0) and np.isfinite(out.nrmse_energy)
+
+
+@pytest.mark.slow
+def test_full_budget_de_reaches_a_good_fit(problem):
+    f = fit_once(problem, "de", 0)
+    assert f.nrmse_time < 0.11 and f.nrmse_energy < 0.13
