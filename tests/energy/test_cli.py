@@ -1,0 +1,127 @@
+"""`parlschedctl model ...` end to end on the real shared files, outputs in tmp_path."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from parlschedctl.cli import cli
+from parlschedctl.model import NspRange
+from tests.energy.conftest import CLUSTER_YAML, MEASUREMENTS_CSV
+from tests.energy.test_measure import SLEEP, fake_powercap
+
+QUICK = ["--generations", "12", "--seed", "3"]
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def params(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fit") / "params.json"
+    r = run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(MEASUREMENTS_CSV), "--repeat", "2",
+            "--out", str(out), *QUICK)
+    assert r.exit_code == 0, r.output
+    assert "NRMSE best of 2 (de)" in r.output and "Powidle[node3.cpu]" in r.output
+    return out
+
+
+def test_fit_json_and_file(params):
+    doc = json.loads(params.read_text())
+    assert doc["format"] == "parlsched-energy-time/1" and len(doc["model"]["parameters"]) == 22
+    assert len(doc["model"]["repetitions"]) == 2 and doc["fit"]["baseline_nrmse"]["time"] > 0
+
+
+def test_fit_json_to_stdout_with_ga(tmp_path):
+    r = run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(MEASUREMENTS_CSV), "--method", "ga",
+            "--json", *QUICK)
+    doc = json.loads(r.output)
+    assert doc["model"]["method"] == "ga" and doc["fit"]["nrmse"]["time"] < 1
+
+
+def test_predict(params):
+    r = run("model", "predict", "--params", str(params), "--nsp", "1-4,32", "--json")
+    rows = json.loads(r.output)["predictions"]
+    assert [p["nsp"] for p in rows] == [1, 2, 3, 4, 32] and all(p["time_s"] > 0 and p["energy_wh"] > 0 for p in rows)
+    text = run("model", "predict", "--params", str(params)).output.splitlines()
+    assert len(text) == 33 and text[0].split() == ["nsp", "time_s", "energy_wh"]
+
+
+def test_validate(params):
+    r = run("model", "validate", "--params", str(params), "--data", str(MEASUREMENTS_CSV), "--json")
+    models = json.loads(r.output)["models"]
+    assert set(models) == {"proposed", "baseline", "baseline_stored"}
+    assert round(models["baseline_stored"]["nrmse_time"], 3) == 0.213
+    assert len(models["proposed"]["per_nsp"]) == 32
+    assert "proposed" in run("model", "validate", "--params", str(params), "--data", str(MEASUREMENTS_CSV)).output
+
+
+def test_plot_writes_a_png(params, tmp_path):
+    out = tmp_path / "fig.png"
+    r = run("model", "plot", "--params", str(params), "--data", str(MEASUREMENTS_CSV), "--out", str(out))
+    assert r.exit_code == 0
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert width > 1000 and height > 400
+
+
+@pytest.mark.parametrize("goal", ["time", "energy", "edp"])
+def test_recommend(params, goal):
+    r = run("model", "recommend", "--params", str(params), "--objective", goal, "--json")
+    doc = json.loads(r.output)
+    predicted = json.loads(run("model", "predict", "--params", str(params), "--json").output)["predictions"]
+    key = {"time": lambda p: p["time_s"], "energy": lambda p: p["energy_wh"],
+           "edp": lambda p: p["time_s"] * p["energy_wh"]}[goal]
+    assert doc["nsp"] == min(predicted, key=key)["nsp"]
+
+
+def test_failures_exit_1_with_the_file_named(tmp_path, params):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("nsp,time_s_mean\n1,x\n")
+    r = CliRunner().invoke(cli, ["model", "validate", "--params", str(params), "--data", str(bad)])
+    assert r.exit_code == 1 and f"{bad}:2: column time_s_mean: not a number" in r.output
+    r = CliRunner().invoke(cli, ["model", "predict", "--params", str(bad)])
+    assert r.exit_code == 1 and "not valid JSON" in r.output
+
+
+def test_usage_errors_exit_2(params):
+    assert CliRunner().invoke(cli, ["model", "predict", "--params", str(params), "--nsp", "5-2"]).exit_code == 2
+    assert CliRunner().invoke(cli, ["model", "fit", "--cluster", "x"]).exit_code == 2
+
+
+def test_nsp_range_type():
+    t = NspRange()
+    assert t.convert("1-3,8,2", None, None) == (1, 2, 3, 8)
+
+
+def test_measure_then_fit_time_only(tmp_path):
+    root = fake_powercap(tmp_path / "powercap", {})
+    out = tmp_path / "m.csv"
+    r = CliRunner().invoke(cli, ["model", "measure", "--nsp", "1-6", "--out", str(out), "--powercap-root", str(root),
+                                 "--", *SLEEP])
+    assert r.exit_code == 0, r.output
+    assert "no readable RAPL zones" in r.output and "wrote" in r.output
+    lines = out.read_text().splitlines()
+    assert lines[0] == "nsp,time_s_r1,energy_wh_r1,time_s_mean,energy_wh_mean" and lines[1].endswith(",")
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text(CLUSTER_YAML.read_text().replace("[1, 32]", "[1, 6]"))
+    r = CliRunner().invoke(cli, ["model", "fit", "--cluster", str(cluster), "--data", str(out), "--json", *QUICK])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output[r.output.index("{"):])
+    assert doc["fit"]["nrmse"]["energy"] is None and len(doc["model"]["parameters"]) == 8
+
+
+def test_measure_reads_rapl(tmp_path):
+    root = fake_powercap(tmp_path / "powercap", {"intel-rapl:0": (0, 10**12)})
+    counter = root / "intel-rapl:0" / "energy_uj"
+    bump = [sys.executable, "-c", f"p = {str(counter)!r}; v = int(open(p).read()); open(p, 'w').write(str(v + 36_000_000))"]
+    out = tmp_path / "m.csv"
+    r = CliRunner().invoke(cli, ["model", "measure", "--nsp", "1-2", "--repeat", "2", "--out", str(out),
+                                 "--powercap-root", str(root), "--", *bump])
+    assert r.exit_code == 0 and "no {nsp}" in r.output
+    assert out.read_text().splitlines()[1].split(",")[-1] == "0.01"
