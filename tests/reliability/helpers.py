@@ -1,0 +1,125 @@
+"""Shared helpers of the reliability tests: daemon figures, raw socket exchanges, light targets."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+SLEEPY = r"""
+import sys, threading, time
+def idle():
+    while True:
+        time.sleep(0.1)
+for _ in range(int(sys.argv[1]) - 1):
+    threading.Thread(target=idle, daemon=True).start()
+print("ready", flush=True)
+time.sleep(3600)
+"""
+
+
+def fd_count(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def masks(tids) -> dict[int, frozenset[int]]:
+    out = {}
+    for t in tids:
+        try:
+            out[t] = frozenset(os.sched_getaffinity(t))
+        except (ProcessLookupError, OSError):
+            pass
+    return out
+
+
+def tids_of(pid: int) -> list[int]:
+    return sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+
+
+def sleepy(n: int) -> subprocess.Popen:
+    """A process with n threads that only sleep (cheap to have many)."""
+    proc = subprocess.Popen([sys.executable, "-c", SLEEPY, str(n)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def raw_exchange(path: str, payload: bytes, timeout: float = 10.0, chunks: int = 1) -> list[dict]:
+    """Send payload (in ``chunks`` pieces), half-close, return every reply line parsed."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(path)
+        step = max(1, len(payload) // chunks)
+        for i in range(0, len(payload), step):
+            s.sendall(payload[i:i + step])
+        s.shutdown(socket.SHUT_WR)
+        data = bytearray()
+        while chunk := s.recv(1 << 20):
+            data += chunk
+    assert not data or data.endswith(b"\n"), data[-100:]
+    return [json.loads(line) for line in bytes(data).splitlines()]
+
+
+def structured_error(reply: dict, code: str = "bad_request") -> bool:
+    err = reply.get("error", {})
+    return reply.get("ok") is False and err.get("code") == code and isinstance(err.get("message"), str)
+
+
+def timed_ping(d, timeout: float = 5.0) -> float:
+    t0 = time.perf_counter()
+    assert d.request("ping", timeout=timeout)["version"]
+    return time.perf_counter() - t0
+
+
+def log_records(d) -> list[dict]:
+    out = []
+    for line in d.log_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def errors_in_log(d) -> list[dict]:
+    """Records at level error or above, and any record carrying a traceback."""
+    return [r for r in log_records(d) if r.get("level") in ("error", "critical") or "exception" in r]
+
+
+def as_user(uid: int, socket_path: str, cmd: str, timeout: float = 10.0, **args) -> dict:
+    """The request made by a forked child that dropped to ``uid`` (gid the same, no
+    supplementary groups): {"refused": code} / {"unreachable": msg} / the reply."""
+    from parlschedctl import client
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: never returns into pytest
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            try:
+                out = client.request(socket_path, cmd, timeout=timeout, **args)
+            except client.Refused as e:
+                out = {"refused": e.code}
+            except client.Unreachable as e:
+                out = {"unreachable": str(e)}
+            os.write(w, json.dumps(out).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    return json.loads(data)

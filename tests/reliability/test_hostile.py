@@ -1,0 +1,298 @@
+"""Hostile input on the live socket of a real daemon (issue 7, part 1).
+
+Every test runs a real parlschedd (tests/conftest.py) managing a real process, throws
+something hostile at its socket, then checks that the daemon is up, answers with
+structured errors, still manages (pins) its target, and that its fd count and RSS are
+back within a margin of their values before. tests/daemon/test_daemon.py already covers
+single malformed lines, one oversized line and vanishing clients; this goes further.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import pytest
+
+from parlschedctl import client
+from tests.conftest import needs_root, threads_of, wait_for
+from tests.reliability.helpers import fd_count, raw_exchange, rss_mib, sleepy, structured_error, timed_ping
+
+pytestmark = needs_root
+FD_MARGIN = 4
+RSS_MARGIN_MIB = 24
+
+
+@pytest.fixture
+def managed(daemon):
+    """The daemon managing a 4-thread sleeper; yields (daemon, target, fds0, rss0)."""
+    target = sleepy(4)
+    daemon.request("attach", pid=target.pid)
+    wait_for(lambda: all(t["pinned"] for t in threads_of(daemon, target.pid).values()))
+    time.sleep(0.2)
+    fds0, rss0 = fd_count(daemon.proc.pid), rss_mib(daemon.proc.pid)
+    yield daemon, target, fds0, rss0
+    target.kill()
+    target.wait()
+
+
+def assert_healthy(d, target, fds0: int, rss0: float) -> None:
+    assert d.proc.poll() is None, "daemon died"
+    assert timed_ping(d) < 1.0
+    periods = d.request("status")["daemon"]["loop"]["periods"]
+    threads = threads_of(d, target.pid)
+    assert len(threads) == 4 and all(t["pinned"] for t in threads.values()), "still manages its target"
+    wait_for(lambda: d.request("status")["daemon"]["loop"]["periods"] > periods + 2, timeout=3)
+    wait_for(lambda: fd_count(d.proc.pid) <= fds0 + FD_MARGIN, timeout=3)
+    assert rss_mib(d.proc.pid) <= rss0 + RSS_MARGIN_MIB
+
+
+HOSTILE = {
+    # truncated lines: a request cut mid-object, then a newline / then EOF without newline
+    "truncated_with_newline": (b'{"cmd": "sta\n', 1),
+    "truncated_mid_escape": (b'{"cmd": "ping\\u00\n', 1),
+    # invalid UTF-8: overlong '/', lone surrogate, lone continuation byte, inside a string
+    "overlong_utf8": (b'{"cmd": "\xc0\xafping"}\n', 1),
+    "surrogate_utf8": (b'{"cmd": "\xed\xa0\x80"}\n', 1),
+    "continuation_byte": (b'\x80{"cmd":"ping"}\n', 1),
+    "nul_bytes": (b'{"cmd":"ping"\x00}\n', 1),
+    # deep JSON inside the 64 KiB limit, both as the request and as a field value
+    "deep_array": (b"[" * 30000 + b"]" * 30000 + b"\n", 1),
+    "deep_field": (b'{"cmd":"status","pid":' + b"[" * 20000 + b"]" * 20000 + b"}\n", 1),
+    "deep_objects": (b'{"a":' * 10000 + b"1" + b"}" * 10000 + b"\n", 1),
+    # wrong types and ranges
+    "pid_float": (b'{"cmd":"detach","pid":1.0}\n', 1),
+    "pid_huge": (b'{"cmd":"detach","pid":' + b"9" * 5000 + b"}\n", 1),
+    "pid_negative": (b'{"cmd":"detach","pid":-1}\n', 1),
+    "pid_nan": (b'{"cmd":"detach","pid":NaN}\n', 1),
+    "pid_infinity": (b'{"cmd":"status","pid":-Infinity}\n', 1),
+    "pid_list": (b'{"cmd":"detach","pid":[1]}\n', 1),
+    "observe_string": (b'{"cmd":"attach","pid":1,"observe":"yes"}\n', 1),
+    "threads_int": (b'{"cmd":"attach","pid":1,"threads":5}\n', 1),
+    "cmd_object": (b'{"cmd":{"cmd":"ping"}}\n', 1),
+    # unknown commands
+    "cmd_empty": (b'{"cmd":""}\n', 1),
+    "cmd_case": (b'{"cmd":"PING"}\n', 1),
+    "cmd_dunder": (b'{"cmd":"__class__"}\n', 1),
+    "cmd_nul": (b'{"cmd":"ping\\u0000"}\n', 1),
+    "cmd_shell": (b'{"cmd":"status; rm -rf /"}\n', 1),
+    # not objects
+    "scalar": (b"12\n", 1),
+    "string": (b'"ping"\n', 1),
+    "empty_line": (b"\n", 1),
+}
+
+
+def test_hostile_lines_get_structured_errors(managed):
+    """Each payload of HOSTILE on its own connection (one daemon for all, to keep the
+    suite short); the daemon's health is checked after each."""
+    d, target, fds0, rss0 = managed
+    for name, (payload, n) in HOSTILE.items():
+        replies = raw_exchange(d.socket, payload)
+        assert len(replies) == n and all(structured_error(r) for r in replies), (name, replies)
+        assert_healthy(d, target, fds0, rss0)
+
+
+def test_truncated_line_at_eof_is_dropped_silently(managed):
+    d, target, fds0, rss0 = managed
+    assert raw_exchange(d.socket, b'{"cmd": "status", "pi') == []
+    # the same request split across many tiny sends is reassembled
+    replies = raw_exchange(d.socket, b'{"cmd": "status", "pid": %d}\n' % target.pid, chunks=30)
+    assert replies[0]["ok"] and replies[0]["targets"][0]["pid"] == target.pid
+    assert_healthy(d, target, fds0, rss0)
+
+
+def test_huge_lines_are_refused_and_memory_stays_bounded(managed):
+    d, target, fds0, rss0 = managed
+    # 16 MiB without a newline, then a newline and a ping, several times
+    blob = b"A" * (16 * 2**20)
+    replies = raw_exchange(d.socket, blob + b'\n{"cmd":"ping"}\n' + blob + b"\n", timeout=30)
+    assert len(replies) == 3
+    assert structured_error(replies[0]) and "longer" in replies[0]["error"]["message"]
+    assert replies[1]["ok"] and structured_error(replies[2])
+    # a line just over the limit made of valid JSON
+    big = json.dumps({"cmd": "ping", "pad": "x" * (64 * 1024)}).encode() + b"\n"
+    (reply,) = raw_exchange(d.socket, big)
+    assert structured_error(reply) and "longer" in reply["error"]["message"]
+    assert_healthy(d, target, fds0, rss0)
+
+
+def test_pipelined_garbage_and_pings_are_answered_in_order(managed):
+    d, target, fds0, rss0 = managed
+    lines = [b'{"cmd":"ping"}', b"\xff", b"[", b'{"cmd":"nope"}', b'{"cmd":"ping"}\r'] * 200
+    replies = raw_exchange(d.socket, b"\n".join(lines) + b"\n")
+    assert len(replies) == len(lines)
+    assert [r["ok"] for r in replies[:5]] == [True, False, False, False, True]
+    assert_healthy(d, target, fds0, rss0)
+
+
+def test_bad_threads_regex_and_bad_targets_are_refused(managed):
+    d, target, fds0, rss0 = managed
+    other = sleepy(1)
+    try:
+        for regex in ["(", "[a-", "(?P<x>a)(?P<x>b)", "a{2,1}"]:
+            with pytest.raises(client.Refused) as e:
+                d.request("attach", pid=other.pid, threads=regex)
+            assert e.value.code == "bad_request" and "regex" in str(e.value)
+        for pid, code in [(2**31 - 1, "no_such_process"), (target.pid, "already_attached")]:
+            with pytest.raises(client.Refused) as e:
+                d.request("attach", pid=pid)
+            assert e.value.code == code
+        assert other.pid not in {t["pid"] for t in d.request("status")["targets"]}
+    finally:
+        other.kill()
+        other.wait()
+    assert_healthy(d, target, fds0, rss0)
+
+
+def test_200_silent_connections(managed):
+    d, target, fds0, rss0 = managed
+    silent = []
+    try:
+        for _ in range(200):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(d.socket)
+            silent.append(s)
+        wait_for(lambda: fd_count(d.proc.pid) >= fds0 + 200, timeout=5)
+        assert timed_ping(d) < 0.5, "a normal client is still answered promptly"
+        p0 = d.request("status")["daemon"]["loop"]["periods"]
+        time.sleep(0.5)
+        status = d.request("status")
+        assert status["daemon"]["loop"]["periods"] >= p0 + 5, "the period loop goes on"
+        assert all(t["pinned"] for t in threads_of(d, target.pid).values())
+    finally:
+        for s in silent:
+            s.close()
+    assert_healthy(d, target, fds0, rss0)
+
+
+def test_beyond_256_connections_new_clients_are_closed_then_served_again(managed):
+    """The server caps clients at 256: the 257th is accepted and closed at once (the
+    client sees EOF without a reply). The cap keeps fds bounded; once the idle ones
+    go, service comes back. See the xfail below for what this means for root."""
+    d, target, fds0, rss0 = managed
+    idle = []
+    try:
+        for _ in range(300):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(d.socket)
+            idle.append(s)
+        time.sleep(0.3)
+        assert fd_count(d.proc.pid) <= fds0 + 256 + FD_MARGIN, "the cap bounds the fds"
+        assert refused_without_reply(d.socket)
+        assert all(t["pinned"] for t in threads_of_when_possible(d, idle, target.pid).values())
+    finally:
+        for s in idle:
+            s.close()
+    wait_for(lambda: d.request("ping"), timeout=3)
+    assert_healthy(d, target, fds0, rss0)
+
+
+def refused_without_reply(path: str) -> bool:
+    """Connect, send a ping: the daemon closes without a reply (EOF or ECONNRESET).
+    (parlschedctl's client.request lets that ECONNRESET escape untranslated.)"""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(2)
+        s.connect(path)
+        try:
+            s.sendall(b'{"cmd":"ping"}\n')
+            return s.recv(100) == b""
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+
+
+def threads_of_when_possible(d, idle, pid):
+    idle.pop(0).close()  # free one slot for this query
+    time.sleep(0.1)
+    return threads_of(d, pid)
+
+
+@pytest.mark.xfail(strict=True, reason="bug: any peer that can connect can hold all 256 client slots with idle "
+                   "connections and lock root (and everyone) out; no idle timeout or per-uid cap "
+                   "(server.py Daemon._accept)")
+def test_idle_connections_cannot_lock_out_other_clients(managed):
+    d, target, fds0, rss0 = managed
+    idle = []
+    try:
+        for _ in range(256):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(d.socket)
+            idle.append(s)
+        time.sleep(0.3)
+        assert d.request("ping", timeout=2)["version"]
+    finally:
+        for s in idle:
+            s.close()
+
+
+def test_clients_vanishing_mid_reply_with_large_replies(managed):
+    d, target, fds0, rss0 = managed
+    big = sleepy(300)  # a status reply of ~30 KB
+    try:
+        d.request("attach", pid=big.pid, timeout=30)
+        for i in range(40):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(d.socket)
+            s.sendall(b'{"cmd":"status"}\n' * 20)
+            if i % 2:
+                s.recv(1000)  # read the start of a reply, then vanish
+            s.close()
+        assert_healthy(d, target, fds0 + 1 + 2 * 300, rss0 + 20)  # the new target's pidfd and 2 fds/thread
+        d.request("detach", pid=big.pid)
+    finally:
+        big.kill()
+        big.wait()
+    assert_healthy(d, target, fds0, rss0)
+
+
+def test_client_that_sends_but_never_reads_is_dropped(managed):
+    d, target, fds0, rss0 = managed
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(d.socket)
+    s.settimeout(0.5)
+    line = b'{"cmd":"status"}\n' * 1000
+    sent, dropped = 0, False
+    deadline = time.monotonic() + 20
+    try:
+        while time.monotonic() < deadline:
+            try:
+                s.sendall(line)
+                sent += len(line)
+            except socket.timeout:
+                if d.proc.poll() is not None:
+                    break
+                continue  # the daemon is not reading us right now; check it still serves others
+            except (BrokenPipeError, ConnectionResetError):
+                dropped = True
+                break
+            assert timed_ping(d, timeout=5) < 2.0
+    finally:
+        s.close()
+    assert dropped, f"the daemon kept a client with unread replies after {sent} bytes of requests"
+    assert_healthy(d, target, fds0, rss0)
+
+
+@pytest.mark.xfail(strict=True, reason="bug: one recv() of 64 KiB of pipelined requests is handled in full before the "
+                   "4 MiB unread cap is checked: ~3800 status replies built in one go stall the loop and "
+                   "balloon RSS (server.py Daemon._read)")
+def test_a_burst_of_pipelined_requests_does_not_stall_the_loop(managed):
+    d, target, fds0, rss0 = managed
+    big = sleepy(256)
+    try:
+        d.request("attach", pid=big.pid, timeout=30)
+        time.sleep(0.3)
+        rss1 = rss_mib(d.proc.pid)
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(d.socket)
+        burst = b'{"cmd":"status"}\n' * (65536 // 17)
+        s.sendall(burst)  # fits in the socket buffer: one recv() on the daemon side
+        time.sleep(0.05)
+        worst = max(timed_ping(d, timeout=60) for _ in range(5))
+        peak = rss_mib(d.proc.pid)
+        s.close()
+        assert worst < 0.5, f"another client waited {worst:.2f} s"
+        assert peak < rss1 + 50, f"RSS grew {peak - rss1:.0f} MiB"
+    finally:
+        big.kill()
+        big.wait()
