@@ -121,7 +121,7 @@ timeout -k 20 "$budget" systemd-nspawn -D "$root" --register=no --keep-unit \
     --boot --console=read-only </dev/null > "$E2E_OUT/console.log" 2>&1 || rc=$?
 log "container exited with $rc"
 
-cp "$io/probe.log" "$E2E_OUT/probe.log" 2>/dev/null || true
+cp "$io/probe.log" "$io/journal.txt" "$E2E_OUT/" 2>/dev/null || true
 if [ ! -s "$io/result.json" ]; then
     echo "e2e/run.sh: the probe wrote no result (nspawn rc $rc); last console lines:" >&2
     tail -40 "$E2E_OUT/console.log" >&2
