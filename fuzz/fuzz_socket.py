@@ -1,6 +1,6 @@
 """Byte-level fuzzer (atheris mutations) against the live socket of a real daemon.
 
-Run by fuzz/run.py as an unprivileged user (uid nobody) against a daemon that fuzz/run.py
+Run by fuzz/run.py, which has it drop to uid nobody (PARLSCHED_FUZZ_UID) after start, against a daemon that fuzz/run.py
 started as root; the socket path comes from PARLSCHED_FUZZ_SOCKET. The daemon runs in
 another process, so libFuzzer gets no coverage feedback from it: this is mutation of a
 seed corpus of valid and invalid requests guided only by the client-side code, not by
@@ -16,6 +16,7 @@ attach/detach of other users' processes is refused anyway).
 """
 
 import json
+import signal  # noqa: F401  (atheris.Fuzz imports it lazily; the stdlib is unreadable after setuid)
 import os
 import socket
 import sys
@@ -86,6 +87,11 @@ def test_one_input(data: bytes) -> None:
 def main() -> None:
     if not SOCKET:
         sys.exit("set PARLSCHED_FUZZ_SOCKET (fuzz/run.py does)")
+    uid = os.environ.get("PARLSCHED_FUZZ_UID")
+    if uid is not None:  # drop to the unprivileged peer once the interpreter is loaded
+        os.setgroups([])
+        os.setgid(int(uid))
+        os.setuid(int(uid))
     atheris.Setup(sys.argv, test_one_input)
     atheris.Fuzz()
 

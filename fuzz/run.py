@@ -150,7 +150,8 @@ def main() -> int:
         corpus = work / "corpus-socket"
         shutil.copytree(seeds_dir, corpus)
         if atheris_ok:
-            res = run_libfuzzer("fuzz_socket.py", half, corpus, {**env, "PARLSCHED_FUZZ_SOCKET": sock}, user=NOBODY)
+            res = run_libfuzzer("fuzz_socket.py", half, corpus,
+                                {**env, "PARLSCHED_FUZZ_SOCKET": sock, "PARLSCHED_FUZZ_UID": str(NOBODY)})
         else:
             os.environ["PARLSCHED_FUZZ_SOCKET"] = sock
             sys.path.insert(0, str(HERE))
