@@ -310,6 +310,27 @@ def main() -> None:
         r["non_json"] = j["non_json"]
         (IO / "journal.txt").write_text(run(["journalctl", "-b", "--no-pager"], timeout=60)["stdout"])
 
+    with step("cgroup_rule") as r:
+        # A `cgroup:` target rule: the daemon reads cgroupfs, read-only here
+        # (ProtectControlGroups=yes), and finds a unit's process without an attach.
+        good = CONFIG.read_text()
+        CONFIG.write_text(good.replace("targets: []", "targets:\n  - cgroup: /system.slice/e2e-cgroup-workload.service"))
+        r["config_check"] = run([CTL, "config", "check", str(CONFIG)])
+        r["start"] = run(["systemctl", "start", UNIT], timeout=60)
+        cg_file = Path("/tmp/e2e-cgroup-workload.json")
+        cg_file.unlink(missing_ok=True)
+        r["run"] = run(["systemd-run", "--unit=e2e-cgroup-workload", f"--uid={USER}", "--property=PrivateTmp=no",
+                        "python3", str(IO / "workload.py"), "3", str(cg_file)])
+        if not wait_for(cg_file.exists, 15):
+            raise RuntimeError("the cgroup workload did not start")
+        cg_pid = r["pid"] = json.loads(cg_file.read_text())["pid"]
+        target = wait_for(lambda: all_pinned(cg_pid), 20)
+        r["found"] = target is not None
+        r["target"] = target
+        r["stop"] = run(["systemctl", "stop", UNIT], timeout=60)
+        run(["systemctl", "stop", "e2e-cgroup-workload.service"], timeout=60)
+        CONFIG.write_text(good)
+
     with step("ablation") as r:
         # Each capability of the bounding set, taken away in turn: what breaks.
         pid = result["steps"]["attach"]["pid"]

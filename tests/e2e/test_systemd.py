@@ -184,6 +184,14 @@ def test_journal_has_the_structured_log_lines(steps):
     assert j["non_json"] == [], j["non_json"][:10]
 
 
+def test_cgroup_rule_finds_a_units_process_through_read_only_cgroupfs(steps):
+    cg = steps["cgroup_rule"]
+    assert cg["config_check"]["rc"] == 0, cg["config_check"]
+    assert cg["start"]["rc"] == 0 and cg["run"]["rc"] == 0, cg
+    assert cg["found"], "the cgroup rule did not attach the unit's process"
+    assert len(cg["target"]["threads"]) >= 3
+
+
 def test_each_capability_is_needed(steps):
     ab = steps["ablation"]
     nice = ab["CAP_SYS_NICE"]
