@@ -3,8 +3,8 @@
 #
 # 1. builds the wheel;  2. makes (or reuses) a pristine Debian tree with debootstrap,
 # cached in $E2E_ROOT;  3. lays a tmpfs overlay over it at $E2E_WORK/root and puts in
-# the wheel, the Makefile pieces, systemd/, config/ and a probe unit;  4. boots it with systemd-nspawn; the
-# probe (e2e/probe.py) runs `make install`, drives systemctl/parlschedctl and writes
+# the wheel, the Makefile pieces, systemd/, config/ and a probe unit;  4. boots it
+# with systemd-nspawn; the probe (e2e/probe.py) runs `make install`, drives
 # result.json, then the container powers off;  5. copies the result to $E2E_OUT.
 # The host test tests/e2e/test_systemd.py asserts on result.json.
 #
