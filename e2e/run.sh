@@ -5,6 +5,7 @@
 # cached in $E2E_ROOT;  3. lays a tmpfs overlay over it at $E2E_WORK/root and puts in
 # the wheel, the Makefile pieces, systemd/, config/ and a probe unit;  4. boots it
 # with systemd-nspawn; the probe (e2e/probe.py) runs `make install`, drives
+# systemctl/parlschedctl and writes
 # result.json, then the container powers off;  5. copies the result to $E2E_OUT.
 # The host test tests/e2e/test_systemd.py asserts on result.json.
 #
