@@ -186,7 +186,15 @@ class Daemon:
         log.info("stopped")
 
     def reload(self) -> bool:
-        """Re-read the config; keep the old one when the new one is invalid."""
+        """Re-read the config; keep the old one when the new one is invalid. systemd is
+        told the reload started (RELOADING=1) and ended (READY=1)."""
+        notify.notify(f"RELOADING=1\nMONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}")
+        try:
+            return self._reload()
+        finally:
+            notify.notify("READY=1")
+
+    def _reload(self) -> bool:
         try:
             new = config_mod.load(self.config_path)
         except ConfigError as exc:
@@ -316,17 +324,24 @@ class Daemon:
             finally:
                 probe.close()
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        umask = os.umask(0o177)  # no moment with a wider mode than the config's
         try:
             sock.bind(path)
         except OSError as exc:
             sock.close()
             raise StartupError(f"cannot bind control socket {path}: {exc.strerror}") from None
+        finally:
+            os.umask(umask)
         os.chmod(path, self.config.socket.mode)
-        if self.config.socket.group:
+        group = self.config.socket.group
+        if group:
             try:
-                os.chown(path, 0, grp.getgrnam(self.config.socket.group).gr_gid)
+                os.chown(path, 0, grp.getgrnam(group).gr_gid)
             except KeyError:
-                log.warning("socket group does not exist", group=self.config.socket.group)
+                log.warning("socket group does not exist", group=group)
+            except OSError as exc:
+                sock.close()
+                raise StartupError(f"cannot give control socket {path} to group {group}: {exc.strerror}") from None
         sock.listen(64)
         sock.setblocking(False)
         self.listener = sock
