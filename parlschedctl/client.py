@@ -46,6 +46,8 @@ def request(path: str, cmd: str, timeout: float = 10.0, **args: Any) -> dict[str
             data += chunk
     except socket.timeout:
         raise Unreachable(f"the daemon did not answer within {timeout:g} s") from None
+    except (ConnectionResetError, BrokenPipeError):
+        raise Unreachable("the daemon closed the connection") from None
     finally:
         sock.close()
     reply = json.loads(data)

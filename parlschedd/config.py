@@ -17,6 +17,7 @@ import yaml
 
 from parlschedd.learning.normalize import MODES as NORMALISE_MODES
 from parlschedd.learning.params import LearningParams
+from parlschedd.patterns import PatternError, compile_pattern
 from parlschedd.topology import DOMAIN_MODES
 
 UTILITIES = ("auto", "instructions", "task-clock", "schedstat")
@@ -132,8 +133,8 @@ class _Checker:
             self.fail(path, f"must be a regular expression string, got {value!r}")
             return None
         try:
-            re.compile(value)
-        except re.error as exc:
+            compile_pattern(value)
+        except PatternError as exc:
             self.fail(path, f"invalid regular expression: {exc}")
             return None
         return value
@@ -243,11 +244,15 @@ def _targets(c: _Checker, raw: Any) -> tuple[TargetRule, ...]:
     return tuple(rules)
 
 
+_CONTROLLER = re.compile(r"(name=)?[A-Za-z0-9_]+")
+
+
 def _valid_cgroup(value: Any) -> bool:
     if not isinstance(value, str):
         return False
-    _, path = split_cgroup(value)
-    return path.startswith("/") and ".." not in path.split("/")
+    controllers, path = split_cgroup(value)
+    return (all(_CONTROLLER.fullmatch(c) for c in controllers)
+            and path.startswith("/") and ".." not in path.split("/"))
 
 
 def split_cgroup(value: str) -> tuple[tuple[str, ...], str]:

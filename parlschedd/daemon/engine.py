@@ -8,7 +8,6 @@ counters -> rates -> scheduler -> pin plan; the clock is passed in, so tests dri
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -18,9 +17,11 @@ import structlog
 from parlschedd.config import Config
 from parlschedd.daemon.history import History
 from parlschedd.host import procfs
+from parlschedd.host.affinity import get_affinity
 from parlschedd.host.base import Actuator, Counters
 from parlschedd.host.errors import AccessDenied, HostError, InvalidMask, ThreadGone, TooManyFiles
 from parlschedd.learning.scheduler import TwoLevelScheduler
+from parlschedd.patterns import Pattern, PatternError, compile_pattern
 
 log = structlog.get_logger("parlschedd.engine")
 
@@ -52,13 +53,14 @@ class Target:
     name: str
     uid: int
     observe: bool
-    thread_filter: re.Pattern[str] | None
+    thread_filter: Pattern | None
     descendants: bool
     handle: procfs.ProcessHandle
     scheduler: TwoLevelScheduler
     threads: dict[int, ThreadState] = field(default_factory=dict)
     ignored: set[int] = field(default_factory=set)  # tids the thread filter left out
     migrations: int = 0  # affinity changes made
+    base_mask: frozenset[int] | None = None  # the main thread's mask at attach
     rule: int | None = None  # index of the config rule that matched, None if attached by hand
     history: History | None = None
 
@@ -88,8 +90,6 @@ class Engine:
                descendants: bool = False, uid: int | None = None, rule: int | None = None) -> Target:
         """Start managing ``pid``. ``uid`` is the caller's (None: trusted, e.g. a config
         rule); a non-root caller may attach only its own processes."""
-        if pid in self.targets:
-            raise EngineError("already_attached", f"process {pid} is already attached")
         try:
             handle = procfs.ProcessHandle(pid, self.proc_root)
         except ThreadGone:
@@ -97,16 +97,19 @@ class Engine:
         try:
             owner = procfs.process_uids(pid, self.proc_root).real
             name = procfs.comm(pid, self.proc_root)
-            if uid not in (None, 0) and uid != owner:
+            if uid not in (None, 0) and uid != owner:  # before already_attached: no leak of who is managed
                 raise EngineError("permission_denied", f"process {pid} belongs to uid {owner}, not to you (uid {uid})")
-            pattern = re.compile(threads) if threads else None
+            if pid in self.targets:
+                raise EngineError("already_attached", f"process {pid} is already attached")
+            pattern = compile_pattern(threads) if threads else None
         except ThreadGone:
             handle.close()
             raise EngineError("no_such_process", f"process {pid} exited") from None
-        except (EngineError, re.error) as exc:
+        except PatternError as exc:
             handle.close()
-            if isinstance(exc, re.error):
-                raise EngineError("bad_request", f"invalid threads regex: {exc}") from None
+            raise EngineError("bad_request", f"invalid threads regex: {exc}") from None
+        except BaseException:
+            handle.close()
             raise
         scheduler = TwoLevelScheduler(self.domains, self.config.learning, self.config.domain_every)
         target = Target(pid, name, owner, observe, pattern, descendants, handle, scheduler, rule=rule,
@@ -142,10 +145,10 @@ class Engine:
 
     def tick(self, now: float) -> None:
         for target in list(self.targets.values()):
-            if not target.handle.alive():
-                self._drop_target(target, "exited")
-                continue
             try:
+                if not target.handle.alive():
+                    self._drop_target(target, "exited")
+                    continue
                 self._refresh(target, now)
                 self._step(target, now)
             except Exception:  # a bug must cost one target's period, never the daemon
@@ -239,11 +242,12 @@ class Engine:
             self.counters.open(tid)
             value = self.counters.read(tid)
             if not target.observe:
-                self.pinner.adopt(tid, start)
+                self.pinner.adopt(tid, start, self._inherited_original(target, tid))
         except ThreadGone:
             self.counters.close(tid)
             return
         except TooManyFiles as exc:
+            self.counters.close(tid)
             log.error("out of file descriptors, thread not managed", tid=tid, error=str(exc))
             return
         except HostError as exc:
@@ -252,6 +256,16 @@ class Engine:
             return
         target.threads[tid] = ThreadState(tid, start, name, value, now)
         self.on_change()
+
+    def _inherited_original(self, target: Target, tid: int) -> frozenset[int] | None:
+        """For a thread born after attach whose mask is one the daemon set on its
+        creator: the target's own mask, to restore instead of ours."""
+        if target.base_mask is None:
+            target.base_mask = get_affinity(target.pid)
+            return None
+        mask = get_affinity(tid)
+        ours = {self._single[th.cpu] for th in target.threads.values() if th.pinned and th.cpu is not None}
+        return target.base_mask if mask != target.base_mask and mask in ours else None
 
     def _drop_thread(self, target: Target, tid: int) -> None:
         target.threads.pop(tid, None)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import errno
 import grp
 import os
-import re
 import selectors
 import signal
 import socket
@@ -30,10 +29,14 @@ from parlschedd.host.affinity import Pinner
 from parlschedd.host.errors import HostError, ThreadGone
 from parlschedd.host.perf import CounterSet, detect_source, raise_fd_limit
 from parlschedd.host.state import read_state, write_state
+from parlschedd.patterns import Pattern, compile_pattern
 from parlschedd.topology import read_topology
 
 log = structlog.get_logger("parlschedd")
 MAX_CLIENTS = 256
+CMDLINE_MATCHED = 4096  # bytes of a command line that name rules look at
+MAX_LINES_PER_TURN = 64  # requests of one client handled before others get a turn
+ACCEPT_PAUSE_S = 0.1  # after accept() fails (EMFILE), stop listening this long
 MAX_PENDING = 4 * 1024 * 1024  # reply bytes a client may leave unread
 STATE_VERSION = 1
 
@@ -49,6 +52,8 @@ class Client:
     inbuf: bytearray = field(default_factory=bytearray)
     outbuf: bytearray = field(default_factory=bytearray)
     discarding: bool = False  # inside an over-long line: drop bytes up to its newline
+    last_active: float = 0.0
+    eof: bool = False  # the peer shut down its side: answer what it sent, then close
 
 
 @dataclass
@@ -80,6 +85,7 @@ class Daemon:
         self.clients: dict[int, Client] = {}
         self.selector = selectors.DefaultSelector()
         self._dirty = False
+        self._listen_paused_until = 0.0
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -146,13 +152,17 @@ class Daemon:
             if now < deadline:
                 continue
             started = time.perf_counter()
-            if now >= next_rescan:
-                self._rescan(now)
-                self.engine.rename()
-                next_rescan = now + self.config.rescan_s
-            self.engine.tick(now)
-            if self._dirty:
-                self._save_state()
+            try:
+                if now >= next_rescan:
+                    self._rescan(now)
+                    self.engine.rename()
+                    next_rescan = now + self.config.rescan_s
+                self.engine.tick(now)
+                if self._dirty:
+                    self._save_state()
+            except Exception as exc:  # out of fds, a full disk, a bug: log, keep serving
+                log.error("period failed", error=f"{type(exc).__name__}: {exc}")
+            self._resume_listening(now)
             elapsed = time.perf_counter() - started
             self.stats.add(elapsed)
             if self.metrics is not None:
@@ -237,8 +247,12 @@ class Daemon:
                     "descendants": t.descendants, "uid": t.uid}
                    for t in self.engine.targets.values() if t.rule is None]
         state = {"version": STATE_VERSION, "pinner": self.engine.pinner.to_json(), "targets": targets}
-        self.state_path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-        write_state(self.state_path, state)
+        try:
+            self.state_path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+            write_state(self.state_path, state)
+        except OSError as exc:  # kept dirty: written again next period
+            log.error("state file not written", path=str(self.state_path), error=str(exc))
+            return
         self._dirty = False
 
     def _recover(self) -> list[dict]:
@@ -303,7 +317,7 @@ class Daemon:
             except HostError:
                 pids = set()
         if rule.name is not None:
-            pattern = re.compile(rule.name)
+            pattern = compile_pattern(rule.name)
             candidates = pids if pids is not None else _all_pids(self.proc_root)
             pids = {p for p in candidates if _name_matches(pattern, p, self.proc_root)}
         return pids or set()
@@ -368,18 +382,33 @@ class Daemon:
             sock, _ = self.listener.accept()
         except (BlockingIOError, InterruptedError):
             return
-        except OSError as exc:  # EMFILE and the like: refuse this one, keep serving
-            log.warning("accept failed", error=str(exc))
+        except OSError as exc:
+            # EMFILE and the like: the listener stays readable, so stop watching it for
+            # a moment instead of spinning on it; waiting peers stay in the backlog.
+            log.warning("accept failed, pausing the listener", error=str(exc), pause_s=ACCEPT_PAUSE_S)
+            self.selector.unregister(self.listener)
+            self._listen_paused_until = time.monotonic() + ACCEPT_PAUSE_S
             return
         if len(self.clients) >= MAX_CLIENTS:
-            sock.close()
-            return
+            self._evict_idlest()
         sock.setblocking(False)
         creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         _, uid, _ = struct.unpack("3i", creds)
-        client = Client(sock, uid)
+        client = Client(sock, uid, last_active=time.monotonic())
         self.clients[sock.fileno()] = client
         self.selector.register(sock, selectors.EVENT_READ, client)
+
+    def _evict_idlest(self) -> None:
+        """All slots taken: the connection idle longest makes room, so idle peers can
+        never lock others out (the newest connection always gets in)."""
+        idlest = min(self.clients.values(), key=lambda c: (bool(c.outbuf), c.last_active))
+        log.info("client slots full, closing the idlest connection", uid=idlest.uid)
+        self._close(idlest)
+
+    def _resume_listening(self, now: float) -> None:
+        if self._listen_paused_until and now >= self._listen_paused_until:
+            self._listen_paused_until = 0.0
+            self.selector.register(self.listener, selectors.EVENT_READ, "accept")
 
     def _read(self, client: Client) -> None:
         try:
@@ -389,7 +418,11 @@ class Daemon:
         except OSError:
             data = b""
         if not data:
-            self._close(client)
+            client.eof = True
+            if b"\n" not in client.inbuf and not client.outbuf:
+                self._close(client)
+            else:
+                self.selector.modify(client.sock, selectors.EVENT_WRITE, client)
             return
         if len(client.outbuf) > MAX_PENDING:  # a peer that sends but never reads
             self._close(client)
@@ -402,15 +435,25 @@ class Daemon:
                 return
             del client.inbuf[: nl + 1]
             client.discarding = False
-        while (nl := client.inbuf.find(b"\n")) >= 0:
-            line = bytes(client.inbuf[:nl])
-            del client.inbuf[: nl + 1]
-            client.outbuf += self._handle(line, client.uid)
+        client.last_active = time.monotonic()
+        self._serve_lines(client)
         if len(client.inbuf) > protocol.MAX_LINE:
             client.inbuf.clear()
             client.outbuf += protocol.error("bad_request", f"request line longer than {protocol.MAX_LINE} bytes")
             client.discarding = True
         self._flush(client)
+
+    def _serve_lines(self, client: Client) -> None:
+        """Answer at most MAX_LINES_PER_TURN complete lines, and none while the client
+        has more than MAX_PENDING unread: a pipelined burst is served a turn at a time
+        as the client reads, while other clients and the period go on."""
+        for _ in range(MAX_LINES_PER_TURN):
+            nl = client.inbuf.find(b"\n")
+            if nl < 0 or len(client.outbuf) > MAX_PENDING:
+                return
+            line = bytes(client.inbuf[:nl])
+            del client.inbuf[: nl + 1]
+            client.outbuf += self._handle(line, client.uid)
 
     def _flush(self, client: Client) -> None:
         try:
@@ -421,7 +464,13 @@ class Daemon:
             self._close(client)
             return
         del client.outbuf[:sent]
-        want = selectors.EVENT_READ | (selectors.EVENT_WRITE if client.outbuf else 0)
+        if b"\n" in client.inbuf and len(client.outbuf) <= MAX_PENDING:
+            self._serve_lines(client)  # the next turn of a pipelined burst
+        more = bool(client.outbuf) or b"\n" in client.inbuf
+        if client.eof and not more:
+            self._close(client)
+            return
+        want = (0 if client.eof else selectors.EVENT_READ) | (selectors.EVENT_WRITE if more else 0)
         self.selector.modify(client.sock, want, client)
 
     def _close(self, client: Client) -> None:
@@ -499,10 +548,10 @@ def _all_pids(proc_root: str) -> set[int]:
     return {int(p) for p in os.listdir(proc_root) if p.isdigit()}
 
 
-def _name_matches(pattern: re.Pattern[str], pid: int, proc_root: str) -> bool:
+def _name_matches(pattern: Pattern, pid: int, proc_root: str) -> bool:
     try:
         if pattern.search(procfs.comm(pid, proc_root)):
             return True
-        return bool(pattern.search(" ".join(procfs.cmdline(pid, proc_root))))
+        return bool(pattern.search(" ".join(procfs.cmdline(pid, proc_root))[:CMDLINE_MATCHED]))
     except HostError:
         return False

@@ -101,11 +101,13 @@ class Pinner:
         """Read-only view of the adopted threads."""
         return MappingProxyType(self._records)
 
-    def adopt(self, tid: int, start_time: int) -> None:
+    def adopt(self, tid: int, start_time: int, original: frozenset[int] | None = None) -> None:
         """Save the thread's current mask as its original, once per (tid, start_time).
 
         The mask is read before the identity check, so a thread replaced in between is
-        caught rather than recorded under the wrong identity.
+        caught rather than recorded under the wrong identity. ``original`` overrides the
+        mask to restore: a thread created by a pinned thread inherits a mask that is
+        ours, not its owner's.
         """
         known = self._records.get(tid)
         if known is not None and known.start_time == start_time:
@@ -113,7 +115,7 @@ class Pinner:
         mask = get_affinity(tid)
         self._close_handle(tid)
         self._check_identity(tid, start_time)
-        self._records[tid] = PinRecord(start_time, mask, mask)
+        self._records[tid] = PinRecord(start_time, mask if original is None else original, mask)
 
     def pin(self, tid: int, cpus: frozenset[int]) -> bool:
         """Restrict an adopted thread to ``cpus`` ∩ its allowed CPUs.

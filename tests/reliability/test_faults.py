@@ -261,7 +261,7 @@ def lower_nofile(pid: int, soft: int) -> str:
 def test_emfile_mid_run_never_leaves_threads_pinned(daemon):
     """RLIMIT_NOFILE of the running daemon is lowered (prlimit --pid) to a few fds above
     what it holds, then a 40-thread target is attached. Whatever the daemon does next
-    (today it exits, see the xfail below), no thread is left on a pinned mask."""
+    no thread is left on a pinned mask."""
     pid = daemon.proc.pid
     target = sleepy(40)
     try:
@@ -281,10 +281,6 @@ def test_emfile_mid_run_never_leaves_threads_pinned(daemon):
         target.wait()
 
 
-@pytest.mark.xfail(strict=True, reason="bug: under EMFILE the daemon exits: write_state's mkstemp (OSError) and "
-                   "ProcessHandle reads (TooManyFiles) escape Engine.tick / Daemon.main_loop, and the attach "
-                   "reply is 'internal' although the target was attached (server.py main_loop/_save_state, "
-                   "engine.py tick)")
 def test_emfile_mid_run_daemon_keeps_going(daemon):
     """The same as above, with what a daemon should do: stay up, manage the threads it
     has fds for, log the error, adopt the rest once the limit is raised; detach
@@ -319,8 +315,6 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-@pytest.mark.xfail(strict=True, reason="bug: when accept() fails with EMFILE the listener stays readable and the "
-                   "loop spins at 100% CPU logging 'accept failed' each turn (server.py Daemon._accept)")
 def test_emfile_on_accept_does_not_spin(daemon):
     pid = daemon.proc.pid
     hard = nofile_hard(pid)
@@ -385,9 +379,6 @@ def test_eacces_from_perf_event_open_mid_run():
 
 # -- threads created by pinned threads ---------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="bug: a thread created by a thread the daemon pinned inherits the pinned mask; "
-                   "the daemon adopts it with that as its 'original' and detach leaves it on one CPU "
-                   "(engine.Engine._adopt / affinity.Pinner.adopt)")
 @two_cpus
 def test_thread_created_by_a_pinned_thread_is_restored_to_the_process_mask(daemon, workload):
     w = workload(1)  # workload.py spawns new workers from its main thread

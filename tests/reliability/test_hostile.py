@@ -167,10 +167,9 @@ def test_200_silent_connections(managed):
     assert_healthy(d, target, fds0, rss0)
 
 
-def test_beyond_256_connections_new_clients_are_closed_then_served_again(managed):
-    """The server caps clients at 256: the 257th is accepted and closed at once (the
-    client sees EOF without a reply). The cap keeps fds bounded; once the idle ones
-    go, service comes back. See the xfail below for what this means for root."""
+def test_beyond_256_connections_the_idlest_make_room(managed):
+    """The server caps clients at 256: a new connection beyond that closes the one idle
+    longest, so fds stay bounded and the newest peer is always served."""
     d, target, fds0, rss0 = managed
     idle = []
     try:
@@ -180,50 +179,13 @@ def test_beyond_256_connections_new_clients_are_closed_then_served_again(managed
             idle.append(s)
         time.sleep(0.3)
         assert fd_count(d.proc.pid) <= fds0 + 256 + FD_MARGIN, "the cap bounds the fds"
-        assert refused_without_reply(d.socket)
-        assert all(t["pinned"] for t in threads_of_when_possible(d, idle, target.pid).values())
+        assert d.request("ping", timeout=2)["version"]
+        assert all(t["pinned"] for t in threads_of(d, target.pid).values())
     finally:
         for s in idle:
             s.close()
     wait_for(lambda: d.request("ping"), timeout=3)
     assert_healthy(d, target, fds0, rss0)
-
-
-def refused_without_reply(path: str) -> bool:
-    """Connect, send a ping: the daemon closes without a reply (EOF or ECONNRESET).
-    (parlschedctl's client.request lets that ECONNRESET escape untranslated.)"""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(2)
-        s.connect(path)
-        try:
-            s.sendall(b'{"cmd":"ping"}\n')
-            return s.recv(100) == b""
-        except (ConnectionResetError, BrokenPipeError):
-            return True
-
-
-def threads_of_when_possible(d, idle, pid):
-    idle.pop(0).close()  # free one slot for this query
-    time.sleep(0.1)
-    return threads_of(d, pid)
-
-
-@pytest.mark.xfail(strict=True, reason="bug: any peer that can connect can hold all 256 client slots with idle "
-                   "connections and lock root (and everyone) out; no idle timeout or per-uid cap "
-                   "(server.py Daemon._accept)")
-def test_idle_connections_cannot_lock_out_other_clients(managed):
-    d, target, fds0, rss0 = managed
-    idle = []
-    try:
-        for _ in range(256):
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            s.connect(d.socket)
-            idle.append(s)
-        time.sleep(0.3)
-        assert d.request("ping", timeout=2)["version"]
-    finally:
-        for s in idle:
-            s.close()
 
 
 def test_clients_vanishing_mid_reply_with_large_replies(managed):
@@ -273,9 +235,6 @@ def test_client_that_sends_but_never_reads_is_dropped(managed):
     assert_healthy(d, target, fds0, rss0)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: one recv() of 64 KiB of pipelined requests is handled in full before the "
-                   "4 MiB unread cap is checked: ~3800 status replies built in one go stall the loop and "
-                   "balloon RSS (server.py Daemon._read)")
 def test_a_burst_of_pipelined_requests_does_not_stall_the_loop(managed):
     d, target, fds0, rss0 = managed
     big = sleepy(256)

@@ -51,12 +51,12 @@ def test_two_unprivileged_users_cannot_touch_each_other(open_dir):
     try:
         assert as_user(ALICE, d.socket, "attach", pid=a.pid)["target"]["uid"] == ALICE
         wait_for(lambda: all(t["pinned"] for t in threads_of(d, a.pid).values()))
-        pinned = os.sched_getaffinity(a.pid)
         # Bob can neither attach, detach, nor see Alice's process, by pid or in the list
         assert as_user(BOB, d.socket, "detach", pid=a.pid) == {"refused": "not_attached"}
         assert as_user(BOB, d.socket, "status", pid=a.pid) == {"refused": "not_attached"}
         assert as_user(BOB, d.socket, "status")["targets"] == []
-        assert os.sched_getaffinity(a.pid) == pinned, "Alice's target untouched"
+        assert len(os.sched_getaffinity(a.pid)) == 1 and a.pid in {t["pid"] for t in d.request("status")["targets"]}, \
+            "Alice's target still managed"
         # the refusal for an attached-but-foreign pid equals that for a pid never attached
         assert as_user(BOB, d.socket, "detach", pid=2**31 - 2) == {"refused": "not_attached"}
         # Bob may manage his own; Alice does not see it; root sees both
@@ -76,9 +76,6 @@ def test_two_unprivileged_users_cannot_touch_each_other(open_dir):
             p.wait()
 
 
-@pytest.mark.xfail(strict=True, reason="bug (information leak): attach of another user's attached process answers "
-                   "already_attached before the ownership check, so a peer learns which foreign pids are managed "
-                   "(engine.Engine.attach)")
 def test_attach_of_a_foreign_attached_process_does_not_reveal_it(open_dir):
     (open_dir / "parlschedd.yaml").write_text("period_s: 0.05\nsocket: {mode: '0666'}\n")
     d = start_daemon(open_dir)
@@ -178,8 +175,6 @@ def test_config_refuses_cgroup_paths_that_leave_the_hierarchy(tmp_path, cgroup):
     assert any(k == "targets[0].cgroup" for k, _ in e.value.errors)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: the controllers part of a v1 cgroup rule is not validated; "
-                   "'../../../tmp/x:/jobs' is accepted (config._valid_cgroup)")
 @pytest.mark.parametrize("cgroup", ["../../../tmp/x:/jobs", "cpuset,..:/x", "name=../../tmp:/x"])
 def test_config_refuses_controllers_that_leave_the_cgroup_root(tmp_path, cgroup):
     f = tmp_path / "c.yaml"
@@ -188,9 +183,6 @@ def test_config_refuses_controllers_that_leave_the_cgroup_root(tmp_path, cgroup)
         config_mod.load(f)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a v1 controllers part with '..' makes the daemon read a cgroup.procs "
-                   "outside /sys/fs/cgroup and attach the pids an unprivileged user wrote there "
-                   "(config._valid_cgroup, cgroups.hierarchy_dir)")
 def test_daemon_never_reads_cgroup_procs_outside_the_cgroup_root(tmp_path):
     """Live: a world-writable dir /tmp/<x>/jobs/cgroup.procs lists a sleeper's pid; a
     rule whose controllers part climbs out of /sys/fs/cgroup points at it."""
@@ -232,9 +224,6 @@ def kill_stalled(d) -> None:
         d.proc.wait(10)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: targets.name regexes run with Python's backtracking re over every "
-                   "process's cmdline; any local user can stall the daemon with a long cmdline against "
-                   "a regex like '(a+)+$' (server._name_matches)")
 def test_catastrophic_name_regex_cannot_stall_the_daemon(tmp_path):
     (tmp_path / "parlschedd.yaml").write_text("period_s: 0.05\nrescan_s: 0.1\ntargets:\n  - name: '(a+)+$'\n")
     d = start_daemon(tmp_path)
@@ -251,16 +240,14 @@ def test_catastrophic_name_regex_cannot_stall_the_daemon(tmp_path):
         kill_stalled(d)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a non-root peer's attach --threads regex is matched with backtracking "
-                   "re against thread names the peer chooses; one request stalls the daemon for seconds "
-                   "(engine.Engine.attach/_adopt)")
 def test_catastrophic_threads_regex_from_a_peer_cannot_stall_the_daemon(open_dir):
     (open_dir / "parlschedd.yaml").write_text("period_s: 0.05\nsocket: {mode: '0666'}\n")
     d = start_daemon(open_dir)
-    code = "import time; open('/proc/self/comm','w').write('aaaaaaaaaaaaaaa'); print('r', flush=True); time.sleep(60)"
-    evil = subprocess.Popen([sys.executable, "-c", code], user=ALICE, group=ALICE, extra_groups=[], stdout=subprocess.PIPE)
+    name = open_dir / "aaaaaaaaaaaaaaa"  # comm is the exec'd file's name
+    name.symlink_to(shutil.which("sleep"))
+    evil = sleeper_of(ALICE, str(name), "60")
     try:
-        evil.stdout.readline()
+        wait_for(lambda: Path(f"/proc/{evil.pid}/comm").read_text().strip() == name.name)
         pid = os.fork()
         if pid == 0:  # Alice's request, in the background
             try:
