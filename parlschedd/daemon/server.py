@@ -15,9 +15,11 @@ import signal
 import socket
 import struct
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import structlog
 
 from parlschedd import __version__, config as config_mod
@@ -58,18 +60,28 @@ class Client:
 
 @dataclass
 class LoopStats:
+    """The loop's own cost, and the jitter of its period starts over the last
+    ``starts.maxlen`` periods (|actual period - T_CPU|)."""
+
     periods: int = 0
     total_s: float = 0.0
     max_s: float = 0.0
+    starts: deque = field(default_factory=lambda: deque(maxlen=1000))
 
-    def add(self, seconds: float) -> None:
+    def add(self, started: float, seconds: float) -> None:
         self.periods += 1
         self.total_s += seconds
         self.max_s = max(self.max_s, seconds)
+        self.starts.append(started)
 
-    def as_json(self) -> dict:
+    def as_json(self, period_s: float) -> dict:
         mean = self.total_s / self.periods if self.periods else 0.0
-        return {"periods": self.periods, "mean_ms": round(mean * 1e3, 3), "max_ms": round(self.max_s * 1e3, 3)}
+        out = {"periods": self.periods, "mean_ms": round(mean * 1e3, 3), "max_ms": round(self.max_s * 1e3, 3)}
+        if len(self.starts) > 2:
+            jitter = np.abs(np.diff(np.array(self.starts)) - period_s) * 1e3
+            p50, p99 = np.percentile(jitter, [50, 99])
+            out["jitter_ms"] = {"p50": round(float(p50), 3), "p99": round(float(p99), 3), "max": round(float(jitter.max()), 3)}
+        return out
 
 
 class Daemon:
@@ -164,7 +176,7 @@ class Daemon:
                 log.error("period failed", error=f"{type(exc).__name__}: {exc}")
             self._resume_listening(now)
             elapsed = time.perf_counter() - started
-            self.stats.add(elapsed)
+            self.stats.add(now, elapsed)
             if self.metrics is not None:
                 self.metrics.loop.observe(elapsed)
             period = self.config.period_s
@@ -538,7 +550,7 @@ class Daemon:
                 "uptime_s": round(time.monotonic() - self.started, 3),
                 "counter_source": self.counters.source.value,
                 "period_s": self.config.period_s, "domain_period_s": self.config.domain_period_s,
-                "domains": self.domains, "cpus": self.cpus, "loop": self.stats.as_json(),
+                "domains": self.domains, "cpus": self.cpus, "loop": self.stats.as_json(self.config.period_s),
             },
             "targets": [self.engine.describe(t) for t in targets],
         }

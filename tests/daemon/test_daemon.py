@@ -59,6 +59,8 @@ def test_status_json_fields(daemon, workload):
         assert key in d
     assert d["counter_source"] in ("perf:instructions", "perf:task-clock", "schedstat")
     assert d["loop"]["periods"] > 0
+    jitter = d["loop"]["jitter_ms"]
+    assert 0 <= jitter["p50"] <= jitter["p99"] <= jitter["max"]
     th = reply["targets"][0]["threads"][0]
     assert set(th) >= {"tid", "name", "cpu", "domain", "utility", "pinned"}
     assert any(t["utility"] and t["utility"] > 0 for t in reply["targets"][0]["threads"])
