@@ -105,7 +105,7 @@ def model() -> None:
 @click.option("--master-power", type=click.Choice(MASTER_POWER), default="migration", show_default=True,
               help="migration: the paper's eq. 7; whole-run: master and switch powered all the time.")
 @click.option("--generations", type=click.IntRange(min=1), default=None,
-              help="Generations per phase (default: 100 for ga, 400 for de).")
+              help="Generations per phase (default: 100 for ga; 1000 and 300 for de).")
 @click.option("--loo", is_flag=True, help="Also leave-one-out errors (one more fit per configuration).")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), help="Write the parameters (JSON).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")

@@ -46,7 +46,7 @@ class EnergyTimeModel:
     def settings(self) -> dict[str, GASettings | DESettings]:
         if self.generations is None:
             return {}
-        return {"ga": GASettings(generations=self.generations), "de": DESettings(generations=self.generations)}
+        return {"ga": GASettings(generations=self.generations), "de": DESettings().with_generations(self.generations)}
 
     def _check_options(self) -> None:
         for name, value, allowed in (("method", self.method, METHODS), ("rounding", self.rounding, SUBPOP_SIZES),

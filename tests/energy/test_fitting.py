@@ -9,11 +9,12 @@ import pytest
 
 from parlschedd.energy.estimator import EnergyTimeModel, parameter_names
 from parlschedd.energy.fitting import (PENALTY, DESettings, GASettings, Problem, energy_bounds, energy_cost,
-                                       feasible, fit_once, from_ratio, leave_one_out, ratio_bounds, time_bounds)
+                                       feasible, fit_once, from_ratio, leave_one_out, project_time, ratio_bounds,
+                                       time_bounds)
 from parlschedd.energy.model import EnergyParams, TimeParams, timing
 
 QUICK_GA = GASettings(individuals=40, generations=15)
-QUICK_DE = DESettings(individuals=40, generations=15)
+QUICK_DE = DESettings(time_individuals=30, time_generations=20, energy_individuals=40, energy_generations=15)
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +102,7 @@ def test_estimator_validates(hpmoon, measured):
 def test_leave_one_out_predicts_every_configuration(hpmoon, measured):
     p = Problem.from_measurements(hpmoon, measured)
     p = Problem(hpmoon, p.nsp[:8], p.time_s[:8], p.energy_wh[:8])
-    out = leave_one_out(p, "de", 0, de=DESettings(individuals=30, generations=8))
+    out = leave_one_out(p, "de", 0, de=DESettings(10, 8, 20, 8))
     assert out.time_s.shape == (8,) and np.all(out.time_s > 0) and np.isfinite(out.nrmse_energy)
 
 
@@ -109,3 +110,14 @@ def test_leave_one_out_predicts_every_configuration(hpmoon, measured):
 def test_full_budget_de_reaches_a_good_fit(problem):
     f = fit_once(problem, "de", 0)
     assert f.nrmse_time < 0.11 and f.nrmse_energy < 0.13
+
+
+def test_projection_solves_scale_and_overhead_exactly(problem):
+    truth = np.array([8.8e6, 9.9e7, 7.2e6, 1.3e8, 2.8e7, 2.4e8, 1.0, 1.5])
+    t = timing(problem.cluster, TimeParams.from_vector(truth), problem.nsp).runtime
+    exact = Problem(problem.cluster, problem.nsp, t)
+    genes = np.concatenate([truth[:6] / 3.0, [0.4]])  # right relative speeds, wrong scale
+    x, err = project_time(exact, genes)
+    assert err[0] == pytest.approx(0.0, abs=1e-6)
+    np.testing.assert_allclose(x[0, :6], truth[:6], rtol=1e-6)
+    assert x[0, 6] + x[0, 7] == pytest.approx(2.5) and x[0, 6] == pytest.approx(0.4 * 2.5)
