@@ -122,3 +122,32 @@ def wait_for(predicate, timeout: float = 5.0, interval: float = 0.05):
 def threads_of(d: Daemon, pid: int) -> dict[int, dict]:
     targets = d.request("status", pid=pid)["targets"]
     return {t["tid"]: t for t in targets[0]["threads"]}
+
+
+def as_user(uid: int, socket_path: str, cmd: str, timeout: float = 10.0, **args) -> dict:
+    """The request made by a forked child that dropped to ``uid`` (gid the same, no
+    supplementary groups): {"refused": code} / {"unreachable": msg} / the reply."""
+    from parlschedctl import client
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: never returns into pytest
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            try:
+                out = client.request(socket_path, cmd, timeout=timeout, **args)
+            except client.Refused as e:
+                out = {"refused": e.code}
+            except client.Unreachable as e:
+                out = {"unreachable": str(e)}
+            os.write(w, json.dumps(out).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    return json.loads(data)

@@ -7,7 +7,6 @@ start, so the loop does not drift; an overrun skips the periods it missed.
 
 from __future__ import annotations
 
-import errno
 import grp
 import os
 import selectors
@@ -28,7 +27,7 @@ from parlschedd.daemon import notify, protocol
 from parlschedd.daemon.engine import Engine, EngineError
 from parlschedd.host import cgroups, procfs
 from parlschedd.host.affinity import Pinner
-from parlschedd.host.errors import HostError, ThreadGone
+from parlschedd.host.errors import HostError
 from parlschedd.host.perf import CounterSet, detect_source, raise_fd_limit
 from parlschedd.host.state import read_state, write_state
 from parlschedd.patterns import Pattern, compile_pattern

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from parlschedctl import client
-from tests.conftest import needs_root, start_daemon, threads_of, wait_for
+from tests.conftest import as_user, needs_root, start_daemon, threads_of, wait_for
 
 pytestmark = needs_root
 ALL = frozenset(os.sched_getaffinity(0))
@@ -254,27 +254,7 @@ NOBODY = 65534
 
 
 def as_nobody(socket_path: str, cmd: str, **args) -> dict:
-    """The request made by a forked child that dropped to uid/gid nobody."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: never returns into pytest
-        try:
-            os.close(r)
-            os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            try:
-                out = client.request(socket_path, cmd, **args)
-            except client.Refused as e:
-                out = {"refused": e.code}
-            os.write(w, json.dumps(out).encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    with os.fdopen(r, "rb") as f:
-        data = f.read()
-    os.waitpid(pid, 0)
-    return json.loads(data)
+    return as_user(NOBODY, socket_path, cmd, **args)
 
 
 def test_non_root_peer_cannot_touch_root_processes(workload):

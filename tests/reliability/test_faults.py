@@ -11,7 +11,6 @@ from __future__ import annotations
 import errno
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys

@@ -23,8 +23,7 @@ import pytest
 
 from parlschedctl import client
 from parlschedd import config as config_mod
-from tests.conftest import needs_root, start_daemon, threads_of, wait_for
-from tests.reliability.helpers import as_user, masks
+from tests.conftest import as_user, needs_root, start_daemon, threads_of, wait_for
 
 pytestmark = needs_root
 ALICE, BOB = 65534, 64999  # nobody, and a uid without a passwd entry
