@@ -241,10 +241,10 @@ def test_catastrophic_name_regex_cannot_stall_the_daemon(tmp_path):
 
 def test_catastrophic_threads_regex_from_a_peer_cannot_stall_the_daemon(open_dir):
     (open_dir / "parlschedd.yaml").write_text("period_s: 0.05\nsocket: {mode: '0666'}\n")
-    d = start_daemon(open_dir)
     name = open_dir / "aaaaaaaaaaaaaaa"  # comm is the exec'd file's name
     name.symlink_to(shutil.which("sleep"))
-    evil = sleeper_of(ALICE, str(name), "60")
+    evil = sleeper_of(ALICE, str(name), "60")  # before the daemon: nothing to leak if this fails
+    d = start_daemon(open_dir)
     try:
         wait_for(lambda: Path(f"/proc/{evil.pid}/comm").read_text().strip() == name.name)
         pid = os.fork()
