@@ -33,16 +33,16 @@ def distribute(t1: np.ndarray, nsp: np.ndarray | int) -> tuple[np.ndarray, np.nd
         raise ValueError("the number of subpopulations must be >= 0")
     by_nsp = np.argsort(-nsp, kind="stable")
     flat = t1.reshape(-1, devices)[by_nsp]
-    remaining = nsp[by_nsp]
     total = np.zeros_like(flat)
     counts = np.zeros(flat.shape, dtype=np.int64)
     last = np.full(flat.shape, -1)  # step at which each device last received work
-    for step in range(int(remaining.max(initial=0))):
-        n = int(np.count_nonzero(remaining > step))
-        tot = total[:n]
+    steps = int(nsp.max(initial=0))
+    active = np.count_nonzero(nsp[None, :] > np.arange(steps)[:, None], axis=1)  # rows still distributing
+    all_rows = np.arange(len(flat))
+    for step, n in enumerate(active.tolist()):
+        tot, rows = total[:n], all_rows[:n]
         tied = tot == tot.min(axis=1, keepdims=True)
         pick = np.argmax(np.where(tied, last[:n], -2), axis=1)
-        rows = np.arange(n)
         tot[rows, pick] += flat[rows, pick]
         counts[rows, pick] += 1
         last[rows, pick] = step

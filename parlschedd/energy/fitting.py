@@ -219,6 +219,7 @@ def project_time(p: Problem, genes: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     """
     genes = np.atleast_2d(genes)
     w, q = genes[:, :-1], genes[:, -1]
+    o_max = p.time_s.min() / p.cluster.run.global_migrations  # time_bounds' bound on T_master, T_com
     zero = np.zeros(len(genes))
     ngm = p.cluster.run.global_migrations
     v = timing(p.cluster, TimeParams(w, zero, zero), p.nsp, p.rounding).runtime
@@ -226,7 +227,7 @@ def project_time(p: Problem, genes: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     dv, dt = v - v.mean(axis=1, keepdims=True), t - t.mean()
     var = np.einsum("pk,pk->p", dv, dv)
     slope = np.where(var > 0, dv @ dt / np.where(var > 0, var, 1.0), 0.0)
-    o = np.clip((t.mean() - slope * v.mean(axis=1)) / ngm, 0.0, time_bounds(p)[-1, 1])
+    o = np.clip((t.mean() - slope * v.mean(axis=1)) / ngm, 0.0, o_max)
     vv = np.einsum("pk,pk->p", v, v)
     scale = np.where(vv > 0, np.maximum(0.0, (t[None, :] - ngm * o[:, None]) * v).sum(axis=1) / np.where(vv > 0, vv, 1.0), 0.0)
     x = np.column_stack([w * scale[:, None], q * o, (1 - q) * o])
