@@ -10,6 +10,7 @@ order inside the node, which is also the initial order of Algorithm 1's list L.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,7 +125,7 @@ class _Reader:
         value = _yaml12_float(data[key]) if not integer else data[key]
         kind = "an integer" if integer else "a number"
         ok = isinstance(value, int) if integer else isinstance(value, int | float)
-        if isinstance(value, bool) or not ok:
+        if isinstance(value, bool) or not ok or not math.isfinite(value):
             self.errors.append((where, f"must be {kind}, got {value!r}"))
             return None
         if (low is not None and value < low) or (high is not None and value > high):

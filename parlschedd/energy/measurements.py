@@ -47,16 +47,6 @@ class Measurements:
     def has_energy(self) -> bool:
         return bool(np.all(np.isfinite(self.energy_wh)))
 
-    def without(self, index: int) -> Measurements:
-        """All configurations but one (for leave-one-out validation)."""
-        keep = np.arange(len(self.nsp)) != index
-
-        def pick(a: np.ndarray | None) -> np.ndarray | None:
-            return None if a is None else a[keep]
-
-        return Measurements(self.nsp[keep], self.time_s[keep], self.energy_wh[keep], self.time_reps[keep],
-                            self.energy_reps[keep], pick(self.baseline_time_s), pick(self.baseline_energy_wh))
-
 
 def _cell(value: str | None, column: str, source: str, line: int) -> float:
     if value is None or value.strip() == "":

@@ -29,6 +29,7 @@ def test_every_error_is_reported_with_its_key_path(tmp_path):
     bad["run"]["generations"] = 5  # not divisible by NGm = 2
     bad["nodes"][0]["devices"][1]["compute_units"] = 0
     bad["nodes"][0]["devices"][0]["frequency_hz"] = "fast"
+    bad["nodes"][0]["devices"][1]["tdp_w"] = "nan"
     del bad["switch"]["tdp_w"]
     bad["colour"] = "blue"
     path = tmp_path / "bad.yaml"
@@ -40,6 +41,7 @@ def test_every_error_is_reported_with_its_key_path(tmp_path):
     assert "must divide generations" in keys["run.global_migrations"]
     assert "integer >= 1, got 0" in keys["nodes[0].devices[1].compute_units"]
     assert "must be a number, got 'fast'" in keys["nodes[0].devices[0].frequency_hz"]
+    assert "must be a number" in keys["nodes[0].devices[1].tdp_w"]
     assert keys["switch.tdp_w"] == "is required"
     assert keys["colour"] == "unknown key"
 

@@ -61,7 +61,3 @@ def test_write_then_read_round_trip(tmp_path):
     assert m.energy_wh[0] == pytest.approx(0.2) and np.isnan(m.energy_wh[1])
     assert m.time_reps.tolist() == [[1.5, 2.5], [3.0, 3.5]]
 
-
-def test_without_drops_one_configuration(measured):
-    rest = measured.without(4)
-    assert len(rest.nsp) == 31 and 5 not in rest.nsp and rest.baseline_time_s.shape == (31,)
