@@ -193,9 +193,9 @@ class Engine:
             return
         except (InvalidMask, AccessDenied) as exc:
             # retried every period; said once per thread, at the change, not each time
-            (log.warning if th.pinned or th.cpu is None else log.debug)("pin refused", tid=th.tid, cpu=cpu, error=str(exc))
+            (log.warning if th.pinned else log.debug)("pin refused", tid=th.tid, cpu=cpu, error=str(exc))
             th.pinned = False
-            th.cpu = self._running_on(th.tid)
+            th.cpu = None  # not where we put it; /proc's last CPU may predate a cpuset change
             return
         th.cpu, th.pinned = cpu, True
 
