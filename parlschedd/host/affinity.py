@@ -46,9 +46,10 @@ def set_affinity(tid: int, cpus: Iterable[int]) -> None:
         raise as_host_error(exc, "sched_setaffinity", tid=tid, overrides=_SETAFFINITY_ERRORS) from exc
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class PinRecord:
-    """What the Pinner knows of one thread: its identity and both masks."""
+    """What the Pinner knows of one thread: its identity and both masks. Only
+    ``current`` changes, in place (a pin is the daemon's hot path)."""
 
     start_time: int  # with the tid, the thread's identity (procfs stat field 22)
     original: frozenset[int]  # the mask found at adoption, restored at the end
@@ -144,7 +145,7 @@ class Pinner:
         except ThreadGone:
             self._gone(tid)
             raise
-        self._records[tid] = PinRecord(record.start_time, record.original, cpus)
+        record.current = cpus
         return True
 
     def restore(self, tid: int) -> None:

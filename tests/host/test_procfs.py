@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -136,6 +137,19 @@ def test_process_handle_sees_exit_through_the_pidfd() -> None:
     assert handle.pidfd is None
 
 
+def test_process_handle_lists_threads_until_the_process_exits() -> None:
+    code = "import threading, time\nfor _ in range(3): threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\nprint(flush=True); time.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    child.stdout.readline()
+    with procfs.ProcessHandle(child.pid) as handle:
+        assert handle.tids() == procfs.list_tids(child.pid) and len(handle.tids()) == 4
+        child.kill()
+        child.wait()
+        with pytest.raises(ThreadGone):
+            handle.tids()  # the open directory names the dead process, not a reuse of its pid
+    assert handle.task_fd == -1
+
+
 def test_process_handle_without_pidfd_detects_pid_reuse(fake_proc: FakeProc) -> None:
     child = subprocess.Popen(["sleep", "30"])
     try:
@@ -174,12 +188,12 @@ def test_thread_handle_proves_identity_until_the_thread_exits():
     with pytest.raises(ThreadGone):
         ThreadHandle(tid, start + 1)  # a different start time is another thread
     handle = ThreadHandle(tid, start)
-    assert handle.stat().start_time == start
+    handle.check()  # alive: no error
     stop.set()
     t.join()
     deadline = time.monotonic() + 5
     while os.path.exists(f"/proc/self/task/{tid}") and time.monotonic() < deadline:
         time.sleep(0.005)  # the kernel reaps the task a moment after join returns
     with pytest.raises(ThreadGone):
-        handle.stat()  # the fd stays bound to the exited thread, whatever reuses the tid
+        handle.check()  # the fd stays bound to the exited thread, whatever reuses the tid
     handle.close()
