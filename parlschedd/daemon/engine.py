@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import structlog
+from numpy.typing import NDArray
 
 from parlschedd.config import Config
 from parlschedd.daemon.history import History
@@ -20,10 +21,11 @@ from parlschedd.host import procfs
 from parlschedd.host.affinity import get_affinity
 from parlschedd.host.base import Actuator, Counters
 from parlschedd.host.errors import AccessDenied, HostError, InvalidMask, ThreadGone, TooManyFiles
-from parlschedd.learning.scheduler import TwoLevelScheduler
+from parlschedd.learning.scheduler import FloatArray, IntArray, TwoLevelScheduler
 from parlschedd.patterns import Pattern, PatternError, compile_pattern
 
 log = structlog.get_logger("parlschedd.engine")
+BoolArray = NDArray[np.bool_]
 
 
 class EngineError(Exception):
@@ -36,15 +38,53 @@ class EngineError(Exception):
 
 @dataclass
 class ThreadState:
+    """What is known of a thread from its adoption on; its per-period numbers live in
+    the target's :class:`Roster`."""
+
     tid: int
     start_time: int
     name: str
-    last_value: float
-    last_time: float
-    utility: float = float("nan")
-    cpu: int | None = None
-    domain: int | None = None
-    pinned: bool = False
+    first_value: float  # the counter at adoption
+    first_time: float
+
+
+@dataclass
+class Roster:
+    """A target's per-period numbers as arrays aligned on its tids (sorted), so the
+    period works on whole arrays instead of one Python object per thread. ``cpu`` is
+    -1 where unknown (not pinned by us, or a pin was refused), ``domain`` -1 before the
+    thread's first period."""
+
+    tids: IntArray
+    last: FloatArray      # counter value at the last read
+    since: FloatArray     # monotonic time of that read
+    utility: FloatArray   # NaN: not measured
+    cpu: IntArray
+    domain: IntArray
+    pinned: BoolArray
+
+    @classmethod
+    def empty(cls) -> Roster:
+        return cls.aligned(np.empty(0, dtype=np.int64), None, {})
+
+    @classmethod
+    def aligned(cls, tids: IntArray, old: Roster | None, threads: dict[int, ThreadState]) -> Roster:
+        """A roster for ``tids``: rows of threads ``old`` knew are carried over, new
+        threads start from their adoption reading."""
+        n = tids.size
+        roster = cls(tids, np.empty(n), np.empty(n), np.full(n, np.nan), np.full(n, -1, dtype=np.int64),
+                     np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=bool))
+        known = np.zeros(n, dtype=bool)
+        if old is not None and old.tids.size:
+            at = np.searchsorted(old.tids, tids).clip(max=old.tids.size - 1)
+            known = old.tids[at] == tids
+            rows = at[known]
+            for name in ("last", "since", "utility", "cpu", "domain", "pinned"):
+                getattr(roster, name)[known] = getattr(old, name)[rows]
+        for i in np.flatnonzero(~known).tolist():
+            th = threads[int(tids[i])]
+            roster.last[i], roster.since[i] = th.first_value, th.first_time
+        return roster
 
 
 @dataclass
@@ -58,6 +98,8 @@ class Target:
     handle: procfs.ProcessHandle
     scheduler: TwoLevelScheduler
     threads: dict[int, ThreadState] = field(default_factory=dict)
+    roster: Roster = field(default_factory=Roster.empty)
+    stale: bool = False  # threads joined or left since the roster was aligned
     ignored: set[int] = field(default_factory=set)  # tids the thread filter left out
     migrations: int = 0  # affinity changes made
     base_mask: frozenset[int] | None = None  # the main thread's mask at attach
@@ -67,6 +109,14 @@ class Target:
     @property
     def mode(self) -> str:
         return "observe" if self.observe else "pin"
+
+    def current(self) -> Roster:
+        """The roster, realigned first if threads joined or left."""
+        if self.stale:
+            tids = np.fromiter(sorted(self.threads), dtype=np.int64, count=len(self.threads))
+            self.roster = Roster.aligned(tids, self.roster, self.threads)
+            self.stale = False
+        return self.roster
 
 
 class Engine:
@@ -156,54 +206,52 @@ class Engine:
 
     def _step(self, target: Target, now: float) -> None:
         """counters -> rates -> scheduler -> pins, for one target's period."""
-        order = list(target.threads)
-        values, gone = self.counters.read_many(order)
+        r = target.current()
+        values, gone = self.counters.read_many(r.tids.tolist())
         if gone:
-            lost = set(gone)
-            values = values[[i for i, tid in enumerate(order) if tid not in lost]]
+            values = values[~np.isin(r.tids, gone)]
             for tid in gone:
                 self._drop_thread(target, tid)
-        states = list(target.threads.values())
-        if not states:
+            r = target.current()
+        if not r.tids.size:
             return
-        last = np.array([th.last_value for th in states])
-        since = np.array([th.last_time for th in states])
         failed = np.isnan(values)
         self.read_errors += int(failed.sum())
         with np.errstate(invalid="ignore", divide="ignore"):
-            utility = np.where(failed | (now <= since), np.nan, (values - last) / (now - since))
-        values = np.where(failed, last, values)
-        tids = np.array([th.tid for th in states], dtype=np.int64)
-        placement = target.scheduler.step(tids, utility)
-        for th, value, u, cpu, dom in zip(states, values.tolist(), utility.tolist(),
-                                          placement.cpus.tolist(), placement.domains.tolist()):
-            th.last_value, th.last_time, th.utility, th.domain = value, now, u, dom
-            if target.observe:
-                th.cpu = self._running_on(th.tid)
-            elif cpu != th.cpu or not th.pinned:
-                self._pin(target, th, cpu)
-        target.history.record(now, tids, utility, [-1 if th.cpu is None else th.cpu for th in states],
-                              placement.domains)
+            utility = np.where(failed | (now <= r.since), np.nan, (values - r.last) / (now - r.since))
+        r.last = np.where(failed, r.last, values)
+        r.since[:] = now
+        r.utility = utility
+        placement = target.scheduler.step(r.tids, utility)
+        r.domain = placement.domains.copy()
+        if target.observe:
+            r.cpu = np.array([self._running_on(tid) for tid in r.tids.tolist()], dtype=np.int64)
+        else:
+            moved = np.flatnonzero((placement.cpus != r.cpu) | ~r.pinned)
+            for i, cpu in zip(moved.tolist(), placement.cpus[moved].tolist()):
+                self._pin(target, r, i, cpu)
+        target.history.record(now, r.tids, utility, r.cpu, r.domain)
 
-    def _pin(self, target: Target, th: ThreadState, cpu: int) -> None:
+    def _pin(self, target: Target, r: Roster, i: int, cpu: int) -> None:
+        tid = int(r.tids[i])
         try:
-            target.migrations += self.pinner.pin(th.tid, self._single[cpu])
+            target.migrations += self.pinner.pin(tid, self._single[cpu])
         except ThreadGone:
-            self._drop_thread(target, th.tid)
+            self._drop_thread(target, tid)
             return
         except (InvalidMask, AccessDenied) as exc:
             # retried every period; said once per thread, at the change, not each time
-            (log.warning if th.pinned else log.debug)("pin refused", tid=th.tid, cpu=cpu, error=str(exc))
-            th.pinned = False
-            th.cpu = None  # not where we put it; /proc's last CPU may predate a cpuset change
+            (log.warning if r.pinned[i] else log.debug)("pin refused", tid=tid, cpu=cpu, error=str(exc))
+            r.pinned[i] = False
+            r.cpu[i] = -1  # not where we put it; /proc's last CPU may predate a cpuset change
             return
-        th.cpu, th.pinned = cpu, True
+        r.cpu[i], r.pinned[i] = cpu, True
 
-    def _running_on(self, tid: int) -> int | None:
+    def _running_on(self, tid: int) -> int:
         try:
             return procfs.thread_stat(tid, self.proc_root).processor
         except HostError:
-            return None
+            return -1
 
     # -- threads ----------------------------------------------------------------------
 
@@ -221,14 +269,13 @@ class Engine:
         seen: set[int] = set()
         for pid in self._pids(target):
             try:
-                tids = procfs.list_tids(pid, self.proc_root)
+                tids = target.handle.tids() if pid == target.pid else procfs.list_tids(pid, self.proc_root)
             except ThreadGone:
                 continue
+            for tid in sorted(set(tids).difference(target.threads, target.ignored)):
+                self._adopt(target, tid, now)
             seen.update(tids)
-            for tid in tids:
-                if tid not in target.threads and tid not in target.ignored:
-                    self._adopt(target, tid, now)
-        for tid in set(target.threads) - seen:
+        for tid in set(target.threads).difference(seen):
             self._drop_thread(target, tid)
         target.ignored &= seen
 
@@ -255,6 +302,7 @@ class Engine:
             log.warning("cannot manage thread", tid=tid, error=str(exc))
             return
         target.threads[tid] = ThreadState(tid, start, name, value, now)
+        target.stale = True
         self.on_change()
 
     def _inherited_original(self, target: Target, tid: int) -> frozenset[int] | None:
@@ -264,11 +312,13 @@ class Engine:
             target.base_mask = get_affinity(target.pid)
             return None
         mask = get_affinity(tid)
-        ours = {self._single[th.cpu] for th in target.threads.values() if th.pinned and th.cpu is not None}
+        r = target.roster
+        ours = {self._single[cpu] for cpu in r.cpu[r.pinned].tolist()}
         return target.base_mask if mask != target.base_mask and mask in ours else None
 
     def _drop_thread(self, target: Target, tid: int) -> None:
         target.threads.pop(tid, None)
+        target.stale = True
         self.counters.close(tid)
         if not target.observe:
             self.pinner.forget(tid)
@@ -301,12 +351,14 @@ class Engine:
     # -- views ------------------------------------------------------------------------
 
     def describe(self, target: Target) -> dict:
+        r = target.current()
+        rows = zip(r.tids.tolist(), r.cpu.tolist(), r.domain.tolist(), r.utility.tolist(), r.pinned.tolist())
         return {
             "pid": target.pid, "name": target.name, "mode": target.mode, "uid": target.uid,
             "migrations": target.migrations,
             "threads": [
-                {"tid": t.tid, "name": t.name, "cpu": t.cpu, "domain": t.domain,
-                 "utility": None if t.utility != t.utility else t.utility, "pinned": t.pinned}
-                for t in sorted(target.threads.values(), key=lambda t: t.tid)
+                {"tid": tid, "name": target.threads[tid].name, "cpu": None if cpu < 0 else cpu,
+                 "domain": None if dom < 0 else dom, "utility": None if u != u else u, "pinned": pinned}
+                for tid, cpu, dom, u, pinned in rows
             ],
         }

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from prometheus_client import CollectorRegistry, Histogram, ProcessCollector, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
@@ -37,22 +39,22 @@ class EngineCollector(Collector):
         limit = self.max_threads()
         for t in list(engine.targets.values()):
             pid, name = str(t.pid), t.name
-            states = sorted(list(t.threads.values()), key=lambda s: s.tid)
-            total += len(states)
-            util_sum = sum(s.utility for s in states if s.utility == s.utility)
-            threads.add_metric([pid, name], len(states))
-            target_utility.add_metric([pid, name], util_sum)
+            r = t.current()
+            u = r.utility
+            total += r.tids.size
+            threads.add_metric([pid, name], r.tids.size)
+            target_utility.add_metric([pid, name], float(np.nansum(u)))
             migrations.add_metric([pid, name], t.migrations)
-            for s in states[:limit]:
-                key = [pid, name, str(s.tid)]
-                utility.add_metric(key, s.utility)
-                cpu.add_metric(key, -1 if s.cpu is None else s.cpu)
-                domain.add_metric(key, -1 if s.domain is None else s.domain)
-                pinned.add_metric(key, float(s.pinned))
-            rest = states[limit:]
-            if rest:
-                utility.add_metric([pid, name, "other"], sum(s.utility for s in rest if s.utility == s.utility))
-                pinned.add_metric([pid, name, "other"], sum(s.pinned for s in rest))
+            for tid, ut, c, d, p in zip(r.tids[:limit].tolist(), u[:limit].tolist(), r.cpu[:limit].tolist(),
+                                        r.domain[:limit].tolist(), r.pinned[:limit].tolist()):
+                key = [pid, name, str(tid)]
+                utility.add_metric(key, ut)
+                cpu.add_metric(key, c)
+                domain.add_metric(key, d)
+                pinned.add_metric(key, float(p))
+            if r.tids.size > limit:
+                utility.add_metric([pid, name, "other"], float(np.nansum(u[limit:])))
+                pinned.add_metric([pid, name, "other"], float(r.pinned[limit:].sum()))
         yield from (utility, cpu, domain, pinned, threads, target_utility, migrations)
         managed = GaugeMetricFamily("parlsched_managed_threads", "Threads managed over all targets")
         managed.add_metric([], total)

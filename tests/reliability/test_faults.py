@@ -366,7 +366,7 @@ def test_eacces_from_perf_event_open_mid_run():
             time.sleep(0.02)
             engine.tick(time.monotonic())
         t = engine.targets[target.pid]
-        assert len(t.threads) == 3 and all(th.pinned for th in t.threads.values())
+        assert len(t.threads) == 3 and t.current().pinned.all()
         assert engine.detach(target.pid) == 3
         assert masks(tids_of(target.pid)) == {tid: ALL for tid in tids_of(target.pid)}
         assert fd_count(me) == fds0
