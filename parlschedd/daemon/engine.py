@@ -20,7 +20,7 @@ from parlschedd.daemon.history import History
 from parlschedd.host import procfs
 from parlschedd.host.affinity import get_affinity
 from parlschedd.host.base import Actuator, Counters
-from parlschedd.host.errors import AccessDenied, HostError, InvalidMask, ThreadGone, TooManyFiles
+from parlschedd.host.errors import HostError, ThreadGone, TooManyFiles
 from parlschedd.learning.scheduler import FloatArray, IntArray, TwoLevelScheduler
 from parlschedd.patterns import Pattern, PatternError, compile_pattern
 
@@ -227,25 +227,24 @@ class Engine:
         if target.observe:
             r.cpu = np.array([self._running_on(tid) for tid in r.tids.tolist()], dtype=np.int64)
         else:
-            moved = np.flatnonzero((placement.cpus != r.cpu) | ~r.pinned)
-            for i, cpu in zip(moved.tolist(), placement.cpus[moved].tolist()):
-                self._pin(target, r, i, cpu)
+            self._pin(target, r, np.flatnonzero((placement.cpus != r.cpu) | ~r.pinned), placement.cpus)
         target.history.record(now, r.tids, utility, r.cpu, r.domain)
 
-    def _pin(self, target: Target, r: Roster, i: int, cpu: int) -> None:
-        tid = int(r.tids[i])
-        try:
-            target.migrations += self.pinner.pin(tid, self._single[cpu])
-        except ThreadGone:
-            self._drop_thread(target, tid)
-            return
-        except (InvalidMask, AccessDenied) as exc:
-            # retried every period; said once per thread, at the change, not each time
-            (log.warning if r.pinned[i] else log.debug)("pin refused", tid=tid, cpu=cpu, error=str(exc))
-            r.pinned[i] = False
-            r.cpu[i] = -1  # not where we put it; /proc's last CPU may predate a cpuset change
-            return
-        r.cpu[i], r.pinned[i] = cpu, True
+    def _pin(self, target: Target, r: Roster, rows: IntArray, cpus: IntArray) -> None:
+        """Pin the threads at ``rows`` of the roster on ``cpus[rows]``, in one batch."""
+        tids, chosen = r.tids[rows].tolist(), cpus[rows].tolist()
+        outcomes = self.pinner.pin_many([(tid, self._single[cpu]) for tid, cpu in zip(tids, chosen)])
+        for i, tid, cpu, outcome in zip(rows.tolist(), tids, chosen, outcomes):
+            if outcome is True or outcome is False:
+                target.migrations += outcome
+                r.cpu[i], r.pinned[i] = cpu, True
+            elif isinstance(outcome, ThreadGone):
+                self._drop_thread(target, tid)
+            else:
+                # retried every period; said once per thread, at the change, not each time
+                (log.warning if r.pinned[i] else log.debug)("pin refused", tid=tid, cpu=cpu, error=str(outcome))
+                r.pinned[i] = False
+                r.cpu[i] = -1  # not where we put it; /proc's last CPU may predate a cpuset change
 
     def _running_on(self, tid: int) -> int:
         try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -124,29 +124,63 @@ class Pinner:
         Returns True when a syscall changed the mask, False when it already had it.
         Raises KeyError for a tid never adopted, InvalidMask when no allowed CPU is in
         ``cpus``, ThreadGone when the thread is gone or the tid names another thread.
-
-        The kernel itself intersects the mask with the thread's cpuset and fails with
-        EINVAL only when nothing is left, so the allowed set is read (two cgroup files)
-        only on that slow path, not on every pin of the daemon's period.
         """
-        record = self._records[tid]
-        if cpus == record.current:
-            return False
-        try:
-            self._check_identity(tid, record.start_time)
+        outcome = self.pin_many([(tid, cpus)])[0]
+        if isinstance(outcome, HostError):
+            raise outcome
+        return outcome
+
+    def pin_many(self, moves: Sequence[tuple[int, frozenset[int]]]) -> list[bool | HostError]:
+        """:meth:`pin` for many threads, one outcome per move (True, False, or the
+        HostError ``pin`` would raise); KeyError for a tid never adopted.
+
+        The identity of every thread about to move is proven by one batched check
+        (:func:`~parlschedd.host.procfs.exited`: a single poll(2) where the kernel has
+        thread pidfds) just before the writes, instead of one read per thread. The
+        kernel itself intersects a mask with the thread's cpuset and fails with EINVAL
+        only when nothing is left, so the allowed set is read (two cgroup files) only
+        on that slow path, not on every pin of the daemon's period.
+        """
+        outcomes: list[bool | HostError] = [False] * len(moves)
+        due = [i for i, (tid, cpus) in enumerate(moves) if cpus != self._records[tid].current]
+        gone = self._exited([moves[i][0] for i in due])
+        for i in due:
+            tid, cpus = moves[i]
             try:
-                set_affinity(tid, cpus)
-            except InvalidMask:
-                allowed = self._allowed(tid)
-                target = frozenset() if allowed is None else cpus & allowed
-                if not target:
-                    raise InvalidMask(f"CPUs {format_cpulist(cpus)} outside the allowed set of tid {tid}", tid=tid) from None
-                set_affinity(tid, target)
-        except ThreadGone:
-            self._gone(tid)
-            raise
-        record.current = cpus
-        return True
+                if tid in gone:
+                    raise ThreadGone(f"tid {tid} has exited or names another thread", tid=tid)
+                self._set(tid, cpus)
+            except ThreadGone as exc:
+                self._gone(tid)
+                outcomes[i] = exc
+            except HostError as exc:
+                outcomes[i] = exc
+            else:
+                self._records[tid].current = cpus
+                outcomes[i] = True
+        return outcomes
+
+    def _set(self, tid: int, cpus: frozenset[int]) -> None:
+        try:
+            set_affinity(tid, cpus)
+        except InvalidMask:
+            allowed = self._allowed(tid)
+            target = frozenset() if allowed is None else cpus & allowed
+            if not target:
+                raise InvalidMask(f"CPUs {format_cpulist(cpus)} outside the allowed set of tid {tid}", tid=tid) from None
+            set_affinity(tid, target)
+
+    def _exited(self, tids: list[int]) -> set[int]:
+        """Which of ``tids`` are gone or now name another thread; handles are opened
+        (with the start-time check) on a thread's first move."""
+        gone: set[int] = set()
+        for tid in tids:
+            if tid not in self._handles:
+                try:
+                    self._handles[tid] = procfs.ThreadHandle(tid, self._records[tid].start_time, self._proc_root)
+                except ThreadGone:
+                    gone.add(tid)
+        return gone | procfs.exited(self._handles[tid] for tid in tids if tid not in gone)
 
     def restore(self, tid: int) -> None:
         """Put the original mask back and forget the thread (no-op if not adopted).

@@ -9,9 +9,12 @@ loop treats as "drop this thread", never as a failure.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
+
+from parlschedd.host.errors import HostError
 
 
 class CounterSource(StrEnum):
@@ -63,6 +66,9 @@ class Actuator(Protocol):
 
     def pin(self, tid: int, cpus: frozenset[int]) -> bool:
         """Restrict an adopted thread to ``cpus``; True when the mask actually changed."""
+
+    def pin_many(self, moves: Sequence[tuple[int, frozenset[int]]]) -> list[bool | HostError]:
+        """``pin`` for many threads at once: per move its result or the error it raised."""
 
     def restore(self, tid: int) -> None:
         """Put the original mask back and forget the thread."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import select
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -239,24 +239,35 @@ class ProcessHandle:
         self.close()
 
 
-class ThreadHandle:
-    """An open ``/proc/<tid>/task/<tid>/comm`` that names one thread for good.
+PIDFD_THREAD = os.O_EXCL  # pidfd_open(2) flag, Linux 6.9: a pidfd for one thread
 
-    A /proc file descriptor stays bound to the task it was opened for: once that thread
-    exits, reading it fails with ESRCH, even if the tid is reused by a new thread. So a
-    re-read of the open fd (no path lookup, no open) proves the thread is still the one
-    whose start time was checked when the handle was made. ``comm`` is the cheapest
-    file to re-read (a copy of 16 bytes; ``stat`` formats 52 fields, about 3x dearer).
+
+class ThreadHandle:
+    """An fd that names one thread for good, so a reused tid is never mistaken for it.
+
+    Where the kernel has thread pidfds (Linux 6.9), the fd is one: it becomes readable
+    when that very thread exits, and many are checked with a single poll(2) (see
+    :func:`exited`). Elsewhere, and under a fake /proc root, it is an open
+    ``/proc/<tid>/task/<tid>/comm``: a /proc fd stays bound to the task it was opened
+    for, and reading it fails with ESRCH once that thread has exited, even if the tid
+    is reused; ``comm`` is the cheapest such file to re-read (``stat`` formats 52
+    fields, about 3x dearer). Either way the fd is opened before the start time is read
+    by path and checked alive after, so both name the same live thread.
     """
 
-    def __init__(self, tid: int, start_time: int, root: str = PROC_ROOT) -> None:
+    def __init__(self, tid: int, start_time: int, root: str = PROC_ROOT, *, pidfd: bool = True) -> None:
         self.tid = tid
-        path = os.path.join(_thread_dir(root, tid), "comm")
-        with translated("open comm", tid=tid):
-            self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        self.fd = -1
+        self.is_pidfd = False
+        if pidfd and root == PROC_ROOT:
+            try:
+                self.fd, self.is_pidfd = os.pidfd_open(tid, PIDFD_THREAD), True
+            except (AttributeError, OSError):
+                pass  # an older kernel (EINVAL) or a gone thread, which the open below reports
+        if self.fd < 0:
+            with translated("open comm", tid=tid):
+                self.fd = os.open(os.path.join(_thread_dir(root, tid), "comm"), os.O_RDONLY | os.O_CLOEXEC)
         try:
-            # The fd was opened first, so if it still reads after the start time was
-            # read by path, both name the same (live) thread.
             found = thread_start_time(tid, root)
             self.check()
             if found != start_time:
@@ -266,16 +277,36 @@ class ThreadHandle:
             raise
 
     def check(self) -> None:
-        """ThreadGone once the thread has exited; the cheapest proof it has not."""
-        try:
-            os.pread(self.fd, 1, 0)
-        except OSError as exc:
-            raise as_host_error(exc, "read comm", tid=self.tid) from exc
+        """ThreadGone once the thread has exited."""
+        if exited([self]):
+            raise ThreadGone(f"tid {self.tid} has exited", tid=self.tid)
 
     def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+
+def exited(handles: Iterable[ThreadHandle]) -> set[int]:
+    """The tids of ``handles`` whose thread has exited: one poll(2) over the thread
+    pidfds, one 1-byte read for each comm fd (the per-period hot path of pinning)."""
+    gone: set[int] = set()
+    poller, polled = select.poll(), {}
+    for h in handles:
+        if h.is_pidfd:
+            poller.register(h.fd, select.POLLIN)
+            polled[h.fd] = h.tid
+            continue
+        try:
+            os.pread(h.fd, 1, 0)
+        except OSError as exc:
+            error = as_host_error(exc, "read comm", tid=h.tid)
+            if not isinstance(error, ThreadGone):
+                raise error from exc
+            gone.add(h.tid)
+    if polled:
+        gone.update(polled[fd] for fd, _ in poller.poll(0))
+    return gone
 
 
 def list_tids(pid: int, root: str = PROC_ROOT) -> list[int]:

@@ -271,3 +271,24 @@ def test_state_round_trip() -> None:
     assert Pinner.from_json(data).records == records
     with pytest.raises(ValueError):
         Pinner.from_json({"version": 99, "threads": {}})
+
+
+def test_pin_many_gives_one_outcome_per_move(spawn: Callable[..., Worker], cpuset: CpusetDir) -> None:
+    """Moved, unchanged, exited and refused threads in one batch; the batch goes on
+    past the failures and each outcome is what ``pin`` alone would give."""
+    moved, same, gone, fenced = (spawn(busy=False) for _ in range(4))
+    pinner = Pinner()
+    for w in (moved, same, gone, fenced):
+        adopted(pinner, w)
+    pinner.pin(same.tid, frozenset({1}))
+    cpuset.set_cpus("0")
+    cpuset.add(fenced.tid)  # may only use CPU 0 from now on
+    gone.finish()
+    outcomes = pinner.pin_many([(moved.tid, frozenset({0})), (same.tid, frozenset({1})),
+                                (gone.tid, frozenset({0})), (fenced.tid, frozenset({1}))])
+    assert outcomes[0] is True and outcomes[1] is False
+    assert isinstance(outcomes[2], ThreadGone) and gone.tid not in pinner.records
+    assert isinstance(outcomes[3], InvalidMask)
+    assert os.sched_getaffinity(moved.tid) == {0} and os.sched_getaffinity(same.tid) == {1}
+    assert pinner.records[fenced.tid].current == pinner.records[fenced.tid].original  # unchanged on refusal
+    pinner.restore_all()

@@ -88,7 +88,7 @@ def test_real_threads_of_this_process(spawn: Callable[..., Worker]) -> None:
     Path(f"/proc/self/task/{worker.tid}/comm").write_text(NASTY)
     threads = procfs.list_threads(os.getpid())
     assert ThreadInfo(worker.tid, NASTY) in threads
-    assert threads[0].tid == os.getpid()
+    assert os.getpid() in {t.tid for t in threads}  # not first: tids wrap at pid_max (32768 here)
     assert procfs.thread_stat(worker.tid).comm == NASTY
     assert procfs.thread_start_time(worker.tid) >= procfs.process_start_time(os.getpid())
     assert procfs.process_uids(os.getpid()).real == os.getuid()
@@ -101,7 +101,11 @@ def test_real_descendants_of_a_process_tree() -> None:
     shell = subprocess.Popen(["sh", "-c", "sleep 30 & sleep 30 & wait"])
     try:
         deadline = time.monotonic() + 5
-        while len(procfs.children(shell.pid)) < 2 and time.monotonic() < deadline:
+        def execed() -> bool:  # a child is listed from fork on, but named "sleep" only after exec
+            kids = procfs.children(shell.pid)
+            return len(kids) == 2 and all(procfs.comm(p) == "sleep" for p in kids)
+
+        while not execed() and time.monotonic() < deadline:
             time.sleep(0.01)
         grandchildren = procfs.children(shell.pid)
         assert len(grandchildren) == 2
@@ -167,33 +171,85 @@ def test_process_handle_without_pidfd_detects_pid_reuse(fake_proc: FakeProc) -> 
         child.wait()
 
 
-def test_thread_handle_proves_identity_until_the_thread_exits():
+def _parked_threads(n: int):
+    """n real threads that each exit when their own event is set."""
     import threading
 
-    from parlschedd.host.errors import ThreadGone
-    from parlschedd.host.procfs import ThreadHandle, thread_start_time
+    events = [threading.Event() for _ in range(n)]
+    tids: dict[int, int] = {}
+    started = threading.Barrier(n + 1)
 
-    stop, ready, tids = threading.Event(), threading.Event(), []
+    def body(i: int) -> None:
+        tids[i] = threading.get_native_id()
+        started.wait()
+        events[i].wait()
 
-    def body():
-        tids.append(threading.get_native_id())
-        ready.set()
-        stop.wait()
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    started.wait()
+    return threads, events, [tids[i] for i in range(n)]
 
-    t = threading.Thread(target=body)
-    t.start()
-    ready.wait()
-    tid = tids[0]
-    start = thread_start_time(tid)
-    with pytest.raises(ThreadGone):
-        ThreadHandle(tid, start + 1)  # a different start time is another thread
-    handle = ThreadHandle(tid, start)
-    handle.check()  # alive: no error
-    stop.set()
-    t.join()
+
+def _reaped(tid: int) -> None:
     deadline = time.monotonic() + 5
     while os.path.exists(f"/proc/self/task/{tid}") and time.monotonic() < deadline:
         time.sleep(0.005)  # the kernel reaps the task a moment after join returns
+
+
+@pytest.mark.parametrize("pidfd", [True, False], ids=["thread-pidfd", "comm-fd"])
+def test_thread_handle_proves_identity_until_the_thread_exits(pidfd: bool) -> None:
+    from parlschedd.host.errors import ThreadGone
+    from parlschedd.host.procfs import ThreadHandle, thread_start_time
+
+    threads, events, (tid,) = _parked_threads(1)
+    start = thread_start_time(tid)
+    with pytest.raises(ThreadGone):
+        ThreadHandle(tid, start + 1, pidfd=pidfd)  # a different start time is another thread
+    handle = ThreadHandle(tid, start, pidfd=pidfd)
+    if not pidfd:
+        assert not handle.is_pidfd
+    handle.check()  # alive: no error
+    events[0].set()
+    threads[0].join()
+    _reaped(tid)
     with pytest.raises(ThreadGone):
         handle.check()  # the fd stays bound to the exited thread, whatever reuses the tid
     handle.close()
+
+
+def test_thread_pidfds_where_the_kernel_has_them() -> None:
+    import threading
+
+    from parlschedd.host.procfs import PIDFD_THREAD, ThreadHandle, thread_start_time
+
+    tid = threading.get_native_id()
+    try:
+        os.close(os.pidfd_open(tid, PIDFD_THREAD))
+    except OSError:
+        pytest.skip("kernel before 6.9: no thread pidfds, comm fds are used")
+    handle = ThreadHandle(tid, thread_start_time(tid))
+    assert handle.is_pidfd
+    handle.close()
+
+
+@pytest.mark.parametrize("pidfd", [True, False], ids=["thread-pidfd", "comm-fd"])
+def test_exited_reports_exactly_the_threads_gone(pidfd: bool) -> None:
+    from parlschedd.host.procfs import ThreadHandle, exited, thread_start_time
+
+    threads, events, tids = _parked_threads(4)
+    handles = [ThreadHandle(t, thread_start_time(t), pidfd=pidfd) for t in tids]
+    try:
+        assert exited(handles) == set()
+        for i in (1, 3):
+            events[i].set()
+            threads[i].join()
+            _reaped(tids[i])
+        assert exited(handles) == {tids[1], tids[3]}
+    finally:
+        for e in events:
+            e.set()
+        for t in threads:
+            t.join()
+        for h in handles:
+            h.close()
