@@ -105,6 +105,7 @@ class Target:
     base_mask: frozenset[int] | None = None  # the main thread's mask at attach
     rule: int | None = None  # index of the config rule that matched, None if attached by hand
     history: History | None = None
+    named_at: float = float("-inf")  # when thread names were last re-read
 
     @property
     def mode(self) -> str:
@@ -178,15 +179,14 @@ class Engine:
         log.info("detached", pid=pid, restored=restored)
         return restored
 
-    def rename(self) -> None:
-        """Re-read thread names (a child that execs changes its comm after adoption);
-        called at the rescan interval, not every period."""
-        for target in list(self.targets.values()):
-            for th in list(target.threads.values()):
-                try:
-                    th.name = procfs.comm(th.tid, self.proc_root)
-                except HostError:
-                    pass  # gone: the next period drops it
+    def _rename(self, target: Target) -> None:
+        """Re-read the thread names of ``target``: a child that execs, or a thread that
+        names itself after adoption, changes its comm."""
+        for th in list(target.threads.values()):
+            try:
+                th.name = procfs.comm(th.tid, self.proc_root)
+            except HostError:
+                pass  # gone: the next period drops it
 
     def detach_all(self) -> int:
         return sum(self._release(t) for t in list(self.targets.values()))
@@ -349,7 +349,13 @@ class Engine:
 
     # -- views ------------------------------------------------------------------------
 
-    def describe(self, target: Target) -> dict:
+    def describe(self, target: Target, now: float | None = None) -> dict:
+        """The target as ``status`` shows it. Names are the only thing the period does
+        not read, so they are re-read here, when shown, at most once per rescan_s
+        (reading every thread's comm each second cost more than the rest of a period)."""
+        if now is not None and now - target.named_at >= self.config.rescan_s:
+            self._rename(target)
+            target.named_at = now
         r = target.current()
         rows = zip(r.tids.tolist(), r.cpu.tolist(), r.domain.tolist(), r.utility.tolist(), r.pinned.tolist())
         return {

@@ -166,7 +166,6 @@ class Daemon:
             try:
                 if now >= next_rescan:
                     self._rescan(now)
-                    self.engine.rename()
                     next_rescan = now + self.config.rescan_s
                 self.engine.tick(now)
                 if self._dirty:
@@ -551,7 +550,7 @@ class Daemon:
                 "period_s": self.config.period_s, "domain_period_s": self.config.domain_period_s,
                 "domains": self.domains, "cpus": self.cpus, "loop": self.stats.as_json(self.config.period_s),
             },
-            "targets": [self.engine.describe(t) for t in targets],
+            "targets": [self.engine.describe(t, time.monotonic()) for t in targets],
         }
 
 
