@@ -215,19 +215,21 @@ class Engine:
             r = target.current()
         if not r.tids.size:
             return
-        failed = np.isnan(values)
-        self.read_errors += int(failed.sum())
-        with np.errstate(invalid="ignore", divide="ignore"):
-            utility = np.where(failed | (now <= r.since), np.nan, (values - r.last) / (now - r.since))
-        r.last = np.where(failed, r.last, values)
-        r.since[:] = now
+        measured = ~np.isnan(values)
+        self.read_errors += values.size - np.count_nonzero(measured)
+        elapsed = now - r.since
+        utility = np.divide(values - r.last, elapsed, out=np.full(values.size, np.nan), where=measured & (elapsed > 0))
+        np.copyto(r.last, values, where=measured)
+        r.since.fill(now)
         r.utility = utility
         placement = target.scheduler.step(r.tids, utility)
         r.domain = placement.domains.copy()
         if target.observe:
             r.cpu = np.array([self._running_on(tid) for tid in r.tids.tolist()], dtype=np.int64)
         else:
-            self._pin(target, r, np.flatnonzero((placement.cpus != r.cpu) | ~r.pinned), placement.cpus)
+            moved = np.flatnonzero((placement.cpus != r.cpu) | ~r.pinned)
+            if moved.size:
+                self._pin(target, r, moved, placement.cpus)
         target.history.record(now, r.tids, utility, r.cpu, r.domain)
 
     def _pin(self, target: Target, r: Roster, rows: IntArray, cpus: IntArray) -> None:
