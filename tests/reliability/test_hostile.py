@@ -146,14 +146,20 @@ def test_bad_threads_regex_and_bad_targets_are_refused(managed):
     assert_healthy(d, target, fds0, rss0)
 
 
+def connect_many(path: str, n: int) -> list[socket.socket]:
+    """``n`` connections to the daemon that never send anything."""
+    socks = []
+    for _ in range(n):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(path)
+        socks.append(s)
+    return socks
+
+
 def test_200_silent_connections(managed):
     d, target, fds0, rss0 = managed
-    silent = []
+    silent = connect_many(d.socket, 200)
     try:
-        for _ in range(200):
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            s.connect(d.socket)
-            silent.append(s)
         wait_for(lambda: fd_count(d.proc.pid) >= fds0 + 200, timeout=5)
         assert timed_ping(d) < 0.5, "a normal client is still answered promptly"
         p0 = d.request("status")["daemon"]["loop"]["periods"]
@@ -171,12 +177,8 @@ def test_beyond_256_connections_the_idlest_make_room(managed):
     """The server caps clients at 256: a new connection beyond that closes the one idle
     longest, so fds stay bounded and the newest peer is always served."""
     d, target, fds0, rss0 = managed
-    idle = []
+    idle = connect_many(d.socket, 300)
     try:
-        for _ in range(300):
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            s.connect(d.socket)
-            idle.append(s)
         time.sleep(0.3)
         assert fd_count(d.proc.pid) <= fds0 + 256 + FD_MARGIN, "the cap bounds the fds"
         assert d.request("ping", timeout=2)["version"]
@@ -200,7 +202,7 @@ def test_clients_vanishing_mid_reply_with_large_replies(managed):
             if i % 2:
                 s.recv(1000)  # read the start of a reply, then vanish
             s.close()
-        assert_healthy(d, target, fds0 + 1 + 2 * 300, rss0 + 20)  # the new target's pidfd and 2 fds/thread
+        assert_healthy(d, target, fds0 + 2 + 2 * 300, rss0 + 20)  # the new target's pidfd and task dir, 2 fds/thread
         d.request("detach", pid=big.pid)
     finally:
         big.kill()
