@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from parlschedd.learning.normalize import MODES as NORMALISE_MODES
-from parlschedd.learning.params import LearningParams
+from parlschedd.learning.params import REWARDS, LearningParams
 from parlschedd.patterns import PatternError, compile_pattern
 from parlschedd.topology import DOMAIN_MODES
 
@@ -79,7 +79,7 @@ _LEARNING_KEYS = {"lam": "lambda"}
 _LEARNING_RANGES = {
     "eps": (0.0, 1.0, False), "lam": (0.0, 1.0, True), "nu": (0.0, 1.0, False),
     "zeta": (0.0, 1.0, True), "gamma": (0.0, 1.0, False), "eta": (1.0, None, False),
-    "decay": (0.0, 1.0, False), "sharpness": (1.0, None, True),
+    "decay": (0.0, 1.0, False), "sharpness": (1.0, None, True), "free_prior": (0.0, 1.0, True),
 }
 
 
@@ -210,6 +210,10 @@ def _learning(c: _Checker, raw: Any) -> LearningParams:
             values["seed"] = seed
         elif attr == "normalise":
             values[attr] = c.choice(m, key, path, defaults.normalise, NORMALISE_MODES)
+        elif attr == "reward":
+            values[attr] = c.choice(m, key, path, defaults.reward, REWARDS)
+        elif attr == "free":
+            values[attr] = c.boolean(m, key, path, defaults.free)
         else:
             lo, hi, inclusive = _LEARNING_RANGES[attr]
             values[attr] = c.number(m, key, path, getattr(defaults, attr), lo, hi, inclusive)

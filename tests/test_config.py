@@ -21,12 +21,14 @@ def test_defaults_and_domain_every():
 def test_full_config_round_trip():
     c = from_mapping({
         "period_s": 0.2, "domain_period_s": 8, "domains": [[0, 1], [2, 3]], "cpus": [0, 1, 2, 3],
-        "utility": "task-clock", "learning": {"eps": 0.1, "lambda": 0.0, "seed": 7, "normalise": "thread"},
+        "utility": "task-clock", "learning": {"eps": 0.1, "lambda": 0.0, "seed": 7, "normalise": "thread",
+                                              "free": True, "free_prior": 0.5, "reward": "target"},
         "targets": [{"name": "^swaptions$", "observe": True, "threads": "worker"}, {"cgroup": "/app.slice"}],
         "restore_on_exit": False, "socket": {"path": "/run/x.sock", "group": "parlsched", "mode": "0640"},
         "metrics": "127.0.0.1:9177",
     })
     assert c.domains == ((0, 1), (2, 3)) and c.learning.lam == 0.0 and c.learning.seed == 7
+    assert c.learning.free and c.learning.free_prior == 0.5 and c.learning.reward == "target"
     assert c.targets[0].observe and c.targets[1].cgroup == "/app.slice"
     assert c.socket.mode == 0o640 and c.domain_every == 40
 
@@ -34,12 +36,12 @@ def test_full_config_round_trip():
 def test_every_error_has_its_key_path():
     errs = errors_of({
         "period_s": 0, "domains": "sockets", "cpus": [-1], "utility": "cycles",
-        "learning": {"eps": 2, "eta": 1.0, "seed": -3, "bogus": 1},
+        "learning": {"eps": 2, "eta": 1.0, "seed": -3, "bogus": 1, "free": "yes", "free_prior": 2, "reward": "team"},
         "targets": [{"name": "("}, {}, {"cgroup": "../etc"}, "x"],
         "socket": {"path": "rel.sock", "mode": "999"}, "metrics": "everywhere", "colour": "red",
     })
     for key in ("period_s", "domains", "cpus", "utility", "learning.eps", "learning.eta", "learning.seed",
-                "learning.bogus", "targets[0].name", "targets[1]", "targets[2].cgroup", "targets[3]",
+                "learning.bogus", "learning.free", "learning.free_prior", "learning.reward", "targets[0].name", "targets[1]", "targets[2].cgroup", "targets[3]",
                 "socket.path", "socket.mode", "metrics", "colour"):
         assert key in errs, key
 

@@ -52,8 +52,9 @@ class ThreadState:
 class Roster:
     """A target's per-period numbers as arrays aligned on its tids (sorted), so the
     period works on whole arrays instead of one Python object per thread. ``cpu`` is
-    -1 where unknown (not pinned by us, or a pin was refused), ``domain`` -1 before the
-    thread's first period."""
+    -1 where no single CPU is ours to name: a free thread (``pinned``, to its whole
+    domain), or not pinned by us (observe mode, a refused pin); ``domain`` is -1 before
+    the thread's first period."""
 
     tids: IntArray
     last: FloatArray      # counter value at the last read
@@ -133,6 +134,7 @@ class Engine:
         self.targets: dict[int, Target] = {}
         self.on_change = on_change  # called when the set of adopted threads changed
         self._single = {c: frozenset({c}) for d in domains for c in d}  # pin masks, made once
+        self._whole = [frozenset(d) for d in domains]  # a free thread's mask: its domain
         self.read_errors = 0  # counter reads that failed for a thread still there
 
     # -- requests ---------------------------------------------------------------------
@@ -223,19 +225,22 @@ class Engine:
         r.since.fill(now)
         r.utility = utility
         placement = target.scheduler.step(r.tids, utility)
-        r.domain = placement.domains.copy()
+        cpus, domains = placement.cpus, placement.domains
         if target.observe:
             r.cpu = np.array([self._running_on(tid) for tid in r.tids.tolist()], dtype=np.int64)
         else:
-            moved = np.flatnonzero((placement.cpus != r.cpu) | ~r.pinned)
+            moved = np.flatnonzero((cpus != r.cpu) | ~r.pinned | ((cpus < 0) & (domains != r.domain)))
             if moved.size:
-                self._pin(target, r, moved, placement.cpus)
+                self._pin(target, r, moved, cpus, domains)
+        r.domain = domains.copy()
         target.history.record(now, r.tids, utility, r.cpu, r.domain)
 
-    def _pin(self, target: Target, r: Roster, rows: IntArray, cpus: IntArray) -> None:
-        """Pin the threads at ``rows`` of the roster on ``cpus[rows]``, in one batch."""
+    def _pin(self, target: Target, r: Roster, rows: IntArray, cpus: IntArray, domains: IntArray) -> None:
+        """Pin the threads at ``rows`` of the roster on ``cpus[rows]``, in one batch; a
+        CPU of -1 (a free thread) is its whole domain, where the kernel balances it."""
         tids, chosen = r.tids[rows].tolist(), cpus[rows].tolist()
-        outcomes = self.pinner.pin_many([(tid, self._single[cpu]) for tid, cpu in zip(tids, chosen)])
+        masks = [self._single[c] if c >= 0 else self._whole[d] for c, d in zip(chosen, domains[rows].tolist())]
+        outcomes = self.pinner.pin_many(list(zip(tids, masks)))
         for i, tid, cpu, outcome in zip(rows.tolist(), tids, chosen, outcomes):
             if outcome is True or outcome is False:
                 target.migrations += outcome
@@ -314,7 +319,7 @@ class Engine:
             return None
         mask = get_affinity(tid)
         r = target.roster
-        ours = {self._single[cpu] for cpu in r.cpu[r.pinned].tolist()}
+        ours = {self._single[cpu] for cpu in r.cpu[r.pinned & (r.cpu >= 0)].tolist()}
         return target.base_mask if mask != target.base_mask and mask in ours else None
 
     def _drop_thread(self, target: Target, tid: int) -> None:
@@ -365,7 +370,8 @@ class Engine:
             "migrations": target.migrations,
             "threads": [
                 {"tid": tid, "name": target.threads[tid].name, "cpu": None if cpu < 0 else cpu,
-                 "domain": None if dom < 0 else dom, "utility": None if u != u else u, "pinned": pinned}
+                 "domain": None if dom < 0 else dom, "utility": None if u != u else u, "pinned": pinned,
+                 "free": pinned and cpu < 0}
                 for tid, cpu, dom, u, pinned in rows
             ],
         }

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from parlschedd.learning.normalize import MODES
 
+REWARDS = ("thread", "target")
+
 
 @dataclass(frozen=True)
 class LearningParams:
@@ -21,6 +23,19 @@ class LearningParams:
             [0, 1]; 1.0 keeps the all-time maximum.
     normalise: "global" (one maximum over threads) or "thread" (each its own).
     sharpness: exponent p >= 1 applied to the normalised utility (see normalize.py).
+    free:   add "free" to each domain's Level 2 actions: the thread's mask is the whole
+            domain and the kernel balances it there. Not in the paper: the spec
+            ("Experiments") records that rigid pinning loses to the kernel's own
+            balancing when resources are plentiful; with this action the automata can
+            keep the kernel's placement where it is as good and pin where it is not.
+    free_prior: the probability of "free" in a new (or reset) strategy, in [0, 1]; the
+            rest is spread uniformly over the domain's cores, so a thread starts as the
+            kernel would place it and pins only as pinning earns reward.
+    reward: "thread" (each thread is reinforced by its own utility, the paper's
+            selfish game) or "target" (every thread of a target by the sum of the
+            target's utilities: the application's throughput; spec, "Measured
+            headroom": the selfish game's equilibria are not what is best for
+            work-sharing threads).
     seed:   seed of the random generator; None draws one from the OS.
     """
 
@@ -33,6 +48,9 @@ class LearningParams:
     decay: float = 0.999
     normalise: str = "global"
     sharpness: float = 1.0
+    free: bool = False
+    free_prior: float = 0.9
+    reward: str = "thread"
     seed: int | None = None
 
     def __post_init__(self) -> None:
@@ -46,6 +64,8 @@ class LearningParams:
             "decay": 0.0 < self.decay <= 1.0,
             "normalise": self.normalise in MODES,
             "sharpness": self.sharpness >= 1.0,
+            "free_prior": 0.0 <= self.free_prior <= 1.0,
+            "reward": self.reward in REWARDS,
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:

@@ -21,6 +21,7 @@ from parlschedd.learning.params import LearningParams
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
+FREE = -1  # Placement.cpus of a thread left to the kernel inside its domain (LearningParams.free)
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class Placement:
     """The decision of one step, aligned with the keys passed in."""
 
     keys: IntArray
-    cpus: IntArray
+    cpus: IntArray     # FREE: the whole domain, the kernel balances the thread there
     domains: IntArray
     domain_move: int | None  # key of the thread that changed domain this step, if any
 
@@ -49,11 +50,12 @@ class TwoLevelScheduler:
         self.params = params
         self.domain_every = domain_every
         self.rng = np.random.default_rng(params.seed)
-        width = max(len(d) for d in domains)
-        self.domain_cpus = np.full((len(domains), width), -1, dtype=np.int64)
+        extra = 1 if params.free else 0  # the "free" action sits after a domain's cores
+        width = max(len(d) for d in domains) + extra
+        self.domain_cpus = np.full((len(domains), width), FREE, dtype=np.int64)  # padding is never drawn
         for a, cpus in enumerate(domains):
             self.domain_cpus[a, : len(cpus)] = cpus
-        self.domain_width = np.array([len(d) for d in domains], dtype=np.int64)
+        self.domain_width = np.array([len(d) + extra for d in domains], dtype=np.int64)
         self._domain_of_cpu = {int(c): a for a, cpus in enumerate(domains) for c in cpus}
         self.periods = 0
         self._reset_threads()
@@ -94,8 +96,7 @@ class TwoLevelScheduler:
         if new.size == 0:
             return
         alpha = self._join_domains(new, keys, ran_on)
-        width = self.domain_width[alpha]
-        x = automata.uniform(width, self.domain_cpus.shape[1])
+        x = self._initial(alpha)
         beta = automata.draw(x, self.rng)
         nan = np.full(new.size, np.nan)
         keys_all = np.concatenate([self.keys, new])
@@ -112,6 +113,18 @@ class TwoLevelScheduler:
         self.window_sum = np.concatenate([self.window_sum, np.zeros(new.size)])
         self.window_n = np.concatenate([self.window_n, np.zeros(new.size, dtype=np.int64)])
         self._take(order)
+
+    def _initial(self, alpha: IntArray) -> FloatArray:
+        """Fresh Level 2 strategies in domains ``alpha``: uniform over the cores (spec),
+        or with ``free_prior`` on the free action and the rest uniform over the cores."""
+        width = self.domain_width[alpha]
+        x = automata.uniform(width, self.domain_cpus.shape[1])
+        if self.params.free:
+            rows = np.arange(alpha.size)
+            cores = (width - 1).astype(np.float64)
+            x = np.where(x > 0, (1.0 - self.params.free_prior) / np.maximum(cores, 1.0)[:, None], 0.0)
+            x[rows, width - 1] = np.where(cores > 0, self.params.free_prior, 1.0)
+        return x
 
     def _join_domains(self, new: IntArray, keys: IntArray, ran_on: IntArray | None) -> IntArray:
         """A joining thread starts in the domain it was last seen running in, else in
@@ -154,11 +167,14 @@ class TwoLevelScheduler:
         u = np.full(self.keys.size, np.nan)
         u[where] = utility
         u_learn = np.where(fresh, np.nan, u)  # a new thread's last period was not ours
+        earned = u
+        if self.params.reward == "target":  # Level 2 only: each measured thread earns the total
+            earned = np.where(np.isfinite(u), np.nansum(u), np.nan)
 
         if ran is not None:
             self._observe_ran_on(where, ran)
-        self.scale = update_scale(self.scale, u, self.params.decay, self.params.normalise)
-        self._level2(normalise(u_learn, self.scale, self.params.sharpness))
+        self.scale = update_scale(self.scale, earned, self.params.decay, self.params.normalise)
+        self._level2(normalise(np.where(fresh, np.nan, earned), self.scale, self.params.sharpness))
         self.window_sum += np.nan_to_num(u_learn, nan=0.0)
         self.window_n += np.isfinite(u_learn)
         self.periods += 1
@@ -176,7 +192,7 @@ class TwoLevelScheduler:
     def _observe_ran_on(self, where: IntArray, ran: IntArray) -> None:
         row = self.domain_cpus[self.alpha[where]]
         hit = row == ran[:, None]
-        ok = hit.any(axis=1)
+        ok = hit.any(axis=1) & (ran >= 0) & (row[np.arange(where.size), self.beta[where]] != FREE)  # free stays free
         self.beta[where[ok]] = hit[ok].argmax(axis=1)
 
     def _level2(self, reward: FloatArray) -> None:
@@ -207,6 +223,6 @@ class TwoLevelScheduler:
             return None
         i, a = choice
         self.alpha[i] = a
-        self.x[i] = automata.uniform(self.domain_width[[a]], self.x.shape[1])[0]
+        self.x[i] = self._initial(np.array([a]))[0]
         self.beta[i] = automata.draw(self.x[[i]], self.rng)[0]
         return i

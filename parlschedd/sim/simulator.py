@@ -16,7 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from parlschedd.learning.params import LearningParams
-from parlschedd.learning.scheduler import TwoLevelScheduler
+from parlschedd.learning.scheduler import FREE, TwoLevelScheduler
 from parlschedd.sim.background import Background
 from parlschedd.sim.game import Machine, Threads, lower_bound, makespan, utilities
 
@@ -45,13 +45,36 @@ class Policy(Protocol):
 
 
 class ParlschedPolicy:
-    """PaRLSched in the simulator: keys and measured utilities in, CPUs out."""
+    """PaRLSched in the simulator: keys and measured utilities in, CPUs out. Threads
+    the scheduler leaves free (``LearningParams.free``) are placed as the kernel would:
+    see :func:`place_free`."""
 
     def __init__(self, machine: Machine, params: LearningParams, domain_every: int) -> None:
+        self.machine = machine
         self.scheduler = TwoLevelScheduler(machine.domains, params, domain_every)
 
     def decide(self, obs: Observation) -> IntArray:
-        return self.scheduler.step(obs.keys, obs.utility, obs.ran_on).cpus
+        placement = self.scheduler.step(obs.keys, obs.utility, obs.ran_on)
+        return place_free(self.machine, obs.threads, placement.cpus, placement.domains, obs.background)
+
+
+def place_free(machine: Machine, threads: Threads, cpus: IntArray, domains: IntArray, background: FloatArray) -> IntArray:
+    """The cores the kernel gives the FREE threads: heaviest first, each on the least
+    loaded core (runnable load / speed) of its domain, after the pinned threads and the
+    background; pinned threads keep their cores."""
+    free = np.flatnonzero(cpus == FREE)
+    if free.size == 0:
+        return cpus
+    out = cpus.copy()
+    work = np.asarray(background, dtype=np.float64).copy()
+    pinned = cpus >= 0
+    np.add.at(work, cpus[pinned], threads.weights[pinned])
+    for i in free[np.argsort(-threads.weights[free], kind="stable")].tolist():
+        cores = np.flatnonzero(machine.domain_of_core == domains[i])
+        j = int(cores[np.argmin(work[cores] / machine.speeds[cores])])
+        out[i] = j
+        work[j] += threads.weights[i]
+    return out
 
 
 @dataclass(frozen=True)

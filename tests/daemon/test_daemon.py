@@ -327,3 +327,24 @@ def test_config_rule_adopts_a_cgroup_and_releases_when_it_leaves(tmp_path, mount
         proc.kill()
         proc.wait()
         group.rmdir()
+
+
+def test_free_threads_get_their_whole_domain_and_are_restored(tmp_path, workload):
+    """learning.free with prior 1 and no exploration: every thread is left to the kernel
+    inside its domain (here the one domain of all usable CPUs), even one that came
+    with a narrower mask; detach puts that mask back."""
+    d = start_daemon(tmp_path, "period_s: 0.05\ndomain_period_s: 0.5\nlearning: {free: true, free_prior: 1.0, lambda: 0.0}\n")
+    try:
+        w = workload(3)
+        tids = w.all_tids()
+        os.sched_setaffinity(w.tids[0], {max(ALL)})
+        before = masks(tids)
+        d.request("attach", pid=w.pid)
+        threads = wait_for(lambda: all_pinned(d, w.pid, len(tids)))
+        assert all(t["free"] and t["cpu"] is None and t["domain"] == 0 for t in threads.values())
+        wait_for(lambda: os.sched_getaffinity(w.tids[0]) == ALL)
+        assert all(os.sched_getaffinity(tid) == ALL for tid in tids)
+        assert d.request("detach", pid=w.pid)["restored"] == len(tids)
+        assert masks(tids) == before
+    finally:
+        d.stop()

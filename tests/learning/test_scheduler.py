@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from parlschedd.learning.params import LearningParams
-from parlschedd.learning.scheduler import TwoLevelScheduler
+from parlschedd.learning.scheduler import FREE, TwoLevelScheduler
 
 DOMAINS = [[0, 1], [2, 3, 4]]
 
@@ -132,3 +132,65 @@ def test_bad_input_is_refused():
         TwoLevelScheduler([[0], []], LearningParams(), domain_every=1)
     with pytest.raises(ValueError, match="eps"):
         LearningParams(eps=0.0)
+
+
+# -- the free action and the target reward (LearningParams.free, .reward) --------------
+
+FREE_PARAMS = dict(free=True, free_prior=0.8, seed=3)
+
+
+def test_free_strategies_start_on_the_prior_and_stay_probability_vectors():
+    s = TwoLevelScheduler(DOMAINS, LearningParams(**FREE_PARAMS), domain_every=4)
+    s.step(np.arange(6), np.full(6, np.nan))
+    width = s.domain_width[s.alpha]
+    assert (width == np.array([3, 4])[s.alpha]).all()  # the domain's cores + free
+    rows = np.arange(6)
+    assert np.allclose(s.x[rows, width - 1], 0.8)
+    assert np.allclose(s.x.sum(axis=1), 1.0)
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        p = s.step(np.arange(6), rng.random(6))
+        assert np.allclose(s.x.sum(axis=1), 1.0) and (s.x >= 0).all()
+        for cpu, dom in zip(p.cpus.tolist(), p.domains.tolist()):
+            assert cpu == FREE or cpu in DOMAINS[dom]
+
+
+def test_free_is_drawn_in_proportion_to_its_prior():
+    s = TwoLevelScheduler([[0, 1, 2, 3]], LearningParams(free=True, free_prior=0.7, lam=0.0, seed=1), domain_every=10)
+    p = s.step(np.arange(4000), np.full(4000, np.nan))
+    assert abs((p.cpus == FREE).mean() - 0.7) < 0.03
+
+
+def test_free_action_is_learnt_when_it_pays_and_left_when_it_does_not():
+    for free_pays in (True, False):
+        s = TwoLevelScheduler([[0, 1]], LearningParams(free=True, free_prior=0.5, eps=0.2, lam=0.0, seed=2), domain_every=10)
+        p = run(s, list(range(20)), lambda c: 1.0 if (c == FREE) == free_pays else 0.1, 60)
+        share = (p.cpus == FREE).mean()
+        assert share > 0.9 if free_pays else share < 0.1
+
+
+def test_domain_change_resets_to_the_free_prior():
+    s = TwoLevelScheduler(DOMAINS, LearningParams(**FREE_PARAMS, zeta=1.0, gamma=1.0, eps=0.9), domain_every=2)
+    keys = np.arange(4)
+    u = np.full(4, np.nan)
+    for _ in range(200):
+        p = s.step(keys, u)
+        if p.domain_move is not None:
+            i = int(np.flatnonzero(s.keys == p.domain_move)[0])
+            w = int(s.domain_width[s.alpha[i]])
+            np.testing.assert_allclose(s.x[i, w - 1], 0.8)
+            np.testing.assert_allclose(s.x[i, : w - 1], 0.2 / (w - 1))
+            return
+        u = np.where(p.domains == 1, 5.0, 1.0) + keys
+    pytest.fail("no thread changed domain")
+
+
+def test_target_reward_reinforces_every_thread_by_the_total():
+    params = dict(eps=0.5, lam=0.0, seed=4)
+    s = TwoLevelScheduler([[0, 1]], LearningParams(reward="target", **params), domain_every=10)
+    s.step(np.arange(2), np.full(2, np.nan))
+    s.step(np.arange(2), np.array([1.0, 0.0]))  # scale: the total, 1.0, for both
+    beta, x = s.beta.copy(), s.x.copy()
+    s.step(np.arange(2), np.array([1.0, 0.0]))  # reward 1 for both: full step towards the core run on
+    rows = np.arange(2)
+    assert np.allclose(s.x[rows, beta], x[rows, beta] + 0.5 * (1 - x[rows, beta]))
