@@ -365,7 +365,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5, help="A/B pairs per scenario (default 5)")
     ap.add_argument("--scenarios", default=".*", help="regex on scenario names (e.g. 'cpu-.*-nonuniform')")
     ap.add_argument("--quick", action="store_true", help="2 reps, half the work, no plots unless --plots")
-    ap.add_argument("--scale", type=float, default=None, help="work size factor (default 1, --quick 0.5)")
+    ap.add_argument("--scale", type=float, default=None,
+                    help="work size factor (default 2.5: runs of about 4 s, 40 periods, on a quiet 2-CPU machine; --quick 1.25)")
     ap.add_argument("--toggle-s", type=float, default=1.0, help="on/off period of the time-varying hog")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="daemon config override, e.g. learning.eps=0.3 or period_s=0.05 (repeatable)")
@@ -377,7 +378,7 @@ def main() -> None:
     if os.geteuid() != 0:
         raise SystemExit("run as root: the daemon pins threads of the workload")
     reps = args.reps if not args.quick or args.reps != 5 else 2
-    scale = args.scale if args.scale is not None else (0.5 if args.quick else 1.0)
+    scale = args.scale if args.scale is not None else (1.25 if args.quick else 2.5)
     plots = (not args.no_plots) and (args.plots or not args.quick)
     ensure_tools()
     pattern = re.compile(args.scenarios)

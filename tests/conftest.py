@@ -39,7 +39,11 @@ class Daemon:
         return self.log.read_text()
 
 
-def start_daemon(tmp: Path, config_text: str = "period_s: 0.05\ndomain_period_s: 0.5\n") -> Daemon:
+# The paper's Level 2 (every thread pinned to one core), which most tests check by mask.
+PINNING = "learning: {free: false, reward: thread}\n"
+
+
+def start_daemon(tmp: Path, config_text: str = "period_s: 0.05\ndomain_period_s: 0.5\n" + PINNING) -> Daemon:
     config = tmp / "parlschedd.yaml"
     if not config.exists():
         config.write_text(config_text)

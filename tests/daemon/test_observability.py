@@ -15,7 +15,7 @@ import pytest
 
 from parlschedd.daemon.history import History
 from parlschedctl.render import progress_line
-from tests.conftest import needs_root, start_daemon, threads_of, wait_for
+from tests.conftest import PINNING, needs_root, start_daemon, threads_of, wait_for
 
 
 def free_port() -> int:
@@ -38,7 +38,7 @@ def scrape(port: int) -> dict[str, float]:
 def test_prometheus_endpoint_reports_the_managed_threads(tmp_path, workload):
     port = free_port()
     (tmp_path / "parlschedd.yaml").write_text(
-        f"period_s: 0.05\nmetrics: '127.0.0.1:{port}'\nmetrics_max_threads: 3\n")
+        f"period_s: 0.05\nmetrics: '127.0.0.1:{port}'\nmetrics_max_threads: 3\n" + PINNING)
     d = start_daemon(tmp_path)
     try:
         w = workload(4)

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from parlschedd.host.cpulist import format_cpulist
+
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
@@ -114,12 +116,14 @@ def test_attach_by_a_group_member_pins_every_thread(steps):
     assert set(at["workers"]) <= tids and len(at["workers"]) == 4
     assert all(th["pinned"] for th in target["threads"]), target
     cpus = at["status_daemon"]["cpus"]
+    domains = [format_cpulist(d) for d in at["status_daemon"]["domains"]]
     for th in target["threads"]:
-        # Read after the status: the daemon may have moved the thread since, so the CPU
-        # need not be the one status showed, but it is a single CPU the daemon uses.
+        # Read after the status: the daemon may have moved the thread since, so the mask
+        # need not be the one status showed, but it is one the daemon sets: a single CPU
+        # it uses, or a whole domain (a free thread, learning.free in the default config).
         mask = at["pinned_masks"][str(th["tid"])]
-        assert single_cpu(mask) and int(mask) in cpus, (th, mask)
-        assert th["cpu"] in cpus
+        assert (single_cpu(mask) and int(mask) in cpus) or mask in domains, (th, mask)
+        assert th["cpu"] in cpus if not th["free"] else th["cpu"] is None
     assert at["status_daemon"]["counter_source"] == "perf:task-clock"
     # A non-root caller sees its own target.
     assert [t["pid"] for t in at["user_status"]["targets"]] == [at["pid"]]
@@ -164,7 +168,9 @@ def test_watchdog_restarts_a_hung_daemon(steps):
 
 def test_stop_restores_every_original_affinity_exactly(steps):
     sp, at = steps["stop"], steps["attach"]
-    assert sp["attached_before"] and all(single_cpu(m) for m in sp["masks_before"].values())
+    domains = [format_cpulist(d) for d in at["status_daemon"]["domains"]]
+    # before the stop every mask is one the daemon set (a CPU, or a free thread's domain)
+    assert sp["attached_before"] and all(single_cpu(m) or m in domains for m in sp["masks_before"].values())
     assert sp["masks_before"] != at["original"]
     assert sp["stop"]["rc"] == 0 and sp["is_active"] == "inactive"
     assert sp["restored"] == at["original"]

@@ -23,7 +23,7 @@ import pytest
 
 from parlschedctl import client
 from parlschedd import config as config_mod
-from tests.conftest import as_user, needs_root, start_daemon, threads_of, wait_for
+from tests.conftest import PINNING, as_user, needs_root, start_daemon, threads_of, wait_for
 
 pytestmark = needs_root
 ALICE, BOB = 65534, 64999  # nobody, and a uid without a passwd entry
@@ -44,7 +44,7 @@ def sleeper_of(uid: int, *argv: str) -> subprocess.Popen:
 
 
 def test_two_unprivileged_users_cannot_touch_each_other(open_dir):
-    (open_dir / "parlschedd.yaml").write_text("period_s: 0.05\nsocket: {mode: '0666'}\n")
+    (open_dir / "parlschedd.yaml").write_text("period_s: 0.05\nsocket: {mode: '0666'}\n" + PINNING)
     d = start_daemon(open_dir)
     a, b = sleeper_of(ALICE), sleeper_of(BOB)
     try:
@@ -76,7 +76,7 @@ def test_two_unprivileged_users_cannot_touch_each_other(open_dir):
 
 
 def test_attach_of_a_foreign_attached_process_does_not_reveal_it(open_dir):
-    (open_dir / "parlschedd.yaml").write_text("period_s: 0.05\nsocket: {mode: '0666'}\n")
+    (open_dir / "parlschedd.yaml").write_text("period_s: 0.05\nsocket: {mode: '0666'}\n" + PINNING)
     d = start_daemon(open_dir)
     a = sleeper_of(ALICE)
     try:
@@ -91,7 +91,7 @@ def test_attach_of_a_foreign_attached_process_does_not_reveal_it(open_dir):
 def test_a_setuid_style_process_counts_as_its_real_uid(open_dir):
     """A process whose real uid is root but effective uid is Alice (as after a setuid
     program's seteuid) belongs to root: Alice may not attach it."""
-    (open_dir / "parlschedd.yaml").write_text("period_s: 0.05\nsocket: {mode: '0666'}\n")
+    (open_dir / "parlschedd.yaml").write_text("period_s: 0.05\nsocket: {mode: '0666'}\n" + PINNING)
     d = start_daemon(open_dir)
     p = subprocess.Popen([sys.executable, "-c", f"import os, time; os.seteuid({ALICE}); print('r', flush=True); time.sleep(60)"],
                          stdout=subprocess.PIPE)
@@ -240,7 +240,7 @@ def test_catastrophic_name_regex_cannot_stall_the_daemon(tmp_path):
 
 
 def test_catastrophic_threads_regex_from_a_peer_cannot_stall_the_daemon(open_dir):
-    (open_dir / "parlschedd.yaml").write_text("period_s: 0.05\nsocket: {mode: '0666'}\n")
+    (open_dir / "parlschedd.yaml").write_text("period_s: 0.05\nsocket: {mode: '0666'}\n" + PINNING)
     name = open_dir / "aaaaaaaaaaaaaaa"  # comm is the exec'd file's name
     name.symlink_to(shutil.which("sleep"))
     evil = sleeper_of(ALICE, str(name), "60")  # before the daemon: nothing to leak if this fails
