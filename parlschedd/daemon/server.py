@@ -2,7 +2,9 @@
 
 A single thread runs everything: a selector waits for socket traffic until the next
 period's deadline, then the engine ticks. Deadlines advance by whole periods from the
-start, so the loop does not drift; an overrun skips the periods it missed.
+start, so the loop does not drift; an overrun skips the periods it missed. Requests
+never hold a tick back by more than one request: once the deadline has passed, the
+clients still waiting are served after the tick (see ``_past_deadline``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ CMDLINE_MATCHED = 4096  # bytes of a command line that name rules look at
 MAX_LINES_PER_TURN = 64  # requests of one client handled before others get a turn
 ACCEPT_PAUSE_S = 0.1  # after accept() fails (EMFILE), stop listening this long
 MAX_PENDING = 4 * 1024 * 1024  # reply bytes a client may leave unread
+MAX_STATUS_VIEWS = 256  # cached status replies kept in one period (see _status_reply)
 STATE_VERSION = 1
 
 
@@ -97,6 +100,8 @@ class Daemon:
         self.selector = selectors.DefaultSelector()
         self._dirty = False
         self._listen_paused_until = 0.0
+        self._deadline = float("inf")  # of the next tick; requests wait for it once passed
+        self._status_views: dict[tuple[int, int | None], tuple[float, bytes, bytes]] = {}
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -153,8 +158,11 @@ class Daemon:
         watchdog = notify.watchdog_interval()
         next_watchdog = time.monotonic()
         while not self.should_exit:
+            self._deadline = deadline
             timeout = max(0.0, deadline - time.monotonic())
             for key, events in self.selector.select(timeout):
+                if self._past_deadline():
+                    break  # the rest stay ready and are served after the tick
                 self._dispatch(key, events)
             if self.reload_requested:
                 self.reload_requested = False
@@ -172,6 +180,7 @@ class Daemon:
                     self._save_state()
             except Exception as exc:  # out of fds, a full disk, a bug: log, keep serving
                 log.error("period failed", error=f"{type(exc).__name__}: {exc}")
+            self._status_views.clear()  # a new period: new numbers
             self._resume_listening(now)
             elapsed = time.perf_counter() - started
             self.stats.add(now, elapsed)
@@ -229,6 +238,7 @@ class Daemon:
             log.warning("the metrics address changes at the next restart", running=self.metrics_address)
         log.info("reloaded", config=self.config_path)
         self._rescan(time.monotonic())
+        self._status_views.clear()  # period_s and the like, and what the rules attached
         return True
 
     def _start_metrics(self):
@@ -249,7 +259,9 @@ class Daemon:
     # -- state ------------------------------------------------------------------------
 
     def _mark_dirty(self) -> None:
+        """The engine adopted or dropped a thread or a target: state and status change."""
         self._dirty = True
+        self._status_views.clear()
 
     def _save_state(self) -> None:
         targets = [{"pid": t.pid, "start_time": t.handle.start_time, "observe": t.observe,
@@ -459,11 +471,16 @@ class Daemon:
         as the client reads, while other clients and the period go on."""
         for _ in range(MAX_LINES_PER_TURN):
             nl = client.inbuf.find(b"\n")
-            if nl < 0 or len(client.outbuf) > MAX_PENDING:
+            if nl < 0 or len(client.outbuf) > MAX_PENDING or self._past_deadline():
                 return
             line = bytes(client.inbuf[:nl])
             del client.inbuf[: nl + 1]
             client.outbuf += self._handle(line, client.uid)
+
+    def _past_deadline(self) -> bool:
+        """The next tick is due: requests not yet served wait until after it. Lines left
+        in a client's inbuf keep it watched for EVENT_WRITE, so _flush serves them."""
+        return time.monotonic() >= self._deadline
 
     def _flush(self, client: Client) -> None:
         try:
@@ -496,6 +513,8 @@ class Daemon:
     def _handle(self, line: bytes, uid: int) -> bytes:
         try:
             request = protocol.parse_request(line)
+            if request.cmd == "status":
+                return self._status_reply(uid, request.args.get("pid"))
             return protocol.ok(**self._execute(request, uid))
         except protocol.ProtocolError as exc:
             return protocol.error(exc.code, str(exc))
@@ -513,14 +532,14 @@ class Daemon:
         if request.cmd == "attach":
             target = self.engine.attach(a["pid"], now, observe=a.get("observe", False), threads=a.get("threads"),
                                         descendants=a.get("descendants", False), uid=uid)
+            self._status_views.clear()  # even a target with no thread (yet) is shown
             self._save_state()
             return {"target": self.engine.describe(target)}
         if request.cmd == "detach":
             restored = self.engine.detach(a["pid"], uid=uid)
+            self._status_views.clear()
             self._save_state()
             return {"pid": a["pid"], "restored": restored}
-        if request.cmd == "status":
-            return self.status(uid, a.get("pid"))
         if request.cmd == "history":
             target = self.engine.targets.get(a["pid"])
             if target is None or (uid != 0 and target.uid != uid):
@@ -535,6 +554,36 @@ class Daemon:
                 raise EngineError("bad_config", "the new config is invalid; the old one stays (see the daemon log)")
             return {}
         raise EngineError("bad_request", f"unhandled command {request.cmd}")
+
+    def _status_reply(self, uid: int, pid: int | None) -> bytes:
+        """The encoded reply to ``status``, built at most once per period per view.
+
+        status is read far more often than what it shows changes: 50 clients polling a
+        daemon that manages 1024 threads ask for the same ~100 KB description about 500
+        times a second, while it changes once a period (T_CPU). Building and encoding
+        it for every request held the period loop back by hundreds of ms (issue 7).
+        So the bytes are kept per view, (uid, pid filter): a non-root uid has views of
+        its own and never gets root's, whose targets it may not see. The views are
+        dropped at every tick and whenever what status shows changes between ticks:
+        attach, detach, reload, a config rules rescan, a thread or target adopted or
+        dropped (``_mark_dirty``). Only views asked for since the last tick are kept,
+        at most MAX_STATUS_VIEWS; refusals (an unknown pid) are not kept.
+
+        ``daemon.uptime_s`` and ``daemon.loop`` are those of the moment the view was
+        built; ``daemon.snapshot_age_ms`` says how long ago that was.
+        """
+        view = (uid, pid)
+        cached = self._status_views.get(view)
+        if cached is None:
+            status = self.status(uid, pid)
+            if len(self._status_views) >= MAX_STATUS_VIEWS:
+                self._status_views.clear()
+            # '{"ok":true,"daemon":{...' + age + '},"targets":[...]}\n', encoded once
+            head = b'{"ok":true,"daemon":' + protocol.encode(status["daemon"])[:-2]
+            tail = b"}," + protocol.encode({"targets": status["targets"]})[1:]
+            cached = self._status_views[view] = (time.monotonic(), head, tail)
+        built, head, tail = cached
+        return b"".join((head, b',"snapshot_age_ms":%.3f' % ((time.monotonic() - built) * 1e3), tail))
 
     def status(self, uid: int, pid: int | None = None) -> dict:
         targets = [t for t in self.engine.targets.values() if uid == 0 or t.uid == uid]

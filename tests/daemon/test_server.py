@@ -1,0 +1,167 @@
+"""parlschedd/daemon/server.py: the per-period status snapshot and the period deadline.
+
+A real daemon on a real socket with real target processes. Most tests use a period of
+30 s, so that no tick falls inside the test: whatever status shows that changed was
+made visible by the invalidation of the snapshot, not by a new period.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from parlschedctl import client
+from tests.conftest import PINNING, as_user, needs_root, start_daemon, wait_for
+from tests.reliability.helpers import sleepy
+
+pytestmark = needs_root
+NOBODY, BOB = 65534, 64999
+SLOW = "period_s: 30\ndomain_period_s: 30\n" + PINNING
+
+
+def same_snapshot(a: dict, b: dict) -> bool:
+    strip = lambda r: {**r, "daemon": {k: v for k, v in r["daemon"].items() if k != "snapshot_age_ms"}}  # noqa: E731
+    return strip(a) == strip(b)
+
+
+@pytest.fixture
+def slow(tmp_path):
+    """A daemon whose first tick is 30 s away."""
+    d = start_daemon(tmp_path, SLOW)
+    yield d
+    d.stop()
+
+
+@pytest.fixture
+def open_dir():
+    """A temp dir other uids can traverse (pytest's tmp dirs are 0700)."""
+    tmp = Path(tempfile.mkdtemp(prefix="parlsched-server-"))
+    tmp.chmod(0o755)
+    yield tmp
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_two_status_calls_in_one_period_are_one_snapshot(slow, workload):
+    w = workload(2)
+    slow.request("attach", pid=w.pid)
+    first, second = slow.request("status"), slow.request("status")
+    assert same_snapshot(first, second), "nothing changed between them: the same bytes"
+    assert second["daemon"]["uptime_s"] == first["daemon"]["uptime_s"], "the snapshot's time"
+    assert second["daemon"]["snapshot_age_ms"] > first["daemon"]["snapshot_age_ms"] >= 0
+    assert slow.request("status")["daemon"]["loop"]["periods"] == 0, "no tick happened in this test"
+
+
+def test_attach_detach_and_reload_show_at_once(slow, workload):
+    w, quiet = workload(2), workload(1)
+    assert slow.request("status")["targets"] == []  # cached: an empty view
+    slow.request("attach", pid=w.pid)
+    shown = {t["pid"]: t for t in slow.request("status")["targets"]}
+    assert set(shown) == {w.pid} and {t["tid"] for t in shown[w.pid]["threads"]} == set(w.all_tids())
+    # a target none of whose threads matches adopts no thread, and is shown all the same
+    slow.request("attach", pid=quiet.pid, threads="^no-such-thread$")
+    shown = {t["pid"]: t for t in slow.request("status")["targets"]}
+    assert set(shown) == {w.pid, quiet.pid} and shown[quiet.pid]["threads"] == []
+    assert slow.request("status", pid=quiet.pid)["targets"][0]["threads"] == []
+    slow.request("detach", pid=w.pid)
+    assert [t["pid"] for t in slow.request("status")["targets"]] == [quiet.pid]
+    slow.request("detach", pid=quiet.pid)
+    with pytest.raises(client.Refused) as e:  # its pid view was cached a moment ago
+        slow.request("status", pid=quiet.pid)
+    assert e.value.code == "not_attached"
+    assert slow.request("status")["daemon"]["domain_period_s"] == 30
+    slow.config.write_text(SLOW.replace("domain_period_s: 30", "domain_period_s: 60"))
+    slow.request("reload")
+    assert slow.request("status")["daemon"]["domain_period_s"] == 60
+    assert slow.request("status")["daemon"]["loop"]["periods"] == 0, "no tick happened in this test"
+
+
+def test_a_config_rule_match_shows_after_a_reload(slow):
+    naptime = f"3600.{os.getpid()}{time.monotonic_ns() % 10**6}"  # a command line no one else has
+    sleeper = subprocess.Popen(["sleep", naptime])
+    try:
+        assert slow.request("status")["targets"] == []
+        slow.config.write_text(SLOW + f"targets: [{{name: '^sleep {naptime}$'}}]\n")
+        slow.request("reload")
+        assert [t["pid"] for t in slow.request("status")["targets"]] == [sleeper.pid]
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_status_after_a_period_shows_new_numbers(daemon, workload):
+    w = workload(2)
+    daemon.request("attach", pid=w.pid)
+    before = daemon.request("status")
+    after = wait_for(lambda: (r := daemon.request("status"))["daemon"]["loop"]["periods"]
+                     > before["daemon"]["loop"]["periods"] + 1 and r)
+    assert after["daemon"]["uptime_s"] > before["daemon"]["uptime_s"]
+    assert not same_snapshot(before, after)
+
+
+def test_a_user_never_gets_another_views_snapshot(open_dir, workload):
+    (open_dir / "parlschedd.yaml").write_text(SLOW + "socket: {mode: '0666'}\n")
+    d = start_daemon(open_dir)
+    mine = subprocess.Popen(["sleep", "60"], user=NOBODY, group=NOBODY, extra_groups=[])
+    try:
+        roots = workload(1)
+        d.request("attach", pid=roots.pid)
+        assert as_user(NOBODY, d.socket, "attach", pid=mine.pid)["target"]["pid"] == mine.pid
+        # root's views first, so that a leak would hand them to the next caller
+        assert {t["pid"] for t in d.request("status")["targets"]} == {roots.pid, mine.pid}
+        assert d.request("status", pid=roots.pid)["targets"][0]["pid"] == roots.pid
+        assert [t["pid"] for t in as_user(NOBODY, d.socket, "status")["targets"]] == [mine.pid]
+        assert as_user(NOBODY, d.socket, "status", pid=roots.pid) == {"refused": "not_attached"}
+        assert as_user(BOB, d.socket, "status")["targets"] == []
+        assert as_user(BOB, d.socket, "status", pid=mine.pid) == {"refused": "not_attached"}
+        # and the other way round: nobody's cached view is not root's
+        assert {t["pid"] for t in d.request("status")["targets"]} == {roots.pid, mine.pid}
+        assert as_user(NOBODY, d.socket, "detach", pid=mine.pid)["restored"] == 1
+        assert as_user(NOBODY, d.socket, "status")["targets"] == []
+        assert [t["pid"] for t in d.request("status")["targets"]] == [roots.pid]
+        assert d.request("status")["daemon"]["loop"]["periods"] == 0, "no tick happened in this test"
+    finally:
+        d.stop()
+        mine.kill()
+        mine.wait()
+
+
+def test_requests_wait_for_the_tick_once_its_deadline_passed(tmp_path):
+    """64 pipelined history requests of a 128-thread target are several periods of
+    work; the ticks go on between them (a 1-thread target's history gives their times)."""
+    period = 0.05
+    d = start_daemon(tmp_path, f"period_s: {period}\ndomain_period_s: 0.5\n" + PINNING)
+    clock, big = sleepy(1), sleepy(128)
+    try:
+        d.request("attach", pid=clock.pid)
+        d.request("attach", pid=big.pid, timeout=30)
+        time.sleep(2.0)  # 40 periods of history: a reply of ~150 KB
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(30)
+            s.connect(d.socket)
+            started = time.monotonic()
+            s.sendall(b'{"cmd":"history","pid":%d}\n' % big.pid * 64)
+            got = bytearray()
+            while got.count(b"\n") < 64:
+                chunk = s.recv(1 << 20)
+                assert chunk, "the daemon closed the connection"
+                got += chunk
+            took = time.monotonic() - started
+        assert all(line.startswith(b'{"ok":true') for line in got.splitlines())
+        assert took > 3 * period, f"the burst took {took * 1e3:.0f} ms: too little to test anything"
+        last = math.ceil(took / period) + 2
+        t = [s["t"] for s in d.request("history", pid=clock.pid, last=last)["samples"]]
+        worst = max(abs(b - a - period) for a, b in zip(t, t[1:]))
+        assert worst < 0.6 * period, f"a tick was {worst * 1e3:.0f} ms late during a {took * 1e3:.0f} ms burst"
+    finally:
+        d.stop()
+        for p in (clock, big):
+            p.kill()
+            p.wait()
