@@ -6,9 +6,11 @@ divided by periods and threads, and its RSS. The floor is measured in this same 
 in this process: one counter read per thread per period plus as many
 sched_setaffinity calls as the daemon made (its reported migrations), nothing else.
 
-    sudo .venv/bin/python bench/overhead.py [--window 10] [--sizes 16,256,1024]
+    sudo .venv/bin/python bench/overhead.py [--window 10] [--sizes 16,256,1024] [--paper]
 
-Prints a table and writes bench/results/overhead.json.
+Prints a table and writes bench/results/overhead.json (the daemon's default learning
+parameters) or, with --paper, bench/results/overhead-paper.json (the paper's: every
+thread pinned to one core, so about half the threads move each period on 2 CPUs).
 """
 
 from __future__ import annotations
@@ -33,10 +35,13 @@ from parlschedd.host.perf import CounterSet, raise_fd_limit
 PERIOD_S = 0.1
 
 
-def measure_daemon(n: int, window: float) -> dict:
+PAPER = "learning: {eps: 0.05, free: false, reward: thread}\n"  # the paper's Level 2: every thread on one core
+
+
+def measure_daemon(n: int, window: float, extra: str) -> dict:
     target = start_idle_target(n)
     with tempfile.TemporaryDirectory() as tmp:
-        proc, sock = start_daemon(Path(tmp), f"period_s: {PERIOD_S}\ndomain_period_s: 4.0\n")
+        proc, sock = start_daemon(Path(tmp), f"period_s: {PERIOD_S}\ndomain_period_s: 4.0\n" + extra)
         try:
             client.request(sock, "attach", pid=target.pid, timeout=60)
             time.sleep(3.0)  # adoption and the first learning periods settle
@@ -96,15 +101,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--window", type=float, default=10.0, help="seconds measured per size")
     ap.add_argument("--sizes", default="16,256,1024")
-    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "overhead.json")
+    ap.add_argument("--paper", action="store_true",
+                    help="the paper's learning parameters instead of the daemon's defaults (writes overhead-paper.json)")
+    ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
+    args.out = args.out or Path(__file__).parent / "results" / ("overhead-paper.json" if args.paper else "overhead.json")
     if os.geteuid() != 0:
         sys.exit("overhead.py: run as root (the daemon needs it)")
     raise_fd_limit()
     rows = []
     for n in (int(s) for s in args.sizes.split(",")):
         print(f"measuring {n} threads for {args.window:g} s ...", file=sys.stderr, flush=True)
-        rows.append(measure_daemon(n, args.window))
+        rows.append(measure_daemon(n, args.window, PAPER if args.paper else ""))
     head = "| threads | daemon us/thread/period | floor us/thread/period | ratio | migrations/period | RSS MiB | fds | loop mean / max ms |"
     lines = [head, "|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -115,7 +123,7 @@ def main() -> None:
     print(table)
     out = {"benchmark": "overhead", "date": time.strftime("%Y-%m-%d"),
            "machine": {"node": socketlib.gethostname(), "cpus": os.cpu_count(), "kernel": platform.release()},
-           "period_s": PERIOD_S, "window_s": args.window, "targets": {"ratio_to_floor": 3.0, "us_per_thread_period": 10.0},
+           "period_s": PERIOD_S, "window_s": args.window, "learning": "paper" if args.paper else "daemon defaults", "targets": {"ratio_to_floor": 3.0, "us_per_thread_period": 10.0},
            "rows": rows, "table": table}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n")
