@@ -47,6 +47,14 @@ def cpu_seconds(pid: int) -> float:
 
 def measure_daemon(n: int, window: float, extra: str) -> dict:
     target = start_idle_target(n)
+    try:
+        return measure_target(target, window, extra)
+    finally:
+        target.kill()
+        target.wait()
+
+
+def measure_target(target, window: float, extra: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         proc, sock = start_daemon(Path(tmp), f"period_s: {PERIOD_S}\ndomain_period_s: 4.0\n" + extra)
         try:
@@ -63,12 +71,12 @@ def measure_daemon(n: int, window: float, extra: str) -> dict:
             proc.wait(30)
     tids = [int(t) for t in os.listdir(f"/proc/{target.pid}/task")]
     periods = s1["daemon"]["loop"]["periods"] - s0["daemon"]["loop"]["periods"]
+    if periods <= 0:
+        raise RuntimeError(f"the daemon's period count did not advance in {window} s (status: {s1['daemon']['loop']})")
     migrations = s1["targets"][0]["migrations"] - s0["targets"][0]["migrations"]
     managed = len(s1["targets"][0]["threads"])
     cpu = t1 - t0
     floor = measure_floor(s1["daemon"]["counter_source"], tids, periods, migrations)
-    target.kill()
-    target.wait()
     us = cpu / periods / managed * 1e6
     return {"threads": managed, "periods": periods, "migrations_per_period": migrations / periods,
             "daemon_us_per_thread_period": us, "floor_us_per_thread_period": floor,
