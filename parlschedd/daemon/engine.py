@@ -13,19 +13,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import structlog
-from numpy.typing import NDArray
 
+from parlschedd.arrays import BoolArray, FloatArray, IntArray
 from parlschedd.config import Config
 from parlschedd.daemon.history import History
 from parlschedd.host import procfs
 from parlschedd.host.affinity import get_affinity
 from parlschedd.host.base import Actuator, Counters
 from parlschedd.host.errors import HostError, ThreadGone, TooManyFiles
-from parlschedd.learning.scheduler import FloatArray, IntArray, TwoLevelScheduler
+from parlschedd.learning.scheduler import TwoLevelScheduler
 from parlschedd.patterns import Pattern, PatternError, compile_pattern
 
 log = structlog.get_logger("parlschedd.engine")
-BoolArray = NDArray[np.bool_]
 
 
 class EngineError(Exception):

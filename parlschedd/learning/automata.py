@@ -9,10 +9,10 @@ holds the number of valid columns of each row (|J_CPU(alpha_i)|).
 from __future__ import annotations
 
 import numpy as np
+
+from parlschedd.arrays import FloatArray, IntArray
 from numpy.typing import NDArray
 
-FloatArray = NDArray[np.float64]
-IntArray = NDArray[np.int64]
 
 
 def valid_columns(width: IntArray, columns: int) -> NDArray[np.bool_]:

@@ -17,9 +17,9 @@ that did nearly as well as the best, which speeds convergence (bench/sim_scale.p
 from __future__ import annotations
 
 import numpy as np
-from numpy.typing import NDArray
 
-FloatArray = NDArray[np.float64]
+from parlschedd.arrays import FloatArray
+
 MODES = ("global", "thread")
 
 

@@ -13,14 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.typing import NDArray
 
+from parlschedd.arrays import FloatArray, IntArray
 from parlschedd.learning import aspiration, automata
 from parlschedd.learning.normalize import normalise, update_scale
 from parlschedd.learning.params import LearningParams
 
-FloatArray = NDArray[np.float64]
-IntArray = NDArray[np.int64]
 FREE = -1  # Placement.cpus of a thread left to the kernel inside its domain (LearningParams.free)
 
 

@@ -12,10 +12,10 @@ import heapq
 import numpy as np
 from numpy.typing import NDArray
 
+from parlschedd.arrays import IntArray
 from parlschedd.sim.game import Machine, loads
 from parlschedd.sim.simulator import Observation
 
-IntArray = NDArray[np.int64]
 
 
 class RoundRobin:

@@ -13,10 +13,9 @@ import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
-from numpy.typing import NDArray
 
-FloatArray = NDArray[np.float64]
-IntArray = NDArray[np.int64]
+from parlschedd.arrays import FloatArray, IntArray
+
 
 
 @dataclass(frozen=True)

@@ -13,15 +13,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
-from numpy.typing import NDArray
 
+from parlschedd.arrays import FloatArray, IntArray
 from parlschedd.learning.params import LearningParams
 from parlschedd.learning.scheduler import FREE, TwoLevelScheduler
 from parlschedd.sim.background import Background
 from parlschedd.sim.game import Machine, Threads, lower_bound, makespan, utilities
 
-FloatArray = NDArray[np.float64]
-IntArray = NDArray[np.int64]
 
 
 @dataclass(frozen=True)
