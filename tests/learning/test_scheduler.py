@@ -80,17 +80,24 @@ def test_level1_runs_every_domain_every_periods_and_moves_at_most_one():
     assert any(m is not None for m in moves)
 
 
-def test_domain_change_resets_x_uniform_over_the_new_domain():
-    s = TwoLevelScheduler([[0, 1], [2, 3, 4]], LearningParams(seed=1, zeta=1.0, gamma=1.0, eps=0.9), domain_every=2)
+@pytest.mark.parametrize("free", [False, True], ids=["spec", "free"])
+def test_domain_change_resets_x_over_the_new_domain(free):
+    """Spec: x restarts uniform over the new domain's cores; with the free action, the
+    free prior on it and the rest uniform over the cores."""
+    extra = dict(free=True, free_prior=0.8) if free else {}
+    s = TwoLevelScheduler([[0, 1], [2, 3, 4]], LearningParams(seed=1, zeta=1.0, gamma=1.0, eps=0.9, **extra), domain_every=2)
     keys = np.arange(4)
     u = np.full(4, np.nan)
     for _ in range(200):
         p = s.step(keys, u)
         if p.domain_move is not None:
             i = int(np.flatnonzero(s.keys == p.domain_move)[0])
-            width = len([[0, 1], [2, 3, 4]][s.alpha[i]])
-            # reset to uniform, then nothing learnt yet in the new domain
-            np.testing.assert_allclose(s.x[i, :width], 1.0 / width)
+            cores = len([[0, 1], [2, 3, 4]][s.alpha[i]])
+            # reset, then nothing learnt yet in the new domain
+            if free:
+                np.testing.assert_allclose(s.x[i, : cores + 1], [0.2 / cores] * cores + [0.8])
+            else:
+                np.testing.assert_allclose(s.x[i, :cores], 1.0 / cores)
             return
         u = np.where(p.domains == 1, 5.0, 1.0) + keys
     pytest.fail("no thread changed domain")
@@ -167,22 +174,6 @@ def test_free_action_is_learnt_when_it_pays_and_left_when_it_does_not():
         p = run(s, list(range(20)), lambda c: 1.0 if (c == FREE) == free_pays else 0.1, 60)
         share = (p.cpus == FREE).mean()
         assert share > 0.9 if free_pays else share < 0.1
-
-
-def test_domain_change_resets_to_the_free_prior():
-    s = TwoLevelScheduler(DOMAINS, LearningParams(**FREE_PARAMS, zeta=1.0, gamma=1.0, eps=0.9), domain_every=2)
-    keys = np.arange(4)
-    u = np.full(4, np.nan)
-    for _ in range(200):
-        p = s.step(keys, u)
-        if p.domain_move is not None:
-            i = int(np.flatnonzero(s.keys == p.domain_move)[0])
-            w = int(s.domain_width[s.alpha[i]])
-            np.testing.assert_allclose(s.x[i, w - 1], 0.8)
-            np.testing.assert_allclose(s.x[i, : w - 1], 0.2 / (w - 1))
-            return
-        u = np.where(p.domains == 1, 5.0, 1.0) + keys
-    pytest.fail("no thread changed domain")
 
 
 def test_target_reward_reinforces_every_thread_by_the_total():
