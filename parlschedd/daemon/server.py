@@ -102,6 +102,7 @@ class Daemon:
         self._listen_paused_until = 0.0
         self._deadline = float("inf")  # of the next tick; requests wait for it once passed
         self._status_views: dict[tuple[int, int | None], tuple[float, bytes, bytes]] = {}
+        self._status_asked: set[tuple[int, int | None]] = set()  # views asked this period
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -180,7 +181,6 @@ class Daemon:
                     self._save_state()
             except Exception as exc:  # out of fds, a full disk, a bug: log, keep serving
                 log.error("period failed", error=f"{type(exc).__name__}: {exc}")
-            self._status_views.clear()  # a new period: new numbers
             self._resume_listening(now)
             elapsed = time.perf_counter() - started
             self.stats.add(now, elapsed)
@@ -190,6 +190,8 @@ class Daemon:
             deadline += period
             if deadline <= time.monotonic():  # overran: skip the missed periods
                 deadline = time.monotonic() + period
+            self._deadline = deadline
+            self._new_status_period()
             if watchdog and now >= next_watchdog:
                 threads = sum(len(t.threads) for t in self.engine.targets.values())
                 notify.notify(f"WATCHDOG=1\nSTATUS=managing {threads} threads in {len(self.engine.targets)} targets")
@@ -566,14 +568,21 @@ class Daemon:
         its own and never gets root's, whose targets it may not see. The views are
         dropped at every tick and whenever what status shows changes between ticks:
         attach, detach, reload, a config rules rescan, a thread or target adopted or
-        dropped (``_mark_dirty``). Only views asked for since the last tick are kept,
-        at most MAX_STATUS_VIEWS; refusals (an unknown pid) are not kept.
+        dropped (``_mark_dirty``). Views asked for in a period are built again right
+        after the next tick (``_new_status_period``); no others are kept, and at most
+        MAX_STATUS_VIEWS. Refusals (an unknown pid) are not kept.
 
         ``daemon.uptime_s`` and ``daemon.loop`` are those of the moment the view was
         built; ``daemon.snapshot_age_ms`` says how long ago that was.
         """
-        view = (uid, pid)
-        cached = self._status_views.get(view)
+        built, head, tail = self._status_view(uid, pid)
+        if len(self._status_asked) < MAX_STATUS_VIEWS:
+            self._status_asked.add((uid, pid))
+        return b"".join((head, b',"snapshot_age_ms":%.3f' % ((time.monotonic() - built) * 1e3), tail))
+
+    def _status_view(self, uid: int, pid: int | None) -> tuple[float, bytes, bytes]:
+        """(built at, the reply's bytes before and after snapshot_age_ms) of a view."""
+        cached = self._status_views.get((uid, pid))
         if cached is None:
             status = self.status(uid, pid)
             if len(self._status_views) >= MAX_STATUS_VIEWS:
@@ -581,9 +590,24 @@ class Daemon:
             # '{"ok":true,"daemon":{...' + age + '},"targets":[...]}\n', encoded once
             head = b'{"ok":true,"daemon":' + protocol.encode(status["daemon"])[:-2]
             tail = b"}," + protocol.encode({"targets": status["targets"]})[1:]
-            cached = self._status_views[view] = (time.monotonic(), head, tail)
-        built, head, tail = cached
-        return b"".join((head, b',"snapshot_age_ms":%.3f' % ((time.monotonic() - built) * 1e3), tail))
+            cached = self._status_views[(uid, pid)] = (time.monotonic(), head, tail)
+        return cached
+
+    def _new_status_period(self) -> None:
+        """After a tick: drop every view, and build again at once those asked for in
+        the period that ended (their clients poll, so they will ask again). Built
+        lazily, a view first asked late in a period (clients that poll every T_CPU
+        ask just before the next tick) would hold that tick back by the whole build,
+        tens of ms for 1024 threads; built now, it is done before anyone waits."""
+        asked, self._status_asked = self._status_asked, set()
+        self._status_views.clear()
+        for uid, pid in asked:
+            if self._past_deadline():
+                return
+            try:
+                self._status_view(uid, pid)
+            except Exception:  # the pid is gone, or a bug: _handle answers and logs it when asked
+                pass
 
     def status(self, uid: int, pid: int | None = None) -> dict:
         targets = [t for t in self.engine.targets.values() if uid == 0 or t.uid == uid]
