@@ -3,6 +3,7 @@ process of N threads that mostly sleep."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -25,13 +26,16 @@ time.sleep(86400)
 """
 
 
-def start_daemon(tmp: Path, config: str, log: Path | None = None) -> tuple[subprocess.Popen, str]:
-    """Start parlschedd with ``config`` (YAML text); returns (process, socket path)."""
+def start_daemon(tmp: Path, config: str, log: Path | None = None, nice: int = 0) -> tuple[subprocess.Popen, str]:
+    """Start parlschedd with ``config`` (YAML text); returns (process, socket path).
+    ``nice``: its nice value, set in the child before exec, as systemd's Nice= does."""
     (tmp / "cfg.yaml").write_text(config)
     sock = str(tmp / "ctl.sock")
     stderr = open(log, "ab") if log else subprocess.DEVNULL
+    renice = (lambda: os.setpriority(os.PRIO_PROCESS, 0, nice)) if nice else None
     proc = subprocess.Popen([sys.executable, "-m", "parlschedd", "--config", str(tmp / "cfg.yaml"), "--socket", sock,
-                             "--state-dir", str(tmp / "state"), "--log-level", "warning"], stderr=stderr)
+                             "--state-dir", str(tmp / "state"), "--log-level", "warning"], stderr=stderr,
+                            preexec_fn=renice)
     for _ in range(600):
         try:
             client.request(sock, "ping")

@@ -13,10 +13,18 @@ loopback Unix socket (each: one request, wait for the whole reply, sleep
   actual period is the difference of consecutive tick estimates and the jitter is
   |actual - T_CPU|. Periods the daemon skipped (an overrun) show as a delta of more
   than one period and are counted apart;
+* the same jitter from the inside: the daemon's own ``daemon.loop.jitter_ms`` (from
+  its last 1000 period starts, i.e. 100 s), read every ``DAEMON_WINDOW_EVERY_S`` so
+  the windows overlap and cover the run; reported per window, with the worst
+  window's p99 and the largest max. A window that reaches back before the run (into
+  the attach of the 1024 threads, which holds the loop up) is marked
+  ``includes_setup`` and left out of the summary unless no other window exists (a run
+  shorter than ~110 s);
 * the status latency of the 50 clients (send to last byte of the reply), p50/p99/max;
 * the daemon's fd count (/proc/<pid>/fd) and RSS (VmRSS), sampled every second.
 
     sudo .venv/bin/python bench/load.py [--seconds 300] [--clients 50] [--interval 0.1]
+                                        [--nice N] [--probe-pause S] [--out FILE]
 
 Prints a table and writes bench/results/load.json. Targets: p99 period jitter under
 10% of T_CPU, p99 status latency under 50 ms, flat fds and RSS.
@@ -31,7 +39,6 @@ import os
 import platform
 import signal
 import socket as socketlib
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,36 +47,13 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from harness import start_daemon, start_idle_target  # noqa: E402
 from parlschedctl import client  # noqa: E402
 
 PERIOD_S = 0.1
-TARGET = r"""
-import sys, threading, time
-def idle():
-    x = 0
-    while True:
-        for i in range(200): x += i
-        time.sleep(0.1)
-for _ in range(int(sys.argv[1]) - 1):
-    threading.Thread(target=idle, daemon=True).start()
-print("ready", flush=True)
-time.sleep(86400)
-"""
-
-
-def start_daemon(tmp: Path) -> tuple[subprocess.Popen, str]:
-    (tmp / "cfg.yaml").write_text(f"period_s: {PERIOD_S}\ndomain_period_s: 4.0\n")
-    sock = str(tmp / "ctl.sock")
-    proc = subprocess.Popen([sys.executable, "-m", "parlschedd", "--config", str(tmp / "cfg.yaml"), "--socket", sock,
-                             "--state-dir", str(tmp / "state"), "--log-level", "warning"],
-                            stderr=open(tmp / "daemon.log", "ab"))
-    for _ in range(300):
-        try:
-            client.request(sock, "ping")
-            return proc, sock
-        except client.Unreachable:
-            time.sleep(0.05)
-    raise RuntimeError("daemon did not start")
+CONFIG = f"period_s: {PERIOD_S}\ndomain_period_s: 4.0\n"
+NAP_S = 0.1  # each target thread wakes this often
+DAEMON_WINDOW_EVERY_S = 60.0  # < 1000 periods (the daemon's LoopStats window): no gaps
 
 
 def raw_request(sock: socketlib.socket, line: bytes) -> bytes:
@@ -111,8 +95,9 @@ def client_proc(path: str, until: float, interval: float, max_requests: int, out
     out.put((lat, errors))
 
 
-def probe_proc(path: str, pid: int, until: float, out: mp.Queue) -> None:
-    """Poll status of a tiny target back to back; record (t_before, t_after, periods)."""
+def probe_proc(path: str, pid: int, until: float, pause: float, out: mp.Queue) -> None:
+    """Poll status of a tiny target, ``pause`` s apart (0: back to back); record
+    (t_before, t_after, periods)."""
     s = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM)
     s.settimeout(10)
     s.connect(path)
@@ -127,7 +112,9 @@ def probe_proc(path: str, pid: int, until: float, out: mp.Queue) -> None:
         if periods != last:
             samples.append((prev_t, t, periods))
             last = periods
-        prev_t = t
+        prev_t = t  # the tick may fall in the pause: the bracket includes it
+        if pause:
+            time.sleep(pause)
     s.close()
     out.put(samples)
 
@@ -135,13 +122,14 @@ def probe_proc(path: str, pid: int, until: float, out: mp.Queue) -> None:
 def jitter_from_samples(samples: list[tuple[float, float, int]]) -> dict:
     """Tick estimates at bracket midpoints; periods = consecutive differences over
     increments of exactly one period; skipped periods counted apart."""
-    est, brackets, deltas, multi = [], [], [], 0
+    est, brackets, deltas, at, multi = [], [], [], [], 0
     for (lo, hi, n) in samples:
         est.append(((lo + hi) / 2, n))
         brackets.append(hi - lo)
     for (t0, n0), (t1, n1) in zip(est[1:], est[2:]):  # est[0]: before the probe's first tick
         if n1 - n0 == 1:
             deltas.append(t1 - t0)
+            at.append(t1 - est[0][0])
         else:
             multi += 1
     d = np.array(deltas)
@@ -151,7 +139,9 @@ def jitter_from_samples(samples: list[tuple[float, float, int]]) -> dict:
     return {"periods_observed": len(deltas), "multi_period_steps": multi,
             "period_ms": {"p50": q(d, 50), "p1": q(d, 1), "p99": q(d, 99), "max": float(d.max() * 1e3) if len(d) else None},
             "jitter_ms": {"p50": q(j, 50), "p99": q(j, 99), "max": float(j.max() * 1e3) if len(j) else None},
-            "bracket_ms": {"p50": q(b, 50), "p99": q(b, 99)}}
+            "bracket_ms": {"p50": q(b, 50), "p99": q(b, 99)},
+            "worst_periods": [{"t_s": round(at[i], 2), "period_ms": round(deltas[i] * 1e3, 1)}
+                              for i in sorted(np.argsort(j)[-10:].tolist())]}
 
 
 def daemon_sample(pid: int) -> tuple[int, float]:
@@ -163,6 +153,22 @@ def daemon_sample(pid: int) -> tuple[int, float]:
     return fds, rss
 
 
+DAEMON_WINDOW = 1000  # period starts kept by the daemon's LoopStats (server.py)
+
+
+def daemon_window(loop: dict, start: float, periods0: int) -> dict:
+    """The daemon's own jitter over its last DAEMON_WINDOW periods, now; ``periods0``:
+    its period count when the run started."""
+    return {"t_s": round(time.monotonic() - start, 2), "periods": loop["periods"],
+            "includes_setup": loop["periods"] - DAEMON_WINDOW < periods0, **loop["jitter_ms"]}
+
+
+def daemon_jitter(windows: list[dict]) -> dict:
+    used = [w for w in windows if not w["includes_setup"]] or windows
+    return {"window_periods": DAEMON_WINDOW, "windows_include_setup": used[0]["includes_setup"],
+            "worst_window_p99": max(w["p99"] for w in used), "max": max(w["max"] for w in used), "windows": windows}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=300.0, help="measured run length (default 300)")
@@ -171,17 +177,17 @@ def main() -> None:
     ap.add_argument("--max-requests", type=int, default=100_000, help="cap per client")
     ap.add_argument("--targets", type=int, default=4)
     ap.add_argument("--threads", type=int, default=256, help="threads per target")
+    ap.add_argument("--probe-pause", type=float, default=0.0,
+                    help="the jitter probe's sleep between polls (default 0: back to back)")
+    ap.add_argument("--nice", type=int, default=0, help="the daemon's nice value (systemd: Nice=)")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "load.json")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("load.py: run as root (the daemon needs it)")
-    targets = [subprocess.Popen([sys.executable, "-c", TARGET, str(args.threads)], stdout=subprocess.PIPE, text=True)
-               for _ in range(args.targets)]
-    probe_target = subprocess.Popen(["sleep", "86400"])
-    for t in targets:
-        t.stdout.readline()
+    targets = [start_idle_target(args.threads, NAP_S) for _ in range(args.targets)]
+    probe_target = start_idle_target(1)
     tmp = Path(tempfile.mkdtemp(prefix="parlsched-load-"))
-    daemon, sock = start_daemon(tmp)
+    daemon, sock = start_daemon(tmp, CONFIG, log=tmp / "daemon.log", nice=args.nice)
     try:
         for t in targets:
             client.request(sock, "attach", pid=t.pid, timeout=120)
@@ -198,19 +204,25 @@ def main() -> None:
         procs = [ctx.Process(target=client_proc, args=(sock, until, args.interval, args.max_requests, q))
                  for _ in range(args.clients)]
         probe_q: mp.Queue = ctx.Queue()
-        probe = ctx.Process(target=probe_proc, args=(sock, probe_target.pid, until, probe_q))
+        probe = ctx.Process(target=probe_proc, args=(sock, probe_target.pid, until, args.probe_pause, probe_q))
         for p in procs + [probe]:
             p.start()
-        samples = []
+        samples, windows = [], []
+        next_window = start + DAEMON_WINDOW_EVERY_S
         while time.monotonic() < until:
             fds, rss = daemon_sample(daemon.pid)
             samples.append({"t_s": round(time.monotonic() - start, 2), "fds": fds, "rss_mib": round(rss, 2)})
+            if time.monotonic() >= next_window:
+                loop = client.request(sock, "status", pid=probe_target.pid, timeout=30)["daemon"]["loop"]
+                windows.append(daemon_window(loop, start, s0["periods"]))
+                next_window += DAEMON_WINDOW_EVERY_S
             time.sleep(1.0)
         results = [q.get(timeout=120) for _ in procs]
         probe_samples = probe_q.get(timeout=120)
         for p in procs + [probe]:
             p.join(30)
         s1 = client.request(sock, "status", pid=probe_target.pid)["daemon"]["loop"]
+        windows.append(daemon_window(s1, start, s0["periods"]))
         fds1, rss1 = daemon_sample(daemon.pid)
         alive = daemon.poll() is None
         managed_end = sum(len(t["threads"]) for t in client.request(sock, "status", timeout=30)["targets"])
@@ -223,6 +235,7 @@ def main() -> None:
     lat = np.concatenate([np.array(r[0]) for r in results]) * 1e3
     errors = sum(r[1] for r in results)
     jit = jitter_from_samples(probe_samples)
+    own = daemon_jitter(windows)
     elapsed = args.seconds
     expected = elapsed / PERIOD_S
     got = s1["periods"] - s0["periods"]
@@ -236,11 +249,12 @@ def main() -> None:
         "benchmark": "load", "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": {"node": socketlib.gethostname(), "cpus": os.cpu_count(), "kernel": platform.release(),
                     "note": "shared 2-vCPU machine; other engineers ran jobs concurrently"},
-        "config": {"period_s": PERIOD_S, "seconds": args.seconds, "clients": args.clients, "interval_s": args.interval,
+        "config": {"period_s": PERIOD_S, "daemon_nice": args.nice, "probe_pause_s": args.probe_pause, "seconds": args.seconds, "clients": args.clients, "interval_s": args.interval,
                    "targets": args.targets, "threads_per_target": args.threads, "managed_threads": managed,
                    "managed_threads_end": managed_end},
         "loop": {"periods_expected": expected, "periods_counted": got,
-                 "work_mean_ms": s1["mean_ms"], "work_max_ms": s1["max_ms"], **jit},
+                 "work_mean_ms": s1["mean_ms"], "work_max_ms": s1["max_ms"], **jit,
+                 "daemon_jitter_ms": own},
         "status_latency_ms": {"requests": int(len(lat)), "errors": errors,
                               "p50": float(np.percentile(lat, 50)), "p99": float(np.percentile(lat, 99)),
                               "max": float(lat.max()), "throughput_rps": len(lat) / elapsed},
@@ -262,6 +276,9 @@ def main() -> None:
         ("actual period p1 / p50 / p99 / max ms", "{p1:.2f} / {p50:.2f} / {p99:.2f} / {max:.2f}".format(**jit["period_ms"])),
         ("jitter p50 / p99 / max ms", "{p50:.2f} / {p99:.2f} / {max:.2f}".format(**jit["jitter_ms"])),
         ("probe bracket p50 / p99 ms", "{p50:.2f} / {p99:.2f}".format(**jit["bracket_ms"])),
+        ("daemon's own jitter: worst 1000-period p99 / max ms",
+         f"{own['worst_window_p99']:.2f} / {own['max']:.2f} ({len(windows)} windows"
+         + (", all reach back into the setup)" if own["windows_include_setup"] else ")")),
         ("status requests / errors", f"{len(lat)} / {errors}  ({len(lat) / elapsed:.0f} req/s)"),
         ("status latency p50 / p99 / max ms", f"{np.percentile(lat, 50):.2f} / {np.percentile(lat, 99):.2f} / {lat.max():.2f}"),
         ("daemon fds start / end / max", f"{fds0} / {fds1} / {max(fd_series)}"),
