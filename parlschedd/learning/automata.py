@@ -33,7 +33,7 @@ def reinforce(x: FloatArray, chosen: IntArray, reward: FloatArray, eps: float) -
     vector (a convex combination of x and a unit vector). A NaN reward (no measurement
     this period) leaves the row unchanged.
     """
-    step = eps * np.nan_to_num(np.clip(reward, 0.0, 1.0), nan=0.0)
+    step = eps * np.where(reward > 0.0, np.minimum(reward, 1.0), 0.0)  # NaN > 0 is False: no step
     new = x * (1.0 - step)[:, None]
     rows = np.arange(x.shape[0])
     new[rows, chosen] += step

@@ -173,8 +173,9 @@ class TwoLevelScheduler:
             self._observe_ran_on(where, ran)
         self.scale = update_scale(self.scale, earned, self.params.decay, self.params.normalise)
         self._level2(normalise(np.where(fresh, np.nan, earned), self.scale, self.params.sharpness))
-        self.window_sum += np.nan_to_num(u_learn, nan=0.0)
-        self.window_n += np.isfinite(u_learn)
+        measured = np.isfinite(u_learn)
+        self.window_sum += np.where(measured, u_learn, 0.0)
+        self.window_n += measured
         self.periods += 1
         mover = None
         if self.n_domains > 1 and self.periods % self.domain_every == 0:
