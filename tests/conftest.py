@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,6 +76,16 @@ def daemon(tmp_path):
     yield d
     if d.proc.poll() is None:
         d.stop()
+
+
+@pytest.fixture
+def open_dir():
+    """A temp dir other uids can traverse (pytest's tmp dirs are 0700), for a daemon
+    whose socket a test user must reach."""
+    tmp = Path(tempfile.mkdtemp(prefix="parlsched-open-"))
+    tmp.chmod(0o755)
+    yield tmp
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 class Workload:

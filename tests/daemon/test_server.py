@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 import socket
 import subprocess
-import tempfile
 import time
-from pathlib import Path
 
 import pytest
 
@@ -38,15 +35,6 @@ def slow(tmp_path):
     d = start_daemon(tmp_path, SLOW)
     yield d
     d.stop()
-
-
-@pytest.fixture
-def open_dir():
-    """A temp dir other uids can traverse (pytest's tmp dirs are 0700)."""
-    tmp = Path(tempfile.mkdtemp(prefix="parlsched-server-"))
-    tmp.chmod(0o755)
-    yield tmp
-    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def test_two_status_calls_in_one_period_are_one_snapshot(slow, workload):

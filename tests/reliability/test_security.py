@@ -30,15 +30,6 @@ ALICE, BOB = 65534, 64999  # nobody, and a uid without a passwd entry
 ALL = frozenset(os.sched_getaffinity(0))
 
 
-@pytest.fixture
-def open_dir():
-    """A temp dir others can traverse (pytest's tmp dirs are 0700)."""
-    tmp = Path(tempfile.mkdtemp(prefix="parlsched-sec-"))
-    tmp.chmod(0o755)
-    yield tmp
-    shutil.rmtree(tmp, ignore_errors=True)
-
-
 def sleeper_of(uid: int, *argv: str) -> subprocess.Popen:
     return subprocess.Popen(list(argv) or ["sleep", "60"], user=uid, group=uid, extra_groups=[])
 
