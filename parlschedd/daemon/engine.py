@@ -131,7 +131,7 @@ class Engine:
         self.pinner = pinner
         self.proc_root = proc_root
         self.targets: dict[int, Target] = {}
-        self.on_change = on_change  # called when the set of adopted threads changed
+        self.on_change = on_change  # called when the set of targets or adopted threads changed
         self._single = {c: frozenset({c}) for d in domains for c in d}  # pin masks, made once
         self._whole = [frozenset(d) for d in domains]  # a free thread's mask: its domain
         self.read_errors = 0  # counter reads that failed for a thread still there
@@ -167,6 +167,7 @@ class Engine:
         target = Target(pid, name, owner, observe, pattern, descendants, handle, scheduler, rule=rule,
                         history=History(self.config.history_periods, now))
         self.targets[pid] = target
+        self.on_change()  # a new target shows even before it has a thread
         self._refresh(target, now)
         log.info("attached", pid=pid, name=name, mode=target.mode, threads=len(target.threads))
         return target
@@ -241,7 +242,7 @@ class Engine:
         masks = [self._single[c] if c >= 0 else self._whole[d] for c, d in zip(chosen, domains[rows].tolist())]
         outcomes = self.pinner.pin_many(list(zip(tids, masks)))
         for i, tid, cpu, outcome in zip(rows.tolist(), tids, chosen, outcomes):
-            if outcome is True or outcome is False:
+            if isinstance(outcome, bool):
                 target.migrations += outcome
                 r.cpu[i], r.pinned[i] = cpu, True
             elif isinstance(outcome, ThreadGone):

@@ -261,7 +261,8 @@ class Daemon:
     # -- state ------------------------------------------------------------------------
 
     def _mark_dirty(self) -> None:
-        """The engine adopted or dropped a thread or a target: state and status change."""
+        """The engine attached, adopted or dropped a target or a thread: state and status
+        change (attach and detach included: the engine reports them too)."""
         self._dirty = True
         self._status_views.clear()
 
@@ -534,12 +535,10 @@ class Daemon:
         if request.cmd == "attach":
             target = self.engine.attach(a["pid"], now, observe=a.get("observe", False), threads=a.get("threads"),
                                         descendants=a.get("descendants", False), uid=uid)
-            self._status_views.clear()  # even a target with no thread (yet) is shown
             self._save_state()
             return {"target": self.engine.describe(target)}
         if request.cmd == "detach":
             restored = self.engine.detach(a["pid"], uid=uid)
-            self._status_views.clear()
             self._save_state()
             return {"pid": a["pid"], "restored": restored}
         if request.cmd == "history":
@@ -567,8 +566,8 @@ class Daemon:
         So the bytes are kept per view, (uid, pid filter): a non-root uid has views of
         its own and never gets root's, whose targets it may not see. The views are
         dropped at every tick and whenever what status shows changes between ticks:
-        attach, detach, reload, a config rules rescan, a thread or target adopted or
-        dropped (``_mark_dirty``). Views asked for in a period are built again right
+        reload, and what the engine reports through ``_mark_dirty``: a target attached
+        (by hand or by a rule), a thread adopted or dropped, a target detached. Views asked for in a period are built again right
         after the next tick (``_new_status_period``); no others are kept, and at most
         MAX_STATUS_VIEWS. Refusals (an unknown pid) are not kept.
 

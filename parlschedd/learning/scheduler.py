@@ -117,11 +117,10 @@ class TwoLevelScheduler:
         or with ``free_prior`` on the free action and the rest uniform over the cores."""
         width = self.domain_width[alpha]
         x = automata.uniform(width, self.domain_cpus.shape[1])
-        if self.params.free:
-            rows = np.arange(alpha.size)
-            cores = (width - 1).astype(np.float64)
-            x = np.where(x > 0, (1.0 - self.params.free_prior) / np.maximum(cores, 1.0)[:, None], 0.0)
-            x[rows, width - 1] = np.where(cores > 0, self.params.free_prior, 1.0)
+        if self.params.free:  # every domain has a core, so width - 1 >= 1 cores before "free"
+            cores = width - 1
+            x = (x > 0) * ((1.0 - self.params.free_prior) / cores)[:, None]
+            x[np.arange(alpha.size), cores] = self.params.free_prior
         return x
 
     def _join_domains(self, new: IntArray, keys: IntArray, ran_on: IntArray | None) -> IntArray:
