@@ -206,6 +206,22 @@ class Engine:
             except Exception:  # a bug must cost one target's period, never the daemon
                 log.exception("period failed for target", pid=target.pid)
 
+    def resync(self) -> None:
+        """Take back the threads someone else re-pinned (a cpuset that shrank, a
+        taskset): they count as unpinned, so the next period pins them again, inside
+        what is now allowed, and ``status`` never shows a CPU the thread is not on."""
+        for target in self.targets.values():
+            if target.observe:
+                continue
+            r = target.current()
+            rows = np.flatnonzero(r.pinned)
+            drifted = self.pinner.drifted(r.tids[rows].tolist())
+            if drifted:
+                log.info("affinity changed outside parlschedd", pid=target.pid, tids=drifted)
+                rows = np.flatnonzero(np.isin(r.tids, drifted))
+                r.pinned[rows] = False
+                r.cpu[rows] = -1
+
     def _step(self, target: Target, now: float) -> None:
         """counters -> rates -> scheduler -> pins, for one target's period."""
         r = target.current()

@@ -175,6 +175,7 @@ class Daemon:
             try:
                 if now >= next_rescan:
                     self._rescan(now)
+                    self.engine.resync()
                     next_rescan = now + self.config.rescan_s
                 self.engine.tick(now)
                 if self._dirty:

@@ -160,6 +160,27 @@ class Pinner:
                 outcomes[i] = True
         return outcomes
 
+    def drifted(self, tids: Iterable[int]) -> list[int]:
+        """Which of the adopted ``tids`` no longer have the mask we last set, taking
+        the kernel's mask as current for them.
+
+        Someone else changed it: a cgroup cpuset that shrank rewrites its tasks'
+        masks (cgroup v1), or an administrator ran taskset. One sched_getaffinity per
+        thread, so the daemon calls this every rescan_s, not every period. A thread
+        gone in between is skipped; the next period drops it.
+        """
+        moved: list[int] = []
+        for tid in tids:
+            record = self._records[tid]
+            try:
+                mask = get_affinity(tid)
+            except HostError:
+                continue
+            if mask != record.current:
+                record.current = mask
+                moved.append(tid)
+        return moved
+
     def _set(self, tid: int, cpus: frozenset[int]) -> None:
         try:
             set_affinity(tid, cpus)

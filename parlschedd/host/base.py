@@ -9,7 +9,7 @@ loop treats as "drop this thread", never as a failure.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -69,6 +69,9 @@ class Actuator(Protocol):
 
     def pin_many(self, moves: Sequence[tuple[int, frozenset[int]]]) -> list[bool | HostError]:
         """``pin`` for many threads at once: per move its result or the error it raised."""
+
+    def drifted(self, tids: Iterable[int]) -> list[int]:
+        """Which of ``tids`` someone else re-pinned since our last ``pin``."""
 
     def restore(self, tid: int) -> None:
         """Put the original mask back and forget the thread."""

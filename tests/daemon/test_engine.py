@@ -1,11 +1,24 @@
 """The engine's per-target arrays (Roster): rows follow their thread when threads join
-and leave, so a thread's last counter reading is never paired with another's."""
+and leave, so a thread's last counter reading is never paired with another's; and the
+engine taking back threads someone else re-pinned, on a real process."""
 
 from __future__ import annotations
 
-import numpy as np
+import dataclasses
+import os
+import time
 
-from parlschedd.daemon.engine import Roster, ThreadState
+import numpy as np
+import pytest
+
+from parlschedd.config import Config
+from parlschedd.daemon.engine import Engine, Roster, ThreadState
+from parlschedd.host.affinity import Pinner
+from parlschedd.host.base import CounterSource
+from parlschedd.host.perf import CounterSet
+from parlschedd.topology import read_topology
+from tests.conftest import needs_root
+from tests.reliability.helpers import masks, sleepy, tids_of
 
 
 def test_aligned_carries_rows_over_and_starts_new_threads_from_adoption() -> None:
@@ -31,3 +44,36 @@ def test_aligned_from_empty_and_to_empty() -> None:
     r = Roster.aligned(np.array([7]), Roster.empty(), threads)
     assert r.last.tolist() == [5.0] and r.cpu.tolist() == [-1]
     assert Roster.aligned(np.empty(0, dtype=np.int64), r, threads).tids.size == 0
+
+
+@needs_root
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_resync_takes_back_a_thread_re_pinned_by_someone_else() -> None:
+    """A taskset by hand on a pinned thread: ``resync`` marks it unpinned with no CPU
+    (status must not show where we had put it), and the next period pins it again
+    where the scheduler wants it. Real process, real Pinner, real counters."""
+    config = dataclasses.replace(Config(), learning=dataclasses.replace(Config().learning, free=False))
+    counters = CounterSet(CounterSource.TASK_CLOCK)
+    engine = Engine(config, read_topology("/sys").domains(config.domains), counters, Pinner())
+    target = sleepy(4)
+    try:
+        engine.attach(target.pid, time.monotonic())
+        engine.tick(time.monotonic())
+        r = engine.targets[target.pid].current()
+        assert r.pinned.all()
+        engine.resync()
+        assert r.pinned.all(), "nothing changed: nothing to take back"
+        tid, cpu = int(r.tids[0]), int(r.cpu[0])
+        other = sorted(os.sched_getaffinity(0) - {cpu})[0]
+        os.sched_setaffinity(tid, {other})
+        engine.resync()
+        assert not r.pinned[0] and r.cpu[0] == -1 and r.pinned[1:].all()
+        assert engine.describe(engine.targets[target.pid])["threads"][0]["cpu"] is None
+        engine.tick(time.monotonic())
+        assert r.pinned.all() and masks([tid]) == {tid: frozenset({int(r.cpu[0])})}
+        engine.detach(target.pid)
+        assert all(m == os.sched_getaffinity(0) for m in masks(tids_of(target.pid)).values())
+    finally:
+        counters.close_all()
+        target.kill()
+        target.wait()

@@ -292,3 +292,27 @@ def test_pin_many_gives_one_outcome_per_move(spawn: Callable[..., Worker], cpuse
     assert os.sched_getaffinity(moved.tid) == {0} and os.sched_getaffinity(same.tid) == {1}
     assert pinner.records[fenced.tid].current == pinner.records[fenced.tid].original  # unchanged on refusal
     pinner.restore_all()
+
+
+def test_drifted_finds_masks_changed_by_someone_else(spawn: Callable[..., Worker], cpuset: CpusetDir) -> None:
+    """A real cpuset shrinking under a pinned thread (v1 rewrites its mask) and a
+    taskset-like change by hand are both reported, once; the kernel's mask becomes
+    the record's current, so the next pin to the lost CPU is a real, refused write."""
+    fenced, retasked, kept = (spawn(busy=False) for _ in range(3))
+    pinner = Pinner()
+    for w in (fenced, retasked, kept):
+        adopted(pinner, w)
+    cpuset.set_cpus("0-1")
+    cpuset.add(fenced.tid)
+    for w in (fenced, retasked, kept):
+        pinner.pin(w.tid, frozenset({0}))
+    assert pinner.drifted([fenced.tid, retasked.tid, kept.tid]) == []
+    cpuset.set_cpus("1")
+    os.sched_setaffinity(retasked.tid, {1})
+    assert pinner.drifted([fenced.tid, retasked.tid, kept.tid]) == [fenced.tid, retasked.tid]
+    assert pinner.records[fenced.tid].current == frozenset({1})
+    assert pinner.drifted([fenced.tid, retasked.tid, kept.tid]) == []
+    with pytest.raises(InvalidMask):
+        pinner.pin(fenced.tid, frozenset({0}))
+    assert pinner.pin(retasked.tid, frozenset({0})) is True
+    pinner.restore_all()
