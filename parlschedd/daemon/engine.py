@@ -248,7 +248,7 @@ class Engine:
             moved = np.flatnonzero((cpus != r.cpu) | ~r.pinned | ((cpus < 0) & (domains != r.domain)))
             if moved.size:
                 self._pin(target, r, moved, cpus, domains)
-        r.domain = domains.copy()
+        r.domain = domains  # the scheduler hands out a copy
         target.history.record(now, r.tids, utility, r.cpu, r.domain)
 
     def _pin(self, target: Target, r: Roster, rows: IntArray, cpus: IntArray, domains: IntArray) -> None:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from parlschedd.arrays import FloatArray, IntArray
 from numpy.typing import NDArray
 
+from parlschedd.arrays import FloatArray, IntArray
 
 
 def valid_columns(width: IntArray, columns: int) -> NDArray[np.bool_]:
@@ -33,17 +33,19 @@ def reinforce(x: FloatArray, chosen: IntArray, reward: FloatArray, eps: float) -
     vector (a convex combination of x and a unit vector). A NaN reward (no measurement
     this period) leaves the row unchanged.
     """
-    step = eps * np.where(reward > 0.0, np.minimum(reward, 1.0), 0.0)  # NaN > 0 is False: no step
+    step = eps * np.fmin(np.fmax(reward, 0.0), 1.0)  # fmax(NaN, 0) is 0: no step
     new = x * (1.0 - step)[:, None]
     rows = np.arange(x.shape[0])
     new[rows, chosen] += step
     return new
 
 
-def perturb(x: FloatArray, width: IntArray, lam: float) -> FloatArray:
-    """Step 2, second line: sigma = (1 - lambda) x + lambda / |J| over the valid cores."""
-    mask = valid_columns(width, x.shape[1])
-    return (1.0 - lam) * x + mask * (lam / width[:, None])
+def perturb(x: FloatArray, uniform_rows: FloatArray, lam: float) -> FloatArray:
+    """Step 2, second line: sigma = (1 - lambda) x + lambda / |J| over the valid cores.
+
+    ``uniform_rows`` is :func:`uniform` of each thread's domain; the scheduler keeps one
+    per domain, so the period does not rebuild it."""
+    return (1.0 - lam) * x + lam * uniform_rows
 
 
 def draw(sigma: FloatArray, rng: np.random.Generator) -> IntArray:
@@ -51,4 +53,4 @@ def draw(sigma: FloatArray, rng: np.random.Generator) -> IntArray:
     uniform number per thread)."""
     cdf = np.cumsum(sigma, axis=1)
     u = rng.random(sigma.shape[0]) * cdf[:, -1]
-    return np.minimum((cdf <= u[:, None]).sum(axis=1), sigma.shape[1] - 1).astype(np.int64)
+    return (cdf[:, :-1] <= u[:, None]).sum(axis=1)  # the last column bounds the index

@@ -26,18 +26,16 @@ MODES = ("global", "thread")
 def update_scale(scale: FloatArray, utility: FloatArray, decay: float, mode: str) -> FloatArray:
     """The new per-thread divisors: max(decay * previous, this period's utility), over
     all threads (``global``) or per thread (``thread``). NaN utilities are ignored."""
-    u = np.where(np.isfinite(utility), utility, 0.0)
-    if mode == "global":
-        peak = max(float(scale.max(initial=0.0)) * decay, float(u.max(initial=0.0)))
+    if mode == "global":  # fmax ignores NaN: an unmeasured thread leaves the peak alone
+        peak = max(float(scale.max(initial=0.0)) * decay, float(np.fmax.reduce(utility, initial=0.0)))
         return np.full(scale.shape, peak)
     if mode == "thread":
-        return np.maximum(scale * decay, u)
+        return np.fmax(scale * decay, np.fmax(utility, 0.0))
     raise ValueError(f"unknown normalisation {mode!r}; expected one of {MODES}")
 
 
 def normalise(utility: FloatArray, scale: FloatArray, sharpness: float = 1.0) -> FloatArray:
     """(u / scale) ** sharpness clipped into [0, 1]; NaN stays NaN (no measurement)."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        r = np.where(scale > 0.0, utility / scale, 0.0)
-    r = np.where(np.isfinite(utility), np.clip(r, 0.0, 1.0), np.nan)
-    return r**sharpness
+    r = np.divide(utility, scale, out=np.where(np.isfinite(utility), 0.0, np.nan), where=scale > 0.0)
+    r = np.minimum(np.maximum(r, 0.0, out=r), 1.0, out=r)  # NaN passes through both
+    return r if sharpness == 1.0 else r**sharpness

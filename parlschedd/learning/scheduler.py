@@ -54,6 +54,7 @@ class TwoLevelScheduler:
         for a, cpus in enumerate(domains):
             self.domain_cpus[a, : len(cpus)] = cpus
         self.domain_width = np.array([len(d) + extra for d in domains], dtype=np.int64)
+        self._uniform = automata.uniform(self.domain_width, width)  # per domain, for the perturbation
         self._domain_of_cpu = {int(c): a for a, cpus in enumerate(domains) for c in cpus}
         self.periods = 0
         self._reset_threads()
@@ -150,40 +151,42 @@ class TwoLevelScheduler:
         """
         keys = np.asarray(keys, dtype=np.int64)
         utility = np.asarray(utility, dtype=np.float64)
-        if keys.shape != utility.shape or np.unique(keys).size != keys.size:
-            raise ValueError("keys must be unique and aligned with utility")
+        if keys.shape != utility.shape:
+            raise ValueError("keys must be aligned with utility")
         ran = None if ran_on is None else np.asarray(ran_on, dtype=np.int64)
-        if keys.size == self.keys.size and (keys == self.keys).all():  # the usual period
-            where = np.arange(keys.size)
-            fresh = np.zeros(keys.size, dtype=bool)
+        fresh = None  # the threads that joined this step, when any did
+        if keys.size == self.keys.size and np.array_equal(keys, self.keys):  # the usual period
+            where: IntArray | slice = slice(None)
+            u = utility
         else:
+            if np.unique(keys).size != keys.size:
+                raise ValueError("keys must be unique")
             known_before = self.keys
             self._align(keys, ran)
             where = np.searchsorted(self.keys, keys)
             fresh = ~np.isin(self.keys, known_before)
-        u = np.full(self.keys.size, np.nan)
-        u[where] = utility
-        u_learn = np.where(fresh, np.nan, u)  # a new thread's last period was not ours
+            u = np.full(self.keys.size, np.nan)
+            u[where] = utility
+        finite = np.isfinite(u)
         earned = u
         if self.params.reward == "target":  # Level 2 only: each measured thread earns the total
-            earned = np.where(np.isfinite(u), np.nansum(u), np.nan)
+            earned = np.where(finite, u[finite].sum(), np.nan)
 
         if ran is not None:
-            self._observe_ran_on(where, ran)
+            self._observe_ran_on(np.arange(keys.size) if fresh is None else where, ran)
         self.scale = update_scale(self.scale, earned, self.params.decay, self.params.normalise)
-        self._level2(normalise(np.where(fresh, np.nan, earned), self.scale, self.params.sharpness))
-        measured = np.isfinite(u_learn)
-        self.window_sum += np.where(measured, u_learn, 0.0)
-        self.window_n += measured
+        learned = finite if fresh is None else finite & ~fresh  # a new thread's last period was not ours
+        self._level2(normalise(np.where(learned, earned, np.nan), self.scale, self.params.sharpness))
+        self.window_sum += np.where(learned, u, 0.0)
+        self.window_n += learned
         self.periods += 1
         mover = None
         if self.n_domains > 1 and self.periods % self.domain_every == 0:
             mover = self._level1()
-        cpus = self.cpus
         return Placement(
             keys=keys,
-            cpus=cpus[where],
-            domains=self.alpha[where],
+            cpus=self.cpus[where],
+            domains=self.alpha[where].copy(),  # a copy: Level 1 changes alpha in place
             domain_move=None if mover is None else int(self.keys[mover]),
         )
 
@@ -195,9 +198,8 @@ class TwoLevelScheduler:
 
     def _level2(self, reward: FloatArray) -> None:
         p = self.params
-        width = self.domain_width[self.alpha]
         self.x = automata.reinforce(self.x, self.beta, reward, p.eps)
-        sigma = automata.perturb(self.x, width, p.lam)
+        sigma = automata.perturb(self.x, self._uniform[self.alpha], p.lam)
         self.beta = automata.draw(sigma, self.rng)
 
     def _level1(self) -> int | None:

@@ -29,7 +29,7 @@ def test_reinforce_with_no_measurement_leaves_the_row():
 
 def test_perturb_mixes_in_uniform_over_valid_cores_only():
     x = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
-    sigma = automata.perturb(x, np.array([3, 2]), lam=0.3)
+    sigma = automata.perturb(x, automata.uniform(np.array([3, 2]), 3), lam=0.3)
     np.testing.assert_allclose(sigma, [[0.8, 0.1, 0.1], [0.15, 0.85, 0.0]])
 
 
@@ -45,11 +45,11 @@ def test_x_and_sigma_stay_probability_vectors(widths, eps, lam, seed):
     width = np.array(widths)
     x = automata.uniform(width, 6)
     for _ in range(20):
-        sigma = automata.perturb(x, width, lam)
+        sigma = automata.perturb(x, automata.uniform(width, 6), lam)
         beta = automata.draw(sigma, rng)
         assert (beta < width).all(), "drew a core outside the domain"
         x = automata.reinforce(x, beta, rng.random(width.size) * 3 - 1, eps)  # rewards outside [0,1] are clipped
-        for m in (x, automata.perturb(x, width, lam)):
+        for m in (x, automata.perturb(x, automata.uniform(width, 6), lam)):
             np.testing.assert_allclose(m.sum(axis=1), 1.0)
             assert (m >= -1e-15).all()
             assert (m[~automata.valid_columns(width, 6)] == 0).all()
@@ -68,6 +68,6 @@ def test_a_core_that_always_rewards_wins(eps):
     width = np.array([4])
     x = automata.uniform(width, 4)
     for _ in range(3000):
-        beta = automata.draw(automata.perturb(x, width, 0.02), rng)
+        beta = automata.draw(automata.perturb(x, automata.uniform(width, 4), 0.02), rng)
         x = automata.reinforce(x, beta, np.where(beta == 2, 1.0, 0.1), eps)
     assert x[0].argmax() == 2 and x[0, 2] > 0.8
