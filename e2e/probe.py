@@ -283,9 +283,9 @@ def main() -> None:
         r["restart"] = run(["systemctl", "restart", UNIT], timeout=60)
         before = r["main_pid_before"] = main_pid()
         r["watchdog_usec"] = show("WatchdogUSec")["WatchdogUSec"]
-        # A clean stop detaches every target (the state keeps none), so attach again.
-        r["attach"] = run([CTL, "attach", str(pid)])
+        # A clean restart restores every mask and attaches the same targets again.
         r["pinned_before"] = wait_for(lambda: all_pinned(pid), 20) is not None
+        r["reattached_events"] = [e for e in events_of(before) if e.get("event") == "re-attached from the last run"]
         os.kill(before, 19)  # SIGSTOP
         r["restarted"] = bool(wait_for(lambda: is_active() == "active" and main_pid() not in (0, before), 30))
         r["main_pid_after"] = main_pid()
@@ -317,6 +317,8 @@ def main() -> None:
         CONFIG.write_text(good.replace("targets: []", "targets:\n  - cgroup: /system.slice/e2e-cgroup-workload.service"))
         r["config_check"] = run([CTL, "config", "check", str(CONFIG)])
         r["start"] = run(["systemctl", "start", UNIT], timeout=60)
+        # the stop removed /run/parlsched: what was attached by hand is forgotten
+        r["hand_target_forgotten"] = target_of(status_json(), result["steps"]["attach"]["pid"]) is None
         cg_file = Path("/tmp/e2e-cgroup-workload.json")
         cg_file.unlink(missing_ok=True)
         r["run"] = run(["systemd-run", "--unit=e2e-cgroup-workload", f"--uid={USER}", "--property=PrivateTmp=no",

@@ -199,12 +199,17 @@ class Daemon:
                 next_watchdog = now + watchdog
 
     def shutdown(self) -> None:
+        """Restore every thread, and keep the list of targets attached by hand in the
+        state file, so the next start attaches them again: ``systemctl restart`` keeps
+        /run/parlsched (RuntimeDirectoryPreserve=restart) and with it what users
+        attached, while ``systemctl stop`` removes it and they are forgotten."""
         notify.notify("STOPPING=1")
+        by_hand = self._by_hand()
         if self.config.restore_on_exit:
             restored = self.engine.detach_all()
             report = self.engine.pinner.restore_all()
             log.info("restored", threads=restored + len(report.restored), gone=len(report.gone), failed=len(report.failed))
-        self._save_state()
+        self._save_state(by_hand)
         self.counters.close_all()
         if self.metrics is not None:
             self.metrics.close()
@@ -267,12 +272,18 @@ class Daemon:
         self._dirty = True
         self._status_views.clear()
 
-    def _save_state(self) -> None:
-        targets = [{"pid": t.pid, "start_time": t.handle.start_time, "observe": t.observe,
-                    "threads": t.thread_filter.pattern if t.thread_filter else None,
-                    "descendants": t.descendants, "uid": t.uid}
-                   for t in self.engine.targets.values() if t.rule is None]
-        state = {"version": STATE_VERSION, "pinner": self.engine.pinner.to_json(), "targets": targets}
+    def _by_hand(self) -> list[dict]:
+        """The targets attached by a client (not by a config rule), as the state keeps them."""
+        return [{"pid": t.pid, "start_time": t.handle.start_time, "observe": t.observe,
+                 "threads": t.thread_filter.pattern if t.thread_filter else None,
+                 "descendants": t.descendants, "uid": t.uid}
+                for t in self.engine.targets.values() if t.rule is None]
+
+    def _save_state(self, targets: list[dict] | None = None) -> None:
+        """Write the pinner's records and the hand-attached targets (``targets``: the
+        ones given, by default those attached now)."""
+        state = {"version": STATE_VERSION, "pinner": self.engine.pinner.to_json(),
+                 "targets": self._by_hand() if targets is None else targets}
         try:
             self.state_path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
             write_state(self.state_path, state)
@@ -283,7 +294,8 @@ class Daemon:
 
     def _recover(self) -> list[dict]:
         """After a crash: put every thread the last run pinned back on its original
-        mask, and return the targets attached by hand, to attach again."""
+        mask. After a crash or a clean stop: return the targets attached by hand, to
+        attach again."""
         try:
             state = read_state(self.state_path)
         except (OSError, ValueError) as exc:
@@ -308,6 +320,7 @@ class Daemon:
                 return
             self.engine.attach(pid, now, observe=bool(saved.get("observe")), threads=saved.get("threads"),
                                descendants=bool(saved.get("descendants")))
+            log.info("re-attached from the last run", pid=pid)
         except (KeyError, ValueError, TypeError, HostError, EngineError) as exc:
             log.info("previous target not re-attached", target=saved, reason=str(exc))
 

@@ -232,6 +232,35 @@ def test_sigterm_restores_and_removes_the_socket(tmp_path, workload):
     assert not os.path.exists(d.socket)
 
 
+def test_clean_restart_attaches_hand_attached_targets_again(tmp_path, workload):
+    """SIGTERM restores every mask but keeps the hand-attached targets in the state
+    file (systemctl restart keeps the state dir); the next daemon attaches them again,
+    but not a process that exited or whose pid now names another process."""
+    d = start_daemon(tmp_path)
+    kept, gone = workload(2), workload(2)
+    before = masks(kept.all_tids())
+    for w in (kept, gone):
+        d.request("attach", pid=w.pid)
+        wait_for(lambda w=w: all_pinned(d, w.pid))
+    assert d.stop() == 0
+    assert masks(kept.all_tids()) == before, "stop restores"
+    gone.close()
+    d2 = start_daemon(tmp_path)
+    try:
+        assert [t["pid"] for t in d2.request("status")["targets"]] == [kept.pid]
+        wait_for(lambda: all_pinned(d2, kept.pid))
+        assert "re-attached from the last run" in d2.log_text()
+        d2.request("detach", pid=kept.pid)
+    finally:
+        assert d2.stop() == 0
+    assert masks(kept.all_tids()) == before
+    d3 = start_daemon(tmp_path)
+    try:
+        assert d3.request("status")["targets"] == [], "a detached target stays detached"
+    finally:
+        d3.stop()
+
+
 def test_config_rule_adopts_by_name_and_releases_when_gone(tmp_path, workload):
     w = workload(2)
     tag = f"parlsched-test-{os.getpid()}"

@@ -160,7 +160,8 @@ def test_crash_is_restarted_and_recovers_its_targets(steps):
 def test_watchdog_restarts_a_hung_daemon(steps):
     wd = steps["watchdog"]
     assert wd["restart"]["rc"] == 0 and wd["watchdog_usec"] == "2s"
-    assert wd["attach"]["rc"] == 0 and wd["pinned_before"]
+    assert wd["pinned_before"], "systemctl restart dropped the target attached by hand"
+    assert [e["pid"] for e in wd["reattached_events"]] == [steps["attach"]["pid"]]
     assert wd["restarted"] and wd["main_pid_after"] != wd["main_pid_before"]
     assert any("Watchdog timeout" in line for line in wd["systemd_lines"]), wd["systemd_lines"]
     assert wd["reattached"], "the restarted daemon did not recover its target"
@@ -195,6 +196,7 @@ def test_cgroup_rule_finds_a_units_process_through_read_only_cgroupfs(steps):
     assert cg["config_check"]["rc"] == 0, cg["config_check"]
     assert cg["start"]["rc"] == 0 and cg["run"]["rc"] == 0, cg
     assert cg["found"], "the cgroup rule did not attach the unit's process"
+    assert cg["hand_target_forgotten"], "systemctl stop + start attached the last run's target again"
     assert len(cg["target"]["threads"]) >= 3
 
 
