@@ -235,7 +235,8 @@ def test_sigterm_restores_and_removes_the_socket(tmp_path, workload):
 def test_clean_restart_attaches_hand_attached_targets_again(tmp_path, workload):
     """SIGTERM restores every mask but keeps the hand-attached targets in the state
     file (systemctl restart keeps the state dir); the next daemon attaches them again,
-    but not a process that exited or whose pid now names another process."""
+    but not a process that exited, and a target detached before the stop stays
+    detached."""
     d = start_daemon(tmp_path)
     kept, gone = workload(2), workload(2)
     before = masks(kept.all_tids())
