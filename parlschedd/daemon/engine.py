@@ -97,6 +97,7 @@ class Target:
     descendants: bool
     handle: procfs.ProcessHandle
     scheduler: TwoLevelScheduler
+    exits: procfs.ThreadExits  # the adopted and the ignored threads, watched for exit
     threads: dict[int, ThreadState] = field(default_factory=dict)
     roster: Roster = field(default_factory=Roster.empty)
     stale: bool = False  # threads joined or left since the roster was aligned
@@ -164,8 +165,8 @@ class Engine:
             handle.close()
             raise
         scheduler = TwoLevelScheduler(self.domains, self.config.learning, self.config.domain_every)
-        target = Target(pid, name, owner, observe, pattern, descendants, handle, scheduler, rule=rule,
-                        history=History(self.config.history_periods, now))
+        target = Target(pid, name, owner, observe, pattern, descendants, handle, scheduler,
+                        procfs.ThreadExits(self.proc_root), rule=rule, history=History(self.config.history_periods, now))
         self.targets[pid] = target
         self.on_change()  # a new target shows even before it has a thread
         self._refresh(target, now)
@@ -198,10 +199,11 @@ class Engine:
     def tick(self, now: float) -> None:
         for target in list(self.targets.values()):
             try:
-                if not target.handle.alive():
-                    self._drop_target(target, "exited")
-                    continue
-                self._refresh(target, now)
+                if not self._unchanged(target):
+                    if not target.handle.alive():
+                        self._drop_target(target, "exited")
+                        continue
+                    self._refresh(target, now)
                 self._step(target, now)
             except Exception:  # a bug must cost one target's period, never the daemon
                 log.exception("period failed for target", pid=target.pid)
@@ -286,8 +288,8 @@ class Engine:
             return [target.pid]
 
     def _refresh(self, target: Target, now: float) -> None:
-        """Adopt the target's new threads and drop those gone. Each period costs one
-        directory listing per process; a thread's name is read once, when it is new."""
+        """Adopt the target's new threads and drop those gone: one directory listing
+        per process; a thread's name is read once, when it is new."""
         seen: set[int] = set()
         for pid in self._pids(target):
             try:
@@ -299,13 +301,34 @@ class Engine:
             seen.update(tids)
         for tid in set(target.threads).difference(seen):
             self._drop_thread(target, tid)
+        for tid in target.ignored.difference(seen):
+            target.exits.remove(tid)
         target.ignored &= seen
+
+    @staticmethod
+    def _unchanged(target: Target) -> bool:
+        """The process has exactly the threads we know (adopted or ignored), so the
+        period needs neither the liveness check nor the listing: as many threads as the
+        task directory's link count says, and none of them exited (they all would if
+        the process had). A listing is the dearest part of a quiet period (procfs
+        builds an entry per thread: 1.9 ms of 7.9 at 1024 threads). Counted first, then
+        polled: a birth before the count changes it unless an exit before it hides it,
+        and that exit is then seen by the poll."""
+        known = len(target.threads) + len(target.ignored)
+        if target.descendants or not known:
+            return False
+        try:
+            count = target.handle.thread_count()
+        except HostError:
+            return False  # the listing reports what happened
+        return count == known and not target.exits.any_exited()
 
     def _adopt(self, target: Target, tid: int, now: float) -> None:
         try:
             name = procfs.comm(tid, self.proc_root)
             if target.thread_filter and not target.thread_filter.search(name):
                 target.ignored.add(tid)
+                target.exits.add(tid)
                 return
             start = procfs.thread_start_time(tid, self.proc_root)
             self.counters.open(tid)
@@ -324,6 +347,7 @@ class Engine:
             log.warning("cannot manage thread", tid=tid, error=str(exc))
             return
         target.threads[tid] = ThreadState(tid, start, name, value, now)
+        target.exits.add(tid)
         target.stale = True
         self.on_change()
 
@@ -340,6 +364,7 @@ class Engine:
 
     def _drop_thread(self, target: Target, tid: int) -> None:
         target.threads.pop(tid, None)
+        target.exits.remove(tid)
         target.stale = True
         self.counters.close(tid)
         if not target.observe:
@@ -359,6 +384,7 @@ class Engine:
             self._drop_thread(target, tid)
         self.targets.pop(target.pid, None)
         target.handle.close()
+        target.exits.close()
         self.on_change()
         return restored
 
@@ -367,6 +393,7 @@ class Engine:
             self._drop_thread(target, tid)
         self.targets.pop(target.pid, None)
         target.handle.close()
+        target.exits.close()
         log.info("target dropped", pid=target.pid, reason=why)
         self.on_change()
 

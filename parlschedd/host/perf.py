@@ -388,8 +388,9 @@ def detect_source(
 def raise_fd_limit() -> int:
     """Raise the soft RLIMIT_NOFILE to the hard limit and return it.
 
-    Counters need one or two fds per managed thread, well above the usual soft limit
-    of 1024 for a daemon managing many threads.
+    Counters need one or two fds per managed thread, and the daemon two thread pidfds
+    more (the pinner's identity proof, the engine's exit watch): well above the usual
+    soft limit of 1024 for a daemon managing many threads.
     """
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != hard:

@@ -194,6 +194,10 @@ class ProcessHandle:
         self._root = root
         self.task_fd = -1
         self.pidfd = pidfd_open(pid)
+        self._poller: select.poll | None = None  # kept: alive() runs every period
+        if self.pidfd is not None:
+            self._poller = select.poll()
+            self._poller.register(self.pidfd, select.POLLIN)
         try:
             with translated("open task directory", pid=pid):
                 self.task_fd = os.open(os.path.join(root, str(pid), "task"), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -211,13 +215,18 @@ class ProcessHandle:
             raise ThreadGone(f"process {self.pid} has exited", pid=self.pid)
         return tids
 
+    def thread_count(self) -> int:
+        """How many threads the process has, from one fstat of the open task directory
+        instead of a listing: procfs gives it 2 + the number of threads as its link
+        count (proc_task_getattr)."""
+        with translated("stat task directory", pid=self.pid):
+            return os.fstat(self.task_fd).st_nlink - 2
+
     def alive(self) -> bool:
         """True while the process runs and ``pid`` still names it."""
-        if self.pidfd is not None:
+        if self._poller is not None:
             # the pidfd names this very process: readable once it has exited
-            poller = select.poll()
-            poller.register(self.pidfd, select.POLLIN)
-            return not poller.poll(0)
+            return not self._poller.poll(0)
         try:
             return process_start_time(self.pid, self._root) == self.start_time
         except ThreadGone:
@@ -228,6 +237,7 @@ class ProcessHandle:
         if self.pidfd is not None:
             os.close(self.pidfd)
             self.pidfd = None
+            self._poller = None
         if self.task_fd >= 0:
             os.close(self.task_fd)
             self.task_fd = -1
@@ -307,6 +317,59 @@ def exited(handles: Iterable[ThreadHandle]) -> set[int]:
     if polled:
         gone.update(polled[fd] for fd, _ in poller.poll(0))
     return gone
+
+
+class ThreadExits:
+    """Whether any thread of a set has exited, in one epoll_wait(2) over their thread
+    pidfds (pidfd_open(2) with PIDFD_THREAD, Linux 6.9: readable once that thread
+    exits); epoll, not poll, so that the question costs the same for 16 threads or
+    1024 (a poll(2) over 1024 pidfds took 0.5 ms).
+
+    With the task directory's link count (:meth:`ProcessHandle.thread_count`) this
+    tells the daemon, without listing the directory, that a process has exactly the
+    threads it knows: no new one (the count would differ) and no exit hidden by a birth
+    in the same period. A thread that cannot be watched (an older kernel, a fake /proc
+    root, no fd left) makes :meth:`any_exited` say True for as long as it is in the
+    set, so the caller lists as it would without this.
+    """
+
+    def __init__(self, root: str = PROC_ROOT) -> None:
+        self._usable = root == PROC_ROOT and hasattr(os, "pidfd_open")
+        self._poller = select.epoll()
+        self._fds: dict[int, int] = {}
+        self._unwatched: set[int] = set()
+
+    def add(self, tid: int) -> None:
+        try:
+            fd = os.pidfd_open(tid, PIDFD_THREAD) if self._usable else -1
+        except OSError:  # EINVAL before Linux 6.9, ESRCH, EMFILE
+            fd = -1
+        if fd < 0:
+            self._unwatched.add(tid)
+            return
+        self._poller.register(fd, select.EPOLLIN)
+        self._fds[tid] = fd
+
+    def remove(self, tid: int) -> None:
+        """Stop watching ``tid``; unknown tids are ignored."""
+        self._unwatched.discard(tid)
+        fd = self._fds.pop(tid, None)
+        if fd is not None:
+            self._poller.unregister(fd)
+            os.close(fd)
+
+    def any_exited(self) -> bool:
+        """True when a watched thread has exited, when some thread is not watched, and
+        always where threads cannot be watched at all."""
+        return not self._usable or bool(self._unwatched) or bool(self._poller.poll(0, 1))
+
+    def close(self) -> None:
+        """Release every fd; idempotent."""
+        for tid in list(self._fds):
+            self.remove(tid)
+        self._unwatched.clear()
+        self._poller.close()
+        self._usable = False  # closed: "maybe", like a watch that cannot watch
 
 
 def list_tids(pid: int, root: str = PROC_ROOT) -> list[int]:

@@ -77,3 +77,67 @@ def test_resync_takes_back_a_thread_re_pinned_by_someone_else() -> None:
         counters.close_all()
         target.kill()
         target.wait()
+
+
+def _pin_engine() -> tuple[Engine, CounterSet]:
+    config = dataclasses.replace(Config(), learning=dataclasses.replace(Config().learning, free=False))
+    counters = CounterSet(CounterSource.TASK_CLOCK)
+    return Engine(config, read_topology("/sys").domains(config.domains), counters, Pinner()), counters
+
+
+@needs_root
+def test_a_thread_born_as_another_exits_is_adopted_the_next_period(workload) -> None:
+    """Between two periods one thread exits and another starts: the thread count is
+    the same, so only the exit watch makes the engine list the threads again."""
+    engine, counters = _pin_engine()
+    w = workload(3)
+    try:
+        engine.attach(w.pid, time.monotonic())
+        engine.tick(time.monotonic())
+        target = engine.targets[w.pid]
+        old = set(w.tids)
+        w.command("stop")
+        born = set(w.command("spawn")) - old
+        assert len(born) == 1
+        engine.tick(time.monotonic())
+        assert born <= set(target.threads)
+        for _ in range(100):  # the exited thread goes from /proc a moment after its join
+            engine.tick(time.monotonic())
+            if set(target.threads) == set(w.all_tids()):
+                break
+            time.sleep(0.01)
+        assert set(target.threads) == set(w.all_tids())
+        engine.detach(w.pid)
+    finally:
+        counters.close_all()
+
+
+@needs_root
+def test_a_quiet_period_does_not_list_the_threads(workload, monkeypatch) -> None:
+    """Where the kernel has thread pidfds, a period in which no thread came or went
+    costs no listing of the task directory (the dearest part of a quiet period)."""
+    from parlschedd.host.procfs import PIDFD_THREAD, ProcessHandle
+
+    try:
+        os.close(os.pidfd_open(os.getpid(), PIDFD_THREAD))
+    except OSError:
+        pytest.skip("kernel before 6.9: every period lists the threads")
+    listings: list[int] = []
+    tids = ProcessHandle.tids
+    monkeypatch.setattr(ProcessHandle, "tids", lambda self: listings.append(self.pid) or tids(self))
+    engine, counters = _pin_engine()
+    w = workload(3)
+    try:
+        engine.attach(w.pid, time.monotonic())
+        engine.tick(time.monotonic())
+        listed = len(listings)
+        for _ in range(5):
+            engine.tick(time.monotonic())
+        assert len(listings) == listed
+        w.command("spawn")
+        engine.tick(time.monotonic())
+        assert len(listings) == listed + 1
+        assert set(engine.targets[w.pid].threads) == set(w.all_tids())
+        engine.detach(w.pid)
+    finally:
+        counters.close_all()

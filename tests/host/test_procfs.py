@@ -253,3 +253,61 @@ def test_exited_reports_exactly_the_threads_gone(pidfd: bool) -> None:
             t.join()
         for h in handles:
             h.close()
+
+
+def _has_thread_pidfds() -> bool:
+    import threading
+
+    try:
+        os.close(os.pidfd_open(threading.get_native_id(), procfs.PIDFD_THREAD))
+    except (AttributeError, OSError):
+        return False
+    return True
+
+
+def test_thread_count_follows_threads_as_they_start_and_exit() -> None:
+    with procfs.ProcessHandle(os.getpid()) as handle:
+        before = handle.thread_count()
+        assert before == len(handle.tids())
+        threads, events, tids = _parked_threads(3)
+        assert handle.thread_count() == before + 3
+        events[0].set()
+        threads[0].join()
+        _reaped(tids[0])
+        assert handle.thread_count() == before + 2 == len(handle.tids())
+        for e, t in zip(events[1:], threads[1:]):
+            e.set()
+            t.join()
+
+
+@pytest.mark.skipif(not _has_thread_pidfds(), reason="kernel before 6.9: no thread pidfds, ThreadExits always asks to list")
+def test_thread_exits_sees_an_exit_until_the_thread_is_removed() -> None:
+    threads, events, tids = _parked_threads(2)
+    exits = procfs.ThreadExits()
+    for tid in tids:
+        exits.add(tid)
+    assert not exits.any_exited()
+    events[0].set()
+    threads[0].join()
+    assert exits.any_exited()
+    exits.remove(tids[0])
+    assert not exits.any_exited(), "the exited thread is no longer watched"
+    exits.remove(tids[0])  # idempotent
+    events[1].set()
+    threads[1].join()
+    assert exits.any_exited()
+    exits.close()
+    assert exits.any_exited(), "closed: it cannot tell, so the caller lists"
+
+
+def test_thread_exits_asks_to_list_when_a_thread_cannot_be_watched(fake_proc: FakeProc) -> None:
+    """Under a fake /proc root (as on a kernel without thread pidfds) nothing can be
+    watched: the answer is always "maybe", so the caller lists."""
+    exits = procfs.ThreadExits(str(fake_proc.root))
+    assert exits.any_exited()
+    real = procfs.ThreadExits()
+    real.add(2**22 + 12345)  # no such thread (above the largest pid_max): not watchable
+    assert real.any_exited()
+    real.remove(2**22 + 12345)
+    assert not real.any_exited(), "nothing left unwatched"
+    real.close()

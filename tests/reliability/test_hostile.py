@@ -202,7 +202,9 @@ def test_clients_vanishing_mid_reply_with_large_replies(managed):
             if i % 2:
                 s.recv(1000)  # read the start of a reply, then vanish
             s.close()
-        assert_healthy(d, target, fds0 + 2 + 2 * 300, rss0 + 20)  # the new target's pidfd and task dir, 2 fds/thread
+        # the new target's pidfd, task dir and exit watch (epoll); per thread its counter,
+        # the pinner's pidfd and the exit watch's pidfd
+        assert_healthy(d, target, fds0 + 3 + 3 * 300, rss0 + 20)
         d.request("detach", pid=big.pid)
     finally:
         big.kill()
