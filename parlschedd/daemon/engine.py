@@ -1,9 +1,10 @@
 """The per-period work of the daemon, over the host adapters.
 
 Each ``tick``: refresh every target's threads when any may have come or gone (adopt
-new ones, drop exited ones; see ``_unchanged``), read counters into utilities (counter delta / monotonic time delta), step the
-target's TwoLevelScheduler, and pin the threads whose CPU changed. The chain is
-counters -> rates -> scheduler -> pin plan; the clock is passed in, so tests drive it.
+new ones, drop exited ones; see ``_unchanged``), read counters into utilities (counter
+delta / monotonic time delta), step the target's TwoLevelScheduler, and pin the
+threads whose CPU changed. The chain is counters -> rates -> scheduler -> pin plan; the
+clock is passed in, so tests drive it.
 """
 
 from __future__ import annotations
