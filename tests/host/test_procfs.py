@@ -289,12 +289,14 @@ def test_thread_exits_sees_an_exit_until_the_thread_is_removed() -> None:
     assert not exits.any_exited()
     events[0].set()
     threads[0].join()
+    _reaped(tids[0])  # join returns before the kernel is done with the thread
     assert exits.any_exited()
     exits.remove(tids[0])
     assert not exits.any_exited(), "the exited thread is no longer watched"
     exits.remove(tids[0])  # idempotent
     events[1].set()
     threads[1].join()
+    _reaped(tids[1])
     assert exits.any_exited()
     exits.close()
     assert exits.any_exited(), "closed: it cannot tell, so the caller lists"
