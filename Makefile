@@ -40,6 +40,7 @@ bench: $(STAMP)
 	$(PY) bench/sim_scale.py
 	$(PY) bench/overhead.py
 	$(PY) bench/overhead.py --paper
+	$(PY) bench/period_profile.py
 	$(PY) bench/energy_fit.py
 	$(PY) bench/scenarios.py
 

@@ -26,14 +26,17 @@ time.sleep(86400)
 """
 
 
-def start_daemon(tmp: Path, config: str, log: Path | None = None, nice: int = 0) -> tuple[subprocess.Popen, str]:
+def start_daemon(tmp: Path, config: str, log: Path | None = None, nice: int = 0,
+                 command: list[str] | None = None) -> tuple[subprocess.Popen, str]:
     """Start parlschedd with ``config`` (YAML text); returns (process, socket path).
-    ``nice``: its nice value, set in the child before exec, as systemd's Nice= does."""
+    ``nice``: its nice value, set in the child before exec, as systemd's Nice= does;
+    ``command``: what runs the daemon (default ``python -m parlschedd``), followed by
+    the daemon's own options."""
     (tmp / "cfg.yaml").write_text(config)
     sock = str(tmp / "ctl.sock")
     stderr = open(log, "ab") if log else subprocess.DEVNULL
     renice = (lambda: os.setpriority(os.PRIO_PROCESS, 0, nice)) if nice else None
-    proc = subprocess.Popen([sys.executable, "-m", "parlschedd", "--config", str(tmp / "cfg.yaml"), "--socket", sock,
+    proc = subprocess.Popen([*(command or [sys.executable, "-m", "parlschedd"]), "--config", str(tmp / "cfg.yaml"), "--socket", sock,
                              "--state-dir", str(tmp / "state"), "--log-level", "warning"], stderr=stderr,
                             preexec_fn=renice)
     for _ in range(600):

@@ -311,10 +311,11 @@ class Engine:
         """The process has exactly the threads we know (adopted or ignored), so the
         period needs neither the liveness check nor the listing: as many threads as the
         task directory's link count says, and none of them exited (they all would if
-        the process had). A listing is the dearest part of a quiet period (procfs
-        builds an entry per thread: 1.9 ms of 7.9 at 1024 threads). Counted first, then
-        polled: a birth before the count changes it unless an exit before it hides it,
-        and that exit is then seen by the poll."""
+        the process had). A listing was a fifth of a quiet period at 1024 threads
+        (procfs builds an entry per thread: 1.9 ms of 8.6,
+        bench/results/period_profile-8131649.json). Counted first, then polled: a
+        birth before the count changes it unless an exit before it hides it, and that
+        exit is then seen by the poll."""
         known = len(target.threads) + len(target.ignored)
         if target.descendants or not known:
             return False
