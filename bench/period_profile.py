@@ -19,6 +19,7 @@ import json
 import os
 import platform
 import socket as socketlib
+import subprocess
 import sys
 import tempfile
 import time
@@ -88,12 +89,19 @@ def profile(n: int, window: float) -> dict:
                 s1, t1, m1 = client.request(sock, "status"), cpu_seconds(proc.pid), time.monotonic()
             finally:
                 proc.terminate()
-                proc.wait(30)
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+                    raise RuntimeError("the profiled daemon did not stop on SIGTERM; no samples") from None
             samples = json.loads(out.read_text())
     finally:
         target.kill()
         target.wait()
     periods = s1["daemon"]["loop"]["periods"] - s0["daemon"]["loop"]["periods"]
+    if periods <= 0:
+        raise RuntimeError(f"the daemon's period count did not advance in {window} s")
     total_us = (t1 - t0) / periods * 1e6
     steps = {}
     for label, timed in samples.items():
@@ -116,6 +124,16 @@ def table(row: dict) -> str:
     return "\n".join(lines)
 
 
+def code_version() -> str:
+    """The commit of the parlschedd this interpreter imports (the child imports the
+    same), so a profile of an older checkout (PYTHONPATH=that checkout) says so."""
+    import parlschedd
+
+    where = Path(parlschedd.__file__).resolve().parent.parent
+    done = subprocess.run(["git", "-C", str(where), "describe", "--always", "--dirty"], capture_output=True, text=True)
+    return f"{where}@{done.stdout.strip() or 'unknown'}"
+
+
 def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "--child":
         run_child(sys.argv[2], sys.argv[3:])
@@ -134,7 +152,7 @@ def main() -> None:
         print(table(rows[-1]) + "\n")
     out = {"benchmark": "period_profile", "date": time.strftime("%Y-%m-%d %H:%M"),
            "machine": {"node": socketlib.gethostname(), "cpus": os.cpu_count(), "kernel": platform.release()},
-           "period_s": PERIOD_S, "window_s": args.window, "rows": rows, "tables": [table(r) for r in rows]}
+           "code": code_version(), "period_s": PERIOD_S, "window_s": args.window, "rows": rows, "tables": [table(r) for r in rows]}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {args.out}", file=sys.stderr)

@@ -167,7 +167,8 @@ class Engine:
             raise
         scheduler = TwoLevelScheduler(self.domains, self.config.learning, self.config.domain_every)
         target = Target(pid, name, owner, observe, pattern, descendants, handle, scheduler,
-                        procfs.ThreadExits(self.proc_root), rule=rule, history=History(self.config.history_periods, now))
+                        procfs.ThreadExits(self.proc_root, watch=not descendants),  # descendants: listed every period
+                        rule=rule, history=History(self.config.history_periods, now))
         self.targets[pid] = target
         self.on_change()  # a new target shows even before it has a thread
         self._refresh(target, now)
@@ -326,11 +327,11 @@ class Engine:
         return count == known and not target.exits.any_exited()
 
     def _adopt(self, target: Target, tid: int, now: float) -> None:
+        target.exits.add(tid)  # first: the pidfd then names the thread whose start time is read
         try:
             name = procfs.comm(tid, self.proc_root)
             if target.thread_filter and not target.thread_filter.search(name):
                 target.ignored.add(tid)
-                target.exits.add(tid)
                 return
             start = procfs.thread_start_time(tid, self.proc_root)
             self.counters.open(tid)
@@ -338,20 +339,23 @@ class Engine:
             if not target.observe:
                 self.pinner.adopt(tid, start, self._inherited_original(target, tid))
         except ThreadGone:
-            self.counters.close(tid)
+            self._not_adopted(target, tid)
             return
         except TooManyFiles as exc:
-            self.counters.close(tid)
+            self._not_adopted(target, tid)
             log.error("out of file descriptors, thread not managed", tid=tid, error=str(exc))
             return
         except HostError as exc:
-            self.counters.close(tid)
+            self._not_adopted(target, tid)
             log.warning("cannot manage thread", tid=tid, error=str(exc))
             return
         target.threads[tid] = ThreadState(tid, start, name, value, now)
-        target.exits.add(tid)
         target.stale = True
         self.on_change()
+
+    def _not_adopted(self, target: Target, tid: int) -> None:
+        self.counters.close(tid)
+        target.exits.remove(tid)
 
     def _inherited_original(self, target: Target, tid: int) -> frozenset[int] | None:
         """For a thread born after attach whose mask is one the daemon set on its

@@ -329,25 +329,38 @@ class ThreadExits:
     tells the daemon, without listing the directory, that a process has exactly the
     threads it knows: no new one (the count would differ) and no exit hidden by a birth
     in the same period. A thread that cannot be watched (an older kernel, a fake /proc
-    root, no fd left) makes :meth:`any_exited` say True for as long as it is in the
-    set, so the caller lists as it would without this.
+    root, no fd or epoll watch left) makes :meth:`any_exited` say True for as long as
+    it is in the set, so the caller lists as it would without this; ``watch=False``
+    makes that the rule (a caller that lists every period anyway). Kernel notes: on
+    6.9-6.14 a zombie leader's thread pidfd polls readable, so a process whose main
+    thread exited before the others is listed every period; nothing is missed.
     """
 
-    def __init__(self, root: str = PROC_ROOT) -> None:
-        self._usable = root == PROC_ROOT and hasattr(os, "pidfd_open")
-        self._poller = select.epoll()
+    def __init__(self, root: str = PROC_ROOT, *, watch: bool = True) -> None:
         self._fds: dict[int, int] = {}
         self._unwatched: set[int] = set()
+        self._poller: select.epoll | None = None
+        if watch and root == PROC_ROOT and hasattr(os, "pidfd_open"):
+            try:
+                self._poller = select.epoll()
+            except OSError:  # EMFILE: watch nothing, the caller lists
+                pass
 
     def add(self, tid: int) -> None:
-        try:
-            fd = os.pidfd_open(tid, PIDFD_THREAD) if self._usable else -1
-        except OSError:  # EINVAL before Linux 6.9, ESRCH, EMFILE
-            fd = -1
+        """Watch ``tid``; never raises: a thread that cannot be watched is remembered
+        as such."""
+        fd = -1
+        if self._poller is not None:
+            try:
+                fd = os.pidfd_open(tid, PIDFD_THREAD)
+                self._poller.register(fd, select.EPOLLIN)
+            except OSError:  # EINVAL before Linux 6.9, ESRCH, EMFILE; ENOSPC: max_user_watches
+                if fd >= 0:
+                    os.close(fd)
+                fd = -1
         if fd < 0:
             self._unwatched.add(tid)
             return
-        self._poller.register(fd, select.EPOLLIN)
         self._fds[tid] = fd
 
     def remove(self, tid: int) -> None:
@@ -355,21 +368,21 @@ class ThreadExits:
         self._unwatched.discard(tid)
         fd = self._fds.pop(tid, None)
         if fd is not None:
-            self._poller.unregister(fd)
-            os.close(fd)
+            os.close(fd)  # the last reference: epoll forgets it by itself
 
     def any_exited(self) -> bool:
         """True when a watched thread has exited, when some thread is not watched, and
         always where threads cannot be watched at all."""
-        return not self._usable or bool(self._unwatched) or bool(self._poller.poll(0, 1))
+        return self._poller is None or bool(self._unwatched) or bool(self._poller.poll(0, 1))
 
     def close(self) -> None:
-        """Release every fd; idempotent."""
+        """Release every fd; idempotent. A closed watch answers "maybe"."""
         for tid in list(self._fds):
             self.remove(tid)
         self._unwatched.clear()
-        self._poller.close()
-        self._usable = False  # closed: "maybe", like a watch that cannot watch
+        if self._poller is not None:
+            self._poller.close()
+            self._poller = None
 
 
 def list_tids(pid: int, root: str = PROC_ROOT) -> list[int]:

@@ -141,3 +141,40 @@ def test_a_quiet_period_does_not_list_the_threads(workload, monkeypatch) -> None
         engine.detach(w.pid)
     finally:
         counters.close_all()
+
+
+@needs_root
+def test_threads_the_filter_leaves_out_are_watched_too_and_nothing_leaks(workload, monkeypatch) -> None:
+    """An ignored thread that exits is forgotten, after which the periods are quiet
+    again; detaching releases every fd the target took (counters, pidfds, the watch)."""
+    from parlschedd.host.procfs import PIDFD_THREAD, ProcessHandle
+
+    try:
+        os.close(os.pidfd_open(os.getpid(), PIDFD_THREAD))
+    except OSError:
+        pytest.skip("kernel before 6.9: every period lists the threads")
+    listings: list[int] = []
+    tids = ProcessHandle.tids
+    monkeypatch.setattr(ProcessHandle, "tids", lambda self: listings.append(self.pid) or tids(self))
+    engine, counters = _pin_engine()
+    w = workload(3)  # workers named worker0..worker2; the newest, worker2, is stopped first
+    fds_before = len(os.listdir("/proc/self/fd"))
+    try:
+        target = engine.attach(w.pid, time.monotonic(), threads="worker[01]")
+        engine.tick(time.monotonic())
+        assert len(target.ignored) == 2  # the main thread and worker2
+        w.command("stop")
+        for _ in range(100):
+            engine.tick(time.monotonic())
+            if len(target.ignored) == 1:
+                break
+            time.sleep(0.01)
+        assert len(target.ignored) == 1 and set(target.threads) | target.ignored == set(w.all_tids())
+        listed = len(listings)
+        for _ in range(3):
+            engine.tick(time.monotonic())
+        assert len(listings) == listed, "quiet again once the exit was seen"
+        engine.detach(w.pid)
+        assert len(os.listdir("/proc/self/fd")) == fds_before
+    finally:
+        counters.close_all()

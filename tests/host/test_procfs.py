@@ -13,6 +13,7 @@ import pytest
 
 from parlschedd.host import procfs
 from parlschedd.host.errors import ThreadGone
+from tests.conftest import wait_for
 from parlschedd.host.procfs import Schedstat, ThreadInfo, Uids
 
 from .conftest import FakeProc, Worker, stat_line
@@ -265,19 +266,15 @@ def _has_thread_pidfds() -> bool:
     return True
 
 
-def test_thread_count_follows_threads_as_they_start_and_exit() -> None:
-    with procfs.ProcessHandle(os.getpid()) as handle:
-        before = handle.thread_count()
-        assert before == len(handle.tids())
-        threads, events, tids = _parked_threads(3)
-        assert handle.thread_count() == before + 3
-        events[0].set()
-        threads[0].join()
-        _reaped(tids[0])
-        assert handle.thread_count() == before + 2 == len(handle.tids())
-        for e, t in zip(events[1:], threads[1:]):
-            e.set()
-            t.join()
+def test_thread_count_follows_threads_as_they_start_and_exit(workload) -> None:
+    w = workload(3)  # a child of 3 workers and its main thread: no other test's threads
+    with procfs.ProcessHandle(w.pid) as handle:
+        assert handle.thread_count() == len(handle.tids()) == 4
+        w.command("spawn")
+        assert handle.thread_count() == 5
+        w.command("stop")  # joined in the child; the kernel reaps it a moment later
+        wait_for(lambda: handle.thread_count() == 4)
+        assert len(handle.tids()) == 4
 
 
 @pytest.mark.skipif(not _has_thread_pidfds(), reason="kernel before 6.9: no thread pidfds, ThreadExits always asks to list")
