@@ -51,6 +51,19 @@ def start_daemon(tmp: Path, config: str, log: Path | None = None, nice: int = 0,
     raise RuntimeError("daemon did not start")
 
 
+def stop_daemon(proc: subprocess.Popen, timeout: float = 30.0) -> bool:
+    """SIGTERM (the daemon restores every thread), then SIGKILL after ``timeout``;
+    True when it stopped by itself."""
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+        return True
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return False
+
+
 def start_idle_target(threads: int, nap: float = 0.05) -> subprocess.Popen:
     """A process of ``threads`` threads (main included) that wake every ``nap`` s."""
     proc = subprocess.Popen([sys.executable, "-c", IDLE_TARGET, str(threads), str(nap)], stdout=subprocess.PIPE, text=True)

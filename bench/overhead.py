@@ -27,7 +27,7 @@ from pathlib import Path
 
 import psutil
 
-from harness import start_daemon, start_idle_target
+from harness import start_daemon, start_idle_target, stop_daemon
 from parlschedctl import client
 from parlschedd.host.base import CounterSource
 from parlschedd.host.perf import CounterSet, raise_fd_limit
@@ -67,8 +67,7 @@ def measure_target(target, window: float, extra: str) -> dict:
             rss = p.memory_info().rss
             fds = p.num_fds()
         finally:
-            proc.terminate()
-            proc.wait(30)
+            stop_daemon(proc)
     tids = [int(t) for t in os.listdir(f"/proc/{target.pid}/task")]
     periods = s1["daemon"]["loop"]["periods"] - s0["daemon"]["loop"]["periods"]
     if periods <= 0:

@@ -26,7 +26,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from harness import start_daemon, start_idle_target
+from harness import start_daemon, start_idle_target, stop_daemon
 from overhead import PERIOD_S, cpu_seconds
 from parlschedctl import client
 
@@ -88,13 +88,8 @@ def profile(n: int, window: float) -> dict:
                 time.sleep(window)
                 s1, t1, m1 = client.request(sock, "status"), cpu_seconds(proc.pid), time.monotonic()
             finally:
-                proc.terminate()
-                try:
-                    proc.wait(30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-                    raise RuntimeError("the profiled daemon did not stop on SIGTERM; no samples") from None
+                if not stop_daemon(proc):
+                    raise RuntimeError("the profiled daemon did not stop on SIGTERM; no samples")
             samples = json.loads(out.read_text())
     finally:
         target.kill()

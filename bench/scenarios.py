@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from harness import start_daemon  # noqa: E402
+from harness import start_daemon, stop_daemon  # noqa: E402
 
 from parlschedctl import client  # noqa: E402
 
@@ -413,11 +413,7 @@ def main() -> None:
                         plot_history(r["history"], out)
                         print(f"wrote {out}", file=sys.stderr)
         finally:
-            daemon.terminate()
-            try:
-                daemon.wait(10)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
+            stop_daemon(daemon, timeout=10)
     loads = [r["load1"] for row in rows for r in row["runs"]]
     result = {
         "benchmark": "scenarios", "date": started.isoformat(timespec="seconds"),

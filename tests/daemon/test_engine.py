@@ -112,19 +112,27 @@ def test_a_thread_born_as_another_exits_is_adopted_the_next_period(workload) -> 
         counters.close_all()
 
 
-@needs_root
-def test_a_quiet_period_does_not_list_the_threads(workload, monkeypatch) -> None:
-    """Where the kernel has thread pidfds, a period in which no thread came or went
-    costs no listing of the task directory (the dearest part of a quiet period)."""
+@pytest.fixture
+def listings(monkeypatch) -> list[int]:
+    """The pids whose task directory the engine lists, in order (a spy on
+    ProcessHandle.tids); skips where the kernel has no thread pidfds, since there every
+    period lists."""
     from parlschedd.host.procfs import PIDFD_THREAD, ProcessHandle
 
     try:
         os.close(os.pidfd_open(os.getpid(), PIDFD_THREAD))
     except OSError:
         pytest.skip("kernel before 6.9: every period lists the threads")
-    listings: list[int] = []
+    seen: list[int] = []
     tids = ProcessHandle.tids
-    monkeypatch.setattr(ProcessHandle, "tids", lambda self: listings.append(self.pid) or tids(self))
+    monkeypatch.setattr(ProcessHandle, "tids", lambda self: seen.append(self.pid) or tids(self))
+    return seen
+
+
+@needs_root
+def test_a_quiet_period_does_not_list_the_threads(workload, listings) -> None:
+    """Where the kernel has thread pidfds, a period in which no thread came or went
+    costs no listing of the task directory (the dearest part of a quiet period)."""
     engine, counters = _pin_engine()
     w = workload(3)
     try:
@@ -144,18 +152,9 @@ def test_a_quiet_period_does_not_list_the_threads(workload, monkeypatch) -> None
 
 
 @needs_root
-def test_threads_the_filter_leaves_out_are_watched_too_and_nothing_leaks(workload, monkeypatch) -> None:
+def test_threads_the_filter_leaves_out_are_watched_too_and_nothing_leaks(workload, listings) -> None:
     """An ignored thread that exits is forgotten, after which the periods are quiet
     again; detaching releases every fd the target took (counters, pidfds, the watch)."""
-    from parlschedd.host.procfs import PIDFD_THREAD, ProcessHandle
-
-    try:
-        os.close(os.pidfd_open(os.getpid(), PIDFD_THREAD))
-    except OSError:
-        pytest.skip("kernel before 6.9: every period lists the threads")
-    listings: list[int] = []
-    tids = ProcessHandle.tids
-    monkeypatch.setattr(ProcessHandle, "tids", lambda self: listings.append(self.pid) or tids(self))
     engine, counters = _pin_engine()
     w = workload(3)  # workers named worker0..worker2; the newest, worker2, is stopped first
     fds_before = len(os.listdir("/proc/self/fd"))
