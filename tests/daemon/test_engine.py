@@ -177,3 +177,43 @@ def test_threads_the_filter_leaves_out_are_watched_too_and_nothing_leaks(workloa
         assert len(os.listdir("/proc/self/fd")) == fds_before
     finally:
         counters.close_all()
+
+
+def test_names_are_re_read_a_round_at_a_time(monkeypatch) -> None:
+    """Status re-reads thread names at most once per rescan_s and RENAMES_PER_ROUND at
+    a time, in turns, so a large target's names cost a bounded slice of a status build
+    yet every thread's name is fresh after enough rounds. Observe mode on this test's
+    own threads (renamed through /proc/self/task/<tid>/comm), nothing is pinned."""
+    import threading
+
+    from parlschedd.daemon import engine as engine_mod
+
+    monkeypatch.setattr(engine_mod, "RENAMES_PER_ROUND", 2)
+    stop = threading.Event()
+    workers = [threading.Thread(target=stop.wait) for _ in range(4)]
+    for t in workers:
+        t.start()
+    counters = CounterSet(CounterSource.TASK_CLOCK)
+    engine = Engine(Config(), read_topology("/sys").domains(Config().domains), counters, Pinner())
+    try:
+        target = engine.attach(os.getpid(), 0.0, observe=True)
+        mine = [t.native_id for t in workers]
+        for i, tid in enumerate(mine):
+            with open(f"/proc/self/task/{tid}/comm", "w") as f:
+                f.write(f"renamed{i}")
+        names = lambda: {tid: target.threads[tid].name for tid in mine}  # noqa: E731
+        engine.describe(target, 0.5)  # the first round (the attach read the names, not a round)
+        first = sum(n.startswith("renamed") for n in names().values())
+        assert first <= 2, "one round re-reads at most RENAMES_PER_ROUND names"
+        engine.describe(target, 0.6)
+        assert sum(n.startswith("renamed") for n in names().values()) == first, "at most once per rescan_s"
+        rounds = -(-len(target.threads) // 2)
+        for k in range(rounds):
+            engine.describe(target, 2.0 + k * engine.config.rescan_s)
+        assert names() == {tid: f"renamed{i}" for i, tid in enumerate(mine)}
+        engine.detach(os.getpid())
+    finally:
+        stop.set()
+        for t in workers:
+            t.join()
+        counters.close_all()
