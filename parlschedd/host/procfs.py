@@ -194,7 +194,7 @@ class ProcessHandle:
         self._root = root
         self.task_fd = -1
         self.pidfd = pidfd_open(pid)
-        self._poller: select.poll | None = None  # kept: alive() runs every period
+        self._poller: select.poll | None = None  # kept: alive() runs in every busy period
         if self.pidfd is not None:
             self._poller = select.poll()
             self._poller.register(self.pidfd, select.POLLIN)
