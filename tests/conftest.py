@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,14 +46,17 @@ class Daemon:
 PINNING = "learning: {free: false, reward: thread}\n"
 
 
-def start_daemon(tmp: Path, config_text: str = "period_s: 0.05\ndomain_period_s: 0.5\n" + PINNING) -> Daemon:
+def start_daemon(tmp: Path, config_text: str = "period_s: 0.05\ndomain_period_s: 0.5\n" + PINNING,
+                 prefix: Sequence[str] = ()) -> Daemon:
+    """A daemon on a socket in ``tmp``, run through ``prefix`` (such as a setpriv(1)
+    command line) when given."""
     config = tmp / "parlschedd.yaml"
     if not config.exists():
         config.write_text(config_text)
     sock = str(tmp / "ctl.sock")
     log = tmp / "daemon.log"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "parlschedd", "--config", str(config), "--socket", sock,
+        [*prefix, sys.executable, "-m", "parlschedd", "--config", str(config), "--socket", sock,
          "--state-dir", str(tmp / "state"), "--log-format", "json", "--log-level", "debug"],
         stdout=subprocess.DEVNULL, stderr=open(log, "ab"),
     )

@@ -31,6 +31,7 @@ from parlschedd.host import cgroups, procfs
 from parlschedd.host.affinity import Pinner
 from parlschedd.host.errors import HostError
 from parlschedd.host.perf import CounterSet, detect_source, raise_fd_limit
+from parlschedd.host.privileges import CAP_SYS_NICE, effective_capabilities, perfmon_capable
 from parlschedd.host.state import read_state, write_state
 from parlschedd.patterns import Pattern, compile_pattern
 from parlschedd.topology import read_topology
@@ -107,8 +108,11 @@ class Daemon:
     # -- lifecycle --------------------------------------------------------------------
 
     def startup(self) -> None:
-        if os.geteuid() != 0:
-            raise StartupError("parlschedd must run as root (it changes other processes' CPU affinity)")
+        caps = effective_capabilities()
+        if CAP_SYS_NICE not in caps:
+            raise StartupError("parlschedd needs CAP_SYS_NICE to set the CPU affinity of other users' threads: "
+                               "run it as root, or give it the capability (AmbientCapabilities=CAP_SYS_NICE "
+                               "CAP_PERFMON in its unit, or setpriv --ambient-caps)")
         raise_fd_limit()
         topology = read_topology(self.sysfs, cpus=self.config.cpus)
         self.domains = topology.domains(self.config.domains)
@@ -116,6 +120,9 @@ class Daemon:
         source = detect_source(self.config.utility, proc_root=self.proc_root)
         if self.config.utility not in ("auto", source.value.removeprefix("perf:")):
             log.warning("counter source unavailable, falling back", wanted=self.config.utility, using=source.value)
+        if source.value.startswith("perf:") and not perfmon_capable(caps):
+            log.warning("without CAP_PERFMON the kernel refuses perf counters on other users' threads, so those "
+                        "are not managed; give the daemon CAP_PERFMON, or set utility: schedstat", using=source.value)
         self.counters = CounterSet(source, proc_root=self.proc_root)
         self.engine = Engine(self.config, self.domains, self.counters, Pinner(proc_root=self.proc_root),
                              proc_root=self.proc_root, on_change=self._mark_dirty)

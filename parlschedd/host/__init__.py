@@ -14,6 +14,7 @@ The daemon imports from here only; the modules behind it are one concept each:
 ``cpulist``  The kernel's "0-3,8" CPU list format.
 ``affinity`` sched_{get,set}affinity and ``Pinner`` (save, set, restore).
 ``state``    Atomic JSON state files.
+``privileges`` The daemon's effective capabilities (CAP_SYS_NICE, CAP_PERFMON).
 
 Typical use by the daemon::
 

@@ -312,6 +312,64 @@ def test_non_root_peer_cannot_touch_root_processes(workload):
         shutil.rmtree(tmp)
 
 
+AS_NOBODY = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+needs_setpriv = pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv(1) to drop privileges")
+
+
+@needs_setpriv
+def test_without_cap_sys_nice_the_daemon_refuses_to_start_and_says_why(open_dir):
+    os.chown(open_dir, NOBODY, NOBODY)
+    (open_dir / "parlschedd.yaml").write_text("period_s: 0.05\n")
+    proc = subprocess.run([*AS_NOBODY, sys.executable, "-m", "parlschedd", "--config", str(open_dir / "parlschedd.yaml"),
+                           "--socket", str(open_dir / "ctl.sock"), "--state-dir", str(open_dir / "state")],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1
+    assert "needs CAP_SYS_NICE" in proc.stderr and "AmbientCapabilities" in proc.stderr
+    assert not (open_dir / "ctl.sock").exists()
+
+
+@needs_setpriv
+def test_an_unprivileged_daemon_with_ambient_capabilities_manages_root_threads(open_dir, workload):
+    """The daemon as nobody with only CAP_SYS_NICE and CAP_PERFMON (what a unit with
+    User= and AmbientCapabilities= gives it) pins and restores a root process's threads,
+    with perf counters on them."""
+    os.chown(open_dir, NOBODY, NOBODY)
+    caps = "+sys_nice,+perfmon"
+    d = start_daemon(open_dir, prefix=[*AS_NOBODY, f"--inh-caps={caps}", f"--ambient-caps={caps}"])
+    try:
+        assert Path(f"/proc/{d.proc.pid}/status").read_text().count(f"\t{NOBODY}\t") >= 2  # Uid and Gid
+        w = workload(2)
+        before = masks(w.all_tids())
+        d.request("attach", pid=w.pid)
+        threads = wait_for(lambda: all_pinned(d, w.pid, len(w.all_tids())))
+        for tid, t in threads.items():
+            assert os.sched_getaffinity(tid) == {t["cpu"]}
+        assert d.request("status")["daemon"]["counter_source"].startswith("perf:")
+        assert "CAP_PERFMON" not in d.log_text()  # no warning: it may count other users' threads
+        assert d.request("detach", pid=w.pid)["restored"] == len(before)
+        assert masks(w.all_tids()) == before
+    finally:
+        d.stop()
+
+
+@needs_setpriv
+def test_without_cap_perfmon_the_daemon_counts_with_schedstat_or_says_why_it_cannot(open_dir, workload):
+    """With CAP_SYS_NICE alone, perf_event_open on root's threads is refused. Where the
+    daemon's own probe is refused too (perf_event_paranoid >= 2 refuses kernel-mode
+    counting) it counts with schedstat and manages them; where the probe passes it warns."""
+    os.chown(open_dir, NOBODY, NOBODY)
+    d = start_daemon(open_dir, prefix=[*AS_NOBODY, "--inh-caps=+sys_nice", "--ambient-caps=+sys_nice"])
+    try:
+        w = workload(2)
+        d.request("attach", pid=w.pid)
+        if d.request("status")["daemon"]["counter_source"] == "schedstat":
+            wait_for(lambda: all_pinned(d, w.pid, len(w.all_tids())))
+        else:
+            assert "without CAP_PERFMON" in d.log_text()
+    finally:
+        d.stop()
+
+
 def test_descendants_present_and_future_are_managed(daemon):
     tree = subprocess.Popen(["bash", "-c", "sleep 30 & sleep 0.5; sleep 30 & wait"])
     try:

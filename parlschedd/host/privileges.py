@@ -1,0 +1,38 @@
+"""The daemon's privileges: its effective capabilities (capabilities(7)).
+
+The daemon needs CAP_SYS_NICE to change the CPU affinity of other users' threads, and
+CAP_PERFMON (or CAP_SYS_ADMIN, before Linux 5.8) to open perf counters on them. Root
+has both unless a bounding set takes them away, and a service run as an unprivileged
+user may be given them with AmbientCapabilities=, so the daemon asks the kernel what it
+holds (the CapEff line of /proc/self/status) rather than whether its uid is 0.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from parlschedd.host.procfs import PROC_ROOT
+
+CAP_CHOWN = 0
+CAP_SYS_ADMIN = 21
+CAP_SYS_NICE = 23
+CAP_PERFMON = 38
+
+NAMES = {CAP_CHOWN: "CAP_CHOWN", CAP_SYS_ADMIN: "CAP_SYS_ADMIN", CAP_SYS_NICE: "CAP_SYS_NICE", CAP_PERFMON: "CAP_PERFMON"}
+
+
+def effective_capabilities(proc_root: str = PROC_ROOT) -> frozenset[int]:
+    """The capability numbers in this process's effective set."""
+    status = Path(proc_root, "self", "status")
+    for line in status.read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key == "CapEff":
+            bits = int(value.strip(), 16)
+            return frozenset(n for n in range(bits.bit_length()) if bits >> n & 1)
+    raise ValueError(f"{status} has no CapEff line")
+
+
+def perfmon_capable(caps: frozenset[int]) -> bool:
+    """Whether perf_event_open(2) lets this process count other users' threads (the
+    kernel's perfmon_capable(): CAP_PERFMON, or CAP_SYS_ADMIN)."""
+    return CAP_PERFMON in caps or CAP_SYS_ADMIN in caps
