@@ -13,8 +13,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from parlschedd.arrays import IntArray
+from parlschedd.learning.scheduler import FREE
 from parlschedd.sim.game import Machine, loads
-from parlschedd.sim.simulator import Observation
+from parlschedd.sim.simulator import Observation, place_free
 
 
 
@@ -82,4 +83,20 @@ class KernelBalancer:
             work[j] += weights[i]
             heapq.heappush(heap, (work[j] / speeds[j], j))
         return cpus
+
+
+class HomeDomainBalancer:
+    """The kernel-like balancer confined to each thread's home domain, what an
+    administrator gets from ``numactl --cpunodebind`` per node or a cpuset per node:
+    no remote accesses, no learning, and no way off a domain that background load
+    crowds. The balance inside a domain is the one ``place_free`` gives the threads the
+    scheduler leaves free, so parlsched's rows with ``free`` are compared with the same
+    model of the kernel."""
+
+    def __init__(self, machine: Machine) -> None:
+        self.machine = machine
+
+    def decide(self, obs: Observation) -> IntArray:
+        home = obs.threads.home
+        return place_free(self.machine, obs.threads, np.full(home.size, FREE), home, obs.background)
 
