@@ -203,8 +203,7 @@ def test_cgroup_rule_finds_a_units_process_through_read_only_cgroupfs(steps):
 def test_each_capability_is_needed(steps):
     ab = steps["ablation"]
     nice = ab["CAP_SYS_NICE"]
-    assert nice["is_active"] == "active" and not nice["all_pinned"]
-    assert any(e.startswith("pin refused") and "EPERM" in e for e in nice["events"]), nice["events"]
+    assert nice["is_active"] != "active" and "needs CAP_SYS_NICE" in nice["journal"]  # refuses to start, says why
     perfmon = ab["CAP_PERFMON"]
     assert perfmon["is_active"] == "active" and perfmon["counter_source"] == "schedstat"
     chown = ab["CAP_CHOWN"]
