@@ -13,12 +13,9 @@ from pathlib import Path
 
 from parlschedd.host.procfs import PROC_ROOT
 
-CAP_CHOWN = 0
 CAP_SYS_ADMIN = 21
 CAP_SYS_NICE = 23
 CAP_PERFMON = 38
-
-NAMES = {CAP_CHOWN: "CAP_CHOWN", CAP_SYS_ADMIN: "CAP_SYS_ADMIN", CAP_SYS_NICE: "CAP_SYS_NICE", CAP_PERFMON: "CAP_PERFMON"}
 
 
 def effective_capabilities(proc_root: str = PROC_ROOT) -> frozenset[int]:
