@@ -27,7 +27,9 @@ loopback Unix socket (each: one request, wait for the whole reply, sleep
                                         [--nice N] [--probe-pause S] [--out FILE]
 
 Prints a table and writes bench/results/load.json. Targets: p99 period jitter under
-10% of T_CPU, p99 status latency under 50 ms, flat fds and RSS.
+10% of T_CPU (judged on the daemon's own start times; the probe's verdict is kept
+beside it, but its bracket is about as wide as the target), p99 status latency under
+50 ms, flat fds and RSS. The load average at start and end says what else ran.
 """
 
 from __future__ import annotations
@@ -184,6 +186,7 @@ def main() -> None:
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("load.py: run as root (the daemon needs it)")
+    load_start = os.getloadavg()  # what else ran is measured, not assumed
     targets = [start_idle_target(args.threads, NAP_S) for _ in range(args.targets)]
     probe_target = start_idle_target(1)
     tmp = Path(tempfile.mkdtemp(prefix="parlsched-load-"))
@@ -247,8 +250,9 @@ def main() -> None:
     rss_growth = float(np.mean(rss_series[-third:]) - np.mean(rss_series[:third]))
     out = {
         "benchmark": "load", "date": time.strftime("%Y-%m-%d %H:%M"),
-        "machine": {"node": socketlib.gethostname(), "cpus": os.cpu_count(), "kernel": platform.release(),
-                    "note": "shared 2-vCPU machine; other engineers ran jobs concurrently"},
+        "machine": {"node": socketlib.gethostname(), "cpus": os.cpu_count(), "kernel": platform.release()},
+        "load_average": {"at_start": [round(x, 2) for x in load_start],
+                         "at_end": [round(x, 2) for x in os.getloadavg()]},
         "config": {"period_s": PERIOD_S, "daemon_nice": args.nice, "probe_pause_s": args.probe_pause, "seconds": args.seconds, "clients": args.clients, "interval_s": args.interval,
                    "targets": args.targets, "threads_per_target": args.threads, "managed_threads": managed,
                    "managed_threads_end": managed_end},
@@ -263,7 +267,8 @@ def main() -> None:
                    "fd_growth_last_vs_first_third": fd_growth, "rss_growth_mib_last_vs_first_third": rss_growth},
         "targets": {"jitter_p99_ms": PERIOD_S * 1e3 * 0.1, "status_p99_ms": 50.0},
         "verdict": {
-            "jitter_p99_under_10pct": jit["jitter_ms"]["p99"] < PERIOD_S * 1e3 * 0.1,
+            "jitter_p99_under_10pct": own["worst_window_p99"] < PERIOD_S * 1e3 * 0.1,  # the daemon's own
+            "probe_jitter_p99_under_10pct": jit["jitter_ms"]["p99"] < PERIOD_S * 1e3 * 0.1,  # cross-check, see bracket_ms
             "status_p99_under_50ms": float(np.percentile(lat, 99)) < 50.0,
             "fds_flat": fd_growth <= 2, "rss_flat": rss_growth < 5.0,
         },
