@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(PY) bench/overhead.py
 	$(PY) bench/overhead.py --paper
 	$(PY) bench/period_profile.py
+	$(PY) bench/cold_start.py
 	$(PY) bench/energy_fit.py
 	$(PY) bench/scenarios.py
 
