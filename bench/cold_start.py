@@ -13,7 +13,7 @@ with the daemon's default learning parameters on the machine's CPUs as one domai
 Each part is timed with the thread's CPU clock; the median over ``--reps`` bursts per
 gap is reported.
 
-    sudo .venv/bin/python bench/cold_start.py [--threads 16] [--reps 40]
+    sudo .venv/bin/python bench/cold_start.py [--threads 16] [--reps 100]
 
 Prints a table and writes bench/results/cold_start.json.
 """
@@ -92,7 +92,7 @@ def measure(threads: int, reps: int) -> tuple[str, list[dict]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=16)
-    ap.add_argument("--reps", type=int, default=40, help="bursts per gap")
+    ap.add_argument("--reps", type=int, default=100, help="bursts per gap")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "cold_start.json")
     args = ap.parse_args()
     if os.geteuid() != 0:
