@@ -7,6 +7,7 @@ at the first, so ``parlschedctl config check`` can print them all.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -97,6 +98,11 @@ _LEARNING_RANGES = {
 }
 
 
+def _looks_numeric(text: str) -> bool:
+    """Exponent notation without a dot (1e-3), which YAML 1.1 loads as a string."""
+    return re.fullmatch(r"[-+]?\d+[eE][-+]?\d+", text.strip()) is not None
+
+
 class _Checker:
     """Collects errors with their key paths while converting raw YAML values."""
 
@@ -110,7 +116,11 @@ class _Checker:
                hi: float | None = None, lo_inclusive: bool = False) -> float:
         value = raw.get(key, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            self.fail(path, f"must be a number, got {value!r}")
+            hint = " (YAML reads 1e-3 as text: write 1.0e-3)" if isinstance(value, str) and _looks_numeric(value) else ""
+            self.fail(path, f"must be a number, got {value!r}{hint}")
+            return default
+        if not math.isfinite(value):
+            self.fail(path, f"must be a finite number, got {value!r}")
             return default
         below = value < lo if lo_inclusive else value <= lo
         if below or (hi is not None and value > hi):
@@ -197,8 +207,9 @@ def from_mapping(raw: Any, source: str = "<config>") -> Config:
     restore = c.boolean(top, "restore_on_exit", "restore_on_exit", True)
     socket = _socket(c, top.get("socket"))
     metrics = top.get("metrics")
-    if metrics is not None and not (isinstance(metrics, str) and re.fullmatch(r"[^\s:]*:\d{1,5}", metrics)):
-        c.fail("metrics", f"must be a listen address host:port (e.g. 127.0.0.1:9177), got {metrics!r}")
+    address = re.fullmatch(r"[^\s:]*:(\d{1,5})", metrics) if isinstance(metrics, str) else None
+    if metrics is not None and not (address and int(address.group(1)) <= 65535):
+        c.fail("metrics", f"must be a listen address host:port with a port of 0-65535 (e.g. 127.0.0.1:9177), got {metrics!r}")
         metrics = None
     rescan = c.number(top, "rescan_s", "rescan_s", 1.0, 0.0)
     history = c.count(top, "history_periods", 600)
@@ -311,9 +322,12 @@ def load(path: str | Path | None) -> Config:
             return Config()
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(str(path), [("(file)", exc.strerror or str(exc))]) from None
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise ConfigError(str(path), [(f"line {line}", f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x}); save the file as UTF-8")]) from None
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -67,3 +67,25 @@ def test_shipped_default_config_is_valid():
 
     shipped = Path(__file__).parents[1] / "config" / "parlschedd.yaml"
     assert load(shipped) == Config()  # the documented file states the built-in defaults
+
+
+def test_numbers_must_be_finite_and_exponents_without_a_dot_get_a_hint():
+    errs = errors_of({"period_s": float("nan"), "domain_period_s": float("inf"), "learning": {"eta": float("inf")}})
+    assert errs["period_s"].startswith("must be a finite number")
+    assert errs["domain_period_s"].startswith("must be a finite number")
+    assert errs["learning.eta"].startswith("must be a finite number")
+    assert "write 1.0e-3" in errors_of({"period_s": "1e-3"})["period_s"]
+    assert "write" not in errors_of({"period_s": "fast"})["period_s"]
+
+
+def test_metrics_port_must_fit_in_16_bits():
+    assert "0-65535" in errors_of({"metrics": "127.0.0.1:99999"})["metrics"]
+    assert from_mapping({"metrics": "127.0.0.1:65535"}).metrics == "127.0.0.1:65535"
+
+
+def test_a_config_that_is_not_utf8_names_its_line(tmp_path):
+    latin1 = tmp_path / "latin1.yaml"
+    latin1.write_bytes(b"period_s: 0.5\n# caf\xe9\n")
+    with pytest.raises(ConfigError) as e:
+        load(latin1)
+    assert e.value.errors == [("line 2", "not UTF-8 text (byte 0xe9); save the file as UTF-8")]
