@@ -14,6 +14,7 @@ import os
 import selectors
 import signal
 import socket
+import stat
 import struct
 import time
 from collections import deque
@@ -174,7 +175,10 @@ class Daemon:
                 self._dispatch(key, events)
             if self.reload_requested:
                 self.reload_requested = False
-                self.reload()
+                try:
+                    self.reload()
+                except Exception as exc:  # a bug in reloading must not stop the daemon SIGHUP was meant to keep
+                    log.error("reload failed, keeping the old config", error=f"{type(exc).__name__}: {exc}")
             now = time.monotonic()
             if now < deadline:
                 continue
@@ -229,21 +233,23 @@ class Daemon:
             pass
         log.info("stopped")
 
-    def reload(self) -> bool:
-        """Re-read the config; keep the old one when the new one is invalid. systemd is
-        told the reload started (RELOADING=1) and ended (READY=1)."""
+    def reload(self) -> list[str]:
+        """Re-read the config; keep the old one when the new one is invalid, and return
+        its errors ("key path: message"; empty when it was applied). systemd is told the
+        reload started (RELOADING=1) and ended (READY=1)."""
         notify.notify(f"RELOADING=1\nMONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}")
         try:
             return self._reload()
         finally:
             notify.notify("READY=1")
 
-    def _reload(self) -> bool:
+    def _reload(self) -> list[str]:
         try:
             new = config_mod.load(self.config_path)
         except ConfigError as exc:
-            log.error("reload failed, keeping the old config", errors=[f"{k}: {m}" for k, m in exc.errors])
-            return False
+            errors = [f"{k}: {m}" for k, m in exc.errors]
+            log.error("reload failed, keeping the old config", errors=errors)
+            return errors
         changed_layout = (new.domains, new.cpus) != (self.config.domains, self.config.cpus)
         self.config = new
         self.engine.config = new
@@ -254,7 +260,7 @@ class Daemon:
         log.info("reloaded", config=self.config_path)
         self._rescan(time.monotonic())
         self._status_views.clear()  # period_s and the like, and what the rules attached
-        return True
+        return []
 
     def _start_metrics(self):
         self.metrics_address = self.config.metrics
@@ -372,8 +378,16 @@ class Daemon:
 
     def _open_socket(self) -> None:
         path = self.socket_path
-        Path(path).parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-        if os.path.exists(path):
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+            found = os.lstat(path) if os.path.lexists(path) else None
+        except FileExistsError:  # what mkdir says when a parent is a file
+            raise StartupError(f"cannot use control socket path {path}: a parent is not a directory") from None
+        except OSError as exc:
+            raise StartupError(f"cannot use control socket path {path}: {exc.strerror or exc}") from None
+        if found is not None and not stat.S_ISSOCK(found.st_mode):
+            raise StartupError(f"{path} exists and is not a socket; not replacing it (choose another --socket or remove it)")
+        if found is not None:
             probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 probe.connect(path)
@@ -389,7 +403,7 @@ class Daemon:
             sock.bind(path)
         except OSError as exc:
             sock.close()
-            raise StartupError(f"cannot bind control socket {path}: {exc.strerror}") from None
+            raise StartupError(f"cannot bind control socket {path}: {exc.strerror or exc}") from None
         finally:
             os.umask(umask)
         os.chmod(path, self.config.socket.mode)
@@ -572,8 +586,9 @@ class Daemon:
         if request.cmd == "reload":
             if uid != 0:
                 raise EngineError("permission_denied", "only root may reload the daemon")
-            if not self.reload():
-                raise EngineError("bad_config", "the new config is invalid; the old one stays (see the daemon log)")
+            errors = self.reload()
+            if errors:
+                raise EngineError("bad_config", f"the new config is invalid, the old one stays: {'; '.join(errors)}")
             return {}
         raise EngineError("bad_request", f"unhandled command {request.cmd}")
 

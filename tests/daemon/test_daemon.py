@@ -212,10 +212,16 @@ def test_invalid_config_on_reload_keeps_the_old_one(daemon):
     with pytest.raises(client.Refused) as e:
         daemon.request("reload")
     assert e.value.code == "bad_config"
+    assert "period_s: must be > 0" in str(e.value) and "learning.eps" in str(e.value)  # the reply says what is wrong
     daemon.proc.send_signal(signal.SIGHUP)
     time.sleep(0.3)
     assert daemon.request("status")["daemon"]["period_s"] == period
     assert "reload failed" in daemon.log_text() and "learning.eps" in daemon.log_text()
+    daemon.config.write_bytes(b"period_s: 0.2\n# caf\xe9\n")  # Latin-1: not YAML's UTF-8
+    daemon.proc.send_signal(signal.SIGHUP)
+    time.sleep(0.3)
+    assert daemon.proc.poll() is None
+    assert daemon.request("status")["daemon"]["period_s"] == period
     daemon.config.write_text("period_s: 0.07\ndomain_period_s: 0.7\n")
     daemon.proc.send_signal(signal.SIGHUP)
     wait_for(lambda: daemon.request("status")["daemon"]["period_s"] == 0.07)
@@ -436,3 +442,16 @@ def test_free_threads_get_their_whole_domain_and_are_restored(tmp_path, workload
         assert masks(tids) == before
     finally:
         d.stop()
+
+
+def test_a_socket_path_that_is_not_a_socket_is_left_alone(tmp_path):
+    """A mistyped --socket naming a file must not delete it: the daemon refuses to start."""
+    precious = tmp_path / "parlschedd.yaml.bak"
+    precious.write_text("keep me\n")
+    (tmp_path / "cfg.yaml").write_text("period_s: 0.05\n")
+    proc = subprocess.run([sys.executable, "-m", "parlschedd", "--config", str(tmp_path / "cfg.yaml"),
+                           "--socket", str(precious), "--state-dir", str(tmp_path / "state")],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1
+    assert "exists and is not a socket" in proc.stderr
+    assert precious.read_text() == "keep me\n"
