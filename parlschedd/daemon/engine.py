@@ -158,6 +158,9 @@ class Engine:
                 raise EngineError("permission_denied", f"process {pid} belongs to uid {owner}, not to you (uid {uid})")
             if pid in self.targets:
                 raise EngineError("already_attached", f"process {pid} is already attached")
+            manager = self._manager_of(pid)
+            if manager is not None:
+                raise EngineError("already_attached", f"process {pid} is already managed, as a descendant of {manager}")
             pattern = compile_pattern(threads) if threads else None
         except ThreadGone:
             handle.close()
@@ -310,7 +313,8 @@ class Engine:
             except ThreadGone:
                 continue
             for tid in sorted(set(tids).difference(target.threads, target.ignored)):
-                self._adopt(target, tid, now)
+                if self._manager_of(tid) is None:  # one target per thread: its saved mask is the real original
+                    self._adopt(target, tid, now)
             seen.update(tids)
         for tid in set(target.threads).difference(seen):
             self._drop_thread(target, tid)
@@ -336,6 +340,13 @@ class Engine:
         except HostError:
             return False  # the listing reports what happened
         return count == known and not target.exits.any_exited()
+
+    def _manager_of(self, tid: int) -> int | None:
+        """The pid of the target that manages ``tid``, if one does. A thread is adopted
+        by the first target that reaches it (a process attached by hand and also a
+        descendant of another target): a second adoption would save our own pin as
+        the thread's original mask."""
+        return next((t.pid for t in self.targets.values() if tid in t.threads), None)
 
     def _adopt(self, target: Target, tid: int, now: float) -> None:
         target.exits.add(tid)  # first: the pidfd then names the thread whose start time is read

@@ -568,6 +568,8 @@ class Daemon:
         if request.cmd == "ping":
             return {"version": __version__}
         if request.cmd == "attach":
+            if a["pid"] == os.getpid():  # as the rules skip it: pinning its own loop helps no one
+                raise EngineError("bad_request", f"process {a['pid']} is parlschedd itself")
             target = self.engine.attach(a["pid"], now, observe=a.get("observe", False), threads=a.get("threads"),
                                         descendants=a.get("descendants", False), uid=uid)
             self._save_state()

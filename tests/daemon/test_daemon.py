@@ -389,6 +389,43 @@ def test_descendants_present_and_future_are_managed(daemon):
         tree.wait()
 
 
+def test_a_thread_is_managed_by_one_target_only(daemon):
+    """A process attached by hand and also a descendant of another target: the first
+    target keeps its threads, so no second adoption saves our pin as the original."""
+    tree = subprocess.Popen(["bash", "-c", "sleep 30 & wait"])
+    try:
+        child = wait_for(lambda: procfs_children(tree.pid))[0]
+        daemon.request("attach", pid=tree.pid, descendants=True)
+        wait_for(lambda: all_pinned(daemon, tree.pid, 2))
+        with pytest.raises(client.Refused) as e:
+            daemon.request("attach", pid=child)
+        assert e.value.code == "already_attached" and f"descendant of {tree.pid}" in str(e.value)
+        with pytest.raises(client.Refused, match="parlschedd itself"):
+            daemon.request("attach", pid=daemon.proc.pid)
+        daemon.request("detach", pid=tree.pid)
+        assert os.sched_getaffinity(child) == ALL and os.sched_getaffinity(tree.pid) == ALL
+
+        daemon.request("attach", pid=child)  # the other order: the child first
+        wait_for(lambda: all_pinned(daemon, child, 1))
+        daemon.request("attach", pid=tree.pid, descendants=True)
+        wait_for(lambda: all_pinned(daemon, tree.pid, 1))
+        time.sleep(0.3)
+        assert set(threads_of(daemon, tree.pid)) == {tree.pid}
+        daemon.request("detach", pid=child)
+        assert os.sched_getaffinity(child) == ALL
+        wait_for(lambda: set(threads_of(daemon, tree.pid)) == {tree.pid, child})  # now it is the tree's
+        daemon.request("detach", pid=tree.pid)
+        assert os.sched_getaffinity(child) == ALL and os.sched_getaffinity(tree.pid) == ALL
+    finally:
+        subprocess.run(["pkill", "-P", str(tree.pid)])
+        tree.kill()
+        tree.wait()
+
+
+def procfs_children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
 CGROUP_RULES = [
     ("/sys/fs/cgroup/unified", "/parlsched-test-{pid}"),          # v2 (the unified hierarchy of a hybrid host)
     ("/sys/fs/cgroup/cpuset", "cpuset:/parlsched-test-{pid}"),    # a v1 controller hierarchy
