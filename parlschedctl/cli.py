@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -85,7 +86,7 @@ def status(sock: str, pid: int | None, as_json: bool) -> None:
 
 
 @cli.command()
-@click.option("--interval", type=float, default=None, help="Refresh interval (default: the daemon's period).")
+@click.option("--interval", type=click.FloatRange(min=0, min_open=True), default=None, help="Refresh interval (default: the daemon's period).")
 @click.option("--iterations", type=click.IntRange(min=1), default=None, help="Stop after N refreshes.")
 @click.pass_obj
 @talks_to_daemon
@@ -118,7 +119,10 @@ def run(sock: str, observe: bool, cmd: tuple[str, ...]) -> None:
     except OSError as exc:
         click.echo(f"parlschedctl: cannot start {cmd[0]}: {exc.strerror}", err=True)
         sys.exit(1)
+    # Ctrl-C reaches CMD (same process group); we stay to report how it ended, as time(1) does
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     last: dict[str, Any] = {}
+    managed: set[int] = set()
     try:
         client.request(sock, "attach", pid=proc.pid, observe=observe, descendants=True)
         live = sys.stderr.isatty()
@@ -127,6 +131,7 @@ def run(sock: str, observe: bool, cmd: tuple[str, ...]) -> None:
                 last = client.request(sock, "status", pid=proc.pid)["targets"][0]
             except client.Refused:
                 pass
+            managed.update(t["tid"] for t in last.get("threads", []))
             if live and last:
                 click.echo("\r\033[K" + progress_line(last, time.monotonic() - started), nl=False, err=True)
             time.sleep(0.2)
@@ -134,10 +139,13 @@ def run(sock: str, observe: bool, cmd: tuple[str, ...]) -> None:
             click.echo("\r\033[K", nl=False, err=True)
     except client.Refused as exc:
         click.echo(f"parlschedctl: not managed: {exc}", err=True)
+    except client.Unreachable as exc:
+        click.echo(("\r\033[K" if sys.stderr.isatty() else "") + f"parlschedctl: lost the daemon ({exc}); waiting for {cmd[0]}", err=True)
     code = proc.wait()
     wall = time.monotonic() - started
     threads = last.get("threads", [])
-    click.echo(f"parlschedctl: {cmd[0]} exited {code} after {wall:.2f} s; managed {len(threads)} threads"
+    how = f"exited {code}" if code >= 0 else f"was killed by {signal.Signals(-code).name}"
+    click.echo(f"parlschedctl: {cmd[0]} {how} after {wall:.2f} s; managed {len(managed)} threads"
                f" ({sum(t['pinned'] for t in threads)} pinned at the end)", err=True)
     sys.exit(code if code >= 0 else 128 - code)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -26,6 +27,7 @@ def test_unreachable_daemon_exits_3(tmp_path):
 
 def test_usage_error_exits_2():
     assert ctl("attach", "notapid").returncode == 2
+    assert ctl("top", "--interval", "-1").returncode == 2
 
 
 def test_config_check(tmp_path):
@@ -58,6 +60,32 @@ def test_attach_status_detach_through_the_cli(daemon, workload):
 
 
 @needs_root
+def run_in_background(daemon, script: str) -> subprocess.Popen:
+    """``parlschedctl run -- sh -c SCRIPT`` in its own process group, as a shell job is."""
+    env = {**os.environ, "PARLSCHED_SOCKET": daemon.socket}
+    proc = subprocess.Popen([*CTL, "run", "--", "sh", "-c", script], stderr=subprocess.PIPE, text=True,
+                            env=env, start_new_session=True)
+    wait_for(lambda: json.loads(ctl("status", "--json", socket=daemon.socket).stdout)["targets"])
+    return proc
+
+
+def test_run_waits_for_cmd_when_the_daemon_goes_away(daemon):
+    proc = run_in_background(daemon, "sleep 1; exit 5")
+    daemon.stop()
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 5, err  # CMD's code, not 3: CMD ran to its end
+    assert "lost the daemon" in err and "sh exited 5" in err
+
+
+def test_ctrl_c_reaches_cmd_and_run_reports_how_it_ended(daemon):
+    proc = run_in_background(daemon, "trap 'exit 5' INT; sleep 30 2>/dev/null & wait")
+    os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 5, err
+    assert "sh exited 5" in err and "Aborted" not in err
+    subprocess.run(["pkill", "-KILL", "-g", str(proc.pid)])  # the sleep the trap left behind
+
+
 def test_run_passes_the_exit_code_and_summarises(daemon):
     code = "import threading,time,sys; [threading.Thread(target=time.sleep,args=(1,)).start() for _ in range(3)]; time.sleep(1.2); sys.exit(7)"
     r = ctl("run", "--", sys.executable, "-c", code, socket=daemon.socket)
