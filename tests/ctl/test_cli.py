@@ -30,6 +30,11 @@ def test_usage_error_exits_2():
     assert ctl("top", "--interval", "-1").returncode == 2
 
 
+def test_python_m_parlschedctl_is_the_cli():
+    r = subprocess.run([sys.executable, "-m", "parlschedctl", "--version"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith("parlschedctl")
+
+
 def test_config_check(tmp_path):
     good = tmp_path / "good.yaml"
     good.write_text("period_s: 0.2\n")
