@@ -568,7 +568,9 @@ class Daemon:
         if request.cmd == "ping":
             return {"version": __version__}
         if request.cmd == "attach":
-            if a["pid"] == os.getpid():  # as the rules skip it: pinning its own loop helps no one
+            # as the rules skip it: pinning its own loop helps no one (others are refused
+            # by the engine's ownership check first, which says no more than that)
+            if a["pid"] == os.getpid() and uid in (0, os.getuid()):
                 raise EngineError("bad_request", f"process {a['pid']} is parlschedd itself")
             target = self.engine.attach(a["pid"], now, observe=a.get("observe", False), threads=a.get("threads"),
                                         descendants=a.get("descendants", False), uid=uid)
