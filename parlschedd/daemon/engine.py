@@ -154,10 +154,15 @@ class Engine:
         try:
             owner = procfs.process_uids(pid, self.proc_root).real
             name = procfs.comm(pid, self.proc_root)
+            stat = procfs.process_stat(pid, self.proc_root)
             if uid not in (None, 0) and uid != owner:  # before already_attached: no leak of who is managed
                 raise EngineError("permission_denied", f"process {pid} belongs to uid {owner}, not to you (uid {uid})")
             if pid in self.targets:
                 raise EngineError("already_attached", f"process {pid} is already attached")
+            if stat.state == "Z":
+                raise EngineError("no_such_process", f"process {pid} has exited (a zombie its parent has not reaped)")
+            if stat.kernel_thread:
+                raise EngineError("bad_request", f"process {pid} ({name}) is a kernel thread; parlschedd manages user processes")
             manager = self._manager_of(pid)
             if manager is not None:
                 raise EngineError("already_attached", f"process {pid} is already managed, as a descendant of {manager}")

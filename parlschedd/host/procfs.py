@@ -23,6 +23,9 @@ from parlschedd.host.errors import ThreadGone, Unsupported, as_host_error, trans
 PROC_ROOT = "/proc"
 
 
+PF_KTHREAD = 0x00200000  # include/linux/sched.h: the task is a kernel thread
+
+
 @dataclass(frozen=True)
 class Stat:
     """The fields of ``/proc/<id>/stat`` the scheduler needs (proc(5) numbering)."""
@@ -33,6 +36,11 @@ class Stat:
     ppid: int
     start_time: int  # field 22: clock ticks after boot
     processor: int  # field 39: the CPU it last ran on
+    flags: int = 0  # field 9: PF_* (include/linux/sched.h)
+
+    @property
+    def kernel_thread(self) -> bool:
+        return bool(self.flags & PF_KTHREAD)
 
 
 @dataclass(frozen=True)
@@ -74,6 +82,7 @@ def parse_stat(text: str) -> Stat:
         comm=text[open_at + 1 : close_at],
         state=rest[0],
         ppid=int(rest[1]),
+        flags=int(rest[6]),
         start_time=int(rest[19]),
         processor=int(rest[36]),
     )

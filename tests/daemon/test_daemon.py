@@ -422,6 +422,21 @@ def test_a_thread_is_managed_by_one_target_only(daemon):
         tree.wait()
 
 
+def test_zombies_and_kernel_threads_are_refused_with_the_reason(daemon):
+    zombie = subprocess.Popen(["true"])
+    wait_for(lambda: Path(f"/proc/{zombie.pid}/stat").read_text().split(")")[-1].split()[0] == "Z")
+    try:
+        with pytest.raises(client.Refused, match="zombie") as e:
+            daemon.request("attach", pid=zombie.pid)
+        assert e.value.code == "no_such_process"
+    finally:
+        zombie.wait()
+    if Path("/proc/2/comm").read_text().strip() == "kthreadd":
+        with pytest.raises(client.Refused, match="kernel thread"):
+            daemon.request("attach", pid=2)
+    assert daemon.request("status")["targets"] == []
+
+
 def procfs_children(pid: int) -> list[int]:
     return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 

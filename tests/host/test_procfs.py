@@ -25,6 +25,15 @@ def test_parse_stat_with_parentheses_and_spaces_in_comm() -> None:
     st = procfs.parse_stat(stat_line(1234, NASTY, ppid=77, start=987654))
     assert (st.pid, st.comm, st.state, st.ppid, st.start_time) == (1234, NASTY, "S", 77, 987654)
     assert procfs.parse_stat(stat_line(5, ")", start=3)).comm == ")"
+    assert not st.kernel_thread
+    assert procfs.parse_stat(stat_line(2, "kthreadd", flags=0x00208040)).kernel_thread
+
+
+def test_real_kernel_and_user_threads_are_told_apart() -> None:
+    if procfs.comm(2) != "kthreadd":
+        pytest.skip("pid 2 is not kthreadd here (a pid namespace)")
+    assert procfs.process_stat(2).kernel_thread
+    assert not procfs.process_stat(os.getpid()).kernel_thread
 
 
 def test_fake_tree_threads_and_identity(fake_proc: FakeProc) -> None:
