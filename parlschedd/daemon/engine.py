@@ -153,8 +153,8 @@ class Engine:
             raise EngineError("no_such_process", f"no process with pid {pid}") from None
         try:
             owner = procfs.process_uids(pid, self.proc_root).real
-            name = procfs.comm(pid, self.proc_root)
             stat = procfs.process_stat(pid, self.proc_root)
+            name = stat.comm
             if uid not in (None, 0) and uid != owner:  # before already_attached: no leak of who is managed
                 raise EngineError("permission_denied", f"process {pid} belongs to uid {owner}, not to you (uid {uid})")
             if pid in self.targets:
