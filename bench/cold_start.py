@@ -23,15 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import socket as socketlib
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from harness import start_idle_target
+from harness import machine, start_idle_target
 from parlschedd.config import DAEMON_LEARNING
 from parlschedd.host.perf import CounterSet, detect_source
 from parlschedd.learning.scheduler import TwoLevelScheduler
@@ -106,7 +104,7 @@ def main() -> None:
     table = "\n".join(lines)
     print(f"{args.threads} threads, counter source {source}\n{table}")
     out = {"benchmark": "cold_start", "date": time.strftime("%Y-%m-%d %H:%M"),
-           "machine": {"node": socketlib.gethostname(), "cpus": os.cpu_count(), "kernel": platform.release()},
+           "machine": machine(),
            "load_average": [round(x, 2) for x in os.getloadavg()],
            "threads": args.threads, "reps": args.reps, "counter_source": source, "rows": rows, "table": table}
     args.out.parent.mkdir(parents=True, exist_ok=True)

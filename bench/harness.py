@@ -4,6 +4,8 @@ process of N threads that mostly sleep."""
 from __future__ import annotations
 
 import os
+import platform
+import socket
 import subprocess
 import sys
 import time
@@ -24,6 +26,11 @@ for _ in range(int(sys.argv[1]) - 1):
 print("ready", flush=True)
 time.sleep(86400)
 """
+
+
+def machine() -> dict:
+    """What every result records about where it was measured."""
+    return {"node": socket.gethostname(), "cpus": os.cpu_count(), "kernel": platform.release()}
 
 
 def start_daemon(tmp: Path, config: str, log: Path | None = None, nice: int = 0,

@@ -38,7 +38,6 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import platform
 import signal
 import socket as socketlib
 import sys
@@ -49,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from harness import start_daemon, start_idle_target  # noqa: E402
+from harness import machine, start_daemon, start_idle_target  # noqa: E402
 from parlschedctl import client  # noqa: E402
 
 PERIOD_S = 0.1
@@ -250,7 +249,7 @@ def main() -> None:
     rss_growth = float(np.mean(rss_series[-third:]) - np.mean(rss_series[:third]))
     out = {
         "benchmark": "load", "date": time.strftime("%Y-%m-%d %H:%M"),
-        "machine": {"node": socketlib.gethostname(), "cpus": os.cpu_count(), "kernel": platform.release()},
+        "machine": machine(),
         "load_average": {"at_start": [round(x, 2) for x in load_start],
                          "at_end": [round(x, 2) for x in os.getloadavg()]},
         "config": {"period_s": PERIOD_S, "daemon_nice": args.nice, "probe_pause_s": args.probe_pause, "seconds": args.seconds, "clients": args.clients, "interval_s": args.interval,

@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import socket as socketlib
 import sys
 import tempfile
 import time
@@ -27,7 +25,7 @@ from pathlib import Path
 
 import psutil
 
-from harness import start_daemon, start_idle_target, stop_daemon
+from harness import machine, start_daemon, start_idle_target, stop_daemon
 from parlschedctl import client
 from parlschedd.host.base import CounterSource
 from parlschedd.host.perf import CounterSet, raise_fd_limit
@@ -136,7 +134,7 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     out = {"benchmark": "overhead", "date": time.strftime("%Y-%m-%d"),
-           "machine": {"node": socketlib.gethostname(), "cpus": os.cpu_count(), "kernel": platform.release()},
+           "machine": machine(),
            "period_s": PERIOD_S, "window_s": args.window, "learning": "paper" if args.paper else "daemon defaults", "targets": {"ratio_to_floor": 3.0, "us_per_thread_period": 10.0},
            "rows": rows, "table": table}
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -17,8 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import socket as socketlib
 import subprocess
 import sys
 import tempfile
@@ -26,7 +24,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from harness import start_daemon, start_idle_target, stop_daemon
+from harness import machine, start_daemon, start_idle_target, stop_daemon
 from overhead import PERIOD_S, cpu_seconds
 from parlschedctl import client
 
@@ -146,7 +144,7 @@ def main() -> None:
         rows.append(profile(n, args.window))
         print(table(rows[-1]) + "\n")
     out = {"benchmark": "period_profile", "date": time.strftime("%Y-%m-%d %H:%M"),
-           "machine": {"node": socketlib.gethostname(), "cpus": os.cpu_count(), "kernel": platform.release()},
+           "machine": machine(),
            "code": code_version(), "period_s": PERIOD_S, "window_s": args.window, "rows": rows, "tables": [table(r) for r in rows]}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n")
