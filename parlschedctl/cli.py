@@ -23,6 +23,9 @@ from parlschedctl.model import model
 from parlschedctl.render import progress_line, status_table
 
 
+PID = click.IntRange(min=1, max=4_194_304)  # PID_MAX_LIMIT: no 64-bit kernel hands out a larger pid
+
+
 def talks_to_daemon(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Map the client's errors to the contract's exit codes and one-line messages."""
 
@@ -51,7 +54,7 @@ def cli(ctx: click.Context, socket_path: str | None) -> None:
 
 
 @cli.command()
-@click.argument("pid", type=click.IntRange(min=1))
+@click.argument("pid", type=PID)
 @click.option("--observe", is_flag=True, help="Measure and learn without pinning.")
 @click.option("--threads", metavar="REGEX", help="Only threads whose name matches.")
 @click.option("--descendants", is_flag=True, help="Also manage child processes, present and future.")
@@ -62,10 +65,14 @@ def attach(sock: str, pid: int, observe: bool, threads: str | None, descendants:
     reply = client.request(sock, "attach", pid=pid, observe=observe, threads=threads, descendants=descendants)
     t = reply["target"]
     click.echo(f"attached {t['pid']} ({t['name']}), {len(t['threads'])} threads, mode {t['mode']}")
+    if threads and not t["threads"]:
+        click.echo(f"parlschedctl: warning: no thread name of {pid} matches --threads {threads!r} "
+                   f"({t.get('threads_ignored', 0)} left out); threads that match are adopted as they appear",
+                   err=True)
 
 
 @cli.command()
-@click.argument("pid", type=click.IntRange(min=1))
+@click.argument("pid", type=PID)
 @click.pass_obj
 @talks_to_daemon
 def detach(sock: str, pid: int) -> None:
@@ -75,7 +82,7 @@ def detach(sock: str, pid: int) -> None:
 
 
 @cli.command()
-@click.argument("pid", type=click.IntRange(min=1), required=False)
+@click.argument("pid", type=PID, required=False)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
 @talks_to_daemon
@@ -151,7 +158,7 @@ def run(sock: str, observe: bool, cmd: tuple[str, ...]) -> None:
 
 
 @cli.command()
-@click.argument("pid", type=click.IntRange(min=1))
+@click.argument("pid", type=PID)
 @click.option("--out", required=True, type=click.Path(dir_okay=False, writable=True), help="PNG file to write.")
 @click.option("--last", type=click.IntRange(min=1), default=None, help="Only the last N periods.")
 @click.pass_obj

@@ -27,6 +27,7 @@ from parlschedd.patterns import Pattern, PatternError, compile_pattern
 
 log = structlog.get_logger("parlschedd.engine")
 
+GONE_KEPT = 64  # exited targets remembered, to say why a later request finds them gone
 RENAMES_PER_ROUND = 128  # thread names re-read per rescan_s (when status is shown), about 4 ms
 
 
@@ -140,6 +141,7 @@ class Engine:
         self._single = {c: frozenset({c}) for d in domains for c in d}  # pin masks, made once
         self._whole = [frozenset(d) for d in domains]  # a free thread's mask: its domain
         self.read_errors = 0  # counter reads that failed for a thread still there
+        self._gone: dict[int, tuple[int, int, int]] = {}  # targets that exited: pid -> (uid, start time, threads)
 
     # -- requests ---------------------------------------------------------------------
 
@@ -150,7 +152,7 @@ class Engine:
         try:
             handle = procfs.ProcessHandle(pid, self.proc_root)
         except ThreadGone:
-            raise EngineError("no_such_process", f"no process with pid {pid}") from None
+            raise EngineError("no_such_process", f"no process with pid {pid}{self._thread_hint(pid)}") from None
         try:
             owner = procfs.process_uids(pid, self.proc_root).real
             stat = procfs.process_stat(pid, self.proc_root)
@@ -190,10 +192,37 @@ class Engine:
         """Stop managing ``pid`` and restore its threads; returns how many were restored."""
         target = self.targets.get(pid)
         if target is None or (uid not in (None, 0) and uid != target.uid):
-            raise EngineError("not_attached", f"process {pid} is not attached")
+            raise self.not_attached(pid, uid)
         restored = self._release(target)
         log.info("detached", pid=pid, restored=restored)
         return restored
+
+    def not_attached(self, pid: int, uid: int | None) -> EngineError:
+        """The refusal for a request about ``pid``, which no target of ``uid``'s is,
+        with the reason when one is known: ``pid`` names a thread, not a process, or
+        the process exited and was dropped. That it was managed is said only to root
+        and to its owner, as status shows it only to them."""
+        message = f"process {pid} is not attached"
+        gone = self._gone.get(pid)
+        if gone is not None and uid in (None, 0, gone[0]) and self._start_time(pid) in (None, gone[1]):
+            message += f": it exited, and parlschedd dropped it ({gone[2]} threads)"
+        return EngineError("not_attached", message + self._thread_hint(pid))
+
+    def _thread_hint(self, pid: int) -> str:
+        """'; it is a thread of process P ...' when ``pid`` is a thread id, else ''."""
+        try:
+            group = procfs.thread_group(pid, self.proc_root)
+        except (HostError, ValueError):
+            return ""
+        if group == pid:
+            return ""
+        return f"; {pid} is a thread of process {group}: name the process (--threads REGEX picks threads by name)"
+
+    def _start_time(self, pid: int) -> int | None:
+        try:
+            return procfs.process_start_time(pid, self.proc_root)
+        except HostError:
+            return None
 
     def _rename(self, target: Target) -> None:
         """Re-read the names of up to RENAMES_PER_ROUND of ``target``'s threads, taking
@@ -422,6 +451,9 @@ class Engine:
         return restored
 
     def _drop_target(self, target: Target, why: str) -> None:
+        self._gone[target.pid] = (target.uid, target.handle.start_time, len(target.threads))
+        while len(self._gone) > GONE_KEPT:
+            del self._gone[next(iter(self._gone))]
         for tid in list(target.threads):
             self._drop_thread(target, tid)
         self.targets.pop(target.pid, None)
@@ -444,7 +476,7 @@ class Engine:
         rows = zip(r.tids.tolist(), r.cpu.tolist(), r.domain.tolist(), r.utility.tolist(), r.pinned.tolist())
         return {
             "pid": target.pid, "name": target.name, "mode": target.mode, "uid": target.uid,
-            "migrations": target.migrations,
+            "migrations": target.migrations, "threads_ignored": len(target.ignored),
             "threads": [
                 {"tid": tid, "name": target.threads[tid].name, "cpu": None if cpu < 0 else cpu,
                  "domain": None if dom < 0 else dom, "utility": None if u != u else u, "pinned": pinned,

@@ -583,7 +583,7 @@ class Daemon:
         if request.cmd == "history":
             target = self.engine.targets.get(a["pid"])
             if target is None or (uid != 0 and target.uid != uid):
-                raise EngineError("not_attached", f"process {a['pid']} is not attached")
+                raise self.engine.not_attached(a["pid"], uid)
             return {"pid": target.pid, "name": target.name, "period_s": self.config.period_s,
                     "counter_source": self.counters.source.value,
                     "capacity": target.history.samples.maxlen, "samples": target.history.as_json(a.get("last"))}
@@ -653,7 +653,7 @@ class Daemon:
         if pid is not None:
             targets = [t for t in targets if t.pid == pid]
             if not targets:
-                raise EngineError("not_attached", f"process {pid} is not attached")
+                raise self.engine.not_attached(pid, uid)
         return {
             "daemon": {
                 "pid": os.getpid(), "version": __version__,

@@ -94,13 +94,18 @@ def parse_schedstat(text: str) -> Schedstat:
     return Schedstat(run_ns, wait_ns, slices)
 
 
-def parse_uids(status: str) -> Uids:
-    """Find the ``Uid:`` line of a status file."""
+def status_field(status: str, key: str) -> list[str]:
+    """The values of the ``key:`` line of a status file."""
     for line in status.splitlines():
-        if line.startswith("Uid:"):
-            real, eff, saved, fs = (int(v) for v in line.split()[1:5])
-            return Uids(real, eff, saved, fs)
-    raise ValueError("no Uid: line in status")
+        if line.startswith(key + ":"):
+            return line.split()[1:]
+    raise ValueError(f"no {key}: line in status")
+
+
+def parse_uids(status: str) -> Uids:
+    """The ``Uid:`` line of a status file."""
+    real, eff, saved, fs = (int(v) for v in status_field(status, "Uid")[:4])
+    return Uids(real, eff, saved, fs)
 
 
 def process_stat(pid: int, root: str = PROC_ROOT) -> Stat:
@@ -155,6 +160,12 @@ def cmdline(pid: int, root: str = PROC_ROOT) -> list[str]:
 def process_uids(pid: int, root: str = PROC_ROOT) -> Uids:
     """The uids of a process, from ``/proc/<pid>/status``."""
     return parse_uids(_read(os.path.join(root, str(pid), "status"), pid=pid))
+
+
+def thread_group(tid: int, root: str = PROC_ROOT) -> int:
+    """The pid of the process that ``tid`` is a thread of (``Tgid:``; ``tid`` itself
+    for a process's main thread). /proc/<tid> resolves for any thread, listed or not."""
+    return int(status_field(_read(os.path.join(root, str(tid), "status"), tid=tid), "Tgid")[0])
 
 
 def children(pid: int, root: str = PROC_ROOT) -> list[int]:

@@ -28,6 +28,7 @@ def test_unreachable_daemon_exits_3(tmp_path):
 def test_usage_error_exits_2():
     assert ctl("attach", "notapid").returncode == 2
     assert ctl("top", "--interval", "-1").returncode == 2
+    assert ctl("attach", "99999999999").returncode == 2  # no kernel hands out such a pid
 
 
 def test_python_m_parlschedctl_is_the_cli():
@@ -65,6 +66,21 @@ def test_attach_status_detach_through_the_cli(daemon, workload):
 
 
 @needs_root
+def test_refusals_and_empty_attaches_say_why(daemon, workload):
+    w = workload(2)
+    thread = w.tids[-1]
+    for cmd in ("attach", "detach", "status"):
+        r = ctl(cmd, str(thread), socket=daemon.socket)
+        assert r.returncode == 1 and f"{thread} is a thread of process {w.pid}" in r.stderr, (cmd, r.stderr)
+    r = ctl("attach", str(w.pid), "--threads", "^no-such-name$", socket=daemon.socket)
+    assert r.returncode == 0, r.stderr  # attached: a thread of that name may still come
+    assert "0 threads" in r.stdout and "no thread name" in r.stderr and "3 left out" in r.stderr
+    w.close()
+    wait_for(lambda: json.loads(ctl("status", "--json", socket=daemon.socket).stdout)["targets"] == [])
+    r = ctl("detach", str(w.pid), socket=daemon.socket)
+    assert r.returncode == 1 and "it exited, and parlschedd dropped it" in r.stderr, r.stderr
+
+
 def run_in_background(daemon, script: str) -> subprocess.Popen:
     """``parlschedctl run -- sh -c SCRIPT`` in its own process group, as a shell job is."""
     env = {**os.environ, "PARLSCHED_SOCKET": daemon.socket}
@@ -74,6 +90,7 @@ def run_in_background(daemon, script: str) -> subprocess.Popen:
     return proc
 
 
+@needs_root
 def test_run_waits_for_cmd_when_the_daemon_goes_away(daemon):
     proc = run_in_background(daemon, "sleep 1; exit 5")
     daemon.stop()
@@ -82,6 +99,7 @@ def test_run_waits_for_cmd_when_the_daemon_goes_away(daemon):
     assert "lost the daemon" in err and "sh exited 5" in err
 
 
+@needs_root
 def test_ctrl_c_reaches_cmd_and_run_reports_how_it_ended(daemon):
     proc = run_in_background(daemon, "trap 'exit 5' INT; sleep 30 2>/dev/null & wait")
     os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
@@ -91,6 +109,7 @@ def test_ctrl_c_reaches_cmd_and_run_reports_how_it_ended(daemon):
     subprocess.run(["pkill", "-KILL", "-g", str(proc.pid)])  # the sleep the trap left behind
 
 
+@needs_root
 def test_run_passes_the_exit_code_and_summarises(daemon):
     code = "import threading,time,sys; [threading.Thread(target=time.sleep,args=(1,)).start() for _ in range(3)]; time.sleep(1.2); sys.exit(7)"
     r = ctl("run", "--", sys.executable, "-c", code, socket=daemon.socket)

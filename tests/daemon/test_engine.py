@@ -217,3 +217,24 @@ def test_names_are_re_read_a_round_at_a_time(monkeypatch) -> None:
         for t in workers:
             t.join()
         counters.close_all()
+
+
+@needs_root
+def test_a_target_that_exited_is_named_as_such_only_to_its_owner_and_root(workload) -> None:
+    engine, counters = _pin_engine()
+    w = workload(2)
+    try:
+        engine.attach(w.pid, time.monotonic(), uid=0)
+        owner = engine.targets[w.pid].uid
+        w.close()
+        for _ in range(200):
+            engine.tick(time.monotonic())
+            if w.pid not in engine.targets:
+                break
+            time.sleep(0.01)
+        assert w.pid not in engine.targets
+        told = {uid: str(engine.not_attached(w.pid, uid)) for uid in (0, owner, owner + 4242)}
+        assert "it exited, and parlschedd dropped it (3 threads)" in told[0] and told[owner] == told[0]
+        assert told[owner + 4242] == f"process {w.pid} is not attached"  # nothing on whom the daemon managed
+    finally:
+        counters.close_all()

@@ -92,7 +92,7 @@ class FakeProc:
         (base / "stat").write_text(stat_line(pid, comm, ppid=ppid, start=start))
         (base / "comm").write_text(comm + "\n")
         (base / "cmdline").write_text(cmdline)
-        (base / "status").write_text(f"Name:\t{comm}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t0\t0\t0\t0\n")
+        (base / "status").write_text(f"Name:\t{comm}\nTgid:\t{pid}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t0\t0\t0\t0\n")
         (base / "cgroup").write_text("0::/\n")
         self.thread(pid, pid, comm, start=start, children=children)
 

@@ -50,6 +50,7 @@ def test_fake_tree_threads_and_identity(fake_proc: FakeProc) -> None:
     assert procfs.process_uids(100, root) == Uids(1001, 1001, 1001, 1001)
     assert procfs.comm(100, root) == "app"
     assert procfs.cmdline(100, root) == ["app", "--flag"]
+    assert (procfs.thread_group(100, root), procfs.thread_group(102, root)) == (100, 100)
     with pytest.raises(ThreadGone) as info:
         procfs.thread_start_time(103, root)
     assert info.value.tid == 103
@@ -102,6 +103,7 @@ def test_real_threads_of_this_process(spawn: Callable[..., Worker]) -> None:
     assert procfs.thread_stat(worker.tid).comm == NASTY
     assert procfs.thread_start_time(worker.tid) >= procfs.process_start_time(os.getpid())
     assert procfs.process_uids(os.getpid()).real == os.getuid()
+    assert (procfs.thread_group(worker.tid), procfs.thread_group(os.getpid())) == (os.getpid(), os.getpid())
     worker.finish()
     with pytest.raises(ThreadGone):
         procfs.thread_start_time(worker.tid)
