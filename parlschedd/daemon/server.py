@@ -16,6 +16,7 @@ import signal
 import socket
 import stat
 import struct
+import tempfile
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -127,6 +128,7 @@ class Daemon:
         self.counters = CounterSet(source, proc_root=self.proc_root)
         self.engine = Engine(self.config, self.domains, self.counters, Pinner(proc_root=self.proc_root),
                              proc_root=self.proc_root, on_change=self._mark_dirty)
+        self._check_state_dir()
         saved = self._recover()
         self.metrics = self._start_metrics()
         self._open_socket()
@@ -305,6 +307,21 @@ class Daemon:
             return
         self._dirty = False
 
+    def _check_state_dir(self) -> None:
+        """Refuse to start without a state dir to write in: the saved masks there are
+        what a restart after SIGKILL restores (a file made and removed again, so the
+        last run's state stays for ``_recover``)."""
+        where = self.state_path.parent
+        try:
+            where.mkdir(parents=True, exist_ok=True, mode=0o755)
+            fd, probe = tempfile.mkstemp(dir=where, prefix=".probe.")
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as exc:
+            reason = "it or a parent is not a directory" if isinstance(exc, FileExistsError) else exc.strerror or str(exc)
+            raise StartupError(f"cannot use state dir {where}: {reason} (the original masks of pinned threads "
+                               "are kept there; choose another --state-dir)") from None
+
     def _recover(self) -> list[dict]:
         """After a crash: put every thread the last run pinned back on its original
         mask. After a crash or a clean stop: return the targets attached by hand, to
@@ -378,6 +395,12 @@ class Daemon:
 
     def _open_socket(self) -> None:
         path = self.socket_path
+        group = self.config.socket.group
+        try:
+            gid = grp.getgrnam(group).gr_gid if group else None
+        except KeyError:
+            raise StartupError(f"socket.group {group!r} does not exist; create it (systemd-sysusers "
+                               "parlsched.sysusers.conf) or set socket.group: null") from None
         try:
             Path(path).parent.mkdir(parents=True, exist_ok=True, mode=0o755)
             found = os.lstat(path) if os.path.lexists(path) else None
@@ -407,12 +430,9 @@ class Daemon:
         finally:
             os.umask(umask)
         os.chmod(path, self.config.socket.mode)
-        group = self.config.socket.group
-        if group:
+        if gid is not None:
             try:
-                os.chown(path, 0, grp.getgrnam(group).gr_gid)
-            except KeyError:
-                log.warning("socket group does not exist", group=group)
+                os.chown(path, 0, gid)
             except OSError as exc:
                 sock.close()
                 raise StartupError(f"cannot give control socket {path} to group {group}: {exc.strerror}") from None

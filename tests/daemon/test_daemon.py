@@ -507,3 +507,29 @@ def test_a_socket_path_that_is_not_a_socket_is_left_alone(tmp_path):
     assert proc.returncode == 1
     assert "exists and is not a socket" in proc.stderr
     assert precious.read_text() == "keep me\n"
+
+
+@pytest.mark.parametrize("case", ["state dir under a file", "state dir is a file", "no such socket group"])
+def test_an_unusable_state_dir_or_socket_group_stops_the_start(tmp_path, case):
+    """The daemon refuses to start, in one line, rather than run without the state
+    file a restart after SIGKILL restores from, or with a socket its group cannot use."""
+    (tmp_path / "a-file").write_text("")
+    state, config = tmp_path / "state", "period_s: 0.05\n"
+    if case == "state dir under a file":
+        state = tmp_path / "a-file" / "state"
+    elif case == "state dir is a file":
+        state = tmp_path / "a-file"
+    else:
+        config += "socket: {group: no-such-group-here}\n"
+    (tmp_path / "cfg.yaml").write_text(config)
+    sock = tmp_path / "d.sock"
+    proc = subprocess.run([sys.executable, "-m", "parlschedd", "--config", str(tmp_path / "cfg.yaml"),
+                           "--socket", str(sock), "--state-dir", str(state)],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1
+    if case == "no such socket group":
+        assert "socket.group 'no-such-group-here' does not exist" in proc.stderr
+    else:
+        assert f"cannot use state dir {state}: " in proc.stderr and "not a directory" in proc.stderr.lower()
+    assert "Traceback" not in proc.stderr
+    assert not sock.exists()
