@@ -7,6 +7,7 @@ It parses, calls and prints. Exit codes: 0 success, 1 refused or failed,
 from __future__ import annotations
 
 import functools
+import grp
 import json
 import signal
 import subprocess
@@ -197,12 +198,24 @@ def config_check(path: str) -> None:
     from parlschedd.config import ConfigError, load
 
     try:
-        load(path)
+        cfg = load(path)
     except ConfigError as exc:
         for key, message in exc.errors:
             click.echo(f"{path}: {key}: {message}", err=True)
         sys.exit(1)
+    group = cfg.socket.group
+    if group is not None and not _group_exists(group):  # valid, but this host's daemon would not start
+        click.echo(f"{path}: warning: socket.group: no group {group!r} on this host; parlschedd refuses "
+                   "to start with it", err=True)
     click.echo(f"{path}: ok")
+
+
+def _group_exists(name: str) -> bool:
+    try:
+        grp.getgrnam(name)
+    except KeyError:
+        return False
+    return True
 
 
 cli.add_command(model)

@@ -209,7 +209,8 @@ class Engine:
         return EngineError("not_attached", message + self._thread_hint(pid))
 
     def _thread_hint(self, pid: int) -> str:
-        """'; it is a thread of process P ...' when ``pid`` is a thread id, else ''."""
+        """'; PID is a thread of process P ...' when ``pid`` is a thread id, not a
+        process's, else ''. Not a leak: any user may read a thread's Tgid in /proc."""
         try:
             group = procfs.thread_group(pid, self.proc_root)
         except (HostError, ValueError):

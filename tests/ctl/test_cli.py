@@ -40,7 +40,11 @@ def test_config_check(tmp_path):
     good = tmp_path / "good.yaml"
     good.write_text("period_s: 0.2\n")
     r = ctl("config", "check", str(good))
-    assert r.returncode == 0 and "ok" in r.stdout
+    assert r.returncode == 0 and "ok" in r.stdout and not r.stderr
+    grouped = tmp_path / "grouped.yaml"
+    grouped.write_text("socket: {group: no-such-group-here}\n")
+    r = ctl("config", "check", str(grouped))
+    assert r.returncode == 0 and "no group 'no-such-group-here' on this host" in r.stderr
     bad = tmp_path / "bad.yaml"
     bad.write_text("period_s: fast\nlearning:\n  gamma: 3\n")
     r = ctl("config", "check", str(bad))
