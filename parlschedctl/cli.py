@@ -7,7 +7,6 @@ It parses, calls and prints. Exit codes: 0 success, 1 refused or failed,
 from __future__ import annotations
 
 import functools
-import grp
 import json
 import signal
 import subprocess
@@ -68,7 +67,7 @@ def attach(sock: str, pid: int, observe: bool, threads: str | None, descendants:
     click.echo(f"attached {t['pid']} ({t['name']}), {len(t['threads'])} threads, mode {t['mode']}")
     if threads and not t["threads"]:
         click.echo(f"parlschedctl: warning: no thread name of {pid} matches --threads {threads!r} "
-                   f"({t.get('threads_ignored', 0)} left out); threads that match are adopted as they appear",
+                   f"({t.get('threads_ignored', 0)} left out); threads created later with a matching name are adopted",
                    err=True)
 
 
@@ -196,6 +195,7 @@ def config_group() -> None:
 def config_check(path: str) -> None:
     """Validate a config file; print every error with its key path."""
     from parlschedd.config import ConfigError, load
+    from parlschedd.host.privileges import group_id
 
     try:
         cfg = load(path)
@@ -203,19 +203,11 @@ def config_check(path: str) -> None:
         for key, message in exc.errors:
             click.echo(f"{path}: {key}: {message}", err=True)
         sys.exit(1)
-    group = cfg.socket.group
-    if group is not None and not _group_exists(group):  # valid, but this host's daemon would not start
-        click.echo(f"{path}: warning: socket.group: no group {group!r} on this host; parlschedd refuses "
-                   "to start with it", err=True)
-    click.echo(f"{path}: ok")
-
-
-def _group_exists(name: str) -> bool:
     try:
-        grp.getgrnam(name)
-    except KeyError:
-        return False
-    return True
+        group_id(cfg.socket.group)
+    except LookupError as exc:  # valid, but this host's daemon would not start
+        click.echo(f"{path}: warning: socket.group: {exc}; parlschedd refuses to start with it", err=True)
+    click.echo(f"{path}: ok")
 
 
 cli.add_command(model)

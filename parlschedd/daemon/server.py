@@ -9,7 +9,6 @@ clients still waiting are served after the tick (see ``_past_deadline``).
 
 from __future__ import annotations
 
-import grp
 import os
 import selectors
 import signal
@@ -33,7 +32,7 @@ from parlschedd.host import cgroups, procfs
 from parlschedd.host.affinity import Pinner
 from parlschedd.host.errors import HostError
 from parlschedd.host.perf import CounterSet, detect_source, raise_fd_limit
-from parlschedd.host.privileges import CAP_SYS_NICE, effective_capabilities, perfmon_capable
+from parlschedd.host.privileges import CAP_SYS_NICE, effective_capabilities, group_id, perfmon_capable
 from parlschedd.host.state import read_state, write_state
 from parlschedd.patterns import Pattern, compile_pattern
 from parlschedd.topology import read_topology
@@ -129,9 +128,10 @@ class Daemon:
         self.engine = Engine(self.config, self.domains, self.counters, Pinner(proc_root=self.proc_root),
                              proc_root=self.proc_root, on_change=self._mark_dirty)
         self._check_state_dir()
+        gid = self._socket_gid()  # both checked before _recover changes any thread
         saved = self._recover()
         self.metrics = self._start_metrics()
-        self._open_socket()
+        self._open_socket(gid)
         self._wake_r, self._wake_w = socket.socketpair()
         for s in (self._wake_r, self._wake_w):
             s.setblocking(False)
@@ -393,14 +393,16 @@ class Daemon:
 
     # -- socket -----------------------------------------------------------------------
 
-    def _open_socket(self) -> None:
-        path = self.socket_path
+    def _socket_gid(self) -> int | None:
         group = self.config.socket.group
         try:
-            gid = grp.getgrnam(group).gr_gid if group else None
-        except KeyError:
+            return group_id(group)
+        except LookupError:
             raise StartupError(f"socket.group {group!r} does not exist; create it (systemd-sysusers "
                                "parlsched.sysusers.conf) or set socket.group: null") from None
+
+    def _open_socket(self, gid: int | None) -> None:
+        path = self.socket_path
         try:
             Path(path).parent.mkdir(parents=True, exist_ok=True, mode=0o755)
             found = os.lstat(path) if os.path.lexists(path) else None
@@ -435,7 +437,8 @@ class Daemon:
                 os.chown(path, 0, gid)
             except OSError as exc:
                 sock.close()
-                raise StartupError(f"cannot give control socket {path} to group {group}: {exc.strerror}") from None
+                raise StartupError(f"cannot give control socket {path} to group {self.config.socket.group}: "
+                                   f"{exc.strerror}") from None
         sock.listen(64)
         sock.setblocking(False)
         self.listener = sock

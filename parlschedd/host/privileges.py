@@ -4,11 +4,13 @@ The daemon needs CAP_SYS_NICE to change the CPU affinity of other users' threads
 CAP_PERFMON (or CAP_SYS_ADMIN, before Linux 5.8) to open perf counters on them. Root
 has both unless a bounding set takes them away, and a service run as an unprivileged
 user may be given them with AmbientCapabilities=, so the daemon asks the kernel what it
-holds (the CapEff line of /proc/self/status) rather than whether its uid is 0.
+holds (the CapEff line of /proc/self/status) rather than whether its uid is 0. Who
+else may use the daemon is the control socket's group (``group_id``).
 """
 
 from __future__ import annotations
 
+import grp
 from pathlib import Path
 
 from parlschedd.host.procfs import PROC_ROOT
@@ -33,3 +35,14 @@ def perfmon_capable(caps: frozenset[int]) -> bool:
     """Whether perf_event_open(2) lets this process count other users' threads (the
     kernel's perfmon_capable(): CAP_PERFMON, or CAP_SYS_ADMIN)."""
     return CAP_PERFMON in caps or CAP_SYS_ADMIN in caps
+
+
+def group_id(name: str | None) -> int | None:
+    """The gid of group ``name`` (None for no group, as an empty name is too);
+    LookupError when this host has no such group."""
+    if not name:
+        return None
+    try:
+        return grp.getgrnam(name).gr_gid
+    except KeyError:
+        raise LookupError(f"no group {name!r} on this host") from None
