@@ -183,6 +183,7 @@ class Engine:
                         procfs.ThreadExits(self.proc_root, watch=not descendants),  # descendants: listed every period
                         rule=rule, history=History(self.config.history_periods, now))
         self.targets[pid] = target
+        self._gone.pop(pid, None)  # a reused pid: the exit recorded is another process's
         self.on_change()  # a new target shows even before it has a thread
         self._refresh(target, now)
         log.info("attached", pid=pid, name=name, mode=target.mode, threads=len(target.threads))
