@@ -220,21 +220,26 @@ def test_names_are_re_read_a_round_at_a_time(monkeypatch) -> None:
 
 
 @needs_root
-def test_a_target_that_exited_is_named_as_such_only_to_its_owner_and_root(workload) -> None:
+def test_a_target_that_exited_is_named_as_such_only_to_its_owner_and_root() -> None:
     engine, counters = _pin_engine()
-    w = workload(2)
+    owner = 65534  # nobody: the owner is neither root nor the other asker
+    proc = sleepy(3, user=owner)
     try:
-        engine.attach(w.pid, time.monotonic(), uid=0)
-        owner = engine.targets[w.pid].uid
-        w.close()
+        engine.attach(proc.pid, time.monotonic(), uid=0)
+        assert engine.targets[proc.pid].uid == owner
+        proc.kill()
+        proc.wait()
         for _ in range(200):
             engine.tick(time.monotonic())
-            if w.pid not in engine.targets:
+            if proc.pid not in engine.targets:
                 break
             time.sleep(0.01)
-        assert w.pid not in engine.targets
-        told = {uid: str(engine.not_attached(w.pid, uid)) for uid in (0, owner, owner + 4242)}
+        assert proc.pid not in engine.targets
+        told = {uid: str(engine.not_attached(proc.pid, uid)) for uid in (0, owner, owner + 4242)}
         assert "it exited, and parlschedd dropped it (3 threads)" in told[0] and told[owner] == told[0]
-        assert told[owner + 4242] == f"process {w.pid} is not attached"  # nothing on whom the daemon managed
+        assert told[owner + 4242] == f"process {proc.pid} is not attached"  # nothing on whom the daemon managed
     finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
         counters.close_all()

@@ -10,7 +10,11 @@ import sys
 import time
 
 SLEEPY = r"""
-import sys, threading, time
+import os, sys, threading, time
+if len(sys.argv) > 2:  # drop to that uid first, as a service that root starts does
+    os.setgroups([])
+    os.setgid(int(sys.argv[2]))
+    os.setuid(int(sys.argv[2]))
 def idle():
     while True:
         time.sleep(0.1)
@@ -47,9 +51,10 @@ def tids_of(pid: int) -> list[int]:
     return sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
 
 
-def sleepy(n: int) -> subprocess.Popen:
-    """A process with n threads that only sleep (cheap to have many)."""
-    proc = subprocess.Popen([sys.executable, "-c", SLEEPY, str(n)], stdout=subprocess.PIPE, text=True)
+def sleepy(n: int, user: int | None = None) -> subprocess.Popen:
+    """A process with n threads that only sleep (cheap to have many), run as ``user``."""
+    proc = subprocess.Popen([sys.executable, "-c", SLEEPY, str(n), *([] if user is None else [str(user)])],
+                            stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
     return proc
 
