@@ -12,6 +12,7 @@ while its file is open.
 
 from __future__ import annotations
 
+import errno
 import os
 import select
 from collections.abc import Callable, Iterable
@@ -187,13 +188,15 @@ def descendants(pid: int, root: str = PROC_ROOT) -> list[int]:
 
 def pidfd_open(pid: int) -> int | None:
     """A pidfd for ``pid`` (pidfd_open(2), Linux 5.3), or None where the kernel or
-    Python lacks it. The fd is close-on-exec; the caller closes it. A pid that is not
-    a thread-group leader gives EINVAL (a HostError) before Linux 6.9's PIDFD_THREAD."""
+    Python lacks it. The fd is close-on-exec; the caller closes it. ThreadGone when
+    ``pid`` names no process: ESRCH, ENOENT for a thread that is not a thread-group
+    leader since Linux 6.9, and EINVAL for one before 6.9 (with no flags passed,
+    EINVAL can mean nothing else), so a thread id is refused alike on every kernel."""
     opener = getattr(os, "pidfd_open", None)
     if opener is None:
         return None
     try:
-        with translated("pidfd_open", pid=pid):
+        with translated("pidfd_open", pid=pid, overrides={errno.EINVAL: ThreadGone}):
             return int(opener(pid))
     except Unsupported:
         return None

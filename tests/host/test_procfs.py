@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -140,6 +142,36 @@ def test_pidfd_open_real() -> None:
     child.wait()
     with pytest.raises(ThreadGone):
         procfs.pidfd_open(child.pid)
+
+
+def test_a_thread_id_is_no_process_on_kernels_before_and_after_6_9(monkeypatch) -> None:
+    """pidfd_open of a thread that is not its group's leader: ENOENT since Linux 6.9,
+    EINVAL before. This machine's kernel gives one; the other is simulated (the only
+    fake here: the syscall's answer on an older kernel). Both are ThreadGone, so the
+    engine's attach refuses a thread id with its hint instead of an internal error."""
+    ready, done = threading.Event(), threading.Event()
+    tids: list[int] = []
+    worker = threading.Thread(target=lambda: (tids.append(threading.get_native_id()), ready.set(), done.wait(10)))
+    worker.start()
+    try:
+        ready.wait(10)
+        with pytest.raises(ThreadGone):
+            procfs.pidfd_open(tids[0])  # this kernel's own answer
+        real = os.pidfd_open
+
+        def before_6_9(pid: int, flags: int = 0) -> int:
+            if pid == tids[0]:
+                raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+            return real(pid, flags)
+
+        monkeypatch.setattr(os, "pidfd_open", before_6_9)
+        with pytest.raises(ThreadGone):
+            procfs.pidfd_open(tids[0])
+        with pytest.raises(ThreadGone):
+            procfs.ProcessHandle(tids[0])
+    finally:
+        done.set()
+        worker.join()
 
 
 def test_process_handle_sees_exit_through_the_pidfd() -> None:
