@@ -31,6 +31,10 @@ GONE_KEPT = 64  # exited targets remembered, to say why a later request finds th
 RENAMES_PER_ROUND = 128  # thread names re-read per rescan_s (when status is shown), about 4 ms
 
 
+def _threads(n: int) -> str:
+    return f"{n} thread" if n == 1 else f"{n} threads"
+
+
 class EngineError(Exception):
     """A refused request; ``code`` is the protocol's error code."""
 
@@ -107,6 +111,7 @@ class Target:
     stale: bool = False  # threads joined or left since the roster was aligned
     ignored: set[int] = field(default_factory=set)  # tids the thread filter left out
     migrations: int = 0  # affinity changes made
+    most_threads: int = 0  # the most threads managed at once: what an exit is described by
     base_mask: frozenset[int] | None = None  # the main thread's mask at attach
     rule: int | None = None  # index of the config rule that matched, None if attached by hand
     history: History | None = None
@@ -206,7 +211,7 @@ class Engine:
         message = f"process {pid} is not attached"
         gone = self._gone.get(pid)
         if gone is not None and uid in (None, 0, gone[0]) and self._start_time(pid) in (None, gone[1]):
-            message += f": it exited, and parlschedd dropped it ({gone[2]} threads)"
+            message += f": it exited, and parlschedd dropped it ({_threads(gone[2])} managed at most)"
         return EngineError("not_attached", message + self._thread_hint(pid))
 
     def _thread_hint(self, pid: int) -> str:
@@ -408,6 +413,7 @@ class Engine:
             log.warning("cannot manage thread", tid=tid, error=str(exc))
             return
         target.threads[tid] = ThreadState(tid, start, name, value, now)
+        target.most_threads = max(target.most_threads, len(target.threads))
         target.stale = True
         self.on_change()
 
@@ -453,7 +459,7 @@ class Engine:
         return restored
 
     def _drop_target(self, target: Target, why: str) -> None:
-        self._gone[target.pid] = (target.uid, target.handle.start_time, len(target.threads))
+        self._gone[target.pid] = (target.uid, target.handle.start_time, target.most_threads)
         while len(self._gone) > GONE_KEPT:
             del self._gone[next(iter(self._gone))]
         for tid in list(target.threads):

@@ -12,13 +12,14 @@ import numpy as np
 import pytest
 
 from parlschedd.config import Config
+from parlschedd.daemon import engine as engine_module
 from parlschedd.daemon.engine import Engine, Roster, ThreadState
 from parlschedd.host.affinity import Pinner
 from parlschedd.host.base import CounterSource
 from parlschedd.host.perf import CounterSet
 from parlschedd.topology import read_topology
 from tests.conftest import needs_root
-from tests.reliability.helpers import masks, sleepy, tids_of
+from tests.reliability.helpers import NS_LAST_PID, masks, sleepy, spawn_with_pid, tids_of
 
 
 def test_aligned_carries_rows_over_and_starts_new_threads_from_adoption() -> None:
@@ -219,6 +220,18 @@ def test_names_are_re_read_a_round_at_a_time(monkeypatch) -> None:
         counters.close_all()
 
 
+def _drop_on_exit(engine: Engine, proc) -> None:
+    """Kill ``proc`` and run periods until the engine has dropped it."""
+    proc.kill()
+    proc.wait()
+    for _ in range(200):
+        engine.tick(time.monotonic())
+        if proc.pid not in engine.targets:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"target {proc.pid} was not dropped")
+
+
 @needs_root
 def test_a_target_that_exited_is_named_as_such_only_to_its_owner_and_root() -> None:
     engine, counters = _pin_engine()
@@ -227,19 +240,81 @@ def test_a_target_that_exited_is_named_as_such_only_to_its_owner_and_root() -> N
     try:
         engine.attach(proc.pid, time.monotonic(), uid=0)
         assert engine.targets[proc.pid].uid == owner
-        proc.kill()
-        proc.wait()
-        for _ in range(200):
-            engine.tick(time.monotonic())
-            if proc.pid not in engine.targets:
-                break
-            time.sleep(0.01)
-        assert proc.pid not in engine.targets
+        _drop_on_exit(engine, proc)
         told = {uid: str(engine.not_attached(proc.pid, uid)) for uid in (0, owner, owner + 4242)}
-        assert "it exited, and parlschedd dropped it (3 threads)" in told[0] and told[owner] == told[0]
+        assert "it exited, and parlschedd dropped it (3 threads managed at most)" in told[0] and told[owner] == told[0]
         assert told[owner + 4242] == f"process {proc.pid} is not attached"  # nothing on whom the daemon managed
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        counters.close_all()
+
+
+@needs_root
+def test_an_exit_is_described_by_the_most_threads_managed_not_the_last(workload) -> None:
+    """Threads that end one by one before their process are dropped as they go; the
+    refusal names the most the target had at once (here the main thread and three
+    workers), not the one left at the end ("1 threads" before)."""
+    engine, counters = _pin_engine()
+    w = workload(3)
+    try:
+        engine.attach(w.pid, time.monotonic())
+        assert len(engine.targets[w.pid].threads) == 4
+        for left in (2, 1, 0):
+            w.command("stop")
+            for _ in range(200):
+                engine.tick(time.monotonic())
+                if len(engine.targets[w.pid].threads) == left + 1:
+                    break
+                time.sleep(0.01)
+            assert len(engine.targets[w.pid].threads) == left + 1
+        _drop_on_exit(engine, w.proc)
+        assert "dropped it (4 threads managed at most)" in str(engine.not_attached(w.pid, 0))
+    finally:
+        counters.close_all()
+
+
+@needs_root
+@pytest.mark.skipif(not os.access(NS_LAST_PID, os.W_OK), reason="ns_last_pid not writable")
+def test_a_reused_pid_is_not_described_as_the_target_that_exited() -> None:
+    """A new process with a dropped target's pid (steered through ns_last_pid) is not
+    the one that exited: a refusal about it says only that it is not attached."""
+    engine, counters = _pin_engine()
+    old = sleepy(2)
+    try:
+        engine.attach(old.pid, time.monotonic())
+        _drop_on_exit(engine, old)
+        assert "it exited" in str(engine.not_attached(old.pid, 0))
+        new = spawn_with_pid(old.pid, ["sleep", "60"])
+        if new is None:
+            pytest.skip("could not steer the next pid (busy machine)")
+        try:
+            assert str(engine.not_attached(old.pid, 0)) == f"process {old.pid} is not attached"
+        finally:
+            new.kill()
+            new.wait()
+    finally:
+        counters.close_all()
+
+
+@needs_root
+def test_only_the_last_gone_kept_exits_are_remembered(monkeypatch) -> None:
+    """The record of exited targets is bounded (GONE_KEPT, lowered to 2 here so that
+    three real processes show the bound): the oldest exit is forgotten first."""
+    monkeypatch.setattr(engine_module, "GONE_KEPT", 2)
+    engine, counters = _pin_engine()
+    procs = [sleepy(1) for _ in range(3)]
+    try:
+        for proc in procs:
+            engine.attach(proc.pid, time.monotonic())
+            _drop_on_exit(engine, proc)
+        told = [str(engine.not_attached(p.pid, 0)) for p in procs]
+        assert told[0] == f"process {procs[0].pid} is not attached"
+        assert all("it exited" in t for t in told[1:])
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
         counters.close_all()

@@ -59,6 +59,23 @@ def sleepy(n: int, user: int | None = None) -> subprocess.Popen:
     return proc
 
 
+NS_LAST_PID = "/proc/sys/kernel/ns_last_pid"
+
+
+def spawn_with_pid(pid: int, argv: list[str]) -> subprocess.Popen | None:
+    """Start argv with exactly ``pid`` by writing ns_last_pid (root); None if another
+    process on this shared machine took the pid first."""
+    for _ in range(20):
+        with open(NS_LAST_PID, "w") as f:
+            f.write(str(pid - 1))
+        p = subprocess.Popen(argv)
+        if p.pid == pid:
+            return p
+        p.kill()
+        p.wait()
+    return None
+
+
 def raw_exchange(path: str, payload: bytes, timeout: float = 10.0, chunks: int = 1) -> list[dict]:
     """Send payload (in ``chunks`` pieces), half-close, return every reply line parsed."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:

@@ -26,7 +26,8 @@ from parlschedd.host.affinity import Pinner
 from parlschedd.host.base import CounterSource
 from parlschedd.host.perf import CounterSet, perf_event_open
 from tests.conftest import needs_root, start_daemon, threads_of, wait_for
-from tests.reliability.helpers import errors_in_log, fd_count, log_records, masks, sleepy, tids_of
+from tests.reliability.helpers import (NS_LAST_PID, errors_in_log, fd_count, log_records, masks, sleepy,
+                                       spawn_with_pid, tids_of)
 
 pytestmark = needs_root
 ALL = frozenset(os.sched_getaffinity(0))
@@ -106,23 +107,6 @@ def test_targets_exiting_during_periods(daemon):
 
 
 # -- pid reuse -------------------------------------------------------------------------
-
-NS_LAST_PID = "/proc/sys/kernel/ns_last_pid"
-
-
-def spawn_with_pid(pid: int, argv: list[str]) -> subprocess.Popen | None:
-    """Start argv with exactly ``pid`` by writing ns_last_pid (root); None if another
-    process on this shared machine took the pid first."""
-    for _ in range(20):
-        with open(NS_LAST_PID, "w") as f:
-            f.write(str(pid - 1))
-        p = subprocess.Popen(argv)
-        if p.pid == pid:
-            return p
-        p.kill()
-        p.wait()
-    return None
-
 
 def reuse_pid_of(proc: subprocess.Popen, argv: list[str]) -> subprocess.Popen:
     pid = proc.pid
