@@ -23,7 +23,7 @@ from parlschedctl.model import model
 from parlschedctl.render import progress_line, status_table
 
 
-PID = click.IntRange(min=1, max=4_194_304)  # PID_MAX_LIMIT: no 64-bit kernel hands out a larger pid
+PID = click.IntRange(min=1, max=4_194_303)  # below PID_MAX_LIMIT (4194304): the largest pid any kernel hands out
 
 
 def talks_to_daemon(fn: Callable[..., Any]) -> Callable[..., Any]:

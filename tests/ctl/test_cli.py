@@ -25,10 +25,12 @@ def test_unreachable_daemon_exits_3(tmp_path):
     assert r.returncode == 3 and "not running" in r.stderr
 
 
-def test_usage_error_exits_2():
+def test_usage_error_exits_2(tmp_path):
     assert ctl("attach", "notapid").returncode == 2
     assert ctl("top", "--interval", "-1").returncode == 2
     assert ctl("attach", "99999999999").returncode == 2  # no kernel hands out such a pid
+    assert ctl("attach", "4194304").returncode == 2  # PID_MAX_LIMIT itself: pids stay below it
+    assert ctl("attach", "4194303", socket=str(tmp_path / "none.sock")).returncode == 3  # a pid: asks the daemon
 
 
 def test_python_m_parlschedctl_is_the_cli():
