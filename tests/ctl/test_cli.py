@@ -72,19 +72,22 @@ def test_attach_status_detach_through_the_cli(daemon, workload):
 
 
 @needs_root
-def test_refusals_and_empty_attaches_say_why(daemon, workload):
+def test_refusals_and_empty_attaches_say_why(daemon, workload, tmp_path):
     w = workload(2)
     thread = w.tids[-1]
-    for cmd in ("attach", "detach", "status"):
-        r = ctl(cmd, str(thread), socket=daemon.socket)
+    plot = ("--out", str(tmp_path / "plot.png"))  # plot asks for the target's history
+    for cmd, *rest in (("attach",), ("detach",), ("status",), ("plot", *plot)):
+        r = ctl(cmd, str(thread), *rest, socket=daemon.socket)
         assert r.returncode == 1 and f"{thread} is a thread of process {w.pid}" in r.stderr, (cmd, r.stderr)
     r = ctl("attach", str(w.pid), "--threads", "^no-such-name$", socket=daemon.socket)
     assert r.returncode == 0, r.stderr  # attached: a thread of that name may still come
     assert "0 threads" in r.stdout and "no thread name" in r.stderr and "3 left out" in r.stderr
     w.close()
     wait_for(lambda: json.loads(ctl("status", "--json", socket=daemon.socket).stdout)["targets"] == [])
-    r = ctl("detach", str(w.pid), socket=daemon.socket)
-    assert r.returncode == 1 and "it exited, and parlschedd dropped it" in r.stderr, r.stderr
+    for cmd, *rest in (("detach",), ("plot", *plot)):
+        r = ctl(cmd, str(w.pid), *rest, socket=daemon.socket)
+        assert r.returncode == 1 and "it exited, and parlschedd dropped it" in r.stderr, (cmd, r.stderr)
+    assert not (tmp_path / "plot.png").exists()
 
 
 def run_in_background(daemon, script: str) -> subprocess.Popen:
