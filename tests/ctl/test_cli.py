@@ -100,12 +100,18 @@ def run_in_background(daemon, script: str) -> subprocess.Popen:
 
 
 @needs_root
-def test_run_waits_for_cmd_when_the_daemon_goes_away(daemon):
-    proc = run_in_background(daemon, "sleep 1; exit 5")
+def test_run_waits_for_cmd_when_the_daemon_goes_away(daemon, tmp_path):
+    """CMD outlives the daemon by construction: it ends only when the test has read
+    run's "lost the daemon" (a fixed sleep raced the test's own start-up under load)."""
+    go = tmp_path / "go"
+    proc = run_in_background(daemon, f"for i in $(seq 600); do [ -e {go} ] && break; sleep 0.05; done; exit 5")
     daemon.stop()
+    said = proc.stderr.readline()  # run's next poll finds the socket gone
+    go.touch()
     _, err = proc.communicate(timeout=30)
+    assert "lost the daemon" in said, said + err
     assert proc.returncode == 5, err  # CMD's code, not 3: CMD ran to its end
-    assert "lost the daemon" in err and "sh exited 5" in err
+    assert "sh exited 5" in err
 
 
 @needs_root
