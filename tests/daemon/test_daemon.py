@@ -509,7 +509,8 @@ def test_a_socket_path_that_is_not_a_socket_is_left_alone(tmp_path):
     assert precious.read_text() == "keep me\n"
 
 
-@pytest.mark.parametrize("case", ["state dir under a file", "state dir is a file", "no such socket group"])
+@pytest.mark.parametrize("case", ["state dir under a file", "state dir is a file", "state dir refuses files",
+                                  "no such socket group"])
 def test_an_unusable_state_dir_or_socket_group_stops_the_start(tmp_path, case):
     """The daemon refuses to start, in one line, rather than run without the state
     file a restart after SIGKILL restores from, or with a socket its group cannot use."""
@@ -519,6 +520,8 @@ def test_an_unusable_state_dir_or_socket_group_stops_the_start(tmp_path, case):
         state = tmp_path / "a-file" / "state"
     elif case == "state dir is a file":
         state = tmp_path / "a-file"
+    elif case == "state dir refuses files":
+        state = Path("/sys")  # a directory in which even root may not create a file (sysfs)
     else:
         config += "socket: {group: no-such-group-here}\n"
     (tmp_path / "cfg.yaml").write_text(config)
@@ -529,6 +532,8 @@ def test_an_unusable_state_dir_or_socket_group_stops_the_start(tmp_path, case):
     assert proc.returncode == 1
     if case == "no such socket group":
         assert "socket.group 'no-such-group-here' does not exist" in proc.stderr
+    elif case == "state dir refuses files":
+        assert "cannot use state dir /sys: Permission denied (the original masks" in proc.stderr
     else:
         assert f"cannot use state dir {state}: " in proc.stderr and "not a directory" in proc.stderr.lower()
     assert "Traceback" not in proc.stderr
