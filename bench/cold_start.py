@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import machine, start_idle_target
+from harness import machine, stamp, start_idle_target
 from parlschedd.config import DAEMON_LEARNING
 from parlschedd.host.perf import CounterSet, detect_source
 from parlschedd.learning.scheduler import TwoLevelScheduler
@@ -103,7 +103,7 @@ def main() -> None:
                      + f" | {r['total_us']:.1f} | {r['ratio_to_back_to_back']:.1f} |")
     table = "\n".join(lines)
     print(f"{args.threads} threads, counter source {source}\n{table}")
-    out = {"benchmark": "cold_start", "date": time.strftime("%Y-%m-%d %H:%M"),
+    out = {"benchmark": "cold_start", "date": stamp(),
            "machine": machine(),
            "load_average": [round(x, 2) for x in os.getloadavg()],
            "threads": args.threads, "reps": args.reps, "counter_source": source, "rows": rows, "table": table}

@@ -3,6 +3,7 @@ process of N threads that mostly sleep."""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import platform
 import socket
@@ -26,6 +27,11 @@ for _ in range(int(sys.argv[1]) - 1):
 print("ready", flush=True)
 time.sleep(86400)
 """
+
+
+def stamp() -> str:
+    """When a result was measured: UTC, to the second (the figures quote the time of day)."""
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def machine() -> dict:

@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from harness import machine, start_daemon, start_idle_target  # noqa: E402
+from harness import machine, stamp, start_daemon, start_idle_target  # noqa: E402
 from parlschedctl import client  # noqa: E402
 
 PERIOD_S = 0.1
@@ -248,7 +248,7 @@ def main() -> None:
     fd_growth = max(fd_series[-third:]) - max(fd_series[:third])
     rss_growth = float(np.mean(rss_series[-third:]) - np.mean(rss_series[:third]))
     out = {
-        "benchmark": "load", "date": time.strftime("%Y-%m-%d %H:%M"),
+        "benchmark": "load", "date": stamp(),
         "machine": machine(),
         "load_average": {"at_start": [round(x, 2) for x in load_start],
                          "at_end": [round(x, 2) for x in os.getloadavg()]},

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import psutil
 
-from harness import machine, start_daemon, start_idle_target, stop_daemon
+from harness import machine, stamp, start_daemon, start_idle_target, stop_daemon
 from parlschedctl import client
 from parlschedd.host.base import CounterSource
 from parlschedd.host.perf import CounterSet, raise_fd_limit
@@ -133,7 +133,7 @@ def main() -> None:
                      f"{r['loop_mean_ms']:.2f} / {r['loop_max_ms']:.2f} |")
     table = "\n".join(lines)
     print(table)
-    out = {"benchmark": "overhead", "date": time.strftime("%Y-%m-%d"),
+    out = {"benchmark": "overhead", "date": stamp(),
            "machine": machine(),
            "period_s": PERIOD_S, "window_s": args.window, "learning": "paper" if args.paper else "daemon defaults", "targets": {"ratio_to_floor": 3.0, "us_per_thread_period": 10.0},
            "rows": rows, "table": table}

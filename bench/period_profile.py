@@ -24,7 +24,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from harness import machine, start_daemon, start_idle_target, stop_daemon
+from harness import machine, stamp, start_daemon, start_idle_target, stop_daemon
 from overhead import PERIOD_S, cpu_seconds
 from parlschedctl import client
 
@@ -143,7 +143,7 @@ def main() -> None:
         print(f"profiling {n} threads for {args.window:g} s ...", file=sys.stderr, flush=True)
         rows.append(profile(n, args.window))
         print(table(rows[-1]) + "\n")
-    out = {"benchmark": "period_profile", "date": time.strftime("%Y-%m-%d %H:%M"),
+    out = {"benchmark": "period_profile", "date": stamp(),
            "machine": machine(),
            "code": code_version(), "period_s": PERIOD_S, "window_s": args.window, "rows": rows, "tables": [table(r) for r in rows]}
     args.out.parent.mkdir(parents=True, exist_ok=True)

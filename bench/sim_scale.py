@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from harness import stamp
 from parlschedd.config import DAEMON_LEARNING
 from parlschedd.learning.params import LearningParams
 from parlschedd.sim.background import Background
@@ -145,7 +146,7 @@ def main() -> None:
     summary = {
         "benchmark": "sim_scale",
         "machine": {"node": platform.node(), "cpus": __import__("os").cpu_count(), "python": platform.python_version()},
-        "date": time.strftime("%Y-%m-%d"),
+        "date": stamp(),
         "setup": {"threads": THREADS, "cores": CORES, "domains": DOMAINS, "domain_every": DOMAIN_EVERY,
                   "weights": f"1 + Lomax({args.tail})", "background": f"non-uniform, load 2.0 on the first {CORES // 16} cores",
                   "remote_penalty": 0.2, "noise": "lognormal sigma 0.05", "periods": args.periods, "seeds": [seeds.start, seeds.stop - 1],
