@@ -34,7 +34,7 @@ test: $(STAMP)
 test-all: $(STAMP)
 	$(PY) -m pytest -m ''
 
-# Every benchmark, one after the other (about 30 minutes on 2 CPUs; run as root, on a
+# Every benchmark, one after the other (about 45 minutes on 2 CPUs; run as root, on a
 # quiet machine: the timings are the figures). Each writes its JSON under bench/results/.
 bench: $(STAMP)
 	$(PY) bench/sim_scale.py
@@ -44,6 +44,7 @@ bench: $(STAMP)
 	$(PY) bench/cold_start.py
 	$(PY) bench/energy_fit.py
 	$(PY) bench/scenarios.py
+	$(PY) bench/headroom.py
 
 clean:
 	rm -rf $(VENV) $(RUNDIR) build dist *.egg-info .pytest_cache .hypothesis

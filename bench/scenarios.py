@@ -39,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -264,7 +265,11 @@ class HistoryPoller(threading.Thread):
         return statistics.fmean(vals) / scale
 
 
-def run_once(sc: dict, mode: str, sock: str | None, toggle_s: float, keep_history: bool) -> dict:
+def run_once(sc: dict, mode: str, sock: str | None, toggle_s: float, keep_history: bool,
+             during: Callable[[subprocess.Popen], dict] | None = None) -> dict:
+    """One timed run of ``sc``'s command: under the plain kernel (mode A) or attached to
+    the daemon at ``sock`` (B). ``during`` is called with the running command before it
+    is waited for (bench/headroom.py pins its threads there); its fields join the record."""
     bg = start_background(sc["cpu_availability"], toggle_s)
     if bg is not None:
         time.sleep(0.3)  # the hog runs before the workload starts
@@ -278,7 +283,10 @@ def run_once(sc: dict, mode: str, sock: str | None, toggle_s: float, keep_histor
         poller.start()
     sampler = TaskSampler(proc.pid)
     sampler.start()
+    extra: dict = {}
     try:
+        if during is not None:
+            extra = during(proc)
         rc = proc.wait()
     finally:
         wall = time.monotonic() - t0
@@ -287,7 +295,7 @@ def run_once(sc: dict, mode: str, sock: str | None, toggle_s: float, keep_histor
         stop(bg)
     sampler.join()
     rec = {"mode": mode, "wall_s": round(wall, 4), "rc": rc, "load1": round(load, 2),
-           "speed": sampler.per_thread_speed()}
+           "speed": sampler.per_thread_speed(), **extra}
     if poller is not None:
         poller.halt.set()
         poller.join()
