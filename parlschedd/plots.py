@@ -1,6 +1,6 @@
 """Figures of a target's run, like the paper's Figures 3-6: the running average speed
-of each thread and of the whole target over time, with the moments of CPU changes
-(ticks) and domain changes (vertical lines) marked. Headless (Agg)."""
+of each thread and of the whole target over time, with the placement changes per
+period (bars: a new CPU, a pin or a free) and domain changes (vertical lines) marked. Headless (Agg)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,25 @@ def running_average(t: np.ndarray, u: np.ndarray) -> np.ndarray:
         return np.where(n > 0, s / np.maximum(n, 1), np.nan)
 
 
+def placement_changes(samples: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """For each period after the first: how many threads changed placement, and
+    whether any changed domain. A placement change is a new CPU, including a pin of a
+    free thread and a free of a pinned one (the history's cpu -1 is "free"). A thread
+    counts only between two periods it is in both, so joining and leaving are not
+    changes."""
+    tids = sorted({tid for s in samples for tid in s["tids"]})
+    col = {tid: i for i, tid in enumerate(tids)}
+    shape = (len(samples), len(tids))
+    there, cpu, dom = np.zeros(shape, dtype=bool), np.zeros(shape, dtype=np.int64), np.zeros(shape, dtype=np.int64)
+    for k, s in enumerate(samples):
+        idx = [col[x] for x in s["tids"]]
+        there[k, idx], cpu[k, idx], dom[k, idx] = True, s["cpu"], s["domain"]
+    both = there[1:] & there[:-1]
+    moves = ((np.diff(cpu, axis=0) != 0) & both).sum(axis=1)
+    domain_moved = ((np.diff(dom, axis=0) != 0) & both).any(axis=1)
+    return moves, domain_moved
+
+
 def plot_history(history: dict, out: str | Path, max_threads: int = 32) -> Path:
     """Draw the figure for a ``history`` reply of the daemon into ``out`` (PNG)."""
     samples = history["samples"]
@@ -36,13 +55,8 @@ def plot_history(history: dict, out: str | Path, max_threads: int = 32) -> Path:
     tids = sorted({tid for s in samples for tid in s["tids"]})
     col = {tid: i for i, tid in enumerate(tids)}
     util = np.full((len(samples), len(tids)), np.nan)
-    cpu = np.full((len(samples), len(tids)), -1)
-    dom = np.full((len(samples), len(tids)), -1)
     for k, s in enumerate(samples):
-        idx = [col[x] for x in s["tids"]]
-        util[k, idx] = [np.nan if u is None else u / scale for u in s["utility"]]
-        cpu[k, idx] = s["cpu"]
-        dom[k, idx] = s["domain"]
+        util[k, [col[x] for x in s["tids"]]] = [np.nan if u is None else u / scale for u in s["utility"]]
 
     fig, (ax, ax_cpu) = plt.subplots(2, 1, figsize=(10, 7), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
     shown = tids[:max_threads]
@@ -50,12 +64,10 @@ def plot_history(history: dict, out: str | Path, max_threads: int = 32) -> Path:
         ax.plot(t, running_average(t, util[:, col[tid]]), lw=0.8, alpha=0.7)
     total = np.nanmean(util, axis=1) if util.size else util
     ax.plot(t, running_average(t, total), color="black", lw=2.2, label="whole target (mean per thread)")
-    changed_dom = (np.diff(dom, axis=0) != 0) & (dom[1:] >= 0) & (dom[:-1] >= 0)
-    for k in np.flatnonzero(changed_dom.any(axis=1)):
+    moves, domain_moved = placement_changes(samples)
+    for k in np.flatnonzero(domain_moved):
         ax.axvline(t[k + 1], color="tab:red", lw=0.8, ls="--")
         ax_cpu.axvline(t[k + 1], color="tab:red", lw=0.8, ls="--")
-    changed_cpu = (np.diff(cpu, axis=0) != 0) & (cpu[1:] >= 0) & (cpu[:-1] >= 0)
-    moves = changed_cpu.sum(axis=1)
     ax_cpu.bar(t[1:], moves, width=history.get("period_s", 0.1), color="tab:blue")
     ax.set_ylabel(f"running average speed\n{unit}")
     ax.set_title(f"{history.get('name', '')} (pid {history.get('pid', '?')}): {len(tids)} threads"
@@ -63,7 +75,7 @@ def plot_history(history: dict, out: str | Path, max_threads: int = 32) -> Path:
                  + "; dashed red: domain changes")
     ax.legend(loc="lower right")
     ax.grid(alpha=0.3)
-    ax_cpu.set_ylabel("CPU changes\nper period")
+    ax_cpu.set_ylabel("placement changes\nper period")
     ax_cpu.set_xlabel("seconds since attach")
     ax_cpu.grid(alpha=0.3)
     fig.tight_layout()
