@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 RUNDIR := $(CURDIR)/run
 SYSDEPS_STAMP := $(VENV)/.sysdeps-stamp
 
-.PHONY: venv sysdeps run test test-all bench fuzz clean
+.PHONY: venv sysdeps run test test-all test-slow bench fuzz clean
 
 venv: $(STAMP)
 
@@ -33,6 +33,10 @@ test: $(STAMP)
 
 test-all: $(STAMP)
 	$(PY) -m pytest -m ''
+
+# The slow tests alone (about 20 s): .ci/run runs them after make test, so they cannot rot unseen.
+test-slow: $(STAMP)
+	$(PY) -m pytest -m slow
 
 # Every benchmark, one after the other (about 45 minutes on 2 CPUs; run as root, on a
 # quiet machine: the timings are the figures). Each writes its JSON under bench/results/.
