@@ -6,11 +6,14 @@ divided by periods and threads, and its RSS. The floor is measured in this same 
 in this process: one counter read per thread per period plus as many
 sched_setaffinity calls as the daemon made (its reported migrations), nothing else.
 
-    sudo .venv/bin/python bench/overhead.py [--window 10] [--sizes 16,256,1024] [--paper]
+    sudo .venv/bin/python bench/overhead.py [--window 10] [--sizes 16,256,1024] [--rounds 3] [--paper]
 
-Prints a table and writes bench/results/overhead.json (the daemon's default learning
-parameters) or, with --paper, bench/results/overhead-paper.json (the paper's: every
-thread pinned to one core, so about half the threads move each period on 2 CPUs).
+Each size is measured in ``--rounds`` rounds (a fresh daemon and target, then the
+floor) and the table gives the medians, with the range of the ratio: on a VM one
+round's figures swing by 2x from the next's. Prints a table and writes
+bench/results/overhead.json (the daemon's default learning parameters) or, with
+--paper, bench/results/overhead-paper.json (the paper's: every thread pinned to one
+core, so about half the threads move each period on 2 CPUs).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import psutil
 
 from harness import machine, stamp, start_daemon, start_idle_target, stop_daemon
@@ -109,10 +113,37 @@ def measure_floor(source: str, tids: list[int], periods: int, migrations: int) -
     return spent / periods / len(tids) * 1e6
 
 
+def summarise(rounds: list[dict]) -> dict:
+    """One row per size from its rounds: the median of each figure (of the ratio taken
+    round by round, the daemon and its floor measured back to back), with the ratio's
+    range, since on a VM one round's floor alone swings by 2x."""
+    ratios = [r["ratio_to_floor"] for r in rounds]
+    row = {key: float(np.median([r[key] for r in rounds]))
+           for key in ("daemon_us_per_thread_period", "floor_us_per_thread_period", "ratio_to_floor",
+                       "migrations_per_period", "rss_mib", "loop_mean_ms")}
+    row.update(threads=rounds[0]["threads"], fds=rounds[0]["fds"], counter_source=rounds[0]["counter_source"],
+               loop_max_ms=max(r["loop_max_ms"] for r in rounds), ratio_min=min(ratios), ratio_max=max(ratios),
+               rounds=rounds)
+    return row
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| threads | daemon us/thread/period | floor us/thread/period | ratio (min-max) | migrations/period "
+             "| RSS MiB | fds | loop mean / max ms |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['threads']} | {r['daemon_us_per_thread_period']:.1f} | {r['floor_us_per_thread_period']:.1f} | "
+                     f"{r['ratio_to_floor']:.2f} ({r['ratio_min']:.2f}-{r['ratio_max']:.2f}) | "
+                     f"{r['migrations_per_period']:.1f} | {r['rss_mib']:.1f} | {r['fds']} | "
+                     f"{r['loop_mean_ms']:.2f} / {r['loop_max_ms']:.2f} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--window", type=float, default=10.0, help="seconds measured per size")
+    ap.add_argument("--window", type=float, default=10.0, help="seconds measured per size and round")
     ap.add_argument("--sizes", default="16,256,1024")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="daemon-and-floor measurements per size; the table shows their medians")
     ap.add_argument("--paper", action="store_true",
                     help="the paper's learning parameters instead of the daemon's defaults (writes overhead-paper.json)")
     ap.add_argument("--out", type=Path, default=None)
@@ -120,23 +151,25 @@ def main() -> None:
     args.out = args.out or Path(__file__).parent / "results" / ("overhead-paper.json" if args.paper else "overhead.json")
     if os.geteuid() != 0:
         sys.exit("overhead.py: run as root (the daemon needs it)")
+    if args.rounds < 1:
+        sys.exit("overhead.py: --rounds must be at least 1")
     raise_fd_limit()
     rows = []
     for n in (int(s) for s in args.sizes.split(",")):
-        print(f"measuring {n} threads for {args.window:g} s ...", file=sys.stderr, flush=True)
-        rows.append(measure_daemon(n, args.window, PAPER if args.paper else ""))
-    head = "| threads | daemon us/thread/period | floor us/thread/period | ratio | migrations/period | RSS MiB | fds | loop mean / max ms |"
-    lines = [head, "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['threads']} | {r['daemon_us_per_thread_period']:.1f} | {r['floor_us_per_thread_period']:.1f} | "
-                     f"{r['ratio_to_floor']:.2f} | {r['migrations_per_period']:.1f} | {r['rss_mib']:.1f} | {r['fds']} | "
-                     f"{r['loop_mean_ms']:.2f} / {r['loop_max_ms']:.2f} |")
-    table = "\n".join(lines)
-    print(table)
+        rounds = []
+        for k in range(args.rounds):
+            print(f"measuring {n} threads for {args.window:g} s, round {k + 1} of {args.rounds} ...",
+                  file=sys.stderr, flush=True)
+            rounds.append(measure_daemon(n, args.window, PAPER if args.paper else ""))
+        rows.append(summarise(rounds))
+    text = table(rows)
+    print(text)
     out = {"benchmark": "overhead", "date": stamp(),
            "machine": machine(),
-           "period_s": PERIOD_S, "window_s": args.window, "learning": "paper" if args.paper else "daemon defaults", "targets": {"ratio_to_floor": 3.0, "us_per_thread_period": 10.0},
-           "rows": rows, "table": table}
+           "period_s": PERIOD_S, "window_s": args.window, "rounds": args.rounds,
+           "learning": "paper" if args.paper else "daemon defaults",
+           "targets": {"ratio_to_floor": 3.0, "us_per_thread_period": 10.0},
+           "rows": rows, "table": text}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {args.out}", file=sys.stderr)
