@@ -135,7 +135,8 @@ class Engine:
     """Targets and their threads; no sockets, no signals, no sleeping."""
 
     def __init__(self, config: Config, domains: list[list[int]], counters: Counters, pinner: Actuator,
-                 proc_root: str = procfs.PROC_ROOT, on_change: Callable[[], None] = lambda: None) -> None:
+                 proc_root: str = procfs.PROC_ROOT, on_change: Callable[[], None] = lambda: None,
+                 persist: Callable[[], bool] = lambda: True) -> None:
         self.config = config
         self.domains = domains
         self.counters = counters
@@ -143,6 +144,8 @@ class Engine:
         self.proc_root = proc_root
         self.targets: dict[int, Target] = {}
         self.on_change = on_change  # called when the set of targets or adopted threads changed
+        self.persist = persist  # writes the adopted threads' original masks; False when it could not
+        self._unsaved: set[int] = set()  # tids adopted since the last persist: not pinned before it
         self._single = {c: frozenset({c}) for d in domains for c in d}  # pin masks, made once
         self._whole = [frozenset(d) for d in domains]  # a free thread's mask: its domain
         self.read_errors = 0  # counter reads that failed for a thread still there
@@ -254,6 +257,12 @@ class Engine:
     # -- the period -------------------------------------------------------------------
 
     def tick(self, now: float) -> None:
+        """One period: adopt and drop threads in every target, write the originals of
+        the threads just adopted, then measure, learn and pin. A thread is never pinned
+        before its original mask is on disk, so a daemon killed at any point leaves a
+        state file that restores every thread it changed; while the write fails, the
+        threads it would cover stay as they are."""
+        live = []
         for target in list(self.targets.values()):
             try:
                 if not self._unchanged(target):
@@ -261,8 +270,15 @@ class Engine:
                         self._drop_target(target, "exited")
                         continue
                     self._refresh(target, now)
-                self._step(target, now)
+                live.append(target)
             except Exception:  # a bug must cost one target's period, never the daemon
+                log.exception("period failed for target", pid=target.pid)
+        if self._unsaved and self.persist():
+            self._unsaved.clear()
+        for target in live:
+            try:
+                self._step(target, now)
+            except Exception:
                 log.exception("period failed for target", pid=target.pid)
 
     def resync(self) -> None:
@@ -305,6 +321,8 @@ class Engine:
             r.cpu = np.array([self._running_on(tid) for tid in r.tids.tolist()], dtype=np.int64)
         else:
             moved = np.flatnonzero((cpus != r.cpu) | ~r.pinned | ((cpus < 0) & (domains != r.domain)))
+            if moved.size and self._unsaved:
+                moved = moved[~np.isin(r.tids[moved], np.fromiter(self._unsaved, dtype=np.int64))]
             if moved.size:
                 self._pin(target, r, moved, cpus, domains)
         r.domain = domains  # the scheduler hands out a copy
@@ -348,11 +366,14 @@ class Engine:
         """Adopt the target's new threads and drop those gone: one directory listing
         per process; a thread's name is read once, when it is new."""
         seen: set[int] = set()
+        exited = target.exits.exited()  # before the listing: a tid both exited and listed was reused
         for pid in self._pids(target):
             try:
                 tids = target.handle.tids() if pid == target.pid else procfs.list_tids(pid, self.proc_root)
             except ThreadGone:
                 continue
+            for tid in exited.intersection(tids):
+                self._forget_reused(target, tid)
             for tid in sorted(set(tids).difference(target.threads, target.ignored)):
                 if self._manager_of(tid) is None:  # one target per thread: its saved mask is the real original
                     self._adopt(target, tid, now)
@@ -362,6 +383,22 @@ class Engine:
         for tid in target.ignored.difference(seen):
             target.exits.remove(tid)
         target.ignored &= seen
+
+    def _forget_reused(self, target: Target, tid: int) -> None:
+        """``tid``'s thread exited and the tid is listed again: a new thread took it
+        (then it is adopted as new), or it is a zombie leader whose thread pidfd polls
+        readable (Linux 6.9-6.14; its start time is unchanged and it is kept)."""
+        if tid in target.ignored:
+            target.ignored.discard(tid)
+            target.exits.remove(tid)
+            return
+        known = target.threads.get(tid)
+        try:
+            if known is None or procfs.thread_start_time(tid, self.proc_root) == known.start_time:
+                return
+        except HostError:
+            pass  # gone too: dropped all the same
+        self._drop_thread(target, tid)
 
     @staticmethod
     def _unchanged(target: Target) -> bool:
@@ -393,14 +430,17 @@ class Engine:
         target.exits.add(tid)  # first: the pidfd then names the thread whose start time is read
         try:
             name = procfs.comm(tid, self.proc_root)
+            start = procfs.thread_start_time(tid, self.proc_root)
             if target.thread_filter and not target.thread_filter.search(name):
                 target.ignored.add(tid)
+                if not target.observe:
+                    self._give_back(target, tid, start)
                 return
-            start = procfs.thread_start_time(tid, self.proc_root)
             self.counters.open(tid)
             value = self.counters.read(tid)
             if not target.observe:
                 self.pinner.adopt(tid, start, self._inherited_original(target, tid))
+                self._unsaved.add(tid)
         except ThreadGone:
             self._not_adopted(target, tid)
             return
@@ -417,41 +457,58 @@ class Engine:
         target.stale = True
         self.on_change()
 
+    def _give_back(self, target: Target, tid: int, start: int) -> None:
+        """A thread the filter leaves out is not ours to place, but one created by a
+        thread we pinned inherited our mask: it gets the target's own mask back, through
+        the pinner so that the tid's identity is checked before the write."""
+        original = self._inherited_original(target, tid)
+        if original is not None:
+            self.pinner.adopt(tid, start, original)
+            self.pinner.restore(tid)
+
     def _not_adopted(self, target: Target, tid: int) -> None:
         self.counters.close(tid)
         target.exits.remove(tid)
 
     def _inherited_original(self, target: Target, tid: int) -> frozenset[int] | None:
         """For a thread born after attach whose mask is one the daemon set on its
-        creator: the target's own mask, to restore instead of ours."""
+        creator (a core, or a free thread's whole domain): the target's own mask, to
+        restore instead of ours."""
         if target.base_mask is None:
             target.base_mask = get_affinity(target.pid)
             return None
         mask = get_affinity(tid)
         r = target.roster
-        ours = {self._single[cpu] for cpu in r.cpu[r.pinned & (r.cpu >= 0)].tolist()}
+        free = r.pinned & (r.cpu < 0)
+        ours = {self._single[cpu] for cpu in r.cpu[r.pinned & ~free].tolist()}
+        ours.update(self._whole[d] for d in r.domain[free & (r.domain >= 0)].tolist())
         return target.base_mask if mask != target.base_mask and mask in ours else None
 
-    def _drop_thread(self, target: Target, tid: int) -> None:
+    def _drop_thread(self, target: Target, tid: int) -> bool:
+        """Stop managing ``tid`` and put its original mask back; True when it was
+        restored. Dropped is not always exited: a descendant process can leave the tree
+        (its parent exited), and descendants outlive a target process that exits, so
+        each thread is restored if it still runs (the pinner's identity check makes that
+        a no-op for a tid that exited or names another thread now)."""
         target.threads.pop(tid, None)
         target.exits.remove(tid)
         target.stale = True
         self.counters.close(tid)
+        self._unsaved.discard(tid)
+        restored = False
         if not target.observe:
-            self.pinner.forget(tid)
-        log.debug("thread dropped", pid=target.pid, tid=tid)
+            try:
+                restored = self.pinner.restore(tid)
+            except ThreadGone:
+                pass
+            except HostError as exc:
+                log.warning("original mask not restored", tid=tid, error=str(exc))
+        log.debug("thread dropped", pid=target.pid, tid=tid, restored=restored)
         self.on_change()
+        return restored
 
     def _release(self, target: Target) -> int:
-        restored = 0
-        for tid in list(target.threads):
-            if not target.observe:
-                try:
-                    self.pinner.restore(tid)
-                    restored += 1
-                except HostError as exc:
-                    log.debug("restore skipped", tid=tid, error=str(exc))
-            self._drop_thread(target, tid)
+        restored = sum(self._drop_thread(target, tid) for tid in list(target.threads))
         self.targets.pop(target.pid, None)
         target.handle.close()
         target.exits.close()

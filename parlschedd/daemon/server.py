@@ -126,7 +126,7 @@ class Daemon:
                         "are not managed; give the daemon CAP_PERFMON, or set utility: schedstat", using=source.value)
         self.counters = CounterSet(source, proc_root=self.proc_root)
         self.engine = Engine(self.config, self.domains, self.counters, Pinner(proc_root=self.proc_root),
-                             proc_root=self.proc_root, on_change=self._mark_dirty)
+                             proc_root=self.proc_root, on_change=self._mark_dirty, persist=self._persist)
         self._check_state_dir()
         gid = self._socket_gid()  # both checked before _recover changes any thread
         saved = self._recover()
@@ -286,6 +286,12 @@ class Daemon:
         change (attach and detach included: the engine reports them too)."""
         self._dirty = True
         self._status_views.clear()
+
+    def _persist(self) -> bool:
+        """The engine's call before it pins threads it has just adopted: their original
+        masks go to the state file first; False when the file could not be written."""
+        self._save_state()
+        return not self._dirty
 
     def _by_hand(self) -> list[dict]:
         """The targets attached by a client (not by a config rule), as the state keeps them."""

@@ -203,8 +203,9 @@ class Pinner:
                     gone.add(tid)
         return gone | procfs.exited(self._handles[tid] for tid in tids if tid not in gone)
 
-    def restore(self, tid: int) -> None:
-        """Put the original mask back and forget the thread (no-op if not adopted).
+    def restore(self, tid: int) -> bool:
+        """Put the original mask back and forget the thread; False (and nothing done)
+        when it was not adopted.
 
         The syscall is made even when the record says the mask never changed: a daemon
         killed between a pin and the next state write recorded the wrong current mask.
@@ -213,12 +214,13 @@ class Pinner:
         """
         record = self._records.get(tid)
         if record is None:
-            return
+            return False
         try:
             self._restore(tid, record)
         finally:
             self._records.pop(tid, None)
             self._close_handle(tid)
+        return True
 
     def _restore(self, tid: int, record: PinRecord) -> None:
         self._guarded(tid, lambda t: self._check_identity(t, record.start_time))
@@ -230,11 +232,6 @@ class Pinner:
                 raise
             log.warning("original mask outside cpuset, widening", tid=tid, cpus=format_cpulist(allowed))
             self._guarded(tid, lambda t: set_affinity(t, allowed))
-
-    def forget(self, tid: int) -> None:
-        """Drop a thread's record without touching it (the daemon saw it exit)."""
-        self._records.pop(tid, None)
-        self._close_handle(tid)
 
     def restore_all(self) -> RestoreReport:
         """Restore every adopted thread and report which were restored, gone or failed."""

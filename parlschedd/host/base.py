@@ -73,8 +73,8 @@ class Actuator(Protocol):
     def drifted(self, tids: Iterable[int]) -> list[int]:
         """Which of ``tids`` someone else re-pinned since our last ``pin``."""
 
-    def restore(self, tid: int) -> None:
-        """Put the original mask back and forget the thread."""
+    def restore(self, tid: int) -> bool:
+        """Put the original mask back and forget the thread; False if never adopted."""
 
     def restore_all(self) -> RestoreReport:
         """Restore every adopted thread; never raises for a single thread."""

@@ -398,6 +398,14 @@ class ThreadExits:
         always where threads cannot be watched at all."""
         return self._poller is None or bool(self._unwatched) or bool(self._poller.poll(0, 1))
 
+    def exited(self) -> set[int]:
+        """The watched tids whose thread has exited (the tid may name a new thread by
+        now); empty where nothing is watched."""
+        if self._poller is None or not self._fds:
+            return set()
+        ready = {fd for fd, _ in self._poller.poll(0, len(self._fds))}
+        return {tid for tid, fd in self._fds.items() if fd in ready}
+
     def close(self) -> None:
         """Release every fd; idempotent. A closed watch answers "maybe"."""
         for tid in list(self._fds):

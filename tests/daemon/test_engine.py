@@ -6,7 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +20,7 @@ from parlschedd.config import Config
 from parlschedd.daemon import engine as engine_module
 from parlschedd.daemon.engine import Engine, Roster, ThreadState
 from parlschedd.host.affinity import Pinner
+from parlschedd.host import procfs
 from parlschedd.host.base import CounterSource
 from parlschedd.host.perf import CounterSet
 from parlschedd.topology import read_topology
@@ -317,4 +323,215 @@ def test_only_the_last_gone_kept_exits_are_remembered(monkeypatch) -> None:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+        counters.close_all()
+
+
+# -- nothing left changed: every thread the engine stops managing gets its mask back ---
+
+MIDDLE = r"""
+import subprocess, sys
+grandchild = subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2]], stdout=subprocess.PIPE, text=True)
+grandchild.stdout.readline()
+print(grandchild.pid, flush=True)
+sys.stdin.read()  # until the parent closes our stdin or exits
+"""
+
+PARENT = r"""
+import subprocess, sys
+middle = subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2], sys.argv[3]],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+print(middle.stdout.readline().strip(), flush=True)
+for line in sys.stdin:
+    if line.strip() == "end-middle":
+        middle.stdin.close()
+        middle.wait()
+        print("ended", flush=True)
+"""
+
+
+class Tree:
+    """parent -> middle -> grandchild (3 sleeping threads); the middle can be made to
+    exit (the grandchild leaves the tree, reparented) and so can the parent."""
+
+    def __init__(self) -> None:
+        from tests.reliability.helpers import SLEEPY
+
+        self.parent = subprocess.Popen([sys.executable, "-c", PARENT, MIDDLE, SLEEPY, "3"],
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.grandchild = int(self.parent.stdout.readline())
+
+    def end_middle(self) -> None:
+        self.parent.stdin.write("end-middle\n")
+        self.parent.stdin.flush()
+        assert self.parent.stdout.readline().strip() == "ended"
+
+    def close(self) -> None:
+        for pid in (self.grandchild, self.parent.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.parent.wait()
+
+
+def _ticks_until(engine: Engine, done, what: str) -> None:
+    for _ in range(300):
+        engine.tick(time.monotonic())
+        if done():
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"not within 300 periods: {what}")
+
+
+def _grandchild_pinned(engine: Engine, tree: Tree) -> None:
+    target = engine.targets[tree.parent.pid]
+    theirs = tids_of(tree.grandchild)
+    _ticks_until(engine, lambda: set(theirs) <= set(target.threads)
+                 and all(len(m) == 1 for m in masks(theirs).values()), "the grandchild's threads pinned")
+
+
+@needs_root
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+@pytest.mark.parametrize("how", ["the middle process exits", "the attached process exits"])
+def test_a_descendant_that_stops_being_managed_alive_gets_its_masks_back(how: str) -> None:
+    """With descendants, a process leaves the target alive when its parent exits (it is
+    reparented) or when the attached process itself exits: its threads are restored,
+    not forgotten pinned (a review found both left pinned for good)."""
+    engine, counters = _pin_engine()
+    tree = Tree()
+    try:
+        original = masks(tids_of(tree.grandchild))
+        engine.attach(tree.parent.pid, time.monotonic(), descendants=True)
+        _grandchild_pinned(engine, tree)
+        if how == "the middle process exits":
+            tree.end_middle()
+            target = engine.targets[tree.parent.pid]
+            _ticks_until(engine, lambda: not set(original) & set(target.threads), "the grandchild dropped")
+        else:
+            tree.parent.stdin.close()
+            tree.parent.wait()
+            _ticks_until(engine, lambda: tree.parent.pid not in engine.targets, "the target dropped")
+        assert masks(original) == original
+        assert not set(original) & set(engine.pinner.records)
+    finally:
+        tree.close()
+        counters.close_all()
+
+
+@needs_root
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_no_thread_is_pinned_before_its_original_is_persisted(workload) -> None:
+    """The engine asks the daemon to write the originals of the threads it adopted
+    before it pins them: a SIGKILL between the pin and the write would leave them
+    pinned with no record. While the write fails, they are left as they are."""
+    w = workload(2)
+    base = masks(w.all_tids())
+    seen: list[dict[int, frozenset[int]]] = []  # the masks at each call of the hook
+    writable = [False]
+
+    def persist() -> bool:
+        seen.append(masks(w.all_tids()))
+        return writable[0]
+
+    engine, counters = _pin_engine()
+    engine.persist = persist
+    try:
+        engine.attach(w.pid, time.monotonic())
+        for _ in range(3):
+            engine.tick(time.monotonic())
+        assert masks(w.all_tids()) == base and len(seen) == 3  # asked every period, nothing pinned
+        writable[0] = True
+        engine.tick(time.monotonic())
+        assert seen[-1] == base  # the write came before the pins
+        assert all(len(m) == 1 for m in masks(w.all_tids()).values())
+        born = set(w.command("spawn")) - set(base)
+        engine.tick(time.monotonic())
+        assert len(seen) == 5 and born <= set(engine.targets[w.pid].threads)  # a new thread: written again
+        engine.tick(time.monotonic())
+        assert len(seen) == 5  # nothing new: no write
+        engine.detach(w.pid)
+        assert set(masks(w.all_tids()).values()) == set(base.values())
+    finally:
+        counters.close_all()
+
+
+@needs_root
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_a_thread_born_of_a_free_thread_gets_the_targets_own_mask_back(workload) -> None:
+    """A free thread's mask is its whole domain, wider than a target run under
+    ``taskset -c 0``; a thread it creates inherits that mask, which is ours, so the
+    target's own is what detach restores (it restored the domain before)."""
+    w = workload(1)
+    for tid in w.all_tids():
+        os.sched_setaffinity(tid, {0})
+    learning = dataclasses.replace(Config().learning, free=True, free_prior=1.0, lam=0.0)
+    config = dataclasses.replace(Config(), learning=learning)
+    counters = CounterSet(CounterSource.TASK_CLOCK)
+    engine = Engine(config, read_topology("/sys").domains(config.domains), counters, Pinner())
+    try:
+        engine.attach(w.pid, time.monotonic())
+        whole = frozenset(os.sched_getaffinity(0))
+        _ticks_until(engine, lambda: set(masks(w.all_tids()).values()) == {whole}, "every thread free")
+        born = set(w.command("spawn")) - set(masks(w.all_tids()))
+        engine.tick(time.monotonic())
+        assert born <= set(engine.targets[w.pid].threads)
+        engine.detach(w.pid)
+        assert set(masks(w.all_tids()).values()) == {frozenset({0})}
+    finally:
+        counters.close_all()
+
+
+@needs_root
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_a_thread_the_filter_leaves_out_does_not_keep_the_mask_it_inherited(workload) -> None:
+    """A thread left out by --threads but created by a pinned thread inherits our pin;
+    it gets the target's own mask back at once (it kept the pin for good before)."""
+    w = workload(1)
+    base = frozenset(os.sched_getaffinity(w.pid))
+    main = Path(f"/proc/{w.pid}/comm").read_text().strip()
+    engine, counters = _pin_engine()
+    try:
+        engine.attach(w.pid, time.monotonic(), threads=f"^({re.escape(main)}|worker0)$")
+        _ticks_until(engine, lambda: len(os.sched_getaffinity(w.pid)) == 1, "the main thread pinned")
+        born = set(w.command("spawn")) - set(engine.targets[w.pid].threads)  # worker1, left out
+        assert len(born) == 1
+        engine.tick(time.monotonic())
+        assert born <= engine.targets[w.pid].ignored
+        assert masks(born) == {tid: base for tid in born}
+        assert not born & set(engine.pinner.records)
+        engine.detach(w.pid)
+    finally:
+        counters.close_all()
+
+
+@needs_root
+@pytest.mark.skipif(not os.access(NS_LAST_PID, os.W_OK), reason="ns_last_pid not writable")
+def test_a_tid_reused_inside_the_target_is_adopted_as_the_new_thread(workload) -> None:
+    """A worker exits and a new one gets its tid (steered through ns_last_pid) before
+    the next period: the count is unchanged and the tid is listed again, so only the
+    exit watch tells them apart; the new thread is adopted with its own start time
+    (the old entry, its counter and its identity stayed before)."""
+    w = workload(2)
+    engine, counters = _pin_engine()
+    try:
+        engine.attach(w.pid, time.monotonic())
+        engine.tick(time.monotonic())
+        target = engine.targets[w.pid]
+        old = w.tids[-1]
+        first = target.threads[old].start_time
+        w.command("stop")
+        for _ in range(20):
+            with open(NS_LAST_PID, "w") as f:
+                f.write(str(old - 1))
+            if old in w.command("spawn"):
+                break
+            w.command("stop")
+        else:
+            pytest.skip("could not steer the next tid (busy machine)")
+        _ticks_until(engine, lambda: target.threads[old].start_time != first, "the new thread adopted")
+        assert target.threads[old].start_time == procfs.thread_start_time(old)
+        engine.tick(time.monotonic())
+        assert not target.exits.exited()  # the old watch is gone with the old thread
+        engine.detach(w.pid)
+    finally:
         counters.close_all()

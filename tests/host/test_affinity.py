@@ -105,10 +105,10 @@ def test_pin_then_restore_exact_original(spawn: Callable[..., Worker]) -> None:
     assert pinner.records[tid] == PinRecord(pinner.records[tid].start_time, frozenset({0, 1}), frozenset({0}))
     pinner.adopt(tid, pinner.records[tid].start_time)  # once per identity: original kept
     assert pinner.records[tid].original == {0, 1}
-    pinner.restore(tid)
+    assert pinner.restore(tid) is True
     assert os.sched_getaffinity(tid) == {0, 1}
     assert tid not in pinner.records
-    pinner.restore(tid)  # not adopted any more: nothing to do
+    assert pinner.restore(tid) is False  # not adopted any more: nothing to do
 
 
 def test_pin_skips_the_syscall_when_the_mask_is_unchanged(spawn: Callable[..., Worker]) -> None:
@@ -181,7 +181,7 @@ def test_no_fd_left_behind(spawn: Callable[..., Worker]) -> None:
     workers[0].finish()
     with pytest.raises(ThreadGone):
         pinner.pin(workers[0].tid, frozenset({1}))
-    pinner.forget(workers[1].tid)
+    assert pinner.restore(workers[1].tid) is True
     report = pinner.restore_all()
     assert len(report.restored) == 18
     assert fd_count() == start
