@@ -185,11 +185,14 @@ class Daemon:
             if now < deadline:
                 continue
             started = time.perf_counter()
-            try:
-                if now >= next_rescan:
+            if now >= next_rescan:
+                next_rescan = now + self.config.rescan_s
+                try:
                     self._rescan(now)
                     self.engine.resync()
-                    next_rescan = now + self.config.rescan_s
+                except Exception as exc:  # /proc unreadable, out of fds: the periods go on
+                    log.error("rescan failed", error=f"{type(exc).__name__}: {exc}")
+            try:
                 self.engine.tick(now)
                 if self._dirty:
                     self._save_state()
@@ -380,7 +383,7 @@ class Daemon:
             try:
                 self.engine.attach(pid, now, observe=rule.observe, threads=rule.threads,
                                    descendants=rule.descendants, rule=i)
-            except EngineError as exc:
+            except (EngineError, HostError) as exc:  # one process that could not be attached, not the rescan
                 log.debug("rule match not attached", pid=pid, reason=str(exc))
 
     def _matching(self, rule: config_mod.TargetRule) -> set[int]:
