@@ -114,6 +114,7 @@ class Target:
     most_threads: int = 0  # the most threads managed at once: what an exit is described by
     base_mask: frozenset[int] | None = None  # the main thread's mask at attach
     rule: int | None = None  # index of the config rule that matched, None if attached by hand
+    caller: int | None = None  # the non-root uid that attached it: only its own descendants are managed
     history: History | None = None
     named_at: float = float("-inf")  # when thread names were last re-read
     rename_from: int = 0  # where the next round of name re-reads starts, in tid order
@@ -189,7 +190,8 @@ class Engine:
         scheduler = TwoLevelScheduler(self.domains, self.config.learning, self.config.domain_every)
         target = Target(pid, name, owner, observe, pattern, descendants, handle, scheduler,
                         procfs.ThreadExits(self.proc_root, watch=not descendants),  # descendants: listed every period
-                        rule=rule, history=History(self.config.history_periods, now))
+                        rule=rule, caller=None if uid in (None, 0) else uid,
+                        history=History(self.config.history_periods, now))
         self.targets[pid] = target
         self._gone.pop(pid, None)  # a reused pid: the exit recorded is another process's
         self.on_change()  # a new target shows even before it has a thread
@@ -213,7 +215,7 @@ class Engine:
         and to its owner, as status shows it only to them."""
         message = f"process {pid} is not attached"
         gone = self._gone.get(pid)
-        if gone is not None and uid in (None, 0, gone[0]) and self._start_time(pid) in (None, gone[1]):
+        if gone is not None and uid in (None, 0, gone[0]) and self.start_time(pid) in (None, gone[1]):
             message += f": it exited, and parlschedd dropped it ({_threads(gone[2])} managed at most)"
         return EngineError("not_attached", message + self._thread_hint(pid))
 
@@ -228,7 +230,8 @@ class Engine:
             return ""
         return f"; {pid} is a thread of process {group}: name the process (--threads REGEX picks threads by name)"
 
-    def _start_time(self, pid: int) -> int | None:
+    def start_time(self, pid: int) -> int | None:
+        """The process's start time, None when there is no such process."""
         try:
             return procfs.process_start_time(pid, self.proc_root)
         except HostError:
@@ -355,12 +358,24 @@ class Engine:
     # -- threads ----------------------------------------------------------------------
 
     def _pids(self, target: Target) -> list[int]:
+        """The target's process and, with descendants, theirs: for a non-root caller
+        only those it owns, as it may attach only its own (a setuid child, or one a
+        root service started, is not the caller's to place)."""
         if not target.descendants:
             return [target.pid]
         try:
-            return [target.pid, *procfs.descendants(target.pid, self.proc_root)]
+            found = procfs.descendants(target.pid, self.proc_root)
         except ThreadGone:
             return [target.pid]
+        if target.caller is not None:
+            found = [p for p in found if self._owner(p) == target.caller]
+        return [target.pid, *found]
+
+    def _owner(self, pid: int) -> int | None:
+        try:
+            return procfs.process_uids(pid, self.proc_root).real
+        except HostError:
+            return None
 
     def _refresh(self, target: Target, now: float) -> None:
         """Adopt the target's new threads and drop those gone: one directory listing

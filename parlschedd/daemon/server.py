@@ -15,7 +15,6 @@ import signal
 import socket
 import stat
 import struct
-import tempfile
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -33,7 +32,7 @@ from parlschedd.host.affinity import Pinner
 from parlschedd.host.errors import HostError
 from parlschedd.host.perf import CounterSet, detect_source, raise_fd_limit
 from parlschedd.host.privileges import CAP_SYS_NICE, effective_capabilities, group_id, perfmon_capable
-from parlschedd.host.state import read_state, write_state
+from parlschedd.host.state import StateDirBusy, lock_dir, read_state, write_state
 from parlschedd.patterns import Pattern, compile_pattern
 from parlschedd.topology import read_topology
 
@@ -101,6 +100,8 @@ class Daemon:
         self.clients: dict[int, Client] = {}
         self.selector = selectors.DefaultSelector()
         self._dirty = False
+        self._lock: int | None = None  # the state dir's lock, held while we run
+        self._detached: dict[int, int] = {}  # rule targets detached by hand: pid -> start time
         self._listen_paused_until = 0.0
         self._deadline = float("inf")  # of the next tick; requests wait for it once passed
         self._status_views: dict[tuple[int, int | None], tuple[float, bytes, bytes]] = {}
@@ -236,6 +237,8 @@ class Daemon:
             os.unlink(self.socket_path)
         except FileNotFoundError:
             pass
+        if self._lock is not None:
+            os.close(self._lock)  # last: the state file is final
         log.info("stopped")
 
     def reload(self) -> list[str]:
@@ -255,11 +258,14 @@ class Daemon:
             errors = [f"{k}: {m}" for k, m in exc.errors]
             log.error("reload failed, keeping the old config", errors=errors)
             return errors
-        changed_layout = (new.domains, new.cpus) != (self.config.domains, self.config.cpus)
+        if (new.domains, new.cpus) != (self.config.domains, self.config.cpus):
+            # every target's scheduler and pins are built on the running layout
+            errors = ["domains, cpus: a new layout takes effect at a restart (systemctl restart parlschedd), "
+                      "not a reload; nothing of the new config was applied"]
+            log.error("reload refused, keeping the old config", errors=errors)
+            return errors
         self.config = new
         self.engine.config = new
-        if changed_layout:
-            log.warning("domains or cpus changed; they apply to targets attached from now on")
         if new.metrics != self.metrics_address:
             log.warning("the metrics address changes at the next restart", running=self.metrics_address)
         log.info("reloaded", config=self.config_path)
@@ -300,7 +306,7 @@ class Daemon:
         """The targets attached by a client (not by a config rule), as the state keeps them."""
         return [{"pid": t.pid, "start_time": t.handle.start_time, "observe": t.observe,
                  "threads": t.thread_filter.pattern if t.thread_filter else None,
-                 "descendants": t.descendants, "uid": t.uid}
+                 "descendants": t.descendants, "uid": t.uid, "caller": t.caller}
                 for t in self.engine.targets.values() if t.rule is None]
 
     def _save_state(self, targets: list[dict] | None = None) -> None:
@@ -317,15 +323,16 @@ class Daemon:
         self._dirty = False
 
     def _check_state_dir(self) -> None:
-        """Refuse to start without a state dir to write in: the saved masks there are
-        what a restart after SIGKILL restores (a file made and removed again, so the
-        last run's state stays for ``_recover``)."""
+        """Refuse to start without a state dir to write in, or one another daemon uses:
+        the saved masks there are what a restart after SIGKILL restores. Its lock file,
+        held until we exit, proves both."""
         where = self.state_path.parent
         try:
             where.mkdir(parents=True, exist_ok=True, mode=0o755)
-            fd, probe = tempfile.mkstemp(dir=where, prefix=".probe.")
-            os.close(fd)
-            os.unlink(probe)
+            self._lock = lock_dir(where)
+        except StateDirBusy as exc:
+            raise StartupError(f"{exc}: two daemons on one state dir would each restore the other's threads and "
+                               "overwrite its saved masks; stop that one, or choose another --state-dir") from None
         except OSError as exc:
             reason = "it or a parent is not a directory" if isinstance(exc, FileExistsError) else exc.strerror or str(exc)
             raise StartupError(f"cannot use state dir {where}: {reason} (the original masks of pinned threads "
@@ -358,7 +365,7 @@ class Daemon:
             if procfs.process_start_time(pid, self.proc_root) != saved["start_time"]:
                 return
             self.engine.attach(pid, now, observe=bool(saved.get("observe")), threads=saved.get("threads"),
-                               descendants=bool(saved.get("descendants")))
+                               descendants=bool(saved.get("descendants")), uid=saved.get("caller"))
             log.info("re-attached from the last run", pid=pid)
         except (KeyError, ValueError, TypeError, HostError, EngineError) as exc:
             log.info("previous target not re-attached", target=saved, reason=str(exc))
@@ -376,8 +383,11 @@ class Daemon:
         for pid, target in list(self.engine.targets.items()):
             if target.rule is not None and pid not in wanted:
                 self.engine.detach(pid)
+        for pid, started in list(self._detached.items()):
+            if pid not in wanted or self.engine.start_time(pid) != started:
+                del self._detached[pid]  # exited: its pid may come back as another process
         for pid, i in wanted.items():
-            if pid in self.engine.targets or pid == os.getpid():
+            if pid in self.engine.targets or pid in self._detached or pid == os.getpid():
                 continue
             rule = rules[i]
             try:
@@ -511,6 +521,8 @@ class Daemon:
             data = b""
         if not data:
             client.eof = True
+            if client.inbuf and not client.discarding and not client.inbuf.endswith(b"\n"):
+                client.inbuf += b"\n"  # the last request, sent without its newline before the shutdown
             if b"\n" not in client.inbuf and not client.outbuf:
                 self._close(client)
             else:
@@ -606,10 +618,16 @@ class Daemon:
                 raise EngineError("bad_request", f"process {a['pid']} is parlschedd itself")
             target = self.engine.attach(a["pid"], now, observe=a.get("observe", False), threads=a.get("threads"),
                                         descendants=a.get("descendants", False), uid=uid)
+            self._detached.pop(a["pid"], None)
             self._save_state()
             return {"target": self.engine.describe(target)}
         if request.cmd == "detach":
+            target = self.engine.targets.get(a["pid"])
             restored = self.engine.detach(a["pid"], uid=uid)
+            if target is not None and target.rule is not None:  # else the next rescan attaches it again
+                self._detached[target.pid] = target.handle.start_time
+                log.info("detached by hand: the config rules leave it alone until it exits", pid=target.pid,
+                         rule=f"targets[{target.rule}]")
             self._save_state()
             return {"pid": a["pid"], "restored": restored}
         if request.cmd == "history":
@@ -624,7 +642,7 @@ class Daemon:
                 raise EngineError("permission_denied", "only root may reload the daemon")
             errors = self.reload()
             if errors:
-                raise EngineError("bad_config", f"the new config is invalid, the old one stays: {'; '.join(errors)}")
+                raise EngineError("bad_config", f"the new config was not applied, the old one stays: {'; '.join(errors)}")
             return {}
         raise EngineError("bad_request", f"unhandled command {request.cmd}")
 

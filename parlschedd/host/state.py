@@ -9,6 +9,7 @@ filesystem), and the directory is fsync'ed so the rename itself survives a power
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
@@ -48,3 +49,34 @@ def read_state(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     if not isinstance(data, dict):
         raise ValueError(f"state file {path} does not hold a JSON object")
     return data
+
+
+class StateDirBusy(Exception):
+    """Another process holds the state dir's lock; ``pid`` is the one it wrote, if any."""
+
+    def __init__(self, path: Path, pid: int | None) -> None:
+        holder = f"pid {pid}" if pid else "another process"
+        super().__init__(f"state dir {path.parent} is in use by {holder} (lock file {path})")
+        self.pid = pid
+
+
+def lock_dir(directory: str | os.PathLike[str]) -> int:
+    """Take the exclusive lock of ``directory`` (a ``lock`` file in it, flock(2)) and
+    write our pid in it; returns the fd, which holds the lock until it is closed or the
+    process ends. Two daemons on one state dir would each restore and overwrite the
+    other's saved masks, and after a crash save pinned masks as originals.
+    StateDirBusy when another process holds it."""
+    path = Path(directory) / "lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        os.close(fd)
+        raise StateDirBusy(path, int(text) if text.isdigit() else None) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from parlschedctl import client
-from tests.conftest import as_user, needs_root, start_daemon, threads_of, wait_for
+from tests.conftest import PINNING, as_user, needs_root, start_daemon, threads_of, wait_for
 
 pytestmark = needs_root
 ALL = frozenset(os.sched_getaffinity(0))
@@ -227,6 +227,19 @@ def test_invalid_config_on_reload_keeps_the_old_one(daemon):
     wait_for(lambda: daemon.request("status")["daemon"]["period_s"] == 0.07)
 
 
+def test_a_reload_that_changes_the_cpus_is_refused_not_claimed(daemon, workload):
+    """Every target's scheduler and pins are built on the running layout: a reload
+    with other cpus or domains is refused with the reason and nothing of it applied
+    (it said "reloaded" and went on placing threads on the old CPUs)."""
+    before = daemon.request("status")["daemon"]
+    daemon.config.write_text("period_s: 0.2\ncpus: [0]\n")
+    with pytest.raises(client.Refused) as e:
+        daemon.request("reload")
+    assert e.value.code == "bad_config" and "takes effect at a restart" in str(e.value)
+    after = daemon.request("status")["daemon"]
+    assert (after["cpus"], after["domains"], after["period_s"]) == (before["cpus"], before["domains"], before["period_s"])
+
+
 def test_sigterm_restores_and_removes_the_socket(tmp_path, workload):
     d = start_daemon(tmp_path)
     w = workload(2)
@@ -266,6 +279,26 @@ def test_clean_restart_attaches_hand_attached_targets_again(tmp_path, workload):
         assert d3.request("status")["targets"] == [], "a detached target stays detached"
     finally:
         d3.stop()
+
+
+def test_a_rule_target_detached_by_hand_stays_detached_until_it_exits(tmp_path):
+    """detach of a process a rule matches sticks (the next rescan re-attached it, 0.1 s
+    after "detached"); attach by hand takes it back."""
+    tag = f"parlsched-detach-{os.getpid()}"
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", tag])
+    (tmp_path / "parlschedd.yaml").write_text(
+        f"period_s: 0.05\ndomain_period_s: 0.5\nrescan_s: 0.1\ntargets:\n  - name: '{tag}'\n")
+    d = start_daemon(tmp_path)
+    try:
+        wait_for(lambda: proc.pid in {t["pid"] for t in d.request("status")["targets"]})
+        d.request("detach", pid=proc.pid)
+        time.sleep(0.5)  # five rescans
+        assert proc.pid not in {t["pid"] for t in d.request("status")["targets"]}
+        assert d.request("attach", pid=proc.pid)["target"]["pid"] == proc.pid
+    finally:
+        d.stop()
+        proc.kill()
+        proc.wait()
 
 
 def test_config_rule_adopts_by_name_and_releases_when_gone(tmp_path, workload):
@@ -538,3 +571,60 @@ def test_an_unusable_state_dir_or_socket_group_stops_the_start(tmp_path, case):
         assert f"cannot use state dir {state}: " in proc.stderr and "not a directory" in proc.stderr.lower()
     assert "Traceback" not in proc.stderr
     assert not sock.exists()
+
+
+def test_a_second_daemon_on_the_same_state_dir_is_refused(daemon, workload, tmp_path):
+    """Two daemons on one state dir would each restore the other's threads and
+    overwrite its saved masks (a review lost every original that way): the second is
+    refused in one line naming the first, which keeps its threads and its file."""
+    w = workload(2)
+    daemon.request("attach", pid=w.pid)
+    wait_for(lambda: all(len(c) == 1 for c in masks(w.all_tids()).values()))
+    saved = (daemon.state_dir / "state.json").read_text()
+    proc = subprocess.run([sys.executable, "-m", "parlschedd", "--config", str(daemon.config),
+                           "--socket", str(tmp_path / "second.sock"), "--state-dir", str(daemon.state_dir)],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1
+    assert f"state dir {daemon.state_dir} is in use by pid {daemon.proc.pid}" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert json.loads((daemon.state_dir / "state.json").read_text())["pinner"]["threads"].keys() == \
+        json.loads(saved)["pinner"]["threads"].keys()  # the first daemon's originals are all still there
+    assert all(len(m) == 1 for m in masks(w.all_tids()).values())  # and its threads pinned (it may move them)
+    assert daemon.request("status", pid=w.pid)["targets"][0]["pid"] == w.pid
+
+
+DROPS_AFTER_FORK = r"""
+import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # stays root
+os.setgroups([])
+os.setresgid(65534, 65534, 65534)
+os.setresuid(65534, 65534, 65534)
+print(child.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_non_root_peer_manages_only_the_descendants_it_owns():
+    """--descendants by a non-root client skips a descendant owned by someone else
+    (here root's, under a parent that dropped to nobody), which it could not attach
+    by itself; before, it pinned it and showed its threads."""
+    tmp = Path(tempfile.mkdtemp(prefix="parlsched-auth-"))
+    tmp.chmod(0o755)
+    (tmp / "parlschedd.yaml").write_text("period_s: 0.05\nsocket: {mode: '0666'}\n" + PINNING)
+    d = start_daemon(tmp)
+    parent = subprocess.Popen([sys.executable, "-c", DROPS_AFTER_FORK], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())
+        before = masks([child])
+        assert as_nobody(d.socket, "attach", pid=child) == {"refused": "permission_denied"}
+        assert as_nobody(d.socket, "attach", pid=parent.pid, descendants=True)["target"]["pid"] == parent.pid
+        wait_for(lambda: all_pinned(d, parent.pid))
+        time.sleep(0.3)  # several periods, each listing the descendants
+        seen = {t["tid"] for t in as_nobody(d.socket, "status")["targets"][0]["threads"]}
+        assert child not in seen and parent.pid in seen
+        assert masks([child]) == before
+    finally:
+        d.stop()
+        parent.kill()
+        parent.wait()
+        shutil.rmtree(tmp)

@@ -10,6 +10,7 @@ single malformed lines, one oversized line and vanishing clients; this goes furt
 from __future__ import annotations
 
 import json
+import os
 import socket
 import time
 
@@ -94,9 +95,24 @@ def test_hostile_lines_get_structured_errors(managed):
         assert_healthy(d, target, fds0, rss0)
 
 
-def test_truncated_line_at_eof_is_dropped_silently(managed):
+def test_a_threads_pattern_that_is_not_text_is_a_bad_request(managed):
+    """A lone surrogate is valid JSON but no text: refused as bad_request, not an
+    internal error with a traceback in the log."""
     d, target, fds0, rss0 = managed
-    assert raw_exchange(d.socket, b'{"cmd": "status", "pi') == []
+    (reply,) = raw_exchange(d.socket, b'{"cmd":"attach","pid":%d,"threads":"\\ud800"}\n' % os.getpid())
+    assert structured_error(reply) and "lone surrogate" in reply["error"]["message"]
+    assert_healthy(d, target, fds0, rss0)
+
+
+def test_a_last_line_without_its_newline_is_answered(managed):
+    """EOF ends the last line: a request sent without a newline before the shutdown
+    (printf '{"cmd":"ping"}' | socat ...) is answered, a truncated one refused (both
+    went unanswered before)."""
+    d, target, fds0, rss0 = managed
+    (refused,) = raw_exchange(d.socket, b'{"cmd": "status", "pi')
+    assert structured_error(refused) and refused["error"]["code"] == "bad_request"
+    (pong,) = raw_exchange(d.socket, b'{"cmd": "ping"}\n{"cmd": "ping"}')[1:]
+    assert pong["ok"]
     # the same request split across many tiny sends is reassembled
     replies = raw_exchange(d.socket, b'{"cmd": "status", "pid": %d}\n' % target.pid, chunks=30)
     assert replies[0]["ok"] and replies[0]["targets"][0]["pid"] == target.pid
