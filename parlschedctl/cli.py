@@ -50,6 +50,8 @@ def talks_to_daemon(fn: Callable[..., Any]) -> Callable[..., Any]:
 @click.pass_context
 def cli(ctx: click.Context, socket_path: str | None) -> None:
     """Control the parlsched daemon and use the energy-time model."""
+    if socket_path == "":
+        raise click.BadParameter("an empty path; leave --socket out for the default", param_hint="--socket")
     ctx.obj = client.socket_path(socket_path)
 
 
@@ -196,6 +198,7 @@ def config_check(path: str) -> None:
     """Validate a config file; print every error with its key path."""
     from parlschedd.config import ConfigError, load
     from parlschedd.host.privileges import group_id
+    from parlschedd.topology import TopologyError, read_topology
 
     try:
         cfg = load(path)
@@ -207,6 +210,10 @@ def config_check(path: str) -> None:
         group_id(cfg.socket.group)
     except LookupError as exc:  # valid, but this host's daemon would not start
         click.echo(f"{path}: warning: socket.group: {exc}; parlschedd refuses to start with it", err=True)
+    try:
+        read_topology(cpus=cfg.cpus).domains(cfg.domains)
+    except TopologyError as exc:  # the same: CPUs this host does not have or may not use
+        click.echo(f"{path}: warning: domains, cpus: {exc} on this host; parlschedd refuses to start with it here", err=True)
     click.echo(f"{path}: ok")
 
 

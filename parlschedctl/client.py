@@ -37,6 +37,8 @@ def request(path: str, cmd: str, timeout: float = 10.0, **args: Any) -> dict[str
             raise Unreachable(f"the daemon is not running (no listener on {path}: {exc.strerror})") from None
         except PermissionError:
             raise Unreachable(f"no permission to use {path} (are you in the parlsched group?)") from None
+        except OSError as exc:  # a path through a file, too long for a socket address, ...
+            raise Unreachable(f"cannot connect to {path}: {exc.strerror or exc}") from None
         sock.sendall(json.dumps({"cmd": cmd, **args}).encode() + b"\n")
         data = bytearray()
         while not data.endswith(b"\n"):
@@ -50,9 +52,20 @@ def request(path: str, cmd: str, timeout: float = 10.0, **args: Any) -> dict[str
         raise Unreachable("the daemon closed the connection") from None
     finally:
         sock.close()
-    reply = json.loads(data)
-    if not reply.get("ok"):
-        err = reply.get("error", {})
-        raise Refused(err.get("code", "internal"), err.get("message", "request failed"))
-    reply.pop("ok")
+    return _reply(path, data)
+
+
+def _reply(path: str, data: bytes) -> dict[str, Any]:
+    """The fields of a reply line; Unreachable when what listens on ``path`` does not
+    speak the protocol (a JSON object with a boolean ``ok``)."""
+    try:
+        reply = json.loads(data)
+    except ValueError:
+        reply = None
+    if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
+        raise Unreachable(f"what listens on {path} is not parlschedd (it answered {bytes(data[:60])!r})")
+    if not reply.pop("ok"):
+        err = reply.get("error")
+        err = err if isinstance(err, dict) else {}
+        raise Refused(str(err.get("code", "internal")), str(err.get("message", "request failed")))
     return reply

@@ -189,6 +189,10 @@ def from_mapping(raw: Any, source: str = "<config>") -> Config:
     domain_period = c.number(top, "domain_period_s", "domain_period_s", 4.0, 0.0)
     if domain_period < period:
         c.fail("domain_period_s", f"must be >= period_s ({period}), got {domain_period}")
+    elif period > 0 and abs(domain_period / period - round(domain_period / period)) > 1e-6 * domain_period / period:
+        whole = round(domain_period / period) * period
+        c.fail("domain_period_s", f"must be a whole multiple of period_s ({period}), got {domain_period}; "
+                                  f"Level 1 runs every {round(domain_period / period)} periods, so say {whole:g}")
 
     domains: str | tuple[tuple[int, ...], ...] = "auto"
     raw_domains = top.get("domains", "auto")
@@ -197,6 +201,11 @@ def from_mapping(raw: Any, source: str = "<config>") -> Config:
     elif isinstance(raw_domains, list) and raw_domains:
         lists = [c.cpu_list(d, f"domains[{i}]") for i, d in enumerate(raw_domains)]
         domains = tuple(d for d in lists if d is not None)
+        seen: set[int] = set()
+        for i, cpus_of in enumerate(lists):
+            if cpus_of is not None and (clash := seen.intersection(cpus_of)):
+                c.fail(f"domains[{i}]", f"repeats CPUs {sorted(clash)} of an earlier domain; a CPU belongs to one domain")
+            seen.update(cpus_of or ())
     else:
         c.fail("domains", f"must be one of {', '.join(DOMAIN_MODES)} or a list of CPU lists, got {raw_domains!r}")
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 
 from tests.conftest import needs_root, wait_for
 
@@ -23,6 +25,36 @@ def ctl(*args: str, socket: str | None = None, **kw) -> subprocess.CompletedProc
 def test_unreachable_daemon_exits_3(tmp_path):
     r = ctl("status", socket=str(tmp_path / "none.sock"))
     assert r.returncode == 3 and "not running" in r.stderr
+
+
+def test_a_socket_that_is_no_daemons_exits_3_with_a_message(tmp_path):
+    """A path through a file, one too long for a socket address, and a listener that
+    is not parlschedd: each a message and exit 3, not a traceback."""
+    (tmp_path / "a-file").write_text("")
+    for path in (tmp_path / "a-file" / "x.sock", tmp_path / ("x" * 120 + ".sock")):
+        r = ctl("status", socket=str(path))
+        assert r.returncode == 3 and f"cannot connect to {path}: " in r.stderr and "Traceback" not in r.stderr
+    other = tmp_path / "other.sock"
+    for answer in (b"hello\n", b"[1]\n", b'{"ok": "yes"}\n'):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+            listener.bind(str(other))
+            listener.listen(1)
+            server = threading.Thread(target=_answer_once, args=(listener, answer))
+            server.start()
+            r = ctl("status", socket=str(other))
+            server.join()
+        other.unlink()
+        assert r.returncode == 3 and f"what listens on {other} is not parlschedd" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
+    r = ctl("--socket", "", "status")
+    assert r.returncode == 2 and "--socket" in r.stderr
+
+
+def _answer_once(listener: socket.socket, answer: bytes) -> None:
+    conn, _ = listener.accept()
+    with conn:
+        conn.recv(4096)
+        conn.sendall(answer)
 
 
 def test_usage_error_exits_2(tmp_path):
@@ -52,6 +84,17 @@ def test_config_check(tmp_path):
     r = ctl("config", "check", str(bad))
     assert r.returncode == 1
     assert f"{bad}: period_s: must be a number" in r.stderr and "learning.gamma" in r.stderr
+    layout = tmp_path / "layout.yaml"
+    layout.write_text("period_s: 0.1\ndomain_period_s: 0.25\ndomains: [[0], [0, 1]]\n")
+    r = ctl("config", "check", str(layout))
+    assert r.returncode == 1
+    assert f"{layout}: domains[1]: repeats CPUs [0] of an earlier domain" in r.stderr
+    assert f"{layout}: domain_period_s: must be a whole multiple of period_s (0.1), got 0.25" in r.stderr
+    elsewhere = tmp_path / "elsewhere.yaml"
+    elsewhere.write_text("domains: [[0, 4095]]\n")  # valid, but no host here has CPU 4095
+    r = ctl("config", "check", str(elsewhere))
+    assert r.returncode == 0 and "ok" in r.stdout
+    assert "warning: domains, cpus: domains[0] names CPUs [4095] that are not usable" in r.stderr
 
 
 @needs_root
