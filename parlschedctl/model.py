@@ -25,7 +25,7 @@ from parlschedd.energy.measure import POWERCAP_ROOT, MeasureError, measure, rapl
 from parlschedd.energy.measurements import MeasurementsError, load_measurements, write_measurements
 from parlschedd.energy.metrics import OBJECTIVES, nrmse, objective, relative_errors
 from parlschedd.energy.model import MASTER_POWER, SUBPOP_SIZES
-from parlschedd.energy.store import ParamsError, load_params, params_document, save_params
+from parlschedd.energy.store import Fitted, ParamsError, load_params, params_document, save_params
 
 FAILURES = (ClusterError, MeasurementsError, ParamsError, MeasureError, ValueError, OSError)
 
@@ -47,11 +47,27 @@ class NspRange(click.ParamType):
                 self.fail(f"{part!r} is not N or N-M (e.g. 1-32)", param, ctx)
             if a < 1 or b < a:
                 self.fail(f"{part!r}: need 1 <= N <= M", param, ctx)
+            if b > MAX_NSP:
+                self.fail(f"{part!r}: above {MAX_NSP} subpopulations", param, ctx)
             found.update(range(a, b + 1))
         return tuple(sorted(found))
 
 
 NSP = NspRange()
+MAX_NSP = 1 << 20  # far above any GA's population, and a set of that many ints is small
+
+
+def _candidates(fitted: Fitted, nsp: tuple[int, ...] | None) -> np.ndarray:
+    """The NSp values asked for (default: the cluster's run.subpopulations); a usage
+    error above run.individuals, where a subpopulation would be empty and the model's
+    figures meaningless."""
+    lo, hi = fitted.cluster.run.subpopulations
+    ks = np.array(nsp or range(lo, hi + 1))
+    individuals = fitted.cluster.run.individuals
+    if ks.max() > individuals:
+        raise click.BadParameter(f"{int(ks.max())} subpopulations of {individuals} individuals (run.individuals): "
+                                 "each needs at least one", param_hint="--nsp")
+    return ks
 
 
 def fails_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -172,7 +188,7 @@ def _fit_text(est: EnergyTimeModel, s: dict[str, Any], out_path: str | None) -> 
 def predict(params_path: str, nsp: tuple[int, ...] | None, as_json: bool) -> None:
     """Predicted runtime and energy per NSp."""
     fitted = load_params(params_path)
-    ks = np.array(nsp or range(fitted.cluster.run.subpopulations[0], fitted.cluster.run.subpopulations[1] + 1))
+    ks = _candidates(fitted, nsp)
     t, e = fitted.model.predict(ks)
     rows = [{"nsp": int(k), "time_s": a, "energy_wh": b} for k, a, b in zip(ks, _floats(t), _floats(e), strict=True)]
     text = "\n".join([f"{'nsp':>4} {'time_s':>10} {'energy_wh':>10}"]
@@ -239,8 +255,7 @@ def plot(params_path: str, data_path: str, out_path: str) -> None:
 def recommend(params_path: str, goal: str, nsp: tuple[int, ...] | None, as_json: bool) -> None:
     """The NSp with the best predicted runtime, energy or energy-delay product."""
     fitted = load_params(params_path)
-    lo, hi = fitted.cluster.run.subpopulations
-    ks = np.array(nsp or range(lo, hi + 1))
+    ks = _candidates(fitted, nsp)
     t, e = fitted.model.predict(ks)
     if goal != "time" and np.all(np.isnan(e)):
         raise ValueError(f"{params_path}: fitted without energies; only --objective time is possible")

@@ -91,6 +91,15 @@ def test_failures_exit_1_with_the_file_named(tmp_path, params):
 
 def test_usage_errors_exit_2(params):
     assert CliRunner().invoke(cli, ["model", "predict", "--params", str(params), "--nsp", "5-2"]).exit_code == 2
+    individuals = json.loads(params.read_text())["cluster"]["run"]["individuals"]
+    for command in (["predict"], ["recommend", "--objective", "energy"]):  # empty subpopulations, or a huge range
+        for nsp in (f"1-{individuals + 1}", "1-100000000"):
+            r = CliRunner().invoke(cli, ["model", *command, "--params", str(params), "--nsp", nsp])
+            assert r.exit_code == 2, r.output
+        assert f"of {individuals} individuals (run.individuals)" in CliRunner().invoke(
+            cli, ["model", *command, "--params", str(params), "--nsp", f"1-{individuals + 1}"]).output
+    r = CliRunner().invoke(cli, ["model", "predict", "--params", str(params), "--nsp", str(individuals)])
+    assert r.exit_code == 0  # one individual each is still a run
     assert CliRunner().invoke(cli, ["model", "fit", "--cluster", "x"]).exit_code == 2
 
 
