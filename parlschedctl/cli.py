@@ -20,7 +20,7 @@ import click
 from parlschedd import __version__
 from parlschedctl import client
 from parlschedctl.model import model
-from parlschedctl.render import progress_line, status_table
+from parlschedctl.render import printable, progress_line, status_table
 
 
 PID = click.IntRange(min=1, max=4_194_303)  # below PID_MAX_LIMIT (4194304): the largest pid any kernel hands out
@@ -66,7 +66,7 @@ def attach(sock: str, pid: int, observe: bool, threads: str | None, descendants:
     """Manage all threads of PID."""
     reply = client.request(sock, "attach", pid=pid, observe=observe, threads=threads, descendants=descendants)
     t = reply["target"]
-    click.echo(f"attached {t['pid']} ({t['name']}), {len(t['threads'])} threads, mode {t['mode']}")
+    click.echo(f"attached {t['pid']} ({printable(t['name'])}), {len(t['threads'])} threads, mode {t['mode']}")
     if threads and not t["threads"]:
         click.echo(f"parlschedctl: warning: no thread name of {pid} matches --threads {threads!r} "
                    f"({t.get('threads_ignored', 0)} left out); threads created later with a matching name are adopted",
@@ -128,9 +128,14 @@ def run(sock: str, observe: bool, cmd: tuple[str, ...]) -> None:
     except OSError as exc:
         click.echo(f"parlschedctl: cannot start {cmd[0]}: {exc.strerror}", err=True)
         sys.exit(1)
-    # Ctrl-C reaches CMD (same process group); we stay to report how it ended, as time(1) does
+    # Ctrl-C reaches CMD (same process group); we stay to report how it ended, as time(1) does.
+    # SIGTERM and SIGHUP sent to us alone (a supervisor, a closed ssh session) are passed on,
+    # so CMD never runs on orphaned, still pinned, with no summary.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda signum, frame: proc.send_signal(signum))
     last: dict[str, Any] = {}
+    lost = False
     managed: set[int] = set()
     try:
         client.request(sock, "attach", pid=proc.pid, observe=observe, descendants=True)
@@ -149,13 +154,14 @@ def run(sock: str, observe: bool, cmd: tuple[str, ...]) -> None:
     except client.Refused as exc:
         click.echo(f"parlschedctl: not managed: {exc}", err=True)
     except client.Unreachable as exc:
+        lost = True
         click.echo(("\r\033[K" if sys.stderr.isatty() else "") + f"parlschedctl: lost the daemon ({exc}); waiting for {cmd[0]}", err=True)
     code = proc.wait()
     wall = time.monotonic() - started
     threads = last.get("threads", [])
     how = f"exited {code}" if code >= 0 else f"was killed by {signal.Signals(-code).name}"
-    click.echo(f"parlschedctl: {cmd[0]} {how} after {wall:.2f} s; managed {len(managed)} threads"
-               f" ({sum(t['pinned'] for t in threads)} pinned at the end)", err=True)
+    end = "the daemon stopped before the end" if lost else f"{sum(t['pinned'] for t in threads)} pinned at the end"
+    click.echo(f"parlschedctl: {cmd[0]} {how} after {wall:.2f} s; managed {len(managed)} threads ({end})", err=True)
     sys.exit(code if code >= 0 else 128 - code)
 
 

@@ -5,6 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 
+def printable(name: str) -> str:
+    """A process or thread name as a terminal may show it: any user names its threads,
+    so control characters (an escape sequence, a newline that fakes a row) are written
+    as escapes, as ps(1) does, never sent to root's terminal as they are."""
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+                   for c in name)
+
+
 def status_table(reply: dict[str, Any]) -> str:
     d = reply["daemon"]
     loop = d["loop"]
@@ -16,13 +24,13 @@ def status_table(reply: dict[str, Any]) -> str:
     if not reply["targets"]:
         lines.append("no targets")
     for t in reply["targets"]:
-        lines.append(f"\n{t['pid']} {t['name']} ({t['mode']}, {len(t['threads'])} threads)")
+        lines.append(f"\n{t['pid']} {printable(t['name'])} ({t['mode']}, {len(t['threads'])} threads)")
         lines.append(f"  {'TID':>8} {'NAME':<16} {'CPU':>4} {'DOM':>4} {'UTILITY':>12} PINNED")
         for th in t["threads"]:
             util = "-" if th["utility"] is None else f"{th['utility']:.4g}"
             cpu = "-" if th["cpu"] is None else th["cpu"]
             dom = "-" if th["domain"] is None else th["domain"]
-            lines.append(f"  {th['tid']:>8} {th['name'][:16]:<16} {cpu:>4} {dom:>4} {util:>12} {'yes' if th['pinned'] else 'no'}")
+            lines.append(f"  {th['tid']:>8} {printable(th['name'])[:16]:<16} {cpu:>4} {dom:>4} {util:>12} {'yes' if th['pinned'] else 'no'}")
     return "\n".join(lines)
 
 

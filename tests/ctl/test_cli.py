@@ -10,6 +10,8 @@ import subprocess
 import sys
 import threading
 
+import pytest
+
 from tests.conftest import needs_root, wait_for
 
 CTL = [sys.executable, "-c", "from parlschedctl.cli import main; main()"]
@@ -154,7 +156,22 @@ def test_run_waits_for_cmd_when_the_daemon_goes_away(daemon, tmp_path):
     _, err = proc.communicate(timeout=30)
     assert "lost the daemon" in said, said + err
     assert proc.returncode == 5, err  # CMD's code, not 3: CMD ran to its end
-    assert "sh exited 5" in err
+    assert "sh exited 5" in err and "the daemon stopped before the end" in err  # not its last pins
+
+
+@needs_root
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_run_passes_sigterm_and_sighup_on_to_cmd(daemon, sig):
+    """A signal sent to run alone (a supervisor, a closed ssh session) reaches CMD, and
+    run still waits, reports and exits as CMD did; before, run died and left CMD running
+    orphaned, still pinned."""
+    proc = run_in_background(daemon, "exec sleep 30")
+    target = json.loads(ctl("status", "--json", socket=daemon.socket).stdout)["targets"][0]["pid"]
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + sig, err
+    assert f"sh was killed by {sig.name}" in err
+    wait_for(lambda: not os.path.exists(f"/proc/{target}"))
 
 
 @needs_root

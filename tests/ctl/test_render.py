@@ -1,0 +1,27 @@
+"""parlschedctl/render.py: what reaches a person's terminal."""
+
+from __future__ import annotations
+
+from parlschedctl.render import printable, status_table
+
+
+def _reply(process: str, thread: str) -> dict:
+    daemon = {"version": "x", "pid": 1, "uptime_s": 1.0, "counter_source": "perf:task-clock", "period_s": 0.1,
+              "domain_period_s": 4.0, "loop": {"mean_ms": 0.5, "max_ms": 1.0}, "domains": [[0, 1]]}
+    thread_row = {"tid": 12, "name": thread, "cpu": 1, "domain": 0, "utility": 0.5, "pinned": True}
+    return {"daemon": daemon, "targets": [{"pid": 11, "name": process, "mode": "pin", "threads": [thread_row]}]}
+
+
+def test_names_reach_the_terminal_without_control_characters() -> None:
+    """Any user names its threads; root's status and top must not carry an escape
+    sequence or a newline that fakes a row onto the terminal."""
+    table = status_table(_reply("evil\x1b]0;owned\x07", "\x1b[31mRED\x1b[0m\ntab\there"))
+    assert "\x1b" not in table and "\x07" not in table and "\t" not in table
+    assert len(table.splitlines()) == 6  # two header lines, a blank, the target, its header, one thread
+    assert "11 evil\\x1b]0;owned\\x07 (pin, 1 threads)" in table
+    assert "\\x1b[31mRED\\x1b" in table
+
+
+def test_printable_names_are_left_as_they_are() -> None:
+    assert printable("worker-3 é 线程") == "worker-3 é 线程"
+    assert printable("a\u200bb") == "a\\u200bb"  # a zero-width space is not printable either
