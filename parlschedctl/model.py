@@ -25,7 +25,7 @@ from parlschedd.energy.measure import POWERCAP_ROOT, MeasureError, measure, rapl
 from parlschedd.energy.measurements import MeasurementsError, load_measurements, write_measurements
 from parlschedd.energy.metrics import OBJECTIVES, nrmse, objective, relative_errors
 from parlschedd.energy.model import MASTER_POWER, SUBPOP_SIZES
-from parlschedd.energy.store import Fitted, ParamsError, load_params, params_document, save_params
+from parlschedd.energy.store import Fitted, ParamsError, json_safe, load_params, params_document, save_params
 
 FAILURES = (ClusterError, MeasurementsError, ParamsError, MeasureError, ValueError, OSError)
 
@@ -95,11 +95,11 @@ def progress_printer(label: str, quiet: bool) -> Callable[[int, int], None] | No
 
 
 def _floats(a: np.ndarray) -> list[float | None]:
-    return [None if np.isnan(v) else round(float(v), 6) for v in a]
+    return [round(float(v), 6) if np.isfinite(v) else None for v in a]
 
 
 def _emit(as_json: bool, document: dict[str, Any], text: str) -> None:
-    click.echo(json.dumps(document, indent=2) if as_json else text)
+    click.echo(json.dumps(json_safe(document), indent=2, allow_nan=False) if as_json else text)
 
 
 @click.group()
@@ -115,7 +115,7 @@ def model() -> None:
               help="de: differential evolution (fast); ga: the paper's two-phase GA.")
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
               help="Independent fits; the best is kept (the paper uses 20).")
-@click.option("--seed", type=int, default=None, help="Seed for reproducible fits.")
+@click.option("--seed", type=click.IntRange(min=0), default=None, help="Seed for reproducible fits.")
 @click.option("--rounding", type=click.Choice(SUBPOP_SIZES), default="floor", show_default=True,
               help="How N / NSp is rounded to a subpopulation size.")
 @click.option("--master-power", type=click.Choice(MASTER_POWER), default="migration", show_default=True,
@@ -130,6 +130,8 @@ def fit(cluster_path: str, data_path: str, method: str, repeat: int, seed: int |
         master_power: str, generations: int | None, loo: bool, out_path: str | None, as_json: bool) -> None:
     """Fit the proposed model and the baseline to measured runs."""
     cluster, m = load_cluster(cluster_path), load_measurements(data_path)
+    if len(m.nsp) < 2:
+        raise ValueError(f"{data_path}: {len(m.nsp)} configuration measured; a fit needs at least 2")
     energy = m.energy_wh if m.has_energy else None
     if energy is None:
         click.echo(f"parlschedctl model: {data_path}: energy not measured for every NSp; fitting time only",

@@ -151,6 +151,9 @@ def _run(r: _Reader, data: Mapping[str, Any]) -> RunSettings | None:
     g = r.number(run, "generations", "run", integer=True, low=1)
     ngm = r.number(run, "global_migrations", "run", integer=True, low=1)
     alpha = r.number(run, "crossover_probability", "run", low=0.0, high=1.0)
+    if alpha == 0.0:  # eq. 1 divides by it: a GA that never crosses over is not the one modelled
+        r.errors.append(("run.crossover_probability", "must be in (0, 1], got 0"))
+        alpha = None
     span = run.get("subpopulations", [1, 32])
     ok_span = (isinstance(span, list) and len(span) == 2 and all(isinstance(v, int) and v >= 1 for v in span)
                and span[0] <= span[1])
@@ -158,6 +161,10 @@ def _run(r: _Reader, data: Mapping[str, Any]) -> RunSettings | None:
         r.errors.append(("run.subpopulations", f"must be [low, high] with 1 <= low <= high, got {span!r}"))
     if g is not None and ngm is not None and g % ngm:
         r.errors.append(("run.global_migrations", f"must divide generations ({g}), got {ngm}"))
+    if ok_span and n is not None and span[1] > n:
+        r.errors.append(("run.subpopulations", f"must not go above run.individuals ({n}): each subpopulation "
+                                               f"needs at least one individual, got {span!r}"))
+        ok_span = False
     if None in (n, g, ngm, alpha) or not ok_span:
         return None
     return RunSettings(n, g, ngm, alpha, (span[0], span[1]))
@@ -189,8 +196,17 @@ def _nodes(r: _Reader, data: Mapping[str, Any]) -> tuple[Node, ...]:
             r.errors.append((f"{path}.devices", "must be a non-empty list of devices"))
             continue
         built = [_device(r, dev, f"{path}.devices[{j}]", j) for j, dev in enumerate(devices)]
+        _unique(r, [d.name for d in built if d], f"{path}.devices", "device")
         nodes.append(Node(r.text(node, "name", path, f"node{i + 1}"), tuple(d for d in built if d)))
+    _unique(r, [n.name for n in nodes], "nodes", "node")
     return tuple(nodes)
+
+
+def _unique(r: _Reader, names: list[str], path: str, what: str) -> None:
+    """Fitted parameters are keyed by node and device name: a repeated name would
+    merge two sets into one and leave a params file that matches no cluster."""
+    for name in sorted({n for n in names if names.count(n) > 1}):
+        r.errors.append((path, f"the {what} name {name!r} appears {names.count(name)} times; names must be unique"))
 
 
 def parse_cluster(data: Any, source: str = "<cluster>") -> Cluster:

@@ -11,6 +11,7 @@ fitting.py ``repeat`` times and keeps the best repetition (closest to (0, 0) in
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -126,6 +127,9 @@ class EnergyTimeModel:
         if list(values) != names:
             raise ValueError(f"parameters do not match the cluster: expected {names}, got {list(values)}")
         vector = np.array([values[n] for n in names], dtype=float)
+        bad = [n for n, v in zip(names, vector.tolist(), strict=True) if not (math.isfinite(v) and v >= 0)]
+        if bad:  # the model's times and powers are non-negative; NaN or inf predicts nothing
+            raise ValueError(f"parameters {', '.join(bad)} must be finite and >= 0")
         n_time = len(cluster.devices) + 2
         tp = TimeParams.from_vector(vector[:n_time])
         ep = EnergyParams.from_vector(vector[n_time:]) if with_energy else None

@@ -121,13 +121,15 @@ def load_measurements(path: str | Path) -> Measurements:
     """Read and validate a measurements CSV; errors name the file and line."""
     source = str(path)
     try:
-        with open(path, newline="") as fh:
+        with open(path, newline="", encoding="utf-8-sig") as fh:  # -sig: a BOM, as spreadsheets write
             reader = csv.DictReader(fh)
             header = [c.strip() for c in reader.fieldnames or []]
             reader.fieldnames = header
             rows = list(reader)
     except OSError as exc:
         raise MeasurementsError(source, None, f"cannot read: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise MeasurementsError(source, None, f"not UTF-8 text (byte {exc.start}): expected a CSV file") from exc
     if not header:
         raise MeasurementsError(source, 1, "empty file: expected a header line")
     for line, row in enumerate(rows, start=2):

@@ -14,8 +14,10 @@ def nrmse(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
     """RMSE divided by the population standard deviation of the measurements (eqs. 15, 16).
 
     The population std (ddof=0) is the one that reproduces the paper's 0.213 / 0.256
-    for the stored baseline predictions (shared/data/energy-time/README.md)."""
-    return rmse(predicted, measured) / np.std(measured)
+    for the stored baseline predictions (shared/data/energy-time/README.md). NaN when the
+    measurements have no spread (one configuration, or all equal): undefined, not inf."""
+    spread = np.std(measured)
+    return rmse(predicted, measured) / spread if spread > 0 else np.full(np.shape(rmse(predicted, measured)), np.nan)
 
 
 def relative_errors(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:

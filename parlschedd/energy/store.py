@@ -7,6 +7,7 @@ need nothing else. ``load_params`` checks the format and names the file in its e
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,16 +37,30 @@ def params_document(cluster: Cluster, model: EnergyTimeModel, baseline: Baseline
             "baseline": baseline.to_dict(), **(extra or {})}
 
 
+def json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float as None, so that it dumps as standard
+    JSON (NaN and Infinity are not: other readers refuse them)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
+
+
 def save_params(path: str | Path, document: dict[str, Any]) -> None:
-    Path(path).write_text(json.dumps(document, indent=2) + "\n")
+    Path(path).write_text(json.dumps(json_safe(document), indent=2, allow_nan=False) + "\n")
 
 
 def load_params(path: str | Path) -> Fitted:
     source = str(path)
     try:
-        doc = json.loads(Path(path).read_text())
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise ParamsError(f"{source}: cannot read: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ParamsError(f"{source}: not UTF-8 text (byte {exc.start}): not a parameters file") from exc
     except json.JSONDecodeError as exc:
         raise ParamsError(f"{source}:{exc.lineno}: not valid JSON: {exc.msg}") from exc
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
@@ -56,7 +71,7 @@ def load_params(path: str | Path) -> Fitted:
         baseline = BaselineModel.from_dict(cluster, doc["baseline"])
     except ClusterError as exc:
         raise ParamsError(str(exc)) from exc
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise ParamsError(f"{source}: malformed parameters: {exc}") from exc
     extra = {k: v for k, v in doc.items() if k not in {"format", "cluster", "model", "baseline"}}
     return Fitted(cluster, model, baseline, extra)

@@ -134,3 +134,37 @@ def test_measure_reads_rapl(tmp_path):
                                  "--powercap-root", str(root), "--", *bump])
     assert r.exit_code == 0 and "no {nsp}" in r.output
     assert out.read_text().splitlines()[1].split(",")[-1] == "0.01"
+
+
+def test_inputs_a_review_broke_give_one_line_errors_or_valid_json(params, tmp_path):
+    """Each gave a traceback, a message without the file, invalid JSON or nonsense."""
+    lines = MEASUREMENTS_CSV.read_text().splitlines()
+    bom = tmp_path / "bom.csv"  # as a spreadsheet saves it
+    bom.write_bytes(b"\xef\xbb\xbf" + "\n".join(lines).encode() + b"\n")
+    assert run("model", "validate", "--params", str(params), "--data", str(bom)).exit_code == 0
+    binary = tmp_path / "binary.csv"
+    binary.write_bytes(b"\x00\x01\xff\xfe")
+    for option, path in (("--data", binary), ("--params", binary)):
+        args = ["validate", "--params", str(params), "--data", str(path)] if option == "--data" \
+            else ["predict", "--params", str(path)]
+        r = CliRunner().invoke(cli, ["model", *args])
+        assert r.exit_code == 1 and f"{path}" in r.output and "not UTF-8 text" in r.output, r.output
+    one = tmp_path / "one.csv"
+    one.write_text("\n".join(lines[:2]) + "\n")
+    r = CliRunner().invoke(cli, ["model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(one), *QUICK])
+    assert r.exit_code == 1 and f"{one}: 1 configuration measured; a fit needs at least 2" in r.output
+    r = CliRunner().invoke(cli, ["model", "validate", "--params", str(params), "--data", str(one), "--json"])
+    assert r.exit_code == 0
+    assert json.loads(r.output)["models"]["proposed"]["nrmse_time"] is None  # no spread: undefined, and valid JSON
+    doc = json.loads(params.read_text())
+    name = next(iter(doc["model"]["parameters"]))
+    for value in (float("nan"), -1e7, 10**400):
+        broken = tmp_path / "broken.json"
+        doc["model"]["parameters"][name] = value
+        broken.write_text(json.dumps(doc))
+        for command in ("predict", "recommend"):
+            r = CliRunner().invoke(cli, ["model", command, "--params", str(broken)])
+            assert r.exit_code == 1 and f"{broken}: malformed parameters" in r.output, (value, r.output)
+    r = CliRunner().invoke(cli, ["model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(MEASUREMENTS_CSV),
+                                 "--seed", "-1"])
+    assert r.exit_code == 2 and "--seed" in r.output

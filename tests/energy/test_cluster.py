@@ -60,3 +60,22 @@ def test_unreadable_and_invalid_yaml(tmp_path):
     with pytest.raises(ClusterError, match="not valid YAML"):
         load_cluster(broken)
 
+
+
+def test_names_crossover_and_span_that_would_break_a_fit_later_are_refused():
+    """Each passed validation before: repeated names merged two parameter sets into one
+    (a params file no command could read back), a crossover probability of 0 made the
+    fit divide by zero, and a span above the population asked for empty subpopulations."""
+    bad = copy.deepcopy(TINY)
+    bad["nodes"].append(copy.deepcopy(bad["nodes"][0]))
+    bad["nodes"][0]["devices"][1]["name"] = bad["nodes"][0]["devices"][0]["name"]
+    bad["run"]["crossover_probability"] = 0
+    bad["run"]["subpopulations"] = [1, bad["run"]["individuals"] + 1]
+    with pytest.raises(ClusterError) as err:
+        parse_cluster(bad)
+    keys = dict(err.value.errors)
+    node, device = bad["nodes"][0]["name"], bad["nodes"][0]["devices"][0]["name"]
+    assert keys["nodes"] == f"the node name {node!r} appears 2 times; names must be unique"
+    assert keys["nodes[0].devices"] == f"the device name {device!r} appears 2 times; names must be unique"
+    assert keys["run.crossover_probability"] == "must be in (0, 1], got 0"
+    assert "must not go above run.individuals" in keys["run.subpopulations"]
