@@ -284,7 +284,14 @@ def measure_cmd(nsp: tuple[int, ...], repeat: int, out_path: str, powercap_root:
     if not zones:
         click.echo(f"parlschedctl model: no readable RAPL zones under {powercap_root}; energy left empty "
                    "(time-only fitting still works)", err=True)
-    times, energies = measure(cmd, nsp, repeat, zones, progress_printer("run", False))
-    write_measurements(out_path, np.array(nsp), times, energies)
+    write_measurements(out_path, np.empty(0, dtype=int), np.empty((0, repeat)), np.empty((0, repeat)))  # writable?
+    times, energies = [], []
+    try:
+        for t, e in measure(cmd, nsp, repeat, zones, progress_printer("run", False)):
+            times.append(t)
+            energies.append(e)
+            write_measurements(out_path, np.array(nsp[:len(times)]), np.array(times), np.array(energies))
+    except MeasureError as exc:
+        raise MeasureError(f"{exc}; {out_path} keeps the {len(times)} configurations measured before it") from exc
     click.echo(f"wrote {out_path}: {len(nsp)} configurations x {repeat}")
 

@@ -14,7 +14,7 @@ import re
 import shlex
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,15 +88,16 @@ def run_once(template: Sequence[str], nsp: int, zones: Sequence[Zone]) -> tuple[
 
 
 def measure(template: Sequence[str], nsps: Sequence[int], repeat: int = 1, zones: Sequence[Zone] = (),
-            progress: Callable[[int, int], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Every configuration ``repeat`` times: (time_reps, energy_reps), each (configs, repeat)."""
-    times = np.empty((len(nsps), repeat))
-    energies = np.empty((len(nsps), repeat))
+            progress: Callable[[int, int], None] | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Every configuration ``repeat`` times, yielded as each configuration completes:
+    (time_reps, energy_reps), each of shape (repeat,), so that a caller keeps what ran
+    when a later run fails."""
     done, total = 0, len(nsps) * repeat
-    for k, nsp in enumerate(nsps):
+    for nsp in nsps:
+        times, energies = np.empty(repeat), np.empty(repeat)
         for r in range(repeat):
-            times[k, r], energies[k, r] = run_once(template, nsp, zones)
+            times[r], energies[r] = run_once(template, nsp, zones)
             done += 1
             if progress:
                 progress(done, total)
-    return times, energies
+        yield times, energies

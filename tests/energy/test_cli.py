@@ -168,3 +168,18 @@ def test_inputs_a_review_broke_give_one_line_errors_or_valid_json(params, tmp_pa
     r = CliRunner().invoke(cli, ["model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(MEASUREMENTS_CSV),
                                  "--seed", "-1"])
     assert r.exit_code == 2 and "--seed" in r.output
+
+
+def test_measure_keeps_the_configurations_run_before_a_failure(tmp_path):
+    """The third configuration fails: the first two are in the CSV (all were lost
+    before), and an --out that cannot be written fails before anything runs."""
+    out = tmp_path / "m.csv"
+    script = "import sys; sys.exit(int(sys.argv[1]) >= 3)"
+    r = CliRunner().invoke(cli, ["model", "measure", "--nsp", "1-4", "--out", str(out), "--powercap-root",
+                                 str(tmp_path / "none"), "--", sys.executable, "-c", script, "{nsp}"])
+    assert r.exit_code == 1 and f"{out} keeps the 2 configurations measured before it" in r.output, r.output
+    assert [line.split(",")[0] for line in out.read_text().splitlines()[1:]] == ["1", "2"]
+    marker = tmp_path / "ran"
+    r = CliRunner().invoke(cli, ["model", "measure", "--nsp", "1", "--out", str(tmp_path / "no" / "m.csv"),
+                                 "--powercap-root", str(tmp_path / "none"), "--", "touch", str(marker)])
+    assert r.exit_code == 1 and "No such file or directory" in r.output and not marker.exists()
