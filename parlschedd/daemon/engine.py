@@ -400,20 +400,17 @@ class Engine:
         target.ignored &= seen
 
     def _forget_reused(self, target: Target, tid: int) -> None:
-        """``tid``'s thread exited and the tid is listed again: a new thread took it
-        (then it is adopted as new), or it is a zombie leader whose thread pidfd polls
-        readable (Linux 6.9-6.14; its start time is unchanged and it is kept)."""
-        if tid in target.ignored:
-            target.ignored.discard(tid)
-            target.exits.remove(tid)
+        """``tid``'s thread exited and the tid is listed again: a new thread took it, and
+        is adopted as new. Not the leader's: its tid is the process's id, which no other
+        thread gets while the process lives; its pidfd polls readable while it is a
+        zombie whose threads run on (Linux 6.9-6.14). Start times cannot tell them
+        apart: they count clock ticks, and a thread can exit and be replaced within one."""
+        if tid == target.pid:
             return
-        known = target.threads.get(tid)
-        try:
-            if known is None or procfs.thread_start_time(tid, self.proc_root) == known.start_time:
-                return
-        except HostError:
-            pass  # gone too: dropped all the same
-        self._drop_thread(target, tid)
+        target.ignored.discard(tid)
+        target.exits.remove(tid)
+        if tid in target.threads:
+            self._drop_thread(target, tid)
 
     @staticmethod
     def _unchanged(target: Target) -> bool:

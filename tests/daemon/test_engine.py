@@ -86,6 +86,14 @@ def test_resync_takes_back_a_thread_re_pinned_by_someone_else() -> None:
         target.wait()
 
 
+def _free_engine() -> tuple[Engine, CounterSet]:
+    """Every thread free (its whole domain) for good: no exploration of cores."""
+    learning = dataclasses.replace(Config().learning, free=True, free_prior=1.0, lam=0.0)
+    config = dataclasses.replace(Config(), learning=learning)
+    counters = CounterSet(CounterSource.TASK_CLOCK)
+    return Engine(config, read_topology("/sys").domains(config.domains), counters, Pinner()), counters
+
+
 def _pin_engine() -> tuple[Engine, CounterSet]:
     config = dataclasses.replace(Config(), learning=dataclasses.replace(Config().learning, free=False))
     counters = CounterSet(CounterSource.TASK_CLOCK)
@@ -464,10 +472,7 @@ def test_a_thread_born_of_a_free_thread_gets_the_targets_own_mask_back(workload)
     w = workload(1)
     for tid in w.all_tids():
         os.sched_setaffinity(tid, {0})
-    learning = dataclasses.replace(Config().learning, free=True, free_prior=1.0, lam=0.0)
-    config = dataclasses.replace(Config(), learning=learning)
-    counters = CounterSet(CounterSource.TASK_CLOCK)
-    engine = Engine(config, read_topology("/sys").domains(config.domains), counters, Pinner())
+    engine, counters = _free_engine()
     try:
         engine.attach(w.pid, time.monotonic())
         whole = frozenset(os.sched_getaffinity(0))
@@ -509,16 +514,16 @@ def test_a_thread_the_filter_leaves_out_does_not_keep_the_mask_it_inherited(work
 def test_a_tid_reused_inside_the_target_is_adopted_as_the_new_thread(workload) -> None:
     """A worker exits and a new one gets its tid (steered through ns_last_pid) before
     the next period: the count is unchanged and the tid is listed again, so only the
-    exit watch tells them apart; the new thread is adopted with its own start time
-    (the old entry, its counter and its identity stayed before)."""
+    exit watch tells them apart; the new thread is adopted anew (the old entry, its
+    counter and its identity stayed before)."""
     w = workload(2)
-    engine, counters = _pin_engine()
+    engine, counters = _free_engine()  # free threads are not moved again: no pin stumbles on the new identity
     try:
         engine.attach(w.pid, time.monotonic())
         engine.tick(time.monotonic())
         target = engine.targets[w.pid]
         old = w.tids[-1]
-        first = target.threads[old].start_time
+        first = target.threads[old]
         w.command("stop")
         for _ in range(20):
             with open(NS_LAST_PID, "w") as f:
@@ -528,9 +533,8 @@ def test_a_tid_reused_inside_the_target_is_adopted_as_the_new_thread(workload) -
             w.command("stop")
         else:
             pytest.skip("could not steer the next tid (busy machine)")
-        # a pin may find the new identity first and drop the tid for a period: then it is adopted anew
-        _ticks_until(engine, lambda: old in target.threads and target.threads[old].start_time != first,
-                     "the new thread adopted")
+        # adopted anew (its start time may equal the old one's: both count 10 ms clock ticks)
+        _ticks_until(engine, lambda: target.threads.get(old, first) is not first, "the new thread adopted")
         assert target.threads[old].start_time == procfs.thread_start_time(old)
         engine.tick(time.monotonic())
         assert not target.exits.exited()  # the old watch is gone with the old thread
