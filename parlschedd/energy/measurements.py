@@ -132,6 +132,8 @@ def load_measurements(path: str | Path) -> Measurements:
         raise MeasurementsError(source, None, f"not UTF-8 text (byte {exc.start}): expected a CSV file") from exc
     if not header:
         raise MeasurementsError(source, 1, "empty file: expected a header line")
+    if repeated := sorted({c for c in header if header.count(c) > 1}):  # DictReader keeps only the last
+        raise MeasurementsError(source, 1, f"column(s) {', '.join(repeated)} appear more than once")
     for line, row in enumerate(rows, start=2):
         if None in row:
             raise MeasurementsError(source, line, f"{len(header) + len(row[None])} cells for {len(header)} columns")
