@@ -121,6 +121,8 @@ def top(sock: str, interval: float | None, iterations: int | None) -> None:
 @talks_to_daemon
 def run(sock: str, observe: bool, cmd: tuple[str, ...]) -> None:
     """Start CMD, attach it, wait for it, print a summary, exit with CMD's exit code."""
+    if cmd[0].startswith("-"):  # options after CMD are CMD's; one before it is a typo, not a program
+        raise click.UsageError(f"no such option: {cmd[0]} (run takes --observe; put CMD after --)")
     client.request(sock, "ping")
     started = time.monotonic()
     try:

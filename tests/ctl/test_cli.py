@@ -65,6 +65,8 @@ def test_usage_error_exits_2(tmp_path):
     assert ctl("attach", "99999999999").returncode == 2  # no kernel hands out such a pid
     assert ctl("attach", "4194304").returncode == 2  # PID_MAX_LIMIT itself: pids stay below it
     assert ctl("attach", "4194303", socket=str(tmp_path / "none.sock")).returncode == 3  # a pid: asks the daemon
+    r = ctl("run", "--json", "--", "true", socket=str(tmp_path / "none.sock"))
+    assert r.returncode == 2 and "no such option: --json" in r.stderr  # not a program named --json
 
 
 def test_python_m_parlschedctl_is_the_cli():
