@@ -29,7 +29,7 @@ except ImportError:  # fuzz/run.py's fallback imports test_one_input only
 from parlschedd.daemon import protocol
 
 SOCKET = os.environ.get("PARLSCHED_FUZZ_SOCKET", "")
-SAFE = {"ping", "status"}
+SAFE = {"ping", "status", "continue"}
 
 
 def unsafe(data: bytes) -> bool:

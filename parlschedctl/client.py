@@ -1,4 +1,5 @@
-"""The daemon's control socket from the client side: one request, one reply line."""
+"""The daemon's control socket from the client side: one request, one reply (a line, or
+the parts of a longer one)."""
 
 from __future__ import annotations
 
@@ -26,33 +27,68 @@ def socket_path(explicit: str | None) -> str:
     return explicit or os.environ.get("PARLSCHED_SOCKET") or DEFAULT_SOCKET
 
 
-def request(path: str, cmd: str, timeout: float = 10.0, **args: Any) -> dict[str, Any]:
-    """Send one request and return the reply's fields; raise Unreachable or Refused."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout)
-    try:
+class Connection:
+    """One connection to the daemon, for one request after another. A reply longer
+    than a line comes in parts (``{"ok": true, "part": ..., "parts_left": n}``, see
+    parlschedd.daemon.protocol.parts); ``request`` asks for the rest with
+    ``continue`` and returns the whole reply."""
+
+    def __init__(self, path: str, timeout: float = 10.0) -> None:
+        self.path, self.timeout = path, timeout
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
         try:
-            sock.connect(path)
+            self.sock.connect(path)
         except (FileNotFoundError, ConnectionRefusedError) as exc:
+            self.close()
             raise Unreachable(f"the daemon is not running (no listener on {path}: {exc.strerror})") from None
         except PermissionError:
+            self.close()
             raise Unreachable(f"no permission to use {path} (are you in the parlsched group?)") from None
         except OSError as exc:  # a path through a file, too long for a socket address, ...
+            self.close()
             raise Unreachable(f"cannot connect to {path}: {exc.strerror or exc}") from None
-        sock.sendall(json.dumps({"cmd": cmd, **args}).encode() + b"\n")
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def request(self, cmd: str, **args: Any) -> dict[str, Any]:
+        """Send one request and return the reply's fields; raise Unreachable or Refused."""
+        reply = _reply(self.path, self._exchange(json.dumps({"cmd": cmd, **args}).encode() + b"\n"))
+        pieces: list[str] = []
+        while isinstance(reply.get("part"), str) and isinstance(reply.get("parts_left"), int):
+            pieces.append(reply["part"])
+            if reply["parts_left"] <= 0:
+                return _reply(self.path, "".join(pieces).encode())
+            reply = _reply(self.path, self._exchange(b'{"cmd":"continue"}\n'))
+        return reply
+
+    def _exchange(self, line: bytes) -> bytes:
         data = bytearray()
-        while not data.endswith(b"\n"):
-            chunk = sock.recv(1 << 20)
-            if not chunk:
-                raise Unreachable("the daemon closed the connection without answering")
-            data += chunk
-    except socket.timeout:
-        raise Unreachable(f"the daemon did not answer within {timeout:g} s") from None
-    except (ConnectionResetError, BrokenPipeError):
-        raise Unreachable("the daemon closed the connection") from None
-    finally:
-        sock.close()
-    return _reply(path, data)
+        try:
+            self.sock.sendall(line)
+            while not data.endswith(b"\n"):
+                chunk = self.sock.recv(1 << 20)
+                if not chunk:
+                    raise Unreachable("the daemon closed the connection without answering")
+                data += chunk
+        except socket.timeout:
+            raise Unreachable(f"the daemon did not answer within {self.timeout:g} s") from None
+        except (ConnectionResetError, BrokenPipeError):
+            raise Unreachable("the daemon closed the connection") from None
+        return bytes(data)
+
+
+def request(path: str, cmd: str, timeout: float = 10.0, **args: Any) -> dict[str, Any]:
+    """Send one request on a connection of its own; raise Unreachable or Refused."""
+    with Connection(path, timeout) as conn:
+        return conn.request(cmd, **args)
 
 
 def _reply(path: str, data: bytes) -> dict[str, Any]:

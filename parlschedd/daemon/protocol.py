@@ -2,7 +2,7 @@
 
 ``parse_request`` turns one received line into a validated ``Request`` or raises
 ``ProtocolError`` with the error code the reply carries; it never raises anything
-else, whatever the bytes.
+else, whatever the bytes. ``parts`` cuts a reply longer than a line may be into parts.
 """
 
 from __future__ import annotations
@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 MAX_LINE = 64 * 1024
+# A part's text is ASCII JSON (``encode`` escapes the rest), which at most doubles when
+# encoded as a string (each quote and backslash gains a backslash); 64 bytes for the envelope.
+PART_CHARS = (MAX_LINE - 64) // 2
 # command -> {field: (type, required)}
 COMMANDS: dict[str, dict[str, tuple[type, bool]]] = {
     "ping": {},
@@ -20,6 +23,7 @@ COMMANDS: dict[str, dict[str, tuple[type, bool]]] = {
     "status": {"pid": (int, False)},
     "history": {"pid": (int, True), "last": (int, False)},
     "reload": {},
+    "continue": {},  # the next part of a reply sent in parts (``parts``)
 }
 
 
@@ -80,3 +84,19 @@ def error(code: str, message: str) -> bytes:
 
 def encode(obj: dict[str, Any]) -> bytes:
     return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+
+
+def parts(reply: bytes) -> list[bytes]:
+    """``reply`` as lines of at most MAX_LINE bytes (interfaces: 64 KiB a line).
+
+    A reply that fits is its own single part. A longer one (``status`` or ``history``
+    of a target of many threads) is cut into pieces of its text, each sent as
+    ``{"ok": true, "part": "<text>", "parts_left": n}``; the client asks for each next
+    one with ``{"cmd": "continue"}`` and parses the joined texts as the reply. All
+    parts come from one snapshot, however long the client takes to ask.
+    """
+    if len(reply) <= MAX_LINE:
+        return [reply]
+    text = reply.decode("ascii").rstrip("\n")  # ``encode`` escapes all but ASCII
+    pieces = [text[i : i + PART_CHARS] for i in range(0, len(text), PART_CHARS)]
+    return [ok(part=piece, parts_left=len(pieces) - 1 - i) for i, piece in enumerate(pieces)]

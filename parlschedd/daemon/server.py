@@ -59,6 +59,7 @@ class Client:
     discarding: bool = False  # inside an over-long line: drop bytes up to its newline
     last_active: float = 0.0
     eof: bool = False  # the peer shut down its side: answer what it sent, then close
+    parts: deque[bytes] = field(default_factory=deque)  # of a long reply, not yet asked for
 
 
 @dataclass
@@ -557,7 +558,7 @@ class Daemon:
                 return
             line = bytes(client.inbuf[:nl])
             del client.inbuf[: nl + 1]
-            client.outbuf += self._handle(line, client.uid)
+            client.outbuf += self._handle(line, client)
 
     def _past_deadline(self) -> bool:
         """The next tick is due: requests not yet served wait until after it. Lines left
@@ -592,12 +593,25 @@ class Daemon:
 
     # -- requests ---------------------------------------------------------------------
 
-    def _handle(self, line: bytes, uid: int) -> bytes:
+    def _handle(self, line: bytes, client: Client) -> bytes:
+        """The reply line to one request line. A reply longer than a line is sent in
+        parts (``protocol.parts``): the first now, each next when the client asks with
+        ``continue``; any other request drops what is left of it."""
+        left, client.parts = client.parts, deque()
         try:
             request = protocol.parse_request(line)
+            if request.cmd == "continue":
+                if not left:
+                    raise protocol.ProtocolError("bad_request", "continue: no reply is being sent in parts")
+                client.parts = left
+                return left.popleft()
             if request.cmd == "status":
-                return self._status_reply(uid, request.args.get("pid"))
-            return protocol.ok(**self._execute(request, uid))
+                reply = self._status_reply(client.uid, request.args.get("pid"))
+            else:
+                reply = protocol.ok(**self._execute(request, client.uid))
+            first, *rest = protocol.parts(reply)
+            client.parts.extend(rest)
+            return first
         except protocol.ProtocolError as exc:
             return protocol.error(exc.code, str(exc))
         except EngineError as exc:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parlschedd.daemon.protocol import MAX_LINE, ProtocolError, encode, parse_request
+from parlschedd.daemon.protocol import MAX_LINE, ProtocolError, encode, ok, parse_request, parts
 
 
 def test_valid_requests():
@@ -54,3 +54,48 @@ def test_arbitrary_objects_are_parsed_or_refused(cmd, fields):
 
 def test_encode_is_one_line():
     assert encode({"ok": True, "s": "a\nb"}).count(b"\n") == 1
+
+
+def joined(lines: list[bytes]) -> dict:
+    """What a client makes of the parts: each a line of its own, their texts joined."""
+    assert all(line.endswith(b"\n") and line.count(b"\n") == 1 and len(line) <= MAX_LINE for line in lines)
+    replies = [json.loads(line) for line in lines]
+    assert [r["parts_left"] for r in replies] == list(range(len(lines) - 1, -1, -1))
+    assert all(r["ok"] is True and set(r) == {"ok", "part", "parts_left"} for r in replies)
+    return json.loads("".join(r["part"] for r in replies))
+
+
+def test_a_reply_that_fits_is_sent_as_it_is():
+    reply = ok(s="x" * (MAX_LINE - 20))
+    assert len(reply) <= MAX_LINE and parts(reply) == [reply]
+
+
+def test_a_long_reply_is_cut_into_lines_that_fit():
+    threads = [{"tid": 1000 + i, "name": f"worker{i}", "cpu": i % 2, "utility": 1.5e9 + i} for i in range(3000)]
+    reply = ok(targets=[{"pid": 1, "threads": threads}])
+    assert len(reply) > 2 * MAX_LINE
+    lines = parts(reply)
+    assert len(lines) >= 3 and joined(lines) == json.loads(reply)
+
+
+def test_text_that_doubles_when_escaped_still_fits():
+    """Quotes and backslashes are the worst case: each piece doubles when sent as a
+    string. Names may hold them, and non-ASCII, which ``encode`` escapes first."""
+    reply = ok(names=['"\\' * 20000, "\u00e9\U0001f600\x00" * 5000])
+    lines = parts(reply)
+    assert max(len(line) for line in lines) > 0.9 * MAX_LINE, "the case meant: pieces near the limit"
+    assert joined(lines) == json.loads(reply)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.text(), min_size=1, max_size=8), st.integers(1, 3 * MAX_LINE))
+def test_any_reply_comes_back_whole(texts, pad):
+    reply = ok(texts=texts, pad="p" * pad)
+    lines = parts(reply)
+    assert (len(lines) == 1 and lines[0] == reply) or joined(lines) == json.loads(reply)
+
+
+def test_continue_takes_no_fields():
+    assert parse_request(b'{"cmd": "continue"}').cmd == "continue"
+    with pytest.raises(ProtocolError):
+        parse_request(b'{"cmd": "continue", "pid": 3}')

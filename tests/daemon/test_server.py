@@ -7,6 +7,7 @@ made visible by the invalidation of the snapshot, not by a new period.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import socket
@@ -16,6 +17,7 @@ import time
 import pytest
 
 from parlschedctl import client
+from parlschedd.daemon.protocol import MAX_LINE
 from tests.conftest import PINNING, as_user, needs_root, start_daemon, wait_for
 from tests.reliability.helpers import sleepy
 
@@ -130,7 +132,7 @@ def test_requests_wait_for_the_tick_once_its_deadline_passed(tmp_path):
     try:
         d.request("attach", pid=clock.pid)
         d.request("attach", pid=big.pid, timeout=30)
-        time.sleep(2.0)  # 40 periods of history: a reply of ~150 KB
+        time.sleep(2.0)  # 40 periods of history: a reply of ~150 KB (its first part sent)
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(30)
             s.connect(d.socket)
@@ -153,3 +155,43 @@ def test_requests_wait_for_the_tick_once_its_deadline_passed(tmp_path):
         for p in (clock, big):
             p.kill()
             p.wait()
+
+
+def exchange(s: socket.socket, line: bytes) -> bytes:
+    s.sendall(line)
+    got = bytearray()
+    while not got.endswith(b"\n"):
+        chunk = s.recv(1 << 20)
+        assert chunk, "the daemon closed the connection"
+        got += chunk
+    assert got.count(b"\n") == 1
+    return bytes(got)
+
+
+def test_a_status_longer_than_a_line_comes_in_parts(slow):
+    """700 threads make a status of about 70 KB: more than the 64 KiB a line may be
+    (interfaces). It comes as parts of one snapshot, each a line that fits; another
+    request drops the rest."""
+    big = sleepy(700)
+    try:
+        slow.request("attach", pid=big.pid, timeout=60)
+        whole = slow.request("status")  # parlschedctl's client asks for every part
+        tids = {int(t) for t in os.listdir(f"/proc/{big.pid}/task")}
+        assert {t["tid"] for t in whole["targets"][0]["threads"]} == tids
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(10)
+            s.connect(slow.socket)
+            lines = [exchange(s, b'{"cmd":"status"}\n')]
+            while json.loads(lines[-1])["parts_left"] > 0:
+                lines.append(exchange(s, b'{"cmd":"continue"}\n'))
+            assert len(lines) >= 2 and all(len(line) <= MAX_LINE for line in lines)
+            raw = json.loads("".join(json.loads(line)["part"] for line in lines))
+            assert raw.pop("ok") is True and same_snapshot(raw, whole)
+            assert json.loads(exchange(s, b'{"cmd":"continue"}\n'))["error"]["code"] == "bad_request", "all sent"
+            assert "part" in json.loads(exchange(s, b'{"cmd":"status"}\n'))
+            assert json.loads(exchange(s, b'{"cmd":"ping"}\n'))["ok"] is True
+            after = json.loads(exchange(s, b'{"cmd":"continue"}\n'))
+            assert after["error"]["code"] == "bad_request", "the ping dropped the rest of the status"
+    finally:
+        big.kill()
+        big.wait()
