@@ -105,7 +105,7 @@ class Daemon:
         self._detached: dict[int, int] = {}  # rule targets detached by hand: pid -> start time
         self._listen_paused_until = 0.0
         self._deadline = float("inf")  # of the next tick; requests wait for it once passed
-        self._status_views: dict[tuple[int, int | None], tuple[float, bytes, bytes]] = {}
+        self._status_views: dict[tuple[int, int | None], tuple[float, protocol.Framed]] = {}
         self._status_asked: set[tuple[int, int | None]] = set()  # views asked this period
 
     # -- lifecycle --------------------------------------------------------------------
@@ -606,10 +606,10 @@ class Daemon:
                 client.parts = left
                 return left.popleft()
             if request.cmd == "status":
-                reply = self._status_reply(client.uid, request.args.get("pid"))
+                lines = self._status_reply(client.uid, request.args.get("pid"))
             else:
-                reply = protocol.ok(**self._execute(request, client.uid))
-            first, *rest = protocol.parts(reply)
+                lines = protocol.parts(protocol.ok(**self._execute(request, client.uid)))
+            first, *rest = lines
             client.parts.extend(rest)
             return first
         except protocol.ProtocolError as exc:
@@ -660,8 +660,9 @@ class Daemon:
             return {}
         raise EngineError("bad_request", f"unhandled command {request.cmd}")
 
-    def _status_reply(self, uid: int, pid: int | None) -> bytes:
-        """The encoded reply to ``status``, built at most once per period per view.
+    def _status_reply(self, uid: int, pid: int | None) -> list[bytes]:
+        """The encoded reply to ``status`` (its lines, ``protocol.parts``), built at
+        most once per period per view.
 
         status is read far more often than what it shows changes: 50 clients polling a
         daemon that manages 1024 threads ask for the same ~100 KB description about 500
@@ -678,13 +679,13 @@ class Daemon:
         ``daemon.uptime_s`` and ``daemon.loop`` are those of the moment the view was
         built; ``daemon.snapshot_age_ms`` says how long ago that was.
         """
-        built, head, tail = self._status_view(uid, pid)
+        built, framed = self._status_view(uid, pid)
         if len(self._status_asked) < MAX_STATUS_VIEWS:
             self._status_asked.add((uid, pid))
-        return b"".join((head, b',"snapshot_age_ms":%.3f' % ((time.monotonic() - built) * 1e3), tail))
+        return framed.lines(b',"snapshot_age_ms":%.3f' % ((time.monotonic() - built) * 1e3))
 
-    def _status_view(self, uid: int, pid: int | None) -> tuple[float, bytes, bytes]:
-        """(built at, the reply's bytes before and after snapshot_age_ms) of a view."""
+    def _status_view(self, uid: int, pid: int | None) -> tuple[float, protocol.Framed]:
+        """(built at, the reply around its snapshot_age_ms, ready to send) of a view."""
         cached = self._status_views.get((uid, pid))
         if cached is None:
             status = self.status(uid, pid)
@@ -693,7 +694,7 @@ class Daemon:
             # '{"ok":true,"daemon":{...' + age + '},"targets":[...]}\n', encoded once
             head = b'{"ok":true,"daemon":' + protocol.encode(status["daemon"])[:-2]
             tail = b"}," + protocol.encode({"targets": status["targets"]})[1:]
-            cached = self._status_views[(uid, pid)] = (time.monotonic(), head, tail)
+            cached = self._status_views[(uid, pid)] = (time.monotonic(), protocol.Framed.of(head, tail))
         return cached
 
     def _new_status_period(self) -> None:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parlschedd.daemon.protocol import MAX_LINE, ProtocolError, encode, ok, parse_request, parts
+from parlschedd.daemon.protocol import MAX_LINE, Framed, ProtocolError, encode, ok, parse_request, parts
 
 
 def test_valid_requests():
@@ -99,3 +99,30 @@ def test_continue_takes_no_fields():
     assert parse_request(b'{"cmd": "continue"}').cmd == "continue"
     with pytest.raises(ProtocolError):
         parse_request(b'{"cmd": "continue", "pid": 3}')
+
+
+def framed(head_fields: dict, tail_fields: dict) -> tuple[bytes, bytes]:
+    """A reply cut around its last field of ``head_fields``, as status is."""
+    head = b'{"ok":true,"head":' + encode(head_fields)[:-2]
+    return head, b"}," + encode({"tail": tail_fields})[1:]
+
+
+@pytest.mark.parametrize("threads", [3, 1200, 5000])
+@pytest.mark.parametrize("name", ["worker", '"\\\u00e9'])
+def test_a_framed_reply_is_the_same_text_with_its_middle(threads, name):
+    head, tail = framed({"pid": 1}, {"threads": [{"tid": i, "name": name * 3} for i in range(threads)]})
+    ready = Framed.of(head, tail)
+    for age in (0.0, 12.345, 123456789.0):
+        middle = b',"age":%.3f' % age
+        whole = head + middle + tail
+        lines = ready.lines(middle)
+        assert lines == [whole] if len(whole) <= MAX_LINE else joined(lines) == json.loads(whole)
+    assert len(ready.rest) == (0 if threads == 3 else len(lines) - 1), "all but the first part made once"
+
+
+def test_a_framed_reply_with_a_huge_head_or_middle_is_still_cut_to_fit():
+    head, tail = framed({"cpus": list(range(9000))}, {"x": "y" * 70000})
+    middle = b',"age":"%s"' % (b"m" * 100)
+    for h, m in ((head, b',"age":1'), (b'{"ok":true,"head":{"a":1', middle)):
+        lines = Framed.of(h, tail).lines(m)
+        assert joined(lines) == json.loads(h + m + tail)
