@@ -13,13 +13,19 @@ def printable(name: str) -> str:
                    for c in name)
 
 
+UTILITY_UNITS = {"perf:instructions": "instructions per second",
+                 "perf:task-clock": "ns of CPU per second (1e9: a whole CPU)",
+                 "schedstat": "ns of CPU per second (1e9: a whole CPU)"}
+
+
 def status_table(reply: dict[str, Any]) -> str:
     d = reply["daemon"]
     loop = d["loop"]
     lines = [
         f"parlschedd {d['version']} pid {d['pid']} up {d['uptime_s']:.0f} s, counters {d['counter_source']}, "
         f"period {d['period_s']} s / domain period {d['domain_period_s']} s, loop mean {loop['mean_ms']} ms max {loop['max_ms']} ms",
-        f"domains {d['domains']}",
+        f"domains {d['domains']}; utility in {UTILITY_UNITS.get(d['counter_source'], 'the counter source units')};"
+        " cpu free: the kernel places the thread in its domain",
     ]
     if not reply["targets"]:
         lines.append("no targets")
@@ -28,7 +34,7 @@ def status_table(reply: dict[str, Any]) -> str:
         lines.append(f"  {'TID':>8} {'NAME':<16} {'CPU':>4} {'DOM':>4} {'UTILITY':>12} PINNED")
         for th in t["threads"]:
             util = "-" if th["utility"] is None else f"{th['utility']:.4g}"
-            cpu = "-" if th["cpu"] is None else th["cpu"]
+            cpu = "free" if th.get("free") else "-" if th["cpu"] is None else th["cpu"]
             dom = "-" if th["domain"] is None else th["domain"]
             lines.append(f"  {th['tid']:>8} {printable(th['name'])[:16]:<16} {cpu:>4} {dom:>4} {util:>12} {'yes' if th['pinned'] else 'no'}")
     return "\n".join(lines)

@@ -25,3 +25,14 @@ def test_names_reach_the_terminal_without_control_characters() -> None:
 def test_printable_names_are_left_as_they_are() -> None:
     assert printable("worker-3 é 线程") == "worker-3 é 线程"
     assert printable("a\u200bb") == "a\\u200bb"  # a zero-width space is not printable either
+
+
+def test_a_free_thread_shows_free_and_the_utility_its_unit() -> None:
+    reply = _reply("app", "worker")
+    reply["targets"][0]["threads"].append({"tid": 13, "name": "w2", "cpu": None, "domain": 0, "utility": None,
+                                           "pinned": True, "free": True})
+    reply["targets"][0]["threads"].append({"tid": 14, "name": "w3", "cpu": None, "domain": None, "utility": None,
+                                           "pinned": False, "free": False})
+    rows = status_table(reply).splitlines()
+    assert "ns of CPU per second" in rows[1]
+    assert rows[-2].split()[:3] == ["13", "w2", "free"] and rows[-1].split()[:3] == ["14", "w3", "-"]
