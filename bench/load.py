@@ -39,7 +39,6 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import re
 import signal
 import socket as socketlib
 import sys
@@ -59,16 +58,12 @@ NAP_S = 0.1  # each target thread wakes this often
 DAEMON_WINDOW_EVERY_S = 60.0  # < 1000 periods (the daemon's LoopStats window): no gaps
 
 
-PARTS_LEFT = re.compile(rb'"parts_left":(\d+)}\n$')
-
-
 def raw_request(sock: socketlib.socket, line: bytes) -> bytes:
     """The first line of the reply, after asking for (and reading) all its parts. The
     clients do not parse the ~100 KB status: 50 of them parsing it 10 times a second
     would load this 2-CPU machine more than the daemon does."""
-    first = raw_line(sock, line)
-    reply = first
-    while reply.startswith(b'{"ok":true,"part":') and (m := PARTS_LEFT.search(reply)) and int(m[1]) > 0:
+    first = reply = raw_line(sock, line)
+    while reply.startswith(b'{"ok":true,"part":') and reply.endswith(b'"more":true}\n'):
         reply = raw_line(sock, b'{"cmd":"continue"}\n')
     return first
 

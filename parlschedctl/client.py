@@ -27,10 +27,13 @@ def socket_path(explicit: str | None) -> str:
     return explicit or os.environ.get("PARLSCHED_SOCKET") or DEFAULT_SOCKET
 
 
+MAX_REPLY = 1 << 30  # bytes of a reply in parts: far above any daemon's, a bound against a runaway peer
+
+
 class Connection:
     """One connection to the daemon, for one request after another. A reply longer
-    than a line comes in parts (``{"ok": true, "part": ..., "parts_left": n}``, see
-    parlschedd.daemon.protocol.parts); ``request`` asks for the rest with
+    than a line comes in parts (``{"ok": true, "part": "<text>", "more": bool}``, see
+    parlschedd.daemon.protocol.lines); ``request`` asks for the rest with
     ``continue`` and returns the whole reply."""
 
     def __init__(self, path: str, timeout: float = 10.0) -> None:
@@ -62,11 +65,17 @@ class Connection:
         """Send one request and return the reply's fields; raise Unreachable or Refused."""
         reply = _reply(self.path, self._exchange(json.dumps({"cmd": cmd, **args}).encode() + b"\n"))
         pieces: list[str] = []
-        while isinstance(reply.get("part"), str) and isinstance(reply.get("parts_left"), int):
+        size = 0
+        while _is_part(reply):
             pieces.append(reply["part"])
-            if reply["parts_left"] <= 0:
+            size += len(reply["part"])
+            if not reply["more"]:
                 return _reply(self.path, "".join(pieces).encode())
+            if size > MAX_REPLY:
+                raise Unreachable(f"what listens on {self.path} sent a reply of more than {MAX_REPLY} bytes")
             reply = _reply(self.path, self._exchange(b'{"cmd":"continue"}\n'))
+            if not _is_part(reply):
+                raise Unreachable(f"what listens on {self.path} broke off a reply in parts ({len(pieces)} sent)")
         return reply
 
     def _exchange(self, line: bytes) -> bytes:
@@ -89,6 +98,10 @@ def request(path: str, cmd: str, timeout: float = 10.0, **args: Any) -> dict[str
     """Send one request on a connection of its own; raise Unreachable or Refused."""
     with Connection(path, timeout) as conn:
         return conn.request(cmd, **args)
+
+
+def _is_part(reply: dict[str, Any]) -> bool:
+    return isinstance(reply.get("part"), str) and isinstance(reply.get("more"), bool)
 
 
 def _reply(path: str, data: bytes) -> dict[str, Any]:

@@ -17,6 +17,7 @@ import structlog
 
 from parlschedd.arrays import BoolArray, FloatArray, IntArray
 from parlschedd.config import Config
+from parlschedd.daemon import protocol
 from parlschedd.daemon.history import History
 from parlschedd.host import procfs
 from parlschedd.host.affinity import get_affinity
@@ -183,7 +184,7 @@ class Engine:
             raise EngineError("no_such_process", f"process {pid} exited") from None
         except PatternError as exc:
             handle.close()
-            raise EngineError("bad_request", f"invalid threads regex: {exc}") from None
+            raise EngineError("bad_request", f"invalid threads regex: {protocol.clip(str(exc))}") from None
         except BaseException:
             handle.close()
             raise

@@ -54,8 +54,8 @@ class History:
     def nbytes(self) -> int:
         return sum(s.nbytes for s in self.samples)
 
-    def as_json(self, last: int | None = None) -> list[dict]:
+    def last(self, n: int | None = None) -> list[Sample]:
+        """The last ``n`` samples (all when None), oldest first: a list of their own,
+        which the ring's next samples do not change."""
         samples = list(self.samples)
-        if last is not None:
-            samples = samples[-last:]
-        return [s.as_json() for s in samples]
+        return samples if n is None else samples[-n:]

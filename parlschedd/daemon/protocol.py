@@ -7,7 +7,9 @@ else, whatever the bytes. ``parts`` cuts a reply longer than a line may be into 
 
 from __future__ import annotations
 
+import itertools
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,14 +54,14 @@ def parse_request(line: bytes) -> Request:
         raise ProtocolError("bad_request", "request must be a JSON object")
     cmd = obj.get("cmd")
     if not isinstance(cmd, str) or cmd not in COMMANDS:
-        raise ProtocolError("bad_request", f"unknown command {cmd!r}; expected one of {', '.join(COMMANDS)}")
+        raise ProtocolError("bad_request", f"unknown command {clip(repr(cmd))}; expected one of {', '.join(COMMANDS)}")
     schema = COMMANDS[cmd]
     args: dict[str, Any] = {}
     for key, value in obj.items():
         if key == "cmd":
             continue
         if key not in schema:
-            raise ProtocolError("bad_request", f"{cmd}: unknown field {key!r}")
+            raise ProtocolError("bad_request", f"{cmd}: unknown field {clip(repr(key))}")
         kind, _ = schema[key]
         if value is None and not schema[key][1]:
             continue
@@ -86,19 +88,55 @@ def encode(obj: dict[str, Any]) -> bytes:
     return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode() + b"\n"
 
 
-def parts(reply: bytes) -> list[bytes]:
-    """``reply`` as lines of at most MAX_LINE bytes (interfaces: 64 KiB a line).
+def lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """The reply whose text is ``chunks`` joined (ending in a newline) as lines of at
+    most MAX_LINE bytes (interfaces: 64 KiB a line), made as they are taken.
 
-    A reply that fits is its own single part. A longer one (``status`` or ``history``
-    of a target of many threads) is cut into pieces of its text, each sent as
-    ``{"ok":true,"part":"<text>","parts_left":n}``; the client asks for each next one
-    with ``{"cmd": "continue"}`` and parses the joined texts as the reply. All parts
-    come from one snapshot, however long the client takes to ask.
+    A reply that fits is one line, as it is. A longer one (``status`` or ``history`` of
+    a target of many threads) comes in parts: pieces of its text, each sent as
+    ``{"ok":true,"part":"<text>","more":true|false}``; the client asks for each next
+    one with ``{"cmd": "continue"}`` and parses the joined texts as the reply. The
+    chunks are pulled only as far as the part being made needs, so a long reply is
+    neither built nor held whole: the daemon holds what the client has not asked for
+    as this generator, and does the work of a part when it is asked for.
     """
-    if len(reply) <= MAX_LINE:
-        return [reply]
-    pieces = _cut(reply.rstrip(b"\n"), PART_CHARS)
-    return [_part(_escape(piece), len(pieces) - 1 - i) for i, piece in enumerate(pieces)]
+    source = iter(chunks)
+    buf = bytearray()
+    done = False
+
+    def fill(size: int) -> None:
+        nonlocal done
+        while not done and len(buf) <= size:
+            chunk = next(source, None)
+            if chunk is None:
+                done = True
+                if buf.endswith(b"\n"):
+                    del buf[-1]
+            else:
+                buf.extend(chunk)
+
+    fill(MAX_LINE)
+    if done and len(buf) < MAX_LINE:
+        yield bytes(buf) + b"\n"
+        return
+    while True:
+        fill(PART_CHARS + 1)  # one byte beyond the piece: then there is more (the newline is stripped at the end)
+        piece = bytes(buf[:PART_CHARS])
+        del buf[:PART_CHARS]
+        more = bool(buf) or not done
+        yield _part(_escape(piece), more)
+        if not more:
+            return
+
+
+def parts(reply: bytes) -> list[bytes]:
+    """``lines`` of one reply made whole."""
+    return list(lines([reply]))
+
+
+def clip(text: str, limit: int = 80) -> str:
+    """A value from a request, shortened for the error message that repeats it."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 @dataclass(frozen=True)
@@ -108,7 +146,7 @@ class Framed:
     escapes the head and that piece only, not the whole text, which for the status of
     1000 threads asked 500 times a second would be most of the daemon's work. Escaping
     JSON text goes character by character, so the escape of a concatenation is the
-    concatenation of the escapes."""
+    concatenation of the escapes. The parts are shared by every request of the view."""
 
     head: bytes
     tail: bytes                      # ends with the newline
@@ -123,15 +161,15 @@ class Framed:
         if len(head) + cls.MIDDLE_MAX + len(tail) <= MAX_LINE or room <= 0:
             return cls(head, tail)  # one line; or a head of thousands of CPUs: cut at each request
         text = tail.rstrip(b"\n")
-        pieces = [text[:room], *_cut(text[room:], PART_CHARS)]
-        rest = tuple(_part(_escape(piece), len(pieces) - 1 - i) for i, piece in enumerate(pieces) if i)
-        return cls(head, tail, _escape(pieces[0]), rest)
+        pieces = _cut(text[room:], PART_CHARS)
+        rest = tuple(_part(_escape(piece), i < len(pieces) - 1) for i, piece in enumerate(pieces))
+        return cls(head, tail, _escape(text[:room]), rest)
 
-    def lines(self, middle: bytes) -> list[bytes]:
+    def lines(self, middle: bytes) -> Iterator[bytes]:
         """The reply with ``middle`` between head and tail, as lines that fit."""
         if self.first_tail is None or len(middle) > self.MIDDLE_MAX:
-            return parts(b"".join((self.head, middle, self.tail)))
-        return [_part(_escape(self.head + middle) + self.first_tail, len(self.rest)), *self.rest]
+            return lines([self.head, middle, self.tail])
+        return itertools.chain([_part(_escape(self.head + middle) + self.first_tail, True)], self.rest)
 
 
 def _cut(text: bytes, size: int) -> list[bytes]:
@@ -143,5 +181,5 @@ def _escape(text: bytes) -> bytes:
     return json.dumps(text.decode("ascii"))[1:-1].encode("ascii")
 
 
-def _part(escaped: bytes, left: int) -> bytes:
-    return b'{"ok":true,"part":"%s","parts_left":%d}\n' % (escaped, left)
+def _part(escaped: bytes, more: bool) -> bytes:
+    return b'{"ok":true,"part":"%s","more":%s}\n' % (escaped, b"true" if more else b"false")

@@ -17,6 +17,7 @@ import stat
 import struct
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +44,7 @@ MAX_LINES_PER_TURN = 64  # requests of one client handled before others get a tu
 ACCEPT_PAUSE_S = 0.1  # after accept() fails (EMFILE), stop listening this long
 MAX_PENDING = 4 * 1024 * 1024  # reply bytes a client may leave unread
 MAX_STATUS_VIEWS = 256  # cached status replies kept in one period (see _status_reply)
+PARTS_TTL_S = 30.0  # the rest of a long reply is dropped when its client is idle this long
 STATE_VERSION = 1
 
 
@@ -59,7 +61,7 @@ class Client:
     discarding: bool = False  # inside an over-long line: drop bytes up to its newline
     last_active: float = 0.0
     eof: bool = False  # the peer shut down its side: answer what it sent, then close
-    parts: deque[bytes] = field(default_factory=deque)  # of a long reply, not yet asked for
+    parts: Iterator[bytes] | None = None  # the rest of a long reply (protocol.lines), made when asked for
 
 
 @dataclass
@@ -211,6 +213,7 @@ class Daemon:
                 deadline = time.monotonic() + period
             self._deadline = deadline
             self._new_status_period()
+            self._drop_stale_parts(now)
             if watchdog and now >= next_watchdog:
                 threads = sum(len(t.threads) for t in self.engine.targets.values())
                 notify.notify(f"WATCHDOG=1\nSTATUS=managing {threads} threads in {len(self.engine.targets)} targets")
@@ -513,6 +516,13 @@ class Daemon:
             self._listen_paused_until = 0.0
             self.selector.register(self.listener, selectors.EVENT_READ, "accept")
 
+    def _drop_stale_parts(self, now: float) -> None:
+        """What is left of a long reply holds its snapshot (a status view, a history's
+        samples) in memory: a client idle for PARTS_TTL_S gives it up."""
+        for client in self.clients.values():
+            if client.parts is not None and now - client.last_active > PARTS_TTL_S:
+                client.parts = None
+
     def _read(self, client: Client) -> None:
         try:
             data = client.sock.recv(65536)
@@ -542,8 +552,9 @@ class Daemon:
             client.discarding = False
         client.last_active = time.monotonic()
         self._serve_lines(client)
-        if len(client.inbuf) > protocol.MAX_LINE:
+        if len(client.inbuf) > protocol.MAX_LINE and client.inbuf.find(b"\n", 0, protocol.MAX_LINE + 1) < 0:
             client.inbuf.clear()
+            client.parts = None  # a request too, if not one to answer
             client.outbuf += protocol.error("bad_request", f"request line longer than {protocol.MAX_LINE} bytes")
             client.discarding = True
         self._flush(client)
@@ -595,30 +606,54 @@ class Daemon:
 
     def _handle(self, line: bytes, client: Client) -> bytes:
         """The reply line to one request line. A reply longer than a line is sent in
-        parts (``protocol.parts``): the first now, each next when the client asks with
+        parts (``protocol.lines``): the first now, each next when the client asks with
         ``continue``; any other request drops what is left of it."""
-        left, client.parts = client.parts, deque()
+        left, client.parts = client.parts, None
         try:
             request = protocol.parse_request(line)
             if request.cmd == "continue":
-                if not left:
-                    raise protocol.ProtocolError("bad_request", "continue: no reply is being sent in parts")
+                part = None if left is None else next(left, None)
+                if part is None:
+                    raise protocol.ProtocolError(
+                        "bad_request", "continue: no reply is being sent in parts (the rest of one is dropped by any "
+                        f"other request, and after {PARTS_TTL_S:g} s idle)")
                 client.parts = left
-                return left.popleft()
+                return part
             if request.cmd == "status":
-                lines = self._status_reply(client.uid, request.args.get("pid"))
+                replies = self._status_reply(client.uid, request.args.get("pid"))
+            elif request.cmd == "history":
+                replies = protocol.lines(self._history(request.args, client.uid))
             else:
-                lines = protocol.parts(protocol.ok(**self._execute(request, client.uid)))
-            first, *rest = lines
-            client.parts.extend(rest)
-            return first
-        except protocol.ProtocolError as exc:
-            return protocol.error(exc.code, str(exc))
-        except EngineError as exc:
-            return protocol.error(exc.code, str(exc))
+                replies = protocol.lines([protocol.ok(**self._execute(request, client.uid))])
+            first = next(replies)  # a history's first samples are encoded here
+        except (protocol.ProtocolError, EngineError) as exc:
+            replies = protocol.lines([protocol.error(exc.code, str(exc))])
+            first = next(replies)
         except Exception as exc:  # the daemon must survive any request
             log.exception("request failed", error=str(exc))
-            return protocol.error("internal", f"internal error: {type(exc).__name__}")
+            replies = protocol.lines([protocol.error("internal", f"internal error: {type(exc).__name__}")])
+            first = next(replies)
+        client.parts = replies
+        return first
+
+    def _history(self, args: dict, uid: int) -> Iterator[bytes]:
+        """The text of a ``history`` reply, a sample at a time: a full history of a
+        target of 1000 threads is 15-19 MB of JSON and half a second of encoding, so
+        each part's samples are encoded when the client asks for that part. The
+        samples are those of the moment of the request."""
+        target = self.engine.targets.get(args["pid"])
+        if target is None or (uid != 0 and target.uid != uid):
+            raise self.engine.not_attached(args["pid"], uid)
+        head = protocol.ok(pid=target.pid, name=target.name, period_s=self.config.period_s,
+                           counter_source=self.counters.source.value, capacity=target.history.samples.maxlen)
+        samples = target.history.last(args.get("last"))
+
+        def text() -> Iterator[bytes]:
+            yield head[:-2] + b',"samples":['
+            for i, sample in enumerate(samples):
+                yield (b"," if i else b"") + protocol.encode(sample.as_json())[:-1]
+            yield b"]}\n"
+        return text()
 
     def _execute(self, request: protocol.Request, uid: int) -> dict:
         a = request.args
@@ -644,13 +679,6 @@ class Daemon:
                          rule=f"targets[{target.rule}]")
             self._save_state()
             return {"pid": a["pid"], "restored": restored}
-        if request.cmd == "history":
-            target = self.engine.targets.get(a["pid"])
-            if target is None or (uid != 0 and target.uid != uid):
-                raise self.engine.not_attached(a["pid"], uid)
-            return {"pid": target.pid, "name": target.name, "period_s": self.config.period_s,
-                    "counter_source": self.counters.source.value,
-                    "capacity": target.history.samples.maxlen, "samples": target.history.as_json(a.get("last"))}
         if request.cmd == "reload":
             if uid != 0:
                 raise EngineError("permission_denied", "only root may reload the daemon")
@@ -660,7 +688,7 @@ class Daemon:
             return {}
         raise EngineError("bad_request", f"unhandled command {request.cmd}")
 
-    def _status_reply(self, uid: int, pid: int | None) -> list[bytes]:
+    def _status_reply(self, uid: int, pid: int | None) -> Iterator[bytes]:
         """The encoded reply to ``status`` (its lines, ``protocol.parts``), built at
         most once per period per view.
 

@@ -101,7 +101,7 @@ def test_history_memory_is_bounded():
         h.record(k * 0.1, np.arange(64), np.random.rand(64), np.zeros(64), np.zeros(64))
     assert len(h.samples) == 100
     assert h.nbytes == 100 * 64 * (4 + 4 + 2 + 2)
-    assert h.as_json(last=1)[0]["t"] == pytest.approx(99.9)
+    assert h.last(1)[0].as_json()["t"] == pytest.approx(99.9)
 
 
 def test_progress_line():

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parlschedd.daemon.protocol import MAX_LINE, Framed, ProtocolError, encode, ok, parse_request, parts
+from parlschedd.daemon.protocol import MAX_LINE, Framed, ProtocolError, clip, encode, lines, ok, parse_request, parts
 
 
 def test_valid_requests():
@@ -60,8 +60,8 @@ def joined(lines: list[bytes]) -> dict:
     """What a client makes of the parts: each a line of its own, their texts joined."""
     assert all(line.endswith(b"\n") and line.count(b"\n") == 1 and len(line) <= MAX_LINE for line in lines)
     replies = [json.loads(line) for line in lines]
-    assert [r["parts_left"] for r in replies] == list(range(len(lines) - 1, -1, -1))
-    assert all(r["ok"] is True and set(r) == {"ok", "part", "parts_left"} for r in replies)
+    assert [r["more"] for r in replies] == [True] * (len(lines) - 1) + [False]
+    assert all(r["ok"] is True and set(r) == {"ok", "part", "more"} and r["part"] for r in replies)
     return json.loads("".join(r["part"] for r in replies))
 
 
@@ -115,7 +115,7 @@ def test_a_framed_reply_is_the_same_text_with_its_middle(threads, name):
     for age in (0.0, 12.345, 123456789.0):
         middle = b',"age":%.3f' % age
         whole = head + middle + tail
-        lines = ready.lines(middle)
+        lines = list(ready.lines(middle))
         assert lines == [whole] if len(whole) <= MAX_LINE else joined(lines) == json.loads(whole)
     assert len(ready.rest) == (0 if threads == 3 else len(lines) - 1), "all but the first part made once"
 
@@ -124,5 +124,40 @@ def test_a_framed_reply_with_a_huge_head_or_middle_is_still_cut_to_fit():
     head, tail = framed({"cpus": list(range(9000))}, {"x": "y" * 70000})
     middle = b',"age":"%s"' % (b"m" * 100)
     for h, m in ((head, b',"age":1'), (b'{"ok":true,"head":{"a":1', middle)):
-        lines = Framed.of(h, tail).lines(m)
+        lines = list(Framed.of(h, tail).lines(m))
         assert joined(lines) == json.loads(h + m + tail)
+
+
+def test_a_reply_made_of_chunks_is_pulled_only_as_far_as_the_part_asked_for():
+    """A history's samples are encoded when their part is asked for, not all first."""
+    pulled = []
+
+    def chunks():
+        yield b'{"ok":true,"samples":['
+        for i in range(1000):
+            pulled.append(i)
+            yield (b"," if i else b"") + encode({"t": i, "x": "y" * 1000})[:-1]
+        yield b"]}\n"
+
+    made = lines(chunks())
+    first = next(made)
+    assert len(first) <= MAX_LINE and len(pulled) < 70, f"{len(pulled)} samples encoded for one part"
+    rest = list(made)
+    assert len(pulled) == 1000 and len(rest) > 25
+    assert joined([first, *rest]) == json.loads(b"".join(chunks()))
+
+
+@pytest.mark.parametrize("size", [MAX_LINE - 3, MAX_LINE - 2, MAX_LINE - 1, MAX_LINE, 2 * 32704 + 10])
+def test_the_edges_of_a_line(size):
+    """A line of MAX_LINE bytes with its newline fits; a byte more does not."""
+    reply = ok(s="x" * (size - len(ok(s=""))))
+    assert len(reply) == size
+    got = parts(reply)
+    assert got == [reply] if size <= MAX_LINE else joined(got) == json.loads(reply)
+
+
+def test_error_messages_clip_what_the_request_sent():
+    with pytest.raises(ProtocolError) as e:
+        parse_request(json.dumps({"cmd": "\u00e9" * 30000}, ensure_ascii=False).encode())
+    assert len(str(e.value)) < 300 and "(30002 characters)" in str(e.value)
+    assert clip("short") == "short"

@@ -124,8 +124,10 @@ def test_a_user_never_gets_another_views_snapshot(open_dir, workload):
 
 
 def test_requests_wait_for_the_tick_once_its_deadline_passed(tmp_path):
-    """64 pipelined history requests of a 128-thread target are several periods of
-    work; the ticks go on between them (a 1-thread target's history gives their times)."""
+    """64 pipelined history requests of a 128-thread target, each with its parts asked
+    for, are several periods of work; the ticks go on between them (a 1-thread
+    target's history gives their times). Each history has about 5 parts; the
+    continues beyond its last are refused, cheaply."""
     period = 0.05
     d = start_daemon(tmp_path, f"period_s: {period}\ndomain_period_s: 0.5\n" + PINNING)
     clock, big = sleepy(1), sleepy(128)
@@ -137,14 +139,18 @@ def test_requests_wait_for_the_tick_once_its_deadline_passed(tmp_path):
             s.settimeout(30)
             s.connect(d.socket)
             started = time.monotonic()
-            s.sendall(b'{"cmd":"history","pid":%d}\n' % big.pid * 64)
+            s.sendall((b'{"cmd":"history","pid":%d}\n' % big.pid + b'{"cmd":"continue"}\n' * 10) * 64)
             got = bytearray()
-            while got.count(b"\n") < 64:
+            while got.count(b"\n") < 64 * 11:
                 chunk = s.recv(1 << 20)
                 assert chunk, "the daemon closed the connection"
                 got += chunk
             took = time.monotonic() - started
-        assert all(line.startswith(b'{"ok":true') for line in got.splitlines())
+        replies = [json.loads(line) for line in got.splitlines()]
+        parts = [r for r in replies if r["ok"]]
+        assert sum(r["part"].startswith('{"ok":true,"pid"') for r in parts) == 64
+        assert sum(not r["more"] for r in parts) == 64 and len(parts) > 3 * 64, "every history sent whole, in parts"
+        assert all(r["ok"] or r["error"]["code"] == "bad_request" for r in replies)
         assert took > 3 * period, f"the burst took {took * 1e3:.0f} ms: too little to test anything"
         last = math.ceil(took / period) + 2
         t = [s["t"] for s in d.request("history", pid=clock.pid, last=last)["samples"]]
@@ -168,6 +174,20 @@ def exchange(s: socket.socket, line: bytes) -> bytes:
     return bytes(got)
 
 
+def parts_of(s: socket.socket, request: bytes) -> list[bytes]:
+    lines = [exchange(s, request)]
+    while json.loads(lines[-1]).get("more"):
+        lines.append(exchange(s, b'{"cmd":"continue"}\n'))
+    assert all(len(line) <= MAX_LINE for line in lines)
+    return lines
+
+
+def joined(lines: list[bytes]) -> dict:
+    whole = json.loads("".join(json.loads(line)["part"] for line in lines))
+    assert whole.pop("ok") is True
+    return whole
+
+
 def test_a_status_longer_than_a_line_comes_in_parts(slow):
     """700 threads make a status of about 70 KB: more than the 64 KiB a line may be
     (interfaces). It comes as parts of one snapshot, each a line that fits; another
@@ -181,17 +201,63 @@ def test_a_status_longer_than_a_line_comes_in_parts(slow):
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(10)
             s.connect(slow.socket)
-            lines = [exchange(s, b'{"cmd":"status"}\n')]
-            while json.loads(lines[-1])["parts_left"] > 0:
-                lines.append(exchange(s, b'{"cmd":"continue"}\n'))
-            assert len(lines) >= 2 and all(len(line) <= MAX_LINE for line in lines)
-            raw = json.loads("".join(json.loads(line)["part"] for line in lines))
-            assert raw.pop("ok") is True and same_snapshot(raw, whole)
+            lines = parts_of(s, b'{"cmd":"status"}\n')
+            assert len(lines) >= 2 and same_snapshot(joined(lines), whole)
             assert json.loads(exchange(s, b'{"cmd":"continue"}\n'))["error"]["code"] == "bad_request", "all sent"
-            assert "part" in json.loads(exchange(s, b'{"cmd":"status"}\n'))
+            assert json.loads(exchange(s, b'{"cmd":"status"}\n'))["more"] is True
             assert json.loads(exchange(s, b'{"cmd":"ping"}\n'))["ok"] is True
             after = json.loads(exchange(s, b'{"cmd":"continue"}\n'))
             assert after["error"]["code"] == "bad_request", "the ping dropped the rest of the status"
     finally:
         big.kill()
         big.wait()
+
+
+def test_a_long_history_is_encoded_as_its_parts_are_asked_for(tmp_path):
+    """The history of 300 threads over 60 periods is ~300 KB of JSON: in parts, each
+    made when asked for, and the ticks go on while a client reads them slowly."""
+    period = 0.02
+    d = start_daemon(tmp_path, f"period_s: {period}\ndomain_period_s: 0.2\nhistory_periods: 60\n" + PINNING)
+    big = sleepy(300)
+    try:
+        d.request("attach", pid=big.pid, timeout=30)
+        wait_for(lambda: len(d.request("history", pid=big.pid, timeout=30)["samples"]) == 60, timeout=20)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(10)
+            s.connect(d.socket)
+            lines = [exchange(s, b'{"cmd":"history","pid":%d}\n' % big.pid)]
+            periods = d.request("status")["daemon"]["loop"]["periods"]
+            time.sleep(10 * period)  # the ring moves on; the parts still come from the request's moment
+            while json.loads(lines[-1])["more"]:
+                lines.append(exchange(s, b'{"cmd":"continue"}\n'))
+        assert len(lines) > 5 and all(len(line) <= MAX_LINE for line in lines)
+        h = joined(lines)
+        threads = len(os.listdir(f"/proc/{big.pid}/task"))
+        assert len(h["samples"]) == 60 and all(len(x["tids"]) == threads for x in h["samples"])
+        t = [x["t"] for x in h["samples"]]
+        assert t == sorted(t) and t[-1] < d.request("history", pid=big.pid, last=1)["samples"][0]["t"]
+        assert d.request("status")["daemon"]["loop"]["periods"] > periods + 5
+    finally:
+        d.stop()
+        big.kill()
+        big.wait()
+
+
+def test_replies_to_hostile_and_pipelined_requests_keep_to_a_line(slow):
+    """An error repeating a long command name fits a line; 20 000 pipelined pings (more
+    than a line of bytes waiting while earlier ones are answered) are all answered."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(10)
+        s.connect(slow.socket)
+        reply = exchange(s, json.dumps({"cmd": "\u00e9" * 32000}, ensure_ascii=False).encode() + b"\n")
+        assert len(reply) < 1000 and json.loads(reply)["error"]["code"] == "bad_request"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(30)
+        s.connect(slow.socket)
+        s.sendall(b'{"cmd":"ping"}\n' * 20000)
+        s.shutdown(socket.SHUT_WR)
+        got = bytearray()
+        while chunk := s.recv(1 << 20):
+            got += chunk
+    replies = [json.loads(line) for line in got.splitlines()]
+    assert len(replies) == 20000 and all(r["ok"] is True for r in replies)

@@ -1,0 +1,76 @@
+"""parlschedctl/client.py against a peer that breaks the protocol.
+
+The peer is a real Unix socket served by a thread of this test that answers scripted
+lines: a daemon does not misbehave on demand, and the client must not hang or
+return half a reply when something else (or a broken daemon) listens there.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Callable
+
+import pytest
+
+from parlschedctl import client
+
+
+def serve(path: str, answer: Callable[[int], bytes]) -> threading.Thread:
+    """Answer the n-th request line on one connection with ``answer(n)``."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+
+    def run() -> None:
+        conn, _ = listener.accept()
+        with conn, listener:
+            buf, n = b"", 0
+            while True:
+                data = conn.recv(65536)
+                if not data:
+                    return
+                buf += data
+                while b"\n" in buf:
+                    _, buf = buf.split(b"\n", 1)
+                    try:
+                        conn.sendall(answer(n))
+                    except OSError:
+                        return
+                    n += 1
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def part(text: str, more: bool) -> bytes:
+    return json.dumps({"ok": True, "part": text, "more": more}).encode() + b"\n"
+
+
+def test_parts_are_joined_into_the_reply(tmp_path):
+    text = json.dumps({"ok": True, "version": "x" * 10})
+    pieces = [text[:7], text[7:20], text[20:]]
+    serve(str(tmp_path / "s"), lambda n: part(pieces[n], n < 2))
+    assert client.request(str(tmp_path / "s"), "ping") == {"version": "x" * 10}
+
+
+def test_a_peer_that_never_stops_sending_parts_is_cut_off(tmp_path, monkeypatch):
+    monkeypatch.setattr(client, "MAX_REPLY", 10_000)
+    serve(str(tmp_path / "s"), lambda n: part("x" * 1000, True))
+    with pytest.raises(client.Unreachable, match="more than 10000 bytes"):
+        client.request(str(tmp_path / "s"), "status", timeout=5)
+
+
+def test_a_peer_that_breaks_off_a_reply_in_parts_is_not_believed(tmp_path):
+    serve(str(tmp_path / "s"), lambda n: part('{"ok":true,', True) if n == 0 else b'{"ok":true,"version":"x"}\n')
+    with pytest.raises(client.Unreachable, match="broke off a reply in parts"):
+        client.request(str(tmp_path / "s"), "status", timeout=5)
+
+
+def test_a_refused_continue_is_the_daemons_error(tmp_path):
+    serve(str(tmp_path / "s"), lambda n: part('{"ok":true,', True) if n == 0 else
+          b'{"ok":false,"error":{"code":"bad_request","message":"continue: no reply"}}\n')
+    with pytest.raises(client.Refused, match="continue: no reply"):
+        client.request(str(tmp_path / "s"), "status", timeout=5)
