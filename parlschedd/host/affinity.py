@@ -209,8 +209,11 @@ class Pinner:
 
         The syscall is made even when the record says the mask never changed: a daemon
         killed between a pin and the next state write recorded the wrong current mask.
-        When the original no longer intersects the cpuset (it shrank), the thread gets
-        the whole allowed set, the closest mask to "unpinned" that remains.
+        When the original no longer intersects the cpuset (it shrank), the kernel takes
+        no mask that holds none of the allowed CPUs, so the thread gets the original
+        and the allowed set together: it runs where it may now, and on its original
+        CPUs again when the cpuset grows back (the kernel keeps a thread's requested
+        mask across cpuset changes). The exact original cannot be requested then.
         """
         record = self._records.get(tid)
         if record is None:
@@ -230,8 +233,9 @@ class Pinner:
             allowed = self._guarded(tid, self._allowed)
             if allowed is None:
                 raise
-            log.warning("original mask outside cpuset, widening", tid=tid, cpus=format_cpulist(allowed))
-            self._guarded(tid, lambda t: set_affinity(t, allowed))
+            widened = record.original | allowed
+            log.warning("original mask outside cpuset, widening", tid=tid, cpus=format_cpulist(widened))
+            self._guarded(tid, lambda t: set_affinity(t, widened))
 
     def restore_all(self) -> RestoreReport:
         """Restore every adopted thread and report which were restored, gone or failed."""

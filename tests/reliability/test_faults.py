@@ -201,8 +201,9 @@ def test_cpuset_shrinks_under_pinned_threads(daemon, cpuset):
     """A real cgroup v1 cpuset shrinks from 0-1 to 1 while threads are pinned to 0;
     one thread was pinned to CPU 0 by its owner before attach (original {0}). The daemon
     goes on, keeps every thread inside the cpuset, and detach restores the originals
-    as far as the cpuset allows (the thread whose original {0} is gone gets the whole
-    cpuset, {1}), logging it."""
+    as far as the cpuset allows (the thread whose original {0} is gone asks for {0, 1}:
+    it runs on {1} now and may use its CPU 0 again when the cpuset grows back, where
+    asking for {1} would have kept it off CPU 0 for good), logging it."""
     target = sleepy(6)
     try:
         (cpuset / "cgroup.procs").write_text(str(target.pid))
@@ -223,6 +224,7 @@ def test_cpuset_shrinks_under_pinned_threads(daemon, cpuset):
         assert masks(tids) == {t: frozenset({1}) for t in tids}
         assert any(r.get("event") == "original mask outside cpuset, widening" for r in log_records(daemon))
         (cpuset / "cpuset.cpus").write_text("0-1")
+        assert 0 in masks(tids)[tids[-1]], "its original CPU is usable again"
         assert not errors_in_log(daemon)
     finally:
         target.kill()
