@@ -22,7 +22,7 @@ from parlschedd.daemon.history import History
 from parlschedd.host import procfs
 from parlschedd.host.affinity import get_affinity
 from parlschedd.host.base import Actuator, Counters
-from parlschedd.host.errors import HostError, ThreadGone, TooManyFiles
+from parlschedd.host.errors import HostError, Overridden, ThreadGone, TooManyFiles
 from parlschedd.learning.scheduler import TwoLevelScheduler
 from parlschedd.patterns import Pattern, PatternError, compile_pattern
 
@@ -110,7 +110,7 @@ class Target:
     threads: dict[int, ThreadState] = field(default_factory=dict)
     roster: Roster = field(default_factory=Roster.empty)
     stale: bool = False  # threads joined or left since the roster was aligned
-    ignored: set[int] = field(default_factory=set)  # tids the thread filter left out
+    ignored: set[int] = field(default_factory=set)  # tids the thread filter left out, or someone else re-pinned
     migrations: int = 0  # affinity changes made
     most_threads: int = 0  # the most threads managed at once: what an exit is described by
     base_mask: frozenset[int] | None = None  # the main thread's mask at attach
@@ -286,20 +286,23 @@ class Engine:
                 log.exception("period failed for target", pid=target.pid)
 
     def resync(self) -> None:
-        """Take back the threads someone else re-pinned (a cpuset that shrank, a
-        taskset): they count as unpinned, so the next period pins them again, inside
-        what is now allowed, and ``status`` never shows a CPU the thread is not on."""
+        """Notice the pinned threads whose mask changed under us. Those the kernel
+        narrowed (a cpuset that shrank) count as unpinned, so the next period pins them
+        again inside what is now allowed, and ``status`` never shows a CPU the thread
+        is not on. Those someone else re-pinned are left to them (``_hand_over``)."""
         for target in self.targets.values():
             if target.observe:
                 continue
             r = target.current()
             rows = np.flatnonzero(r.pinned)
-            drifted = self.pinner.drifted(r.tids[rows].tolist())
-            if drifted:
-                log.info("affinity changed outside parlschedd", pid=target.pid, tids=drifted)
-                rows = np.flatnonzero(np.isin(r.tids, drifted))
+            drift = self.pinner.drifted(r.tids[rows].tolist())
+            if drift.narrowed:
+                log.info("cpuset narrowed pinned threads, placing them inside it", pid=target.pid, tids=drift.narrowed)
+                rows = np.flatnonzero(np.isin(r.tids, drift.narrowed))
                 r.pinned[rows] = False
                 r.cpu[rows] = -1
+            for tid in drift.overridden:
+                self._hand_over(target, tid)
 
     def _step(self, target: Target, now: float) -> None:
         """counters -> rates -> scheduler -> pins, for one target's period."""
@@ -344,6 +347,8 @@ class Engine:
                 r.cpu[i], r.pinned[i] = cpu, True
             elif isinstance(outcome, ThreadGone):
                 self._drop_thread(target, tid)
+            elif isinstance(outcome, Overridden):
+                self._hand_over(target, tid)
             else:
                 # retried every period; said once per thread, at the change, not each time
                 (log.warning if r.pinned[i] else log.debug)("pin refused", tid=tid, cpu=cpu, error=str(outcome))
@@ -519,6 +524,19 @@ class Engine:
         log.debug("thread dropped", pid=target.pid, tid=tid, restored=restored)
         self.on_change()
         return restored
+
+    def _hand_over(self, target: Target, tid: int) -> None:
+        """Someone else set the thread's mask (taskset, an administrator, the program
+        itself): it is theirs. The thread is neither placed any more nor restored at
+        detach, which would undo their change; it counts as ignored until it exits."""
+        self.pinner.release(tid)
+        target.threads.pop(tid, None)
+        self.counters.close(tid)
+        self._unsaved.discard(tid)
+        target.ignored.add(tid)
+        target.stale = True
+        log.info("affinity set outside parlschedd, the thread is left as it was set", pid=target.pid, tid=tid)
+        self.on_change()
 
     def _release(self, target: Target) -> int:
         restored = sum(self._drop_thread(target, tid) for tid in list(target.threads))

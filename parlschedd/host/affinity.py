@@ -18,9 +18,9 @@ from typing import Any, TypeVar
 import structlog
 
 from parlschedd.host import cgroups, procfs
-from parlschedd.host.base import RestoreReport
+from parlschedd.host.base import Drift, RestoreReport
 from parlschedd.host.cpulist import format_cpulist, parse_cpulist
-from parlschedd.host.errors import HostError, InvalidMask, ThreadGone, as_host_error, translated
+from parlschedd.host.errors import HostError, InvalidMask, Overridden, ThreadGone, as_host_error, translated
 
 log = structlog.get_logger(__name__)
 
@@ -123,7 +123,8 @@ class Pinner:
 
         Returns True when a syscall changed the mask, False when it already had it.
         Raises KeyError for a tid never adopted, InvalidMask when no allowed CPU is in
-        ``cpus``, ThreadGone when the thread is gone or the tid names another thread.
+        ``cpus``, ThreadGone when the thread is gone or the tid names another thread,
+        Overridden when someone else set its mask since we did (nothing is written).
         """
         outcome = self.pin_many([(tid, cpus)])[0]
         if isinstance(outcome, HostError):
@@ -149,6 +150,7 @@ class Pinner:
             try:
                 if tid in gone:
                     raise ThreadGone(f"tid {tid} has exited or names another thread", tid=tid)
+                self._check_ours(tid)
                 self._set(tid, cpus)
             except ThreadGone as exc:
                 self._gone(tid)
@@ -160,26 +162,54 @@ class Pinner:
                 outcomes[i] = True
         return outcomes
 
-    def drifted(self, tids: Iterable[int]) -> list[int]:
-        """Which of the adopted ``tids`` no longer have the mask we last set, taking
-        the kernel's mask as current for them.
+    def drifted(self, tids: Iterable[int]) -> Drift:
+        """Which of the adopted ``tids`` no longer have the mask we last set, and who
+        changed it (:meth:`_narrowed`): the kernel, whose mask then becomes the
+        record's current, or someone else.
 
-        Someone else changed it: a cgroup cpuset that shrank rewrites its tasks'
-        masks (cgroup v1), or an administrator ran taskset. One sched_getaffinity per
-        thread, so the daemon calls this every rescan_s, not every period. A thread
-        gone in between is skipped; the next period drops it.
+        One sched_getaffinity per thread, so the daemon calls this every rescan_s, not
+        every period. A thread gone in between is skipped; the next period drops it.
         """
-        moved: list[int] = []
+        drift = Drift([], [])
         for tid in tids:
             record = self._records[tid]
             try:
                 mask = get_affinity(tid)
+                if mask == record.current:
+                    continue
+                narrowed = self._narrowed(tid, record.current, mask)
             except HostError:
                 continue
-            if mask != record.current:
+            if narrowed:
                 record.current = mask
-                moved.append(tid)
-        return moved
+                drift.narrowed.append(tid)
+            else:
+                drift.overridden.append(tid)
+        return drift
+
+    def _narrowed(self, tid: int, ours: frozenset[int], mask: frozenset[int]) -> bool:
+        """Whether the kernel made ``mask`` of the mask we set: a cgroup v1 cpuset that
+        shrank rewrites each task's mask to what is left of it in the cpuset, or to the
+        whole cpuset when nothing is. Any other mask someone set (taskset, an
+        administrator, the program itself), and it is theirs."""
+        allowed = self._allowed(tid)
+        return allowed is not None and mask == ((ours & allowed) or allowed)
+
+    def release(self, tid: int) -> None:
+        """Forget a thread without touching its mask: someone else set it since we did,
+        and putting our record's original back would undo their change."""
+        self._records.pop(tid, None)
+        self._close_handle(tid)
+
+    def _check_ours(self, tid: int) -> None:
+        """Overridden unless the thread's mask is the one we set or the kernel's
+        narrowing of it: a move never writes over a mask someone else set since."""
+        record = self._records[tid]
+        mask = get_affinity(tid)
+        if mask != record.current:
+            if not self._narrowed(tid, record.current, mask):
+                raise Overridden(f"tid {tid} was set to CPUs {format_cpulist(mask)} by someone else", tid=tid)
+            record.current = mask
 
     def _set(self, tid: int, cpus: frozenset[int]) -> None:
         try:

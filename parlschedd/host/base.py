@@ -29,6 +29,14 @@ class CounterSource(StrEnum):
 
 
 @dataclass(frozen=True)
+class Drift:
+    """Adopted threads whose mask is no longer the one we set (``Actuator.drifted``)."""
+
+    narrowed: list[int]    # by the kernel, to a cpuset that shrank: placed again inside it
+    overridden: list[int]  # by someone else: theirs now
+
+
+@dataclass(frozen=True)
 class RestoreReport:
     """Outcome of putting every adopted thread back on its original mask."""
 
@@ -70,8 +78,12 @@ class Actuator(Protocol):
     def pin_many(self, moves: Sequence[tuple[int, frozenset[int]]]) -> list[bool | HostError]:
         """``pin`` for many threads at once: per move its result or the error it raised."""
 
-    def drifted(self, tids: Iterable[int]) -> list[int]:
-        """Which of ``tids`` someone else re-pinned since our last ``pin``."""
+    def drifted(self, tids: Iterable[int]) -> Drift:
+        """Which of ``tids`` the kernel (a shrunk cpuset) or someone else re-pinned
+        since our last ``pin``."""
+
+    def release(self, tid: int) -> None:
+        """Forget a thread someone else re-pinned, leaving its mask as they set it."""
 
     def restore(self, tid: int) -> bool:
         """Put the original mask back and forget the thread; False if never adopted."""

@@ -8,6 +8,7 @@ Callers of the host layer handle four situations, never errno values:
   ``perf_event_paranoid``).
 * ``Unsupported``: this kernel or machine lacks the feature (no PMU event, no syscall).
 * ``InvalidMask``: an affinity mask that has no CPU in the thread's allowed set.
+* ``Overridden``: someone else set a thread's mask since the daemon last did.
 * ``TooManyFiles``: the process (EMFILE) or system (ENFILE) is out of file descriptors.
 
 Every OSError raised by a syscall or a /proc read goes through :func:`translated`,
@@ -54,6 +55,11 @@ class Unsupported(HostError):
 
 class InvalidMask(HostError):
     """The CPU mask has no CPU the thread may run on (EINVAL from sched_setaffinity)."""
+
+
+class Overridden(HostError):
+    """Someone else (taskset, an administrator, the program itself) set the thread's
+    mask since we last did: it is theirs now, not ours to change or to restore."""
 
 
 class TooManyFiles(HostError):

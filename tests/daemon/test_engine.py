@@ -1,6 +1,6 @@
 """The engine's per-target arrays (Roster): rows follow their thread when threads join
 and leave, so a thread's last counter reading is never paired with another's; and the
-engine taking back threads someone else re-pinned, on a real process."""
+engine leaving threads someone else re-pinned to them, on a real process."""
 
 from __future__ import annotations
 
@@ -55,10 +55,11 @@ def test_aligned_from_empty_and_to_empty() -> None:
 
 @needs_root
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
-def test_resync_takes_back_a_thread_re_pinned_by_someone_else() -> None:
-    """A taskset by hand on a pinned thread: ``resync`` marks it unpinned with no CPU
-    (status must not show where we had put it), and the next period pins it again
-    where the scheduler wants it. Real process, real Pinner, real counters."""
+def test_a_thread_re_pinned_by_someone_else_is_left_to_them() -> None:
+    """A taskset by hand on a pinned thread: ``resync`` hands it over (no longer
+    placed, counted as ignored), the periods never write its mask again, and detach
+    leaves it as they set it while the others get their originals back. Real
+    process, real Pinner, real counters."""
     config = dataclasses.replace(Config(), learning=dataclasses.replace(Config().learning, free=False))
     counters = CounterSet(CounterSource.TASK_CLOCK)
     engine = Engine(config, read_topology("/sys").domains(config.domains), counters, Pinner())
@@ -69,18 +70,49 @@ def test_resync_takes_back_a_thread_re_pinned_by_someone_else() -> None:
         r = engine.targets[target.pid].current()
         assert r.pinned.all()
         engine.resync()
-        assert r.pinned.all(), "nothing changed: nothing to take back"
+        assert r.pinned.all(), "nothing changed: nothing handed over"
         tid, cpu = int(r.tids[0]), int(r.cpu[0])
         other = sorted(os.sched_getaffinity(0) - {cpu})[0]
         os.sched_setaffinity(tid, {other})
         engine.resync()
-        assert not r.pinned[0] and r.cpu[0] == -1 and r.pinned[1:].all()
-        assert engine.describe(engine.targets[target.pid])["threads"][0]["cpu"] is None
-        engine.tick(time.monotonic())
-        assert r.pinned.all() and masks([tid]) == {tid: frozenset({int(r.cpu[0])})}
+        t = engine.targets[target.pid]
+        assert tid not in t.threads and tid in t.ignored and tid not in engine.pinner.records
+        assert engine.describe(t)["threads_ignored"] == 1 and len(t.threads) == len(tids_of(target.pid)) - 1
+        for _ in range(20):
+            engine.tick(time.monotonic())
+        assert masks([tid]) == {tid: frozenset({other})}
+        assert len(t.threads) == len(tids_of(target.pid)) - 1, "not adopted again"
         engine.detach(target.pid)
-        assert all(m == os.sched_getaffinity(0) for m in masks(tids_of(target.pid)).values())
+        after = masks(tids_of(target.pid))
+        assert after.pop(tid) == {other}
+        assert all(m == os.sched_getaffinity(0) for m in after.values())
     finally:
+        counters.close_all()
+        target.kill()
+        target.wait()
+
+
+@needs_root
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_a_move_never_writes_over_a_mask_someone_else_set() -> None:
+    """Between two resyncs a period may move a thread someone just re-pinned: the
+    pinner sees the mask is not ours, writes nothing, and the engine hands it over."""
+    engine, counters = _pin_engine()
+    target = sleepy(2)
+    try:
+        engine.attach(target.pid, time.monotonic())
+        engine.tick(time.monotonic())
+        t = engine.targets[target.pid]
+        r = t.current()
+        tid = int(r.tids[0])
+        mine = frozenset({int(r.cpu[0])})
+        elsewhere = frozenset(os.sched_getaffinity(0)) - mine
+        os.sched_setaffinity(tid, os.sched_getaffinity(0))  # theirs: all CPUs
+        engine._pin(t, r, np.array([0]), np.array([min(elsewhere)]), r.domain)
+        assert masks([tid]) == {tid: frozenset(os.sched_getaffinity(0))}
+        assert tid in t.ignored and tid not in engine.pinner.records
+    finally:
+        engine.detach_all()
         counters.close_all()
         target.kill()
         target.wait()

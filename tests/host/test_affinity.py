@@ -11,7 +11,8 @@ import pytest
 
 from parlschedd.host import cgroups, procfs
 from parlschedd.host.affinity import Pinner, PinRecord, get_affinity, set_affinity
-from parlschedd.host.errors import AccessDenied, InvalidMask, ThreadGone
+from parlschedd.host.base import Drift
+from parlschedd.host.errors import AccessDenied, InvalidMask, Overridden, ThreadGone
 from parlschedd.host.state import read_state, write_state
 
 from .conftest import Worker, fd_count
@@ -116,10 +117,13 @@ def test_pin_skips_the_syscall_when_the_mask_is_unchanged(spawn: Callable[..., W
     pinner = Pinner(allowed=unrestricted)
     tid = adopted(pinner, worker)
     assert pinner.pin(tid, frozenset({1})) is True
-    os.sched_setaffinity(tid, {0})  # someone else moves it; a syscall would undo this
     assert pinner.pin(tid, frozenset({1})) is False
-    assert os.sched_getaffinity(tid) == {0}
     assert pinner.pin(tid, ALL) is True  # back to the original mask is a change too
+    os.sched_setaffinity(tid, {0})  # someone else moves it: theirs, no pin writes over it
+    assert pinner.pin(tid, ALL) is False
+    with pytest.raises(Overridden):
+        pinner.pin(tid, frozenset({1}))
+    assert os.sched_getaffinity(tid) == {0}
 
 
 def test_pin_to_cpus_outside_every_cpuset(spawn: Callable[..., Worker]) -> None:
@@ -290,14 +294,15 @@ def test_pin_many_gives_one_outcome_per_move(spawn: Callable[..., Worker], cpuse
     assert isinstance(outcomes[2], ThreadGone) and gone.tid not in pinner.records
     assert isinstance(outcomes[3], InvalidMask)
     assert os.sched_getaffinity(moved.tid) == {0} and os.sched_getaffinity(same.tid) == {1}
-    assert pinner.records[fenced.tid].current == pinner.records[fenced.tid].original  # unchanged on refusal
+    assert pinner.records[fenced.tid].current == {0}, "the cpuset's narrowing, seen before the refused write"
     pinner.restore_all()
 
 
-def test_drifted_finds_masks_changed_by_someone_else(spawn: Callable[..., Worker], cpuset: CpusetDir) -> None:
-    """A real cpuset shrinking under a pinned thread (v1 rewrites its mask) and a
-    taskset-like change by hand are both reported, once; the kernel's mask becomes
-    the record's current, so the next pin to the lost CPU is a real, refused write."""
+def test_drifted_tells_the_kernels_narrowing_from_someone_elses_mask(spawn: Callable[..., Worker], cpuset: CpusetDir) -> None:
+    """A real cpuset shrinking under a pinned thread (v1 rewrites its mask) is the
+    kernel's: its mask becomes the record's current, so the next pin to the lost CPU
+    is a real, refused write. A taskset-like change by hand is someone else's: left
+    as it is, and a pin refuses to write over it. Each is reported once."""
     fenced, retasked, kept = (spawn(busy=False) for _ in range(3))
     pinner = Pinner()
     for w in (fenced, retasked, kept):
@@ -306,13 +311,18 @@ def test_drifted_finds_masks_changed_by_someone_else(spawn: Callable[..., Worker
     cpuset.add(fenced.tid)
     for w in (fenced, retasked, kept):
         pinner.pin(w.tid, frozenset({0}))
-    assert pinner.drifted([fenced.tid, retasked.tid, kept.tid]) == []
+    assert pinner.drifted([fenced.tid, retasked.tid, kept.tid]) == Drift([], [])
     cpuset.set_cpus("1")
     os.sched_setaffinity(retasked.tid, {1})
-    assert pinner.drifted([fenced.tid, retasked.tid, kept.tid]) == [fenced.tid, retasked.tid]
+    assert pinner.drifted([fenced.tid, retasked.tid, kept.tid]) == Drift([fenced.tid], [retasked.tid])
     assert pinner.records[fenced.tid].current == frozenset({1})
-    assert pinner.drifted([fenced.tid, retasked.tid, kept.tid]) == []
+    assert pinner.drifted([fenced.tid, kept.tid]) == Drift([], [])
     with pytest.raises(InvalidMask):
         pinner.pin(fenced.tid, frozenset({0}))
-    assert pinner.pin(retasked.tid, frozenset({0})) is True
+    with pytest.raises(Overridden):
+        pinner.pin(retasked.tid, frozenset({0, 1}))
+    assert os.sched_getaffinity(retasked.tid) == {1}
+    pinner.release(retasked.tid)
+    assert retasked.tid not in pinner.records
     pinner.restore_all()
+    assert os.sched_getaffinity(retasked.tid) == {1}, "released: not restored"
