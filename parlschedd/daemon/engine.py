@@ -200,6 +200,19 @@ class Engine:
         log.info("attached", pid=pid, name=name, mode=target.mode, threads=len(target.threads))
         return target
 
+    def relearn(self) -> int:
+        """After a reload: the targets whose scheduler runs on other learning parameters
+        or another T_NUMA / T_CPU ratio than the config's start learning afresh with the
+        new ones (what they learned is on the old terms); their threads stay where
+        they are until the next period places them. Returns how many."""
+        fresh = 0
+        for target in self.targets.values():
+            s = target.scheduler
+            if (s.params, s.domain_every) != (self.config.learning, self.config.domain_every):
+                target.scheduler = TwoLevelScheduler(self.domains, self.config.learning, self.config.domain_every)
+                fresh += 1
+        return fresh
+
     def detach(self, pid: int, uid: int | None = None) -> int:
         """Stop managing ``pid`` and restore its threads; returns how many were restored."""
         target = self.targets.get(pid)

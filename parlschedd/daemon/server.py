@@ -27,7 +27,7 @@ import structlog
 from parlschedd import __version__, config as config_mod
 from parlschedd.config import Config, ConfigError
 from parlschedd.daemon import notify, protocol
-from parlschedd.daemon.engine import Engine, EngineError
+from parlschedd.daemon.engine import Engine, EngineError, Target
 from parlschedd.host import cgroups, procfs
 from parlschedd.host.affinity import Pinner
 from parlschedd.host.errors import HostError
@@ -262,9 +262,10 @@ class Daemon:
             errors = [f"{k}: {m}" for k, m in exc.errors]
             log.error("reload failed, keeping the old config", errors=errors)
             return errors
-        if (new.domains, new.cpus) != (self.config.domains, self.config.cpus):
-            # every target's scheduler and pins are built on the running layout
-            errors = ["domains, cpus: a new layout takes effect at a restart (systemctl restart parlschedd), "
+        fixed = [key for key in ("domains", "cpus", "utility") if getattr(new, key) != getattr(self.config, key)]
+        if fixed:
+            # every target's scheduler and pins are built on the running layout, its counters on the source
+            errors = [f"{', '.join(fixed)}: takes effect at a restart (systemctl restart parlschedd), "
                       "not a reload; nothing of the new config was applied"]
             log.error("reload refused, keeping the old config", errors=errors)
             return errors
@@ -272,7 +273,8 @@ class Daemon:
         self.engine.config = new
         if new.metrics != self.metrics_address:
             log.warning("the metrics address changes at the next restart", running=self.metrics_address)
-        log.info("reloaded", config=self.config_path)
+        relearning = self.engine.relearn()
+        log.info("reloaded", config=self.config_path, targets_learning_afresh=relearning)
         self._rescan(time.monotonic())
         self._status_views.clear()  # period_s and the like, and what the rules attached
         return []
@@ -385,8 +387,8 @@ class Daemon:
             for pid in self._matching(rule):
                 wanted.setdefault(pid, i)
         for pid, target in list(self.engine.targets.items()):
-            if target.rule is not None and pid not in wanted:
-                self.engine.detach(pid)
+            if target.rule is not None and (pid not in wanted or not _as_rule_says(target, rules[wanted[pid]])):
+                self.engine.detach(pid)  # restored; attached again below when a rule (now another) still wants it
         for pid, started in list(self._detached.items()):
             if pid not in wanted or self.engine.start_time(pid) != started:
                 del self._detached[pid]  # exited: its pid may come back as another process
@@ -757,6 +759,12 @@ class Daemon:
             },
             "targets": [self.engine.describe(t, time.monotonic()) for t in targets],
         }
+
+
+def _as_rule_says(target: Target, rule: config_mod.TargetRule) -> bool:
+    """Whether a rule's target is managed as ``rule`` says (a reload may change it)."""
+    threads = target.thread_filter.pattern if target.thread_filter else None
+    return (target.observe, threads, target.descendants) == (rule.observe, rule.threads, rule.descendants)
 
 
 def _all_pids(proc_root: str) -> set[int]:

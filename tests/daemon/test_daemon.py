@@ -240,6 +240,45 @@ def test_a_reload_that_changes_the_cpus_is_refused_not_claimed(daemon, workload)
     assert (after["cpus"], after["domains"], after["period_s"]) == (before["cpus"], before["domains"], before["period_s"])
 
 
+def test_a_reload_that_changes_the_counter_source_is_refused(daemon):
+    daemon.config.write_text("period_s: 0.2\nutility: schedstat\n")
+    with pytest.raises(client.Refused) as e:
+        daemon.request("reload")
+    assert e.value.code == "bad_config" and "utility: takes effect at a restart" in str(e.value)
+    assert daemon.request("status")["daemon"]["period_s"] == 0.05
+
+
+def test_a_reload_applies_to_the_targets_already_attached(tmp_path, workload):
+    """New learning parameters reach the targets attached before the reload (they
+    learn afresh: here every thread turns free); a rule's new observe re-attaches
+    its target in that mode, restored first. Both were kept from before the reload
+    while it said "reloaded"."""
+    w = workload(2)
+    naptime = f"3600.{os.getpid()}{time.monotonic_ns() % 10**6}"  # a command line no one else has
+    ruled = subprocess.Popen(["sleep", naptime])
+    base = "period_s: 0.05\ndomain_period_s: 0.5\nrescan_s: 0.2\n"
+    rule = f"targets: [{{name: '^sleep {naptime}$'}}]\n"
+    d = start_daemon(tmp_path, base + PINNING + rule)
+    try:
+        before = masks([ruled.pid])
+        d.request("attach", pid=w.pid)
+        wait_for(lambda: all_pinned(d, w.pid) and ruled.pid in {t["pid"] for t in d.request("status")["targets"]})
+        wait_for(lambda: all_pinned(d, ruled.pid))
+        shown = lambda pid: d.request("status", pid=pid)["targets"][0]  # noqa: E731
+        assert not any(t["free"] for t in shown(w.pid)["threads"])
+        d.config.write_text(base + "learning: {free: true, free_prior: 1.0, lambda: 0.0}\n"
+                            + rule.replace("$'}]", "$', observe: true}]"))
+        d.request("reload")
+        wait_for(lambda: all(t["free"] for t in shown(w.pid)["threads"]))
+        wait_for(lambda: shown(ruled.pid)["mode"] == "observe")
+        assert masks([ruled.pid]) == before and not any(t["pinned"] for t in shown(ruled.pid)["threads"])
+        assert "targets_learning_afresh" in d.log_text()
+    finally:
+        d.stop()
+        ruled.kill()
+        ruled.wait()
+
+
 def test_sigterm_restores_and_removes_the_socket(tmp_path, workload):
     d = start_daemon(tmp_path)
     w = workload(2)
