@@ -255,7 +255,12 @@ class Engine:
         """Re-read the names of up to RENAMES_PER_ROUND of ``target``'s threads, taking
         turns in tid order: a child that execs, or a thread that names itself after
         adoption, changes its comm. One read costs about 30 us, so all 1024 threads at
-        once held the status reply (and the next period) back by 30 ms."""
+        once held the status reply (and the next period) back by 30 ms. The target's
+        own name too: it changes when the process execs."""
+        try:
+            target.name = procfs.comm(target.pid, self.proc_root)
+        except HostError:
+            pass  # exited: the next period drops it
         tids = sorted(target.threads)
         if not tids:
             return

@@ -461,6 +461,16 @@ def test_descendants_present_and_future_are_managed(daemon):
         tree.wait()
 
 
+def test_the_target_name_follows_an_exec(daemon):
+    proc = subprocess.Popen(["bash", "-c", "sleep 0.3; exec sleep 30"])
+    try:
+        assert daemon.request("attach", pid=proc.pid)["target"]["name"] == "bash"
+        wait_for(lambda: daemon.request("status", pid=proc.pid)["targets"][0]["name"] == "sleep", timeout=10)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_a_thread_is_managed_by_one_target_only(daemon):
     """A process attached by hand and also a descendant of another target: the first
     target keeps its threads, so no second adoption saves our pin as the original."""
