@@ -106,18 +106,25 @@ def cgroup_dir(path: str, controllers: tuple[str, ...] = (), root: str = CGROUP_
 
 
 def cgroup_procs(path: str, controllers: tuple[str, ...] = (), root: str = CGROUP_ROOT) -> list[int]:
-    """Processes in cgroup ``path`` (its ``cgroup.procs``), ascending.
+    """Processes in cgroup ``path`` and in the cgroups below it, ascending.
 
-    A cgroup that does not exist (yet, or any more: units come and go) has no
-    processes, so this returns an empty list rather than failing.
+    Below it too: a slice's processes live in its units' cgroups, and cgroup v2 puts
+    none in an inner cgroup that has controllers enabled, so a rule on
+    ``/system.slice`` or a job's parent cgroup would otherwise match nothing. A cgroup
+    that does not exist (yet, or any more: units come and go) has no processes, so
+    this returns an empty list rather than failing.
     """
-    procs = cgroup_dir(path, controllers, root) / "cgroup.procs"
-    with translated("read cgroup.procs"):
-        try:
-            text = procs.read_text()
-        except FileNotFoundError:
-            return []
-    return sorted({int(v) for v in text.split()})
+    pids: set[int] = set()
+    for where, _, files in os.walk(cgroup_dir(path, controllers, root)):
+        if "cgroup.procs" not in files:
+            continue
+        with translated("read cgroup.procs"):
+            try:
+                text = (Path(where) / "cgroup.procs").read_text()
+            except FileNotFoundError:
+                continue  # removed while walking
+        pids.update(int(v) for v in text.split())
+    return sorted(pids)
 
 
 def effective_cpus(path: str, controllers: tuple[str, ...] = (), root: str = CGROUP_ROOT) -> frozenset[int] | None:

@@ -531,16 +531,19 @@ CGROUP_RULES = [
 
 @pytest.mark.parametrize("mount, rule", CGROUP_RULES)
 def test_config_rule_adopts_a_cgroup_and_releases_when_it_leaves(tmp_path, mount, rule):
+    """The process sits in a cgroup below the rule's (a unit in a slice): it matches."""
     if not os.path.isdir(mount):
         pytest.skip(f"{mount} is not mounted on this host")
     group = Path(mount) / f"parlsched-test-{os.getpid()}"
-    group.mkdir()
-    if (group / "cpuset.cpus").exists():  # a v1 cpuset needs its CPUs and memory nodes set
-        (group / "cpuset.cpus").write_text((Path(mount) / "cpuset.cpus").read_text())
-        (group / "cpuset.mems").write_text((Path(mount) / "cpuset.mems").read_text())
+    job = group / "job"
+    for g in (group, job):
+        g.mkdir()
+        if (g / "cpuset.cpus").exists():  # a v1 cpuset needs its CPUs and memory nodes set
+            (g / "cpuset.cpus").write_text((Path(mount) / "cpuset.cpus").read_text())
+            (g / "cpuset.mems").write_text((Path(mount) / "cpuset.mems").read_text())
     proc = subprocess.Popen(["sleep", "60"])
     try:
-        (group / "cgroup.procs").write_text(str(proc.pid))
+        (job / "cgroup.procs").write_text(str(proc.pid))
         (tmp_path / "parlschedd.yaml").write_text(
             f"period_s: 0.05\nrescan_s: 0.1\ntargets:\n  - cgroup: '{rule.format(pid=os.getpid())}'\n")
         d = start_daemon(tmp_path)
@@ -554,6 +557,7 @@ def test_config_rule_adopts_a_cgroup_and_releases_when_it_leaves(tmp_path, mount
     finally:
         proc.kill()
         proc.wait()
+        job.rmdir()
         group.rmdir()
 
 

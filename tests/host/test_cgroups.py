@@ -67,8 +67,9 @@ def test_detect_layout(tmp_path: Path) -> None:
 def test_v2_procs_and_inherited_cpuset(tmp_path: Path) -> None:
     v2_tree(tmp_path)
     root = str(tmp_path)
-    assert cgroups.cgroup_procs("/app.slice", root=root) == [10, 11]
+    assert cgroups.cgroup_procs("/app.slice", root=root) == [10, 11, 12], "and the cgroups below"
     assert cgroups.cgroup_procs("/app.slice/inner", root=root) == [12]
+    assert cgroups.cgroup_procs("/", root=root) == [10, 11, 12]
     assert cgroups.cgroup_procs("/gone.slice", root=root) == []
     assert cgroups.effective_cpus("/app.slice", root=root) == frozenset({2, 3})
     assert cgroups.effective_cpus("/app.slice/inner", root=root) == frozenset({2, 3})
@@ -95,7 +96,7 @@ def test_paths_cannot_escape_the_hierarchy(tmp_path: Path) -> None:
     write(tmp_path / "cgroup.procs", "666\n")  # outside the cgroup root
     root = str(tmp_path / "cg")
     assert cgroups.cgroup_dir("../../app.slice", root=root) == tmp_path / "cg" / "app.slice"
-    assert cgroups.cgroup_procs("/../", root=root) == []
+    assert cgroups.cgroup_procs("/../", root=root) == [10, 11, 12], "the root of the hierarchy, not its parent (666)"
 
 
 def test_task_cpus_on_hybrid_prefers_the_v1_cpuset(tmp_path: Path) -> None:
