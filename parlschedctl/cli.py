@@ -120,16 +120,17 @@ def top(sock: str, interval: float | None, iterations: int | None) -> None:
 @click.pass_obj
 @talks_to_daemon
 def run(sock: str, observe: bool, cmd: tuple[str, ...]) -> None:
-    """Start CMD, attach it, wait for it, print a summary, exit with CMD's exit code."""
+    """Start CMD, attach it, wait for it, print a summary, exit with CMD's exit code
+    (128 + N when a signal N killed it; 127 when CMD is not found, 126 when it cannot run)."""
     if cmd[0].startswith("-"):  # options after CMD are CMD's; one before it is a typo, not a program
         raise click.UsageError(f"no such option: {cmd[0]} (run takes --observe; put CMD after --)")
     client.request(sock, "ping")
     started = time.monotonic()
     try:
         proc = subprocess.Popen(cmd)
-    except OSError as exc:
+    except OSError as exc:  # the shell's and env(1)'s codes: 127 not found, 126 not runnable
         click.echo(f"parlschedctl: cannot start {cmd[0]}: {exc.strerror}", err=True)
-        sys.exit(1)
+        sys.exit(127 if isinstance(exc, FileNotFoundError) else 126)
     # Ctrl-C reaches CMD (same process group); we stay to report how it ended, as time(1) does.
     # SIGTERM and SIGHUP sent to us alone (a supervisor, a closed ssh session) are passed on,
     # so CMD never runs on orphaned, still pinned, with no summary.

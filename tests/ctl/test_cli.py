@@ -193,3 +193,15 @@ def test_run_passes_the_exit_code_and_summarises(daemon):
     assert r.returncode == 7, r.stderr
     assert "exited 7" in r.stderr and "managed" in r.stderr
     wait_for(lambda: json.loads(ctl("status", "--json", socket=daemon.socket).stdout)["targets"] == [])
+
+
+@needs_root
+def test_run_of_a_command_that_cannot_start_exits_as_a_shell_would(daemon, tmp_path):
+    """127 for a command not found, 126 for one that cannot be run: a script tells
+    them from the command's own exit 1, as with sh, env(1) and timeout(1)."""
+    missing = ctl("run", "--", str(tmp_path / "no-such-program"), socket=daemon.socket)
+    assert missing.returncode == 127 and "cannot start" in missing.stderr
+    script = tmp_path / "not-executable"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    denied = ctl("run", "--", str(script), socket=daemon.socket)
+    assert denied.returncode == 126 and "cannot start" in denied.stderr
