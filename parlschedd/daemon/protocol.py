@@ -2,7 +2,7 @@
 
 ``parse_request`` turns one received line into a validated ``Request`` or raises
 ``ProtocolError`` with the error code the reply carries; it never raises anything
-else, whatever the bytes. ``parts`` cuts a reply longer than a line may be into parts.
+else, whatever the bytes. ``lines`` cuts a reply longer than a line may be into parts.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ MAX_CLIENTS = 256
 CMDLINE_MATCHED = 4096  # bytes of a command line that name rules look at
 MAX_LINES_PER_TURN = 64  # requests of one client handled before others get a turn
 ACCEPT_PAUSE_S = 0.1  # after accept() fails (EMFILE), stop listening this long
-MAX_PENDING = 4 * 1024 * 1024  # reply bytes a client may leave unread
+MAX_PENDING = 4 * 1024 * 1024  # reply bytes a client may leave unread, request bytes it may have waiting
 MAX_STATUS_VIEWS = 256  # cached status replies kept in one period (see _status_reply)
 PARTS_TTL_S = 30.0  # the rest of a long reply is dropped when its client is idle this long
 STATE_VERSION = 1
@@ -541,7 +541,7 @@ class Daemon:
             else:
                 self.selector.modify(client.sock, selectors.EVENT_WRITE, client)
             return
-        if len(client.outbuf) > MAX_PENDING:  # a peer that sends but never reads
+        if len(client.outbuf) > MAX_PENDING or len(client.inbuf) > MAX_PENDING:  # sends, never reads (or waits)
             self._close(client)
             return
         client.inbuf += data
@@ -691,7 +691,7 @@ class Daemon:
         raise EngineError("bad_request", f"unhandled command {request.cmd}")
 
     def _status_reply(self, uid: int, pid: int | None) -> Iterator[bytes]:
-        """The encoded reply to ``status`` (its lines, ``protocol.parts``), built at
+        """The encoded reply to ``status`` (its lines, ``protocol.lines``), built at
         most once per period per view.
 
         status is read far more often than what it shows changes: 50 clients polling a

@@ -12,6 +12,7 @@ import math
 import os
 import socket
 import subprocess
+import threading
 import time
 
 import pytest
@@ -261,3 +262,36 @@ def test_replies_to_hostile_and_pipelined_requests_keep_to_a_line(slow):
             got += chunk
     replies = [json.loads(line) for line in got.splitlines()]
     assert len(replies) == 20000 and all(r["ok"] is True for r in replies)
+
+
+def test_a_client_that_sends_requests_faster_than_they_are_served_is_closed(slow):
+    """It reads its replies, but pipelines tiny requests faster than the daemon serves
+    them (64 a turn): what waits is bounded (4 MiB), not the daemon's memory."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(30)
+        s.connect(slow.socket)
+        replies = bytearray()
+
+        def read() -> None:
+            try:
+                while chunk := s.recv(1 << 20):
+                    replies.extend(chunk)
+            except OSError:
+                pass
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        burst = b'{"cmd":"ping"}\n' * 100_000  # 1.5 MB
+        closed = False
+        try:
+            for _ in range(12):
+                s.sendall(burst)
+        except OSError:
+            closed = True
+        if not closed:
+            s.shutdown(socket.SHUT_WR)
+        reader.join(30)
+    assert closed or replies.count(b"\n") < 1_200_000, "every request answered: nothing was ever waiting"
+    assert slow.request("ping")["version"]
+    rss_kb = int(next(line.split()[1] for line in open(f"/proc/{slow.proc.pid}/status") if line.startswith("VmRSS")))
+    assert rss_kb < 200 * 1024, f"daemon RSS {rss_kb} kB"
