@@ -60,9 +60,7 @@ def test_a_thread_re_pinned_by_someone_else_is_left_to_them() -> None:
     placed, counted as ignored), the periods never write its mask again, and detach
     leaves it as they set it while the others get their originals back. Real
     process, real Pinner, real counters."""
-    config = dataclasses.replace(Config(), learning=dataclasses.replace(Config().learning, free=False))
-    counters = CounterSet(CounterSource.TASK_CLOCK)
-    engine = Engine(config, read_topology("/sys").domains(config.domains), counters, Pinner())
+    engine, counters = _pin_engine()
     target = sleepy(4)
     try:
         engine.attach(target.pid, time.monotonic())
@@ -118,18 +116,21 @@ def test_a_move_never_writes_over_a_mask_someone_else_set() -> None:
         target.wait()
 
 
-def _free_engine() -> tuple[Engine, CounterSet]:
-    """Every thread free (its whole domain) for good: no exploration of cores."""
-    learning = dataclasses.replace(Config().learning, free=True, free_prior=1.0, lam=0.0)
-    config = dataclasses.replace(Config(), learning=learning)
+def _engine(**learning: object) -> tuple[Engine, CounterSet]:
+    """A real engine on this host's topology with the learning settings given."""
+    config = dataclasses.replace(Config(), learning=dataclasses.replace(Config().learning, **learning))
     counters = CounterSet(CounterSource.TASK_CLOCK)
     return Engine(config, read_topology("/sys").domains(config.domains), counters, Pinner()), counters
+
+
+def _free_engine() -> tuple[Engine, CounterSet]:
+    """Every thread free (its whole domain) for good: no exploration of cores."""
+    return _engine(free=True, free_prior=1.0, lam=0.0)
 
 
 def _pin_engine() -> tuple[Engine, CounterSet]:
-    config = dataclasses.replace(Config(), learning=dataclasses.replace(Config().learning, free=False))
-    counters = CounterSet(CounterSource.TASK_CLOCK)
-    return Engine(config, read_topology("/sys").domains(config.domains), counters, Pinner()), counters
+    """Every thread pinned to one core: the paper's scheduler without the free option."""
+    return _engine(free=False)
 
 
 @needs_root
