@@ -171,3 +171,29 @@ def as_user(uid: int, socket_path: str, cmd: str, timeout: float = 10.0, **args)
         data = f.read()
     os.waitpid(pid, 0)
     return json.loads(data)
+
+
+CPUSET = Path("/sys/fs/cgroup/cpuset")
+
+
+@pytest.fixture
+def cpuset():
+    """A real cgroup v1 cpuset of CPUs 0-1 for the test's processes, removed after."""
+    if not (CPUSET / "cpuset.cpus").exists() or not os.access(CPUSET, os.W_OK):
+        pytest.skip("no writable cgroup v1 cpuset hierarchy")
+    path = CPUSET / f"parlsched-test-{os.getpid()}"
+    path.mkdir()
+    (path / "cpuset.mems").write_text((CPUSET / "cpuset.mems").read_text())
+    (path / "cpuset.cpus").write_text("0-1")
+    yield path
+    for tid in (path / "tasks").read_text().split():
+        try:
+            (CPUSET / "tasks").write_text(tid)
+        except OSError:
+            pass
+    for _ in range(50):
+        try:
+            path.rmdir()
+            break
+        except OSError:
+            time.sleep(0.05)

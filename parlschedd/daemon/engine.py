@@ -340,10 +340,11 @@ class Engine:
         np.copyto(r.last, values, where=measured)
         r.since.fill(now)
         r.utility = utility
-        placement = target.scheduler.step(r.tids, utility)
+        ran = self._ran_elsewhere(target, r)
+        placement = target.scheduler.step(r.tids, utility, ran)
         cpus, domains = placement.cpus, placement.domains
         if target.observe:
-            r.cpu = np.array([self._running_on(tid) for tid in r.tids.tolist()], dtype=np.int64)
+            r.cpu = ran
         else:
             moved = np.flatnonzero((cpus != r.cpu) | ~r.pinned | ((cpus < 0) & (domains != r.domain)))
             if moved.size and self._unsaved:
@@ -372,6 +373,23 @@ class Engine:
                 (log.warning if r.pinned[i] else log.debug)("pin refused", tid=tid, cpu=cpu, error=str(outcome))
                 r.pinned[i] = False
                 r.cpu[i] = -1  # not where we put it; /proc's last CPU may predate a cpuset change
+
+    def _ran_elsewhere(self, target: Target, r: Roster) -> IntArray | None:
+        """The CPU each thread last ran on where the scheduler did not place it, -1
+        elsewhere; None when every thread ran where it was placed (the usual period: no
+        read). In observe mode no thread was placed; in pin mode, a thread new this
+        period, one whose pin the kernel refused (a core outside its cpuset) or one that
+        waits for its original to be saved ran where the kernel put it. The scheduler
+        credits the period's utility to that core, not to the one it drew (spec, Level
+        2, step 1: the utility "on the core it ran on"), so a refused core loses ground
+        to the cores the thread may use instead of being drawn as often as before; a
+        new thread joins the domain it runs in."""
+        rows = np.arange(r.tids.size) if target.observe else np.flatnonzero(~r.pinned)
+        if not rows.size:
+            return None
+        ran = np.full(r.tids.size, -1, dtype=np.int64)
+        ran[rows] = [self._running_on(tid) for tid in r.tids[rows].tolist()]
+        return ran
 
     def _running_on(self, tid: int) -> int:
         try:

@@ -574,3 +574,39 @@ def test_a_tid_reused_inside_the_target_is_adopted_as_the_new_thread(workload) -
         engine.detach(w.pid)
     finally:
         counters.close_all()
+
+
+@needs_root
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_a_core_outside_the_cpuset_loses_ground_to_the_core_the_thread_runs_on(workload, cpuset) -> None:
+    """A real cgroup v1 cpuset holds the target on CPU 1 while the learner may draw
+    CPU 0: the kernel refuses those pins and the thread runs on CPU 1, and the engine
+    tells the scheduler so. Each period's utility is then credited to CPU 1, where it
+    was earned, and CPU 0's probability falls from 1/2 (x0 about 0.5 * 0.95^k with
+    eps 0.05) for every worker. Credited to the core drawn, the refused core earned as
+    much as CPU 1 and the strategies drifted either way: two of three workers ended on
+    CPU 0 (x0 = 1.0) in a run before the engine passed this on. The main thread sleeps,
+    earns nothing and keeps its 1/2 either way. Nothing runs outside the cpuset, and
+    detach restores the masks."""
+    w = workload(3)
+    (cpuset / "cgroup.procs").write_text(str(w.pid))
+    (cpuset / "cpuset.cpus").write_text("1")
+    base = masks(w.all_tids())
+    assert set(base.values()) == {frozenset({1})}
+    engine, counters = _pin_engine()
+    try:
+        target = engine.attach(w.pid, time.monotonic())
+        for _ in range(40):
+            time.sleep(0.02)
+            engine.tick(time.monotonic())
+            assert set(masks(w.all_tids()).values()) == {frozenset({1})}
+        s = target.scheduler
+        rows = np.searchsorted(s.keys, w.tids)  # the workers: the main thread waits on stdin and earns nothing
+        core0 = np.argmax(s.domain_cpus[s.alpha[rows]] == 0, axis=1)  # CPU 0's column in each worker's row
+        x0 = s.x[rows, core0]
+        assert x0.max() < 0.3, f"CPU 0 kept {x0.round(2).tolist()} of the workers' strategies"
+        engine.detach(w.pid)
+        assert masks(w.all_tids()) == base
+    finally:
+        engine.detach_all()
+        counters.close_all()

@@ -171,31 +171,6 @@ def test_reused_pid_is_not_touched_across_a_restart(tmp_path):
 
 # -- cpusets ---------------------------------------------------------------------------
 
-CPUSET = Path("/sys/fs/cgroup/cpuset")
-
-
-@pytest.fixture
-def cpuset():
-    if not (CPUSET / "cpuset.cpus").exists() or not os.access(CPUSET, os.W_OK):
-        pytest.skip("no writable cgroup v1 cpuset hierarchy")
-    path = CPUSET / f"parlsched-test-{os.getpid()}"
-    path.mkdir()
-    (path / "cpuset.mems").write_text((CPUSET / "cpuset.mems").read_text())
-    (path / "cpuset.cpus").write_text("0-1")
-    yield path
-    for tid in (path / "tasks").read_text().split():
-        try:
-            (CPUSET / "tasks").write_text(tid)
-        except OSError:
-            pass
-    for _ in range(50):
-        try:
-            path.rmdir()
-            break
-        except OSError:
-            time.sleep(0.05)
-
-
 @two_cpus
 def test_cpuset_shrinks_under_pinned_threads(daemon, cpuset):
     """A real cgroup v1 cpuset shrinks from 0-1 to 1 while threads are pinned to 0;
