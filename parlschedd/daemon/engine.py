@@ -9,7 +9,7 @@ clock is passed in, so tests drive it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -152,6 +152,9 @@ class Engine:
         self._whole = [frozenset(d) for d in domains]  # a free thread's mask: its domain
         self.read_errors = 0  # counter reads that failed for a thread still there
         self._gone: dict[int, tuple[int, int, int]] = {}  # targets that exited: pid -> (uid, start time, threads)
+        # threads someone else re-pinned (_hand_over): tid -> start time; in the state file,
+        # so that a target attached again after a restart leaves them alone too
+        self.handed_over: dict[int, int] = {}
 
     # -- requests ---------------------------------------------------------------------
 
@@ -212,6 +215,18 @@ class Engine:
                 target.scheduler = TwoLevelScheduler(self.domains, self.config.learning, self.config.domain_every)
                 fresh += 1
         return fresh
+
+    def keep_handed_over(self, saved: Iterable[Sequence[int]]) -> int:
+        """After a restart: the threads the last run handed over (``(tid, start time)``
+        pairs) that still run, so that attaching their target again leaves them as
+        their owner set them. Returns how many."""
+        for tid, start in saved:
+            try:
+                if procfs.thread_start_time(int(tid), self.proc_root) == start:
+                    self.handed_over[int(tid)] = int(start)
+            except HostError:
+                pass  # exited since
+        return len(self.handed_over)
 
     def detach(self, pid: int, uid: int | None = None) -> int:
         """Stop managing ``pid`` and restore its threads; returns how many were restored."""
@@ -439,6 +454,7 @@ class Engine:
             self._drop_thread(target, tid)
         for tid in target.ignored.difference(seen):
             target.exits.remove(tid)
+            self.handed_over.pop(tid, None)
         target.ignored &= seen
 
     def _forget_reused(self, target: Target, tid: int) -> None:
@@ -451,6 +467,7 @@ class Engine:
             return
         target.ignored.discard(tid)
         target.exits.remove(tid)
+        self.handed_over.pop(tid, None)
         if tid in target.threads:
             self._drop_thread(target, tid)
 
@@ -485,6 +502,9 @@ class Engine:
         try:
             name = procfs.comm(tid, self.proc_root)
             start = procfs.thread_start_time(tid, self.proc_root)
+            if self.handed_over.get(tid) == start:  # theirs since before a restart
+                target.ignored.add(tid)
+                return
             if target.thread_filter and not target.thread_filter.search(name):
                 target.ignored.add(tid)
                 if not target.observe:
@@ -564,9 +584,12 @@ class Engine:
     def _hand_over(self, target: Target, tid: int) -> None:
         """Someone else set the thread's mask (taskset, an administrator, the program
         itself): it is theirs. The thread is neither placed any more nor restored at
-        detach, which would undo their change; it counts as ignored until it exits."""
+        detach, which would undo their change; it counts as ignored until it exits, or
+        until the target is detached, across daemon restarts too."""
         self.pinner.release(tid)
-        target.threads.pop(tid, None)
+        th = target.threads.pop(tid, None)
+        if th is not None:
+            self.handed_over[tid] = th.start_time
         self.counters.close(tid)
         self._unsaved.discard(tid)
         target.ignored.add(tid)
@@ -575,7 +598,11 @@ class Engine:
         self.on_change()
 
     def _release(self, target: Target) -> int:
+        """Restore the target's threads and stop managing it; how many were restored.
+        The threads handed over to someone else are theirs to keep as they are."""
         restored = sum(self._drop_thread(target, tid) for tid in list(target.threads))
+        for tid in target.ignored:
+            self.handed_over.pop(tid, None)
         self.targets.pop(target.pid, None)
         target.handle.close()
         target.exits.close()
@@ -586,13 +613,8 @@ class Engine:
         self._gone[target.pid] = (target.uid, target.handle.start_time, target.most_threads)
         while len(self._gone) > GONE_KEPT:
             del self._gone[next(iter(self._gone))]
-        for tid in list(target.threads):
-            self._drop_thread(target, tid)
-        self.targets.pop(target.pid, None)
-        target.handle.close()
-        target.exits.close()
+        self._release(target)
         log.info("target dropped", pid=target.pid, reason=why)
-        self.on_change()
 
     # -- views ------------------------------------------------------------------------
 

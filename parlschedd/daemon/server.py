@@ -225,12 +225,12 @@ class Daemon:
         /run/parlsched (RuntimeDirectoryPreserve=restart) and with it what users
         attached, while ``systemctl stop`` removes it and they are forgotten."""
         notify.notify("STOPPING=1")
-        by_hand = self._by_hand()
+        by_hand, handed_over = self._by_hand(), dict(self.engine.handed_over)
         if self.config.restore_on_exit:
             restored = self.engine.detach_all()
             report = self.engine.pinner.restore_all()
             log.info("restored", threads=restored + len(report.restored), gone=len(report.gone), failed=len(report.failed))
-        self._save_state(by_hand)
+        self._save_state(by_hand, handed_over)
         self.counters.close_all()
         if self.metrics is not None:
             self.metrics.close()
@@ -315,11 +315,14 @@ class Daemon:
                  "descendants": t.descendants, "uid": t.uid, "caller": t.caller}
                 for t in self.engine.targets.values() if t.rule is None]
 
-    def _save_state(self, targets: list[dict] | None = None) -> None:
-        """Write the pinner's records and the hand-attached targets (``targets``: the
-        ones given, by default those attached now)."""
+    def _save_state(self, targets: list[dict] | None = None, handed_over: dict[int, int] | None = None) -> None:
+        """Write the pinner's records, the hand-attached targets and the threads handed
+        over to someone else (``targets``, ``handed_over``: the ones given, by default
+        those of now)."""
+        handed = self.engine.handed_over if handed_over is None else handed_over
         state = {"version": STATE_VERSION, "pinner": self.engine.pinner.to_json(),
-                 "targets": self._by_hand() if targets is None else targets}
+                 "targets": self._by_hand() if targets is None else targets,
+                 "handed_over": sorted([tid, start] for tid, start in handed.items())}
         try:
             self.state_path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
             write_state(self.state_path, state)
@@ -347,7 +350,7 @@ class Daemon:
     def _recover(self) -> list[dict]:
         """After a crash: put every thread the last run pinned back on its original
         mask. After a crash or a clean stop: return the targets attached by hand, to
-        attach again."""
+        attach again, and keep leaving alone the threads it handed over."""
         try:
             state = read_state(self.state_path)
         except (OSError, ValueError) as exc:
@@ -363,6 +366,10 @@ class Daemon:
         report = old.restore_all()
         if report.restored or report.gone or report.failed:
             log.info("recovered from previous run", restored=len(report.restored), gone=len(report.gone), failed=len(report.failed))
+        try:
+            self.engine.keep_handed_over(state.get("handed_over", []))
+        except (ValueError, TypeError) as exc:
+            log.error("handed-over threads in the state file malformed, ignoring them", error=str(exc))
         return [t for t in state.get("targets", []) if isinstance(t, dict)]
 
     def _reattach(self, saved: dict, now: float) -> None:

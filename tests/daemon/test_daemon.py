@@ -192,6 +192,37 @@ def test_sigkill_and_restart_restores_and_readopts(tmp_path, workload):
     assert masks(tids) == before, "stop restores the masks saved by the first daemon"
 
 
+@pytest.mark.skipif(len(ALL) < 2, reason="needs 2 CPUs")
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["clean restart", "SIGKILL"])
+def test_a_thread_set_by_someone_else_stays_theirs_across_a_restart(tmp_path, workload, stop):
+    """A taskset on a pinned thread hands it over; the daemon restarts (SIGTERM, as
+    systemctl restart; or SIGKILL) and attaches the target again: the thread is still
+    theirs (ignored, never moved), where the next daemon used to adopt it with their
+    mask as its original and move it. Detach ends that: attached afresh, it is managed."""
+    d = start_daemon(tmp_path)
+    w = workload(3)
+    d.request("attach", pid=w.pid)
+    pinned = wait_for(lambda: all_pinned(d, w.pid, len(w.all_tids())))
+    theirs = w.tids[0]
+    mask = ALL - {pinned[theirs]["cpu"]}  # one CPU, not the one we set
+    os.sched_setaffinity(theirs, mask)
+    wait_for(lambda: theirs not in threads_of(d, w.pid), timeout=3)  # handed over within rescan_s
+    d.stop(stop)
+    d2 = start_daemon(tmp_path)
+    try:
+        wait_for(lambda: all_pinned(d2, w.pid, len(w.all_tids()) - 1))
+        time.sleep(0.5)  # ten periods
+        target = d2.request("status", pid=w.pid)["targets"][0]
+        assert theirs not in {t["tid"] for t in target["threads"]} and target["threads_ignored"] == 1
+        assert os.sched_getaffinity(theirs) == mask
+        d2.request("detach", pid=w.pid)
+        assert os.sched_getaffinity(theirs) == mask
+        d2.request("attach", pid=w.pid)
+        wait_for(lambda: all_pinned(d2, w.pid, len(w.all_tids())))
+    finally:
+        d2.stop()
+
+
 def test_restart_after_target_exit_touches_nothing(tmp_path, workload):
     d = start_daemon(tmp_path)
     w = workload(2)

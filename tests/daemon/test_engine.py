@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -610,3 +611,15 @@ def test_a_core_outside_the_cpuset_loses_ground_to_the_core_the_thread_runs_on(w
     finally:
         engine.detach_all()
         counters.close_all()
+
+
+def test_only_handed_over_threads_that_still_run_are_kept_after_a_restart() -> None:
+    """The state file's (tid, start time) pairs: a thread that still runs with that
+    start time is kept; one whose tid now names another thread, or that exited, is not."""
+    me = threading.get_native_id()
+    start = procfs.thread_start_time(me)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    engine = Engine(Config(), [[0]], CounterSet(CounterSource.SCHEDSTAT), Pinner())
+    assert engine.keep_handed_over([(me, start), (1, -5), (gone.pid, 0)]) == 1  # init runs, but started earlier
+    assert engine.handed_over == {me: start}
