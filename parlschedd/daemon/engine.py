@@ -21,13 +21,14 @@ from parlschedd.daemon import protocol
 from parlschedd.daemon.history import History
 from parlschedd.host import procfs
 from parlschedd.host.affinity import get_affinity
-from parlschedd.host.base import Actuator, Counters
+from parlschedd.host.base import Actuator, Counters, CounterSource
 from parlschedd.host.errors import HostError, Overridden, ThreadGone, TooManyFiles
 from parlschedd.learning.scheduler import TwoLevelScheduler
 from parlschedd.patterns import Pattern, PatternError, compile_pattern
 
 log = structlog.get_logger("parlschedd.engine")
 
+EXEC_RUN_NS = 10_000_000  # CPU time the main tid must run before its counter's silence proves its thread gone
 GONE_KEPT = 64  # exited targets remembered, to say why a later request finds them gone
 RENAMES_PER_ROUND = 128  # thread names re-read per rescan_s (when status is shown), about 4 ms
 
@@ -97,6 +98,21 @@ class Roster:
 
 
 @dataclass
+class ExecWatch:
+    """Every thread but the main one vanished at once, as they do at an exec. An exec
+    from another thread makes that thread the main one (the kernel's de_thread: it
+    takes the main tid and start time), so every handle keyed by the tid follows it,
+    but a perf counter stays with the old main thread, which is gone and counts no
+    more. The watch tells the two apart exactly: once the main tid has run
+    ``EXEC_RUN_NS`` since (schedstat, which is per tid), its counter either moved (the
+    same thread) or not at all (replaced)."""
+
+    run_ns: int  # the main tid's CPU time when the watch began
+    counted: float  # its counter then
+    vanished: dict[int, tuple[frozenset[int], frozenset[int]]]  # the threads that went: (original, current)
+
+
+@dataclass
 class Target:
     pid: int
     name: str
@@ -119,6 +135,7 @@ class Target:
     history: History | None = None
     named_at: float = float("-inf")  # when thread names were last re-read
     rename_from: int = 0  # where the next round of name re-reads starts, in tid order
+    exec_watch: ExecWatch | None = None  # while it is set, the main thread is not moved
 
     @property
     def mode(self) -> str:
@@ -327,7 +344,7 @@ class Engine:
             if target.observe:
                 continue
             r = target.current()
-            rows = np.flatnonzero(r.pinned)
+            rows = np.flatnonzero(r.pinned & ((r.tids != target.pid) | (target.exec_watch is None)))
             drift = self.pinner.drifted(r.tids[rows].tolist())
             if drift.narrowed:
                 log.info("cpuset narrowed pinned threads, placing them inside it", pid=target.pid, tids=drift.narrowed)
@@ -339,6 +356,8 @@ class Engine:
 
     def _step(self, target: Target, now: float) -> None:
         """counters -> rates -> scheduler -> pins, for one target's period."""
+        if target.exec_watch is not None:
+            self._check_exec(target, now)
         r = target.current()
         values, gone = self.counters.read_many(r.tids.tolist())
         if gone:
@@ -364,6 +383,8 @@ class Engine:
             moved = np.flatnonzero((cpus != r.cpu) | ~r.pinned | ((cpus < 0) & (domains != r.domain)))
             if moved.size and self._unsaved:
                 moved = moved[~np.isin(r.tids[moved], np.fromiter(self._unsaved, dtype=np.int64))]
+            if moved.size and target.exec_watch is not None:
+                moved = moved[r.tids[moved] != target.pid]
             if moved.size:
                 self._pin(target, r, moved, cpus, domains)
         r.domain = domains  # the scheduler hands out a copy
@@ -438,24 +459,117 @@ class Engine:
         """Adopt the target's new threads and drop those gone: one directory listing
         per process; a thread's name is read once, when it is new."""
         seen: set[int] = set()
+        known = set(target.threads)
+        alone = False  # the main thread is the only one of the process's known threads listed
         exited = target.exits.exited()  # before the listing: a tid both exited and listed was reused
         for pid in self._pids(target):
             try:
                 tids = target.handle.tids() if pid == target.pid else procfs.list_tids(pid, self.proc_root)
             except ThreadGone:
                 continue
+            if pid == target.pid:
+                alone = target.pid in known and known.intersection(tids) == {target.pid}
             for tid in exited.intersection(tids):
                 self._forget_reused(target, tid)
             for tid in sorted(set(tids).difference(target.threads, target.ignored)):
                 if self._manager_of(tid) is None:  # one target per thread: its saved mask is the real original
                     self._adopt(target, tid, now)
             seen.update(tids)
+        if alone and known - seen:
+            self._watch_exec(target, known - seen)
         for tid in set(target.threads).difference(seen):
             self._drop_thread(target, tid)
         for tid in target.ignored.difference(seen):
             target.exits.remove(tid)
             self.handed_over.pop(tid, None)
         target.ignored &= seen
+
+    def _watch_exec(self, target: Target, vanished: set[int]) -> None:
+        """Start an :class:`ExecWatch`, keeping the masks of the threads that went: if
+        one exec'd, it is the main thread now. A schedstat counter is read by tid, so
+        it follows the new main thread by itself and cannot tell; there a main thread
+        whose mask changed at once to one we set on a thread that went is that thread."""
+        records = self.pinner.records
+        masks = {tid: (records[tid].original, records[tid].current) for tid in vanished if tid in records}
+        if self.counters.source == CounterSource.SCHEDSTAT:
+            mine = records.get(target.pid)
+            try:
+                moved = mine is not None and get_affinity(target.pid) != mine.current
+            except HostError:
+                return  # gone: the process check drops it
+            if moved and not target.observe:
+                self._take_exec_original(target, masks)
+            return
+        try:
+            run_ns = procfs.thread_schedstat(target.pid, self.proc_root).run_ns
+            counted = self.counters.read(target.pid)
+        except HostError:
+            return  # gone: the process check drops it
+        target.exec_watch = ExecWatch(run_ns, counted, masks)
+
+    def _check_exec(self, target: Target, now: float) -> None:
+        """Settle the target's :class:`ExecWatch` when the main tid's counter or CPU
+        time tells: before the period reads the counters, so that a main thread counted
+        afresh (or handed over) is read (or left out) like any other."""
+        watch, pid = target.exec_watch, target.pid
+        if watch is None or pid not in target.threads:
+            target.exec_watch = None
+            return
+        try:
+            counted = self.counters.read(pid)
+            ran = procfs.thread_schedstat(pid, self.proc_root).run_ns - watch.run_ns
+        except HostError:
+            return  # gone: this period drops it
+        if counted != watch.counted:
+            target.exec_watch = None  # its counter moved: the same thread
+        elif ran >= EXEC_RUN_NS:
+            target.exec_watch = None
+            self._main_replaced(target, watch, now)
+
+    def _main_replaced(self, target: Target, watch: ExecWatch, now: float) -> None:
+        """The main tid is now the thread that exec'd: count it afresh, and give it the
+        original mask of the thread it was."""
+        pid = target.pid
+        self.counters.close(pid)
+        try:
+            self.counters.open(pid)
+            counted = self.counters.read(pid)
+            target.threads[pid].name = procfs.comm(pid, self.proc_root)
+        except HostError as exc:
+            log.warning("main thread not counted after an exec", pid=pid, error=str(exc))
+            self._drop_thread(target, pid)
+            return
+        r = target.current()
+        row = int(np.searchsorted(r.tids, pid))
+        r.last[row], r.since[row] = counted, now
+        log.info("the main thread is another thread since an exec, counted afresh", pid=pid)
+        if not target.observe:
+            self._take_exec_original(target, watch.vanished)
+
+    def _take_exec_original(self, target: Target, vanished: dict[int, tuple[frozenset[int], frozenset[int]]]) -> None:
+        """The main thread is the one of ``vanished`` (original, current masks) that
+        exec'd. It carried its mask through the exec, so it is one whose mask we last
+        set is the main tid's mask now: its original is restored at the end. If several
+        were, with different originals, the target's own mask is. If none was, someone
+        else (the program) set it: the thread is theirs."""
+        pid = target.pid
+        try:
+            mask = get_affinity(pid)
+        except HostError:
+            return  # gone: this period drops it
+        originals = {original for original, current in vanished.values() if current == mask}
+        if not originals:
+            self._hand_over(target, pid)
+            return
+        original = originals.pop() if len(originals) == 1 else target.base_mask or mask
+        start = self.pinner.records[pid].start_time
+        self.pinner.release(pid)
+        self.pinner.adopt(pid, start, original)
+        r = target.current()
+        row = int(np.searchsorted(r.tids, pid))
+        r.pinned[row], r.cpu[row] = False, -1  # placed again once the new original is on disk
+        self._unsaved.add(pid)
+        self.on_change()
 
     def _forget_reused(self, target: Target, tid: int) -> None:
         """``tid``'s thread exited and the tid is listed again: a new thread took it, and

@@ -117,10 +117,10 @@ def test_a_move_never_writes_over_a_mask_someone_else_set() -> None:
         target.wait()
 
 
-def _engine(**learning: object) -> tuple[Engine, CounterSet]:
+def _engine(source: CounterSource = CounterSource.TASK_CLOCK, **learning: object) -> tuple[Engine, CounterSet]:
     """A real engine on this host's topology with the learning settings given."""
     config = dataclasses.replace(Config(), learning=dataclasses.replace(Config().learning, **learning))
-    counters = CounterSet(CounterSource.TASK_CLOCK)
+    counters = CounterSet(source)
     return Engine(config, read_topology("/sys").domains(config.domains), counters, Pinner()), counters
 
 
@@ -129,9 +129,9 @@ def _free_engine() -> tuple[Engine, CounterSet]:
     return _engine(free=True, free_prior=1.0, lam=0.0)
 
 
-def _pin_engine() -> tuple[Engine, CounterSet]:
+def _pin_engine(source: CounterSource = CounterSource.TASK_CLOCK) -> tuple[Engine, CounterSet]:
     """Every thread pinned to one core: the paper's scheduler without the free option."""
-    return _engine(free=False)
+    return _engine(source, free=False)
 
 
 @needs_root
@@ -623,3 +623,85 @@ def test_only_handed_over_threads_that_still_run_are_kept_after_a_restart() -> N
     engine = Engine(Config(), [[0]], CounterSet(CounterSource.SCHEDSTAT), Pinner())
     assert engine.keep_handed_over([(me, start), (1, -5), (gone.pid, 0)]) == 1  # init runs, but started earlier
     assert engine.handed_over == {me: start}
+
+
+EXECS = """
+import os, sys, threading, time
+go = threading.Event()
+def execs():
+    go.wait()
+    os.execv(sys.executable, [sys.executable, "-c", sys.argv[2] + "\\nwhile True: pass"])
+if sys.argv[1] == "other":
+    threading.Thread(target=execs, name="execs").start()
+    print(threading.get_native_id(), flush=True)
+    sys.stdin.readline()
+    go.set()
+else:
+    threading.Thread(target=lambda: time.sleep(100), daemon=True).start()
+    print(threading.get_native_id(), flush=True)
+    sys.stdin.readline()
+    go.set()
+    execs()
+time.sleep(100)
+"""
+
+
+@needs_root
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+@pytest.mark.parametrize("who, program, after, source", [
+    ("other", "", {1}, CounterSource.TASK_CLOCK),
+    ("main", "", {0, 1}, CounterSource.TASK_CLOCK),
+    ("other", "import os; os.sched_setaffinity(0, {0, 1})", {0, 1}, CounterSource.TASK_CLOCK),
+    ("other", "", {1}, CounterSource.SCHEDSTAT),
+], ids=["from another thread", "from the main thread", "from another thread, whose program sets its mask",
+        "from another thread, schedstat counters"])
+def test_an_exec_from_any_thread_leaves_the_main_thread_counted_and_restored(who: str, program: str, after,
+                                                                              source: CounterSource) -> None:
+    """A process of two threads; the one that is not main has original mask {1}, the
+    main one {0, 1}. One of them calls execve, the new program spins. From another
+    thread the kernel gives that thread the main tid and start time and the perf
+    counter opened on the main tid stays with the old, gone main thread: the engine
+    counts the main tid afresh (its utility is about 1 CPU, where it read 0 before)
+    and detach gives it {1}, the original of the thread it is now (it restored {0, 1}).
+    From the main thread itself nothing changes: its counter goes on, {0, 1} back. A
+    program that sets its own mask after the exec keeps it: the thread is theirs. With
+    schedstat counters (read by tid) only the masks tell, so the two threads are left
+    to be pinned on different CPUs before the exec."""
+    proc = subprocess.Popen([sys.executable, "-c", EXECS, who, program], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(proc.stdout.readline())
+        other = next(t for t in tids_of(pid) if t != pid)
+        os.sched_setaffinity(other, {1})
+        engine, counters = _pin_engine(source)
+        try:
+            target = engine.attach(pid, time.monotonic())
+            engine.tick(time.monotonic())
+            for _ in range(100):  # adopted, saved, then pinned, until on different CPUs
+                engine.tick(time.monotonic())
+                if len(set(masks([pid, other]).values())) == 2:
+                    break
+            assert [len(m) for m in masks([pid, other]).values()] == [1, 1]
+            assert len(set(masks([pid, other]).values())) == 2, "100 periods and never on different CPUs"
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and tids_of(pid) != [pid]:
+                time.sleep(0.01)
+            for _ in range(10):
+                time.sleep(0.05)
+                engine.tick(time.monotonic())
+            assert target.exec_watch is None
+            if program:
+                assert not target.threads and target.ignored == {pid}  # handed over
+            else:
+                assert set(target.threads) == {pid}
+                utility = target.current().utility[0]
+                assert utility > 0.3e9, f"the main tid counts {utility:.3g} ns/s while its program spins"
+            engine.detach(pid)
+            assert os.sched_getaffinity(pid) == after
+        finally:
+            engine.detach_all()
+            counters.close_all()
+    finally:
+        proc.kill()
+        proc.wait()
