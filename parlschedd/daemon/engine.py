@@ -420,9 +420,9 @@ class Engine:
         2, step 1: the utility "on the core it ran on"), so a refused core loses ground
         to the cores the thread may use instead of being drawn as often as before; a
         new thread joins the domain it runs in."""
-        rows = np.arange(r.tids.size) if target.observe else np.flatnonzero(~r.pinned)
-        if not rows.size:
+        if not target.observe and r.pinned.all():
             return None
+        rows = np.arange(r.tids.size) if target.observe else np.flatnonzero(~r.pinned)
         ran = np.full(r.tids.size, -1, dtype=np.int64)
         ran[rows] = [self._running_on(tid) for tid in r.tids[rows].tolist()]
         return ran
