@@ -9,7 +9,7 @@ clock is passed in, so tests drive it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,9 +18,10 @@ import structlog
 from parlschedd.arrays import BoolArray, FloatArray, IntArray
 from parlschedd.config import Config
 from parlschedd.daemon import protocol
+from parlschedd.daemon.exec_watch import ExecWatch, Masks, carried, original_after_exec
 from parlschedd.daemon.history import History
 from parlschedd.host import procfs
-from parlschedd.host.affinity import get_affinity
+from parlschedd.host.affinity import PinRecord, get_affinity
 from parlschedd.host.base import Actuator, Counters, CounterSource
 from parlschedd.host.errors import HostError, Overridden, ThreadGone, TooManyFiles
 from parlschedd.learning.scheduler import TwoLevelScheduler
@@ -28,7 +29,6 @@ from parlschedd.patterns import Pattern, PatternError, compile_pattern
 
 log = structlog.get_logger("parlschedd.engine")
 
-EXEC_RUN_NS = 10_000_000  # CPU time the main tid must run before its counter's silence proves its thread gone
 GONE_KEPT = 64  # exited targets remembered, to say why a later request finds them gone
 RENAMES_PER_ROUND = 128  # thread names re-read per rescan_s (when status is shown), about 4 ms
 
@@ -98,21 +98,6 @@ class Roster:
 
 
 @dataclass
-class ExecWatch:
-    """Every thread but the main one vanished at once, as they do at an exec. An exec
-    from another thread makes that thread the main one (the kernel's de_thread: it
-    takes the main tid and start time), so every handle keyed by the tid follows it,
-    but a perf counter stays with the old main thread, which is gone and counts no
-    more. The watch tells the two apart exactly: once the main tid has run
-    ``EXEC_RUN_NS`` since (schedstat, which is per tid), its counter either moved (the
-    same thread) or not at all (replaced)."""
-
-    run_ns: int  # the main tid's CPU time when the watch began
-    counted: float  # its counter then
-    vanished: dict[int, tuple[frozenset[int], frozenset[int]]]  # the threads that went: (original, current)
-
-
-@dataclass
 class Target:
     pid: int
     name: str
@@ -135,6 +120,8 @@ class Target:
     history: History | None = None
     named_at: float = float("-inf")  # when thread names were last re-read
     rename_from: int = 0  # where the next round of name re-reads starts, in tid order
+    main_threads: set[int] = field(default_factory=set)  # the others of its own process at the last listing
+    went: dict[int, Masks | None] = field(default_factory=dict)  # dropped since: their masks, if adopted
     exec_watch: ExecWatch | None = None  # while it is set, the main thread is not moved
 
     @property
@@ -233,24 +220,39 @@ class Engine:
                 fresh += 1
         return fresh
 
-    def keep_handed_over(self, saved: Iterable[Sequence[int]]) -> int:
-        """After a restart: the threads the last run handed over (``(tid, start time)``
-        pairs) that still run, so that attaching their target again leaves them as
-        their owner set them. Returns how many."""
-        for tid, start in saved:
+    def keep_handed_over(self, saved: object) -> int:
+        """After a restart: the threads the last run handed over (a list of ``[tid,
+        start time]`` pairs, as the state file has them) that still run, so that
+        attaching their target again leaves them as their owner set them. An entry that
+        is not such a pair is skipped, not the ones after it. Returns how many."""
+        for entry in saved if isinstance(saved, list) else ():
+            if not (isinstance(entry, list) and len(entry) == 2 and all(type(v) is int for v in entry)):
+                log.warning("state file: not a [tid, start time] pair, skipped", entry=protocol.clip(repr(entry)))
+                continue
+            tid, start = entry
             try:
-                if procfs.thread_start_time(int(tid), self.proc_root) == start:
-                    self.handed_over[int(tid)] = int(start)
-            except HostError:
-                pass  # exited since
+                if procfs.thread_start_time(tid, self.proc_root) == start:
+                    self.handed_over[tid] = start
+            except (HostError, ValueError):
+                pass  # exited since (ValueError: a tid no /proc path can name)
         return len(self.handed_over)
 
-    def detach(self, pid: int, uid: int | None = None) -> int:
-        """Stop managing ``pid`` and restore its threads; returns how many were restored."""
+    def forget_unclaimed_hand_overs(self) -> None:
+        """After a restart, once the targets of the last run are attached again: the
+        threads handed over whose target was not (it exited, a rule stopped matching)
+        are no one's to keep any more."""
+        claimed = set().union(*(t.ignored for t in self.targets.values()))
+        for tid in set(self.handed_over) - claimed:
+            del self.handed_over[tid]
+
+    def detach(self, pid: int, uid: int | None = None, *, again: bool = False) -> int:
+        """Stop managing ``pid`` and restore its threads; returns how many were restored.
+        ``again``: it is attached again at once (a rule's settings changed), so the
+        threads handed over to someone else stay theirs."""
         target = self.targets.get(pid)
         if target is None or (uid not in (None, 0) and uid != target.uid):
             raise self.not_attached(pid, uid)
-        restored = self._release(target)
+        restored = self._release(target, keep_hand_overs=again)
         log.info("detached", pid=pid, restored=restored)
         return restored
 
@@ -344,7 +346,7 @@ class Engine:
             if target.observe:
                 continue
             r = target.current()
-            rows = np.flatnonzero(r.pinned & ((r.tids != target.pid) | (target.exec_watch is None)))
+            rows = np.flatnonzero(r.pinned)
             drift = self.pinner.drifted(r.tids[rows].tolist())
             if drift.narrowed:
                 log.info("cpuset narrowed pinned threads, placing them inside it", pid=target.pid, tids=drift.narrowed)
@@ -395,13 +397,15 @@ class Engine:
         CPU of -1 (a free thread) is its whole domain, where the kernel balances it."""
         tids, chosen = r.tids[rows].tolist(), cpus[rows].tolist()
         masks = [self._single[c] if c >= 0 else self._whole[d] for c, d in zip(chosen, domains[rows].tolist())]
+        records = self.pinner.records
+        before = [records.get(tid) for tid in tids]  # a thread found gone loses its record in pin_many
         outcomes = self.pinner.pin_many(list(zip(tids, masks)))
-        for i, tid, cpu, outcome in zip(rows.tolist(), tids, chosen, outcomes):
+        for i, tid, cpu, outcome, record in zip(rows.tolist(), tids, chosen, outcomes, before):
             if isinstance(outcome, bool):
                 target.migrations += outcome
                 r.cpu[i], r.pinned[i] = cpu, True
             elif isinstance(outcome, ThreadGone):
-                self._drop_thread(target, tid)
+                self._drop_thread(target, tid, record)
             elif isinstance(outcome, Overridden):
                 self._hand_over(target, tid)
             else:
@@ -420,9 +424,10 @@ class Engine:
         2, step 1: the utility "on the core it ran on"), so a refused core loses ground
         to the cores the thread may use instead of being drawn as often as before; a
         new thread joins the domain it runs in."""
-        if not target.observe and r.pinned.all():
+        watching = target.exec_watch is not None  # the main thread is left where it is meanwhile
+        if not target.observe and not watching and r.pinned.all():
             return None
-        rows = np.arange(r.tids.size) if target.observe else np.flatnonzero(~r.pinned)
+        rows = np.arange(r.tids.size) if target.observe else np.flatnonzero(~r.pinned | (watching & (r.tids == target.pid)))
         ran = np.full(r.tids.size, -1, dtype=np.int64)
         ran[rows] = [self._running_on(tid) for tid in r.tids[rows].tolist()]
         return ran
@@ -459,8 +464,7 @@ class Engine:
         """Adopt the target's new threads and drop those gone: one directory listing
         per process; a thread's name is read once, when it is new."""
         seen: set[int] = set()
-        known = set(target.threads)
-        alone = False  # the main thread is the only one of the process's known threads listed
+        main: set[int] = set()  # the process's own threads listed now
         exited = target.exits.exited()  # before the listing: a tid both exited and listed was reused
         for pid in self._pids(target):
             try:
@@ -468,68 +472,90 @@ class Engine:
             except ThreadGone:
                 continue
             if pid == target.pid:
-                alone = target.pid in known and known.intersection(tids) == {target.pid}
+                main = set(tids)
             for tid in exited.intersection(tids):
                 self._forget_reused(target, tid)
             for tid in sorted(set(tids).difference(target.threads, target.ignored)):
                 if self._manager_of(tid) is None:  # one target per thread: its saved mask is the real original
                     self._adopt(target, tid, now)
             seen.update(tids)
-        if alone and known - seen:
-            self._watch_exec(target, known - seen)
         for tid in set(target.threads).difference(seen):
             self._drop_thread(target, tid)
         for tid in target.ignored.difference(seen):
             target.exits.remove(tid)
             self.handed_over.pop(tid, None)
         target.ignored &= seen
+        if target.pid in main and target.main_threads and not target.main_threads & main:
+            self._after_the_others_went(target, now)
+        target.main_threads = {tid for tid in main if tid in target.threads or tid in target.ignored} - {target.pid}
+        target.went.clear()
 
-    def _watch_exec(self, target: Target, vanished: set[int]) -> None:
-        """Start an :class:`ExecWatch`, keeping the masks of the threads that went: if
-        one exec'd, it is the main thread now. A schedstat counter is read by tid, so
-        it follows the new main thread by itself and cannot tell; there a main thread
-        whose mask changed at once to one we set on a thread that went is that thread."""
-        records = self.pinner.records
-        masks = {tid: (records[tid].original, records[tid].current) for tid in vanished if tid in records}
-        if self.counters.source == CounterSource.SCHEDSTAT:
-            mine = records.get(target.pid)
-            try:
-                moved = mine is not None and get_affinity(target.pid) != mine.current
-            except HostError:
-                return  # gone: the process check drops it
-            if moved and not target.observe:
-                self._take_exec_original(target, masks)
+    def _after_the_others_went(self, target: Target, now: float) -> None:
+        """Every other thread of the target's process went and the main one stayed:
+        an exec, from the main thread or from another (``exec_watch``), or threads that
+        ended. Told at once when the main tid's mask changed to one we set on a thread
+        that went (it carried it through the exec); else, with perf counters, by an
+        :class:`ExecWatch`. A mask someone else set is left to ``resync``."""
+        pid = target.pid
+        went = {tid: m for tid, m in target.went.items() if tid in target.main_threads and m is not None}
+        if pid not in target.threads:
+            if pid in target.ignored and not target.observe:
+                self._give_back_carried(target, went)
             return
+        if not target.observe:
+            try:
+                mask = get_affinity(pid)
+            except HostError:
+                return  # gone: the next period drops it
+            if mask != self.pinner.records[pid].current:
+                if carried(went, mask):
+                    self._main_replaced(target, went, now)
+                return
+        if self.counters.source == CounterSource.SCHEDSTAT:
+            return  # read by tid: it counts the main tid, whichever thread that is
         try:
-            run_ns = procfs.thread_schedstat(target.pid, self.proc_root).run_ns
-            counted = self.counters.read(target.pid)
+            run_ns = procfs.thread_schedstat(pid, self.proc_root).run_ns
+            counted = self.counters.read(pid)
         except HostError:
-            return  # gone: the process check drops it
-        target.exec_watch = ExecWatch(run_ns, counted, masks)
+            return  # gone: the next period drops it
+        target.exec_watch = ExecWatch(run_ns, counted, went)
 
     def _check_exec(self, target: Target, now: float) -> None:
-        """Settle the target's :class:`ExecWatch` when the main tid's counter or CPU
-        time tells: before the period reads the counters, so that a main thread counted
+        """Settle the target's :class:`ExecWatch` once the main tid's counter and CPU
+        time tell: before the period reads the counters, so that a main thread counted
         afresh (or handed over) is read (or left out) like any other."""
         watch, pid = target.exec_watch, target.pid
         if watch is None or pid not in target.threads:
             target.exec_watch = None
             return
         try:
-            counted = self.counters.read(pid)
-            ran = procfs.thread_schedstat(pid, self.proc_root).run_ns - watch.run_ns
+            verdict = watch.verdict(self.counters.read(pid), procfs.thread_schedstat(pid, self.proc_root).run_ns)
         except HostError:
-            return  # gone: this period drops it
-        if counted != watch.counted:
-            target.exec_watch = None  # its counter moved: the same thread
-        elif ran >= EXEC_RUN_NS:
+            target.exec_watch = None  # gone (the period drops it), or a counter in error: nothing to tell by
+            return
+        if verdict is not None:
             target.exec_watch = None
-            self._main_replaced(target, watch, now)
+        if verdict:
+            self._main_replaced(target, watch.went, now)
 
-    def _main_replaced(self, target: Target, watch: ExecWatch, now: float) -> None:
-        """The main tid is now the thread that exec'd: count it afresh, and give it the
-        original mask of the thread it was."""
+    def _main_replaced(self, target: Target, went: dict[int, Masks], now: float) -> None:
+        """The main tid is now the thread that exec'd: it gets the original mask of the
+        thread it was (``original_after_exec``; a mask none of them had is someone
+        else's, and the thread theirs), and is counted afresh."""
         pid = target.pid
+        log.info("the main thread is another thread since an exec", pid=pid)
+        if not target.observe:
+            try:
+                mask = get_affinity(pid)
+                original = original_after_exec(went, mask, target.base_mask or mask)
+                if original is None:
+                    self._hand_over(target, pid)
+                    return
+                self.pinner.reassign(pid, original)
+            except HostError:
+                return  # gone: the next period drops it
+            self._unsaved.add(pid)  # placed again once the new original is on disk
+            self.on_change()
         self.counters.close(pid)
         try:
             self.counters.open(pid)
@@ -542,34 +568,21 @@ class Engine:
         r = target.current()
         row = int(np.searchsorted(r.tids, pid))
         r.last[row], r.since[row] = counted, now
-        log.info("the main thread is another thread since an exec, counted afresh", pid=pid)
-        if not target.observe:
-            self._take_exec_original(target, watch.vanished)
+        r.pinned[row], r.cpu[row] = False, -1
 
-    def _take_exec_original(self, target: Target, vanished: dict[int, tuple[frozenset[int], frozenset[int]]]) -> None:
-        """The main thread is the one of ``vanished`` (original, current masks) that
-        exec'd. It carried its mask through the exec, so it is one whose mask we last
-        set is the main tid's mask now: its original is restored at the end. If several
-        were, with different originals, the target's own mask is. If none was, someone
-        else (the program) set it: the thread is theirs."""
+    def _give_back_carried(self, target: Target, went: dict[int, Masks]) -> None:
+        """The main thread is not ours to place (the filter leaves it out, or someone
+        else set its mask) and a thread we pinned exec'd: the main tid is that thread
+        now, with our mask. It gets that thread's original back and is left alone."""
         pid = target.pid
         try:
             mask = get_affinity(pid)
-        except HostError:
-            return  # gone: this period drops it
-        originals = {original for original, current in vanished.values() if current == mask}
-        if not originals:
-            self._hand_over(target, pid)
-            return
-        original = originals.pop() if len(originals) == 1 else target.base_mask or mask
-        start = self.pinner.records[pid].start_time
-        self.pinner.release(pid)
-        self.pinner.adopt(pid, start, original)
-        r = target.current()
-        row = int(np.searchsorted(r.tids, pid))
-        r.pinned[row], r.cpu[row] = False, -1  # placed again once the new original is on disk
-        self._unsaved.add(pid)
-        self.on_change()
+            original = original_after_exec(went, mask, target.base_mask or mask)
+            if original is not None:
+                self._give_back(pid, procfs.thread_start_time(pid, self.proc_root), original)
+                self.handed_over.pop(pid, None)  # not the thread someone else set any more
+        except HostError as exc:
+            log.debug("mask not given back after an exec", pid=pid, error=str(exc))
 
     def _forget_reused(self, target: Target, tid: int) -> None:
         """``tid``'s thread exited and the tid is listed again: a new thread took it, and
@@ -596,7 +609,7 @@ class Engine:
         birth before the count changes it unless an exit before it hides it, and that
         exit is then seen by the poll."""
         known = len(target.threads) + len(target.ignored)
-        if target.descendants or not known:
+        if target.descendants or not known or target.went:  # went: dropped since the listing, see _refresh
             return False
         try:
             count = target.handle.thread_count()
@@ -621,8 +634,9 @@ class Engine:
                 return
             if target.thread_filter and not target.thread_filter.search(name):
                 target.ignored.add(tid)
-                if not target.observe:
-                    self._give_back(target, tid, start)
+                original = None if target.observe else self._inherited_original(target, tid)
+                if original is not None:  # born of a thread we pinned: our mask, inherited
+                    self._give_back(tid, start, original)
                 return
             self.counters.open(tid)
             value = self.counters.read(tid)
@@ -645,14 +659,11 @@ class Engine:
         target.stale = True
         self.on_change()
 
-    def _give_back(self, target: Target, tid: int, start: int) -> None:
-        """A thread the filter leaves out is not ours to place, but one created by a
-        thread we pinned inherited our mask: it gets the target's own mask back, through
-        the pinner so that the tid's identity is checked before the write."""
-        original = self._inherited_original(target, tid)
-        if original is not None:
-            self.pinner.adopt(tid, start, original)
-            self.pinner.restore(tid)
+    def _give_back(self, tid: int, start: int, original: frozenset[int]) -> None:
+        """Put ``original`` on a thread that is not ours to place but carries a mask we
+        set, through the pinner so that the tid's identity is checked before the write."""
+        self.pinner.adopt(tid, start, original)
+        self.pinner.restore(tid)
 
     def _not_adopted(self, target: Target, tid: int) -> None:
         self.counters.close(tid)
@@ -672,12 +683,16 @@ class Engine:
         ours.update(self._whole[d] for d in r.domain[free & (r.domain >= 0)].tolist())
         return target.base_mask if mask != target.base_mask and mask in ours else None
 
-    def _drop_thread(self, target: Target, tid: int) -> bool:
+    def _drop_thread(self, target: Target, tid: int, record: PinRecord | None = None) -> bool:
         """Stop managing ``tid`` and put its original mask back; True when it was
         restored. Dropped is not always exited: a descendant process can leave the tree
         (its parent exited), and descendants outlive a target process that exits, so
         each thread is restored if it still runs (the pinner's identity check makes that
-        a no-op for a tid that exited or names another thread now)."""
+        a no-op for a tid that exited or names another thread now). Its masks
+        (``record``, when the pinner already let it go) are kept until the next listing
+        in ``went``, where an exec from it is told by them."""
+        record = record or self.pinner.records.get(tid)
+        target.went[tid] = None if record is None else (record.original, record.current)
         target.threads.pop(tid, None)
         target.exits.remove(tid)
         target.stale = True
@@ -711,11 +726,11 @@ class Engine:
         log.info("affinity set outside parlschedd, the thread is left as it was set", pid=target.pid, tid=tid)
         self.on_change()
 
-    def _release(self, target: Target) -> int:
+    def _release(self, target: Target, keep_hand_overs: bool = False) -> int:
         """Restore the target's threads and stop managing it; how many were restored.
         The threads handed over to someone else are theirs to keep as they are."""
         restored = sum(self._drop_thread(target, tid) for tid in list(target.threads))
-        for tid in target.ignored:
+        for tid in () if keep_hand_overs else target.ignored:
             self.handed_over.pop(tid, None)
         self.targets.pop(target.pid, None)
         target.handle.close()

@@ -148,6 +148,7 @@ class Daemon:
         for t in saved:
             self._reattach(t, now)
         self._rescan(now)
+        self.engine.forget_unclaimed_hand_overs()
         self._save_state()
         log.info("started", version=__version__, socket=self.socket_path, domains=self.domains,
                  counter_source=source.value, period_s=self.config.period_s)
@@ -366,10 +367,7 @@ class Daemon:
         report = old.restore_all()
         if report.restored or report.gone or report.failed:
             log.info("recovered from previous run", restored=len(report.restored), gone=len(report.gone), failed=len(report.failed))
-        try:
-            self.engine.keep_handed_over(state.get("handed_over", []))
-        except (ValueError, TypeError) as exc:
-            log.error("handed-over threads in the state file malformed, ignoring them", error=str(exc))
+        self.engine.keep_handed_over(state.get("handed_over", []))
         return [t for t in state.get("targets", []) if isinstance(t, dict)]
 
     def _reattach(self, saved: dict, now: float) -> None:
@@ -395,7 +393,7 @@ class Daemon:
                 wanted.setdefault(pid, i)
         for pid, target in list(self.engine.targets.items()):
             if target.rule is not None and (pid not in wanted or not _as_rule_says(target, rules[wanted[pid]])):
-                self.engine.detach(pid)  # restored; attached again below when a rule (now another) still wants it
+                self.engine.detach(pid, again=pid in wanted)  # restored; attached again below when a rule still wants it
         for pid, started in list(self._detached.items()):
             if pid not in wanted or self.engine.start_time(pid) != started:
                 del self._detached[pid]  # exited: its pid may come back as another process

@@ -195,6 +195,14 @@ class Pinner:
         allowed = self._allowed(tid)
         return allowed is not None and mask == ((ours & allowed) or allowed)
 
+    def reassign(self, tid: int, original: frozenset[int]) -> None:
+        """The adopted ``tid`` names another thread of the same identity now (an exec
+        from a thread other than the main one gives it the main tid and start time):
+        ``original`` is the mask to restore, and the mask it has now the one last set.
+        Raises KeyError for a tid never adopted, ThreadGone when it is gone."""
+        record = self._records[tid]
+        self._records[tid] = PinRecord(record.start_time, original, self._guarded(tid, get_affinity))
+
     def release(self, tid: int) -> None:
         """Forget a thread without touching its mask: someone else set it since we did,
         and putting our record's original back would undo their change."""

@@ -82,6 +82,10 @@ class Actuator(Protocol):
         """Which of ``tids`` the kernel (a shrunk cpuset) or someone else re-pinned
         since our last ``pin``."""
 
+    def reassign(self, tid: int, original: frozenset[int]) -> None:
+        """Keep ``original`` to restore for a tid that names another thread of the same
+        identity now (after an exec from a non-main thread); its mask now is ours."""
+
     def release(self, tid: int) -> None:
         """Forget a thread someone else re-pinned, leaving its mask as they set it."""
 

@@ -5,6 +5,7 @@ engine leaving threads someone else re-pinned to them, on a real process."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import signal
@@ -614,36 +615,86 @@ def test_a_core_outside_the_cpuset_loses_ground_to_the_core_the_thread_runs_on(w
 
 
 def test_only_handed_over_threads_that_still_run_are_kept_after_a_restart() -> None:
-    """The state file's (tid, start time) pairs: a thread that still runs with that
-    start time is kept; one whose tid now names another thread, or that exited, is not."""
+    """The state file's [tid, start time] pairs: a thread that still runs with that
+    start time is kept; one whose tid now names another thread, or that exited, is not;
+    an entry that is not such a pair (JSON also reads Infinity and 1e400) is skipped
+    without losing the ones after it, and a value that is not a list is no entry."""
     me = threading.get_native_id()
     start = procfs.thread_start_time(me)
     gone = subprocess.Popen(["true"])
     gone.wait()
     engine = Engine(Config(), [[0]], CounterSet(CounterSource.SCHEDSTAT), Pinner())
-    assert engine.keep_handed_over([(me, start), (1, -5), (gone.pid, 0)]) == 1  # init runs, but started earlier
+    assert engine.keep_handed_over({"1": 2}) == 0 and engine.keep_handed_over(None) == 0
+    saved = json.loads('[[1, 2, 3], [Infinity, 1], [1e400, 1], ["1", 1], [true, 1], null, [-1, 0], [1, -5], '
+                       '[%d, 0], [%d, %d]]' % (gone.pid, me, start))  # init (tid 1) started earlier than -5
+    assert engine.keep_handed_over(saved) == 1
     assert engine.handed_over == {me: start}
 
 
 EXECS = """
 import os, sys, threading, time
-go = threading.Event()
-def execs():
-    go.wait()
+def name(n):
+    with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as comm:
+        comm.write(n)
+def run():
     os.execv(sys.executable, [sys.executable, "-c", sys.argv[2] + "\\nwhile True: pass"])
-if sys.argv[1] == "other":
-    threading.Thread(target=execs, name="execs").start()
-    print(threading.get_native_id(), flush=True)
-    sys.stdin.readline()
-    go.set()
-else:
-    threading.Thread(target=lambda: time.sleep(100), daemon=True).start()
-    print(threading.get_native_id(), flush=True)
-    sys.stdin.readline()
-    go.set()
-    execs()
+go = threading.Event()
+def other():
+    name("other")
+    go.wait()
+    if sys.argv[1] == "other":
+        run()
+    elif sys.argv[1] == "main":
+        time.sleep(100)
+name("main")
+threading.Thread(target=other, daemon=True).start()
+print(threading.get_native_id(), flush=True)
+sys.stdin.readline()
+go.set()
+if sys.argv[1] == "main":
+    run()
 time.sleep(100)
 """
+
+
+class Execs:
+    """A process of two threads, "main" and "other": on ``go()`` the one ``who`` names
+    calls execve into a loop that spins (after ``program``), or with "none" the other
+    thread ends."""
+
+    def __init__(self, who: str, program: str = "") -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", EXECS, who, program], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        self.pid = int(self.proc.stdout.readline())
+        self.other = next(t for t in tids_of(self.pid) if t != self.pid)
+
+    def go(self) -> None:
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and tids_of(self.pid) != [self.pid]:
+            time.sleep(0.01)
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def _ticks(engine: Engine, n: int = 10) -> None:
+    for _ in range(n):
+        time.sleep(0.05)
+        engine.tick(time.monotonic())
+        engine.resync()
+
+
+def _pinned_apart(engine: Engine, p: Execs) -> None:
+    """Periods until the two threads are pinned on different CPUs."""
+    for _ in range(100):
+        engine.tick(time.monotonic())
+        if len(set(masks([p.pid, p.other]).values())) == 2:
+            break
+    assert [len(m) for m in masks([p.pid, p.other]).values()] == [1, 1]
+    assert len(set(masks([p.pid, p.other]).values())) == 2, "100 periods and never on different CPUs"
 
 
 @needs_root
@@ -657,51 +708,143 @@ time.sleep(100)
         "from another thread, schedstat counters"])
 def test_an_exec_from_any_thread_leaves_the_main_thread_counted_and_restored(who: str, program: str, after,
                                                                               source: CounterSource) -> None:
-    """A process of two threads; the one that is not main has original mask {1}, the
-    main one {0, 1}. One of them calls execve, the new program spins. From another
-    thread the kernel gives that thread the main tid and start time and the perf
-    counter opened on the main tid stays with the old, gone main thread: the engine
-    counts the main tid afresh (its utility is about 1 CPU, where it read 0 before)
-    and detach gives it {1}, the original of the thread it is now (it restored {0, 1}).
-    From the main thread itself nothing changes: its counter goes on, {0, 1} back. A
-    program that sets its own mask after the exec keeps it: the thread is theirs. With
-    schedstat counters (read by tid) only the masks tell, so the two threads are left
-    to be pinned on different CPUs before the exec."""
-    proc = subprocess.Popen([sys.executable, "-c", EXECS, who, program], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    """The thread that is not main has original mask {1}, the main one {0, 1}. One of
+    them calls execve, and the new program spins. From the other thread the kernel
+    gives it the main tid and start time, and the perf counter opened on the main tid
+    stays with the old, gone main thread: the engine counts the main tid afresh (its
+    utility is about 1 CPU, where it read 0 before) and detach gives it {1}, the
+    original of the thread it is now (it restored {0, 1}; and the mask we had set on
+    that thread, seen on the main tid, looked set by someone else: handed over, pinned
+    for good). From the main thread itself nothing changes: its counter goes on, {0, 1}
+    back. A program that sets its own mask after the exec keeps it: the thread is
+    theirs. With schedstat counters (read by tid) only the masks tell."""
+    p = Execs(who, program)
+    engine, counters = _pin_engine(source)
     try:
-        pid = int(proc.stdout.readline())
-        other = next(t for t in tids_of(pid) if t != pid)
-        os.sched_setaffinity(other, {1})
-        engine, counters = _pin_engine(source)
-        try:
-            target = engine.attach(pid, time.monotonic())
-            engine.tick(time.monotonic())
-            for _ in range(100):  # adopted, saved, then pinned, until on different CPUs
-                engine.tick(time.monotonic())
-                if len(set(masks([pid, other]).values())) == 2:
-                    break
-            assert [len(m) for m in masks([pid, other]).values()] == [1, 1]
-            assert len(set(masks([pid, other]).values())) == 2, "100 periods and never on different CPUs"
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
-            deadline = time.monotonic() + 5
-            while time.monotonic() < deadline and tids_of(pid) != [pid]:
-                time.sleep(0.01)
-            for _ in range(10):
-                time.sleep(0.05)
-                engine.tick(time.monotonic())
-            assert target.exec_watch is None
-            if program:
-                assert not target.threads and target.ignored == {pid}  # handed over
-            else:
-                assert set(target.threads) == {pid}
-                utility = target.current().utility[0]
-                assert utility > 0.3e9, f"the main tid counts {utility:.3g} ns/s while its program spins"
-            engine.detach(pid)
-            assert os.sched_getaffinity(pid) == after
-        finally:
-            engine.detach_all()
-            counters.close_all()
+        os.sched_setaffinity(p.other, {1})
+        target = engine.attach(p.pid, time.monotonic())
+        _pinned_apart(engine, p)
+        p.go()
+        _ticks(engine)
+        assert target.exec_watch is None
+        if program:
+            assert not target.threads and target.ignored == {p.pid}  # handed over
+        else:
+            assert set(target.threads) == {p.pid}
+            utility = target.current().utility[0]
+            assert utility > 0.3e9, f"the main tid counts {utility:.3g} ns/s while its program spins"
+        engine.detach(p.pid)
+        assert os.sched_getaffinity(p.pid) == after
     finally:
-        proc.kill()
-        proc.wait()
+        engine.detach_all()
+        counters.close_all()
+        p.close()
+
+
+@needs_root
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_an_exec_between_a_periods_listing_and_its_reads_is_told_too() -> None:
+    """The exec lands after a period listed the threads and before it read them: the
+    thread that went is dropped by the reads (schedstat: its tid is gone) or by a pin,
+    not by a listing. Its masks are kept for the next listing, which the drop forces,
+    and the main tid ends with that thread's original, {1}, not {0, 1} nor our pin."""
+    p = Execs("other")
+    engine, counters = _pin_engine(CounterSource.SCHEDSTAT)
+    try:
+        os.sched_setaffinity(p.other, {1})
+        target = engine.attach(p.pid, time.monotonic())
+        _pinned_apart(engine, p)
+        now = time.monotonic()
+        engine._refresh(target, now)  # one period split: its listing, the exec, its reads and pins
+        p.go()
+        engine._step(target, now)
+        _ticks(engine)
+        engine.detach(p.pid)
+        assert os.sched_getaffinity(p.pid) == {1}
+    finally:
+        engine.detach_all()
+        counters.close_all()
+        p.close()
+
+
+@needs_root
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_an_exec_from_a_thread_we_pinned_gives_the_main_tid_its_original_when_main_is_not_ours() -> None:
+    """The filter leaves the main thread out and keeps the other, which we pin, and
+    which then execs: the main tid is that thread now, with our pin on it. It gets the
+    thread's original back at once ({0, 1}), and stays out of our hands."""
+    p = Execs("other")
+    engine, counters = _pin_engine()
+    try:
+        original = os.sched_getaffinity(p.other)
+        target = engine.attach(p.pid, time.monotonic(), threads="^other$")
+        _ticks(engine, 3)
+        assert target.ignored == {p.pid} and len(os.sched_getaffinity(p.other)) == 1
+        p.go()
+        _ticks(engine)
+        assert os.sched_getaffinity(p.pid) == original
+        engine.detach(p.pid)
+        assert os.sched_getaffinity(p.pid) == original
+    finally:
+        engine.detach_all()
+        counters.close_all()
+        p.close()
+
+
+@needs_root
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_while_the_main_thread_is_watched_a_mask_someone_sets_on_it_is_theirs() -> None:
+    """The other thread ends and the main one sleeps: whether it exec'd cannot be told
+    until the main tid runs, so it is watched and not moved meanwhile. A taskset on it
+    then is still seen and left to them: detach does not undo it."""
+    p = Execs("none")
+    engine, counters = _pin_engine()
+    try:
+        target = engine.attach(p.pid, time.monotonic())
+        _pinned_apart(engine, p)
+        p.go()
+        _ticks(engine, 3)
+        assert target.exec_watch is not None
+        theirs = set(os.sched_getaffinity(0)) - os.sched_getaffinity(p.pid)
+        os.sched_setaffinity(p.pid, theirs)
+        _ticks(engine, 3)
+        assert p.pid in target.ignored
+        engine.detach(p.pid)
+        assert os.sched_getaffinity(p.pid) == theirs
+    finally:
+        engine.detach_all()
+        counters.close_all()
+        p.close()
+
+
+@needs_root
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_hand_overs_outlive_a_detach_that_attaches_again_and_only_that(workload) -> None:
+    """A rule whose settings changed detaches its target and attaches it again: a thread
+    someone else set stays theirs. A detach for good forgets it, and so does a restart
+    for a thread no target attached again claims."""
+    w = workload(2)
+    engine, counters = _pin_engine()
+    try:
+        target = engine.attach(w.pid, time.monotonic(), rule=0)
+        _ticks(engine, 3)
+        theirs = w.tids[0]
+        mask = set(os.sched_getaffinity(0)) - os.sched_getaffinity(theirs)  # one CPU, not ours
+        os.sched_setaffinity(theirs, mask)
+        engine.resync()
+        assert theirs in target.ignored and theirs in engine.handed_over
+        engine.detach(w.pid, again=True)
+        target = engine.attach(w.pid, time.monotonic(), rule=0)
+        _ticks(engine, 3)
+        assert theirs in target.ignored and os.sched_getaffinity(theirs) == mask
+        start = engine.handed_over[theirs]
+        engine.forget_unclaimed_hand_overs()
+        assert engine.handed_over == {theirs: start}  # claimed
+        engine.detach(w.pid)
+        assert engine.handed_over == {} and os.sched_getaffinity(theirs) == mask
+        engine.handed_over[theirs] = start  # as the state file gives it after a restart
+        engine.forget_unclaimed_hand_overs()
+        assert engine.handed_over == {}
+    finally:
+        engine.detach_all()
+        counters.close_all()

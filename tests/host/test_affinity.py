@@ -112,6 +112,26 @@ def test_pin_then_restore_exact_original(spawn: Callable[..., Worker]) -> None:
     assert pinner.restore(tid) is False  # not adopted any more: nothing to do
 
 
+def test_reassign_keeps_the_identity_and_takes_the_mask_now_as_ours(spawn: Callable[..., Worker]) -> None:
+    """After an exec from another thread the main tid names the thread that exec'd,
+    carrying the mask we set on it: ``reassign`` gives the record that thread's original
+    and takes the mask it has as the one we set, so that the next pin is not refused as
+    someone else's, and restore puts the new original back."""
+    worker = spawn(busy=False)
+    pinner = Pinner(allowed=unrestricted)
+    tid = adopted(pinner, worker)
+    start = pinner.records[tid].start_time
+    pinner.pin(tid, frozenset({0}))
+    os.sched_setaffinity(tid, {1})  # the mask the thread that exec'd carried
+    pinner.reassign(tid, frozenset({1}))
+    assert pinner.records[tid] == PinRecord(start, frozenset({1}), frozenset({1}))
+    assert pinner.pin(tid, frozenset({0})) is True  # ours: no Overridden
+    assert pinner.restore(tid) is True
+    assert os.sched_getaffinity(tid) == {1}
+    with pytest.raises(KeyError):
+        pinner.reassign(tid, frozenset({1}))
+
+
 def test_pin_skips_the_syscall_when_the_mask_is_unchanged(spawn: Callable[..., Worker]) -> None:
     worker = spawn(busy=False)
     pinner = Pinner(allowed=unrestricted)
