@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -181,7 +182,7 @@ def cpuset():
     """A real cgroup v1 cpuset of CPUs 0-1 for the test's processes, removed after."""
     if not (CPUSET / "cpuset.cpus").exists() or not os.access(CPUSET, os.W_OK):
         pytest.skip("no writable cgroup v1 cpuset hierarchy")
-    path = CPUSET / f"parlsched-test-{os.getpid()}"
+    path = CPUSET / f"parlsched-test-{uuid.uuid4().hex[:8]}"  # its own: a cgroup left behind by another test cannot clash
     path.mkdir()
     (path / "cpuset.mems").write_text((CPUSET / "cpuset.mems").read_text())
     (path / "cpuset.cpus").write_text("0-1")
