@@ -427,7 +427,10 @@ class Engine:
         watching = target.exec_watch is not None  # the main thread is left where it is meanwhile
         if not target.observe and not watching and r.pinned.all():
             return None
-        rows = np.arange(r.tids.size) if target.observe else np.flatnonzero(~r.pinned | (watching & (r.tids == target.pid)))
+        if target.observe:
+            rows = np.arange(r.tids.size)
+        else:
+            rows = np.flatnonzero(~r.pinned | (watching & (r.tids == target.pid)))
         ran = np.full(r.tids.size, -1, dtype=np.int64)
         ran[rows] = [self._running_on(tid) for tid in r.tids[rows].tolist()]
         return ran
