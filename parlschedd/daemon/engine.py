@@ -9,7 +9,7 @@ clock is passed in, so tests drive it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -120,9 +120,11 @@ class Target:
     history: History | None = None
     named_at: float = float("-inf")  # when thread names were last re-read
     rename_from: int = 0  # where the next round of name re-reads starts, in tid order
-    main_threads: set[int] = field(default_factory=set)  # the others of its own process at the last listing
-    went: dict[int, Masks | None] = field(default_factory=dict)  # dropped since: their masks, if adopted
-    exec_watch: ExecWatch | None = None  # while it is set, the main thread is not moved
+    # per process of the target (its own, and with descendants theirs), by its main tid:
+    others: dict[int, set[int]] = field(default_factory=dict)  # its other known threads at the last listing
+    ignored_masks: dict[int, frozenset[int]] = field(default_factory=dict)  # an ignored main tid's mask then
+    exec_watches: dict[int, ExecWatch] = field(default_factory=dict)  # while one is set, that thread is not moved
+    went: dict[int, Masks | None] = field(default_factory=dict)  # dropped since the listing: masks, if adopted
 
     @property
     def mode(self) -> str:
@@ -337,7 +339,7 @@ class Engine:
             except Exception:
                 log.exception("period failed for target", pid=target.pid)
 
-    def resync(self) -> None:
+    def resync(self, now: float) -> None:
         """Notice the pinned threads whose mask changed under us. Those the kernel
         narrowed (a cpuset that shrank) count as unpinned, so the next period pins them
         again inside what is now allowed, and ``status`` never shows a CPU the thread
@@ -354,12 +356,13 @@ class Engine:
                 r.pinned[rows] = False
                 r.cpu[rows] = -1
             for tid in drift.overridden:
-                self._hand_over(target, tid)
+                if not self._exec_carried(target, tid, now):
+                    self._hand_over(target, tid)
 
     def _step(self, target: Target, now: float) -> None:
         """counters -> rates -> scheduler -> pins, for one target's period."""
-        if target.exec_watch is not None:
-            self._check_exec(target, now)
+        for main in list(target.exec_watches):
+            self._check_exec(target, main, now)
         r = target.current()
         values, gone = self.counters.read_many(r.tids.tolist())
         if gone:
@@ -385,14 +388,14 @@ class Engine:
             moved = np.flatnonzero((cpus != r.cpu) | ~r.pinned | ((cpus < 0) & (domains != r.domain)))
             if moved.size and self._unsaved:
                 moved = moved[~np.isin(r.tids[moved], np.fromiter(self._unsaved, dtype=np.int64))]
-            if moved.size and target.exec_watch is not None:
-                moved = moved[r.tids[moved] != target.pid]
+            if moved.size and target.exec_watches:
+                moved = moved[~np.isin(r.tids[moved], list(target.exec_watches))]
             if moved.size:
-                self._pin(target, r, moved, cpus, domains)
+                self._pin(target, r, moved, cpus, domains, now)
         r.domain = domains  # the scheduler hands out a copy
         target.history.record(now, r.tids, utility, r.cpu, r.domain)
 
-    def _pin(self, target: Target, r: Roster, rows: IntArray, cpus: IntArray, domains: IntArray) -> None:
+    def _pin(self, target: Target, r: Roster, rows: IntArray, cpus: IntArray, domains: IntArray, now: float) -> None:
         """Pin the threads at ``rows`` of the roster on ``cpus[rows]``, in one batch; a
         CPU of -1 (a free thread) is its whole domain, where the kernel balances it."""
         tids, chosen = r.tids[rows].tolist(), cpus[rows].tolist()
@@ -407,7 +410,8 @@ class Engine:
             elif isinstance(outcome, ThreadGone):
                 self._drop_thread(target, tid, record)
             elif isinstance(outcome, Overridden):
-                self._hand_over(target, tid)
+                if not self._exec_carried(target, tid, now):
+                    self._hand_over(target, tid)
             else:
                 # retried every period; said once per thread, at the change, not each time
                 (log.warning if r.pinned[i] else log.debug)("pin refused", tid=tid, cpu=cpu, error=str(outcome))
@@ -424,13 +428,12 @@ class Engine:
         2, step 1: the utility "on the core it ran on"), so a refused core loses ground
         to the cores the thread may use instead of being drawn as often as before; a
         new thread joins the domain it runs in."""
-        watching = target.exec_watch is not None  # the main thread is left where it is meanwhile
-        if not target.observe and not watching and r.pinned.all():
+        if not target.observe and not target.exec_watches and r.pinned.all():
             return None
         if target.observe:
             rows = np.arange(r.tids.size)
-        else:
-            rows = np.flatnonzero(~r.pinned | (watching & (r.tids == target.pid)))
+        else:  # a watched main thread is left where it is meanwhile
+            rows = np.flatnonzero(~r.pinned | np.isin(r.tids, list(target.exec_watches)))
         ran = np.full(r.tids.size, -1, dtype=np.int64)
         ran[rows] = [self._running_on(tid) for tid in r.tids[rows].tolist()]
         return ran
@@ -467,15 +470,14 @@ class Engine:
         """Adopt the target's new threads and drop those gone: one directory listing
         per process; a thread's name is read once, when it is new."""
         seen: set[int] = set()
-        main: set[int] = set()  # the process's own threads listed now
+        listed: dict[int, set[int]] = {}  # each process's threads listed now
         exited = target.exits.exited()  # before the listing: a tid both exited and listed was reused
         for pid in self._pids(target):
             try:
                 tids = target.handle.tids() if pid == target.pid else procfs.list_tids(pid, self.proc_root)
             except ThreadGone:
                 continue
-            if pid == target.pid:
-                main = set(tids)
+            listed[pid] = set(tids)
             for tid in exited.intersection(tids):
                 self._forget_reused(target, tid)
             for tid in sorted(set(tids).difference(target.threads, target.ignored)):
@@ -488,104 +490,150 @@ class Engine:
             target.exits.remove(tid)
             self.handed_over.pop(tid, None)
         target.ignored &= seen
-        if target.pid in main and target.main_threads and not target.main_threads & main:
-            self._after_the_others_went(target, now)
-        target.main_threads = {tid for tid in main if tid in target.threads or tid in target.ignored} - {target.pid}
+        for main, tids in listed.items():
+            others = target.others.get(main)
+            if others and main in tids and not others & tids:
+                self._after_the_others_went(target, main, others, now)
+        target.others = {main: {t for t in tids if t != main and (t in target.threads or t in target.ignored)}
+                         for main, tids in listed.items()}
+        target.ignored_masks = self._masks_of(main for main in listed if main in target.ignored and not target.observe)
         target.went.clear()
 
-    def _after_the_others_went(self, target: Target, now: float) -> None:
-        """Every other thread of the target's process went and the main one stayed:
-        an exec, from the main thread or from another (``exec_watch``), or threads that
-        ended. Told at once when the main tid's mask changed to one we set on a thread
-        that went (it carried it through the exec); else, with perf counters, by an
-        :class:`ExecWatch`. A mask someone else set is left to ``resync``."""
-        pid = target.pid
-        went = {tid: m for tid, m in target.went.items() if tid in target.main_threads and m is not None}
-        if pid not in target.threads:
-            if pid in target.ignored and not target.observe:
-                self._give_back_carried(target, went)
+    @staticmethod
+    def _masks_of(tids: Iterable[int]) -> dict[int, frozenset[int]]:
+        masks = {}
+        for tid in tids:
+            try:
+                masks[tid] = get_affinity(tid)
+            except HostError:
+                pass  # gone: the next listing drops it
+        return masks
+
+    def _after_the_others_went(self, target: Target, main: int, others: set[int], now: float) -> None:
+        """Every other thread of one of the target's processes went (``others``) and its
+        main one stayed: an exec, from the main thread or from another, or threads that
+        ended. Told at once when the main tid's mask changed since the last listing to
+        one we set on a thread that went (that thread carried it through the exec);
+        else, with perf counters, by an :class:`ExecWatch`. A mask someone else set is
+        left to ``resync``."""
+        went = {tid: m for tid, m in target.went.items() if tid in others and m is not None}
+        if main not in target.threads:  # left out by the filter, or someone else's
+            before = target.ignored_masks.get(main)
+            if before is not None and main in target.ignored:
+                self._give_back_carried(target, main, before, went)
             return
         if not target.observe:
             try:
-                mask = get_affinity(pid)
+                mask = get_affinity(main)
             except HostError:
                 return  # gone: the next period drops it
-            if mask != self.pinner.records[pid].current:
+            if mask != self.pinner.records[main].current:
                 if carried(went, mask):
-                    self._main_replaced(target, went, now)
+                    self._main_replaced(target, main, went, now)
                 return
         if self.counters.source == CounterSource.SCHEDSTAT:
             return  # read by tid: it counts the main tid, whichever thread that is
         try:
-            run_ns = procfs.thread_schedstat(pid, self.proc_root).run_ns
-            counted = self.counters.read(pid)
+            run_ns = procfs.thread_schedstat(main, self.proc_root).run_ns
+            counted = self.counters.read(main)
         except HostError:
             return  # gone: the next period drops it
-        target.exec_watch = ExecWatch(run_ns, counted, went)
+        target.exec_watches[main] = ExecWatch(run_ns, counted, went)
 
-    def _check_exec(self, target: Target, now: float) -> None:
-        """Settle the target's :class:`ExecWatch` once the main tid's counter and CPU
-        time tell: before the period reads the counters, so that a main thread counted
-        afresh (or handed over) is read (or left out) like any other."""
-        watch, pid = target.exec_watch, target.pid
-        if watch is None or pid not in target.threads:
-            target.exec_watch = None
+    def _exec_carried(self, target: Target, main: int, now: float) -> bool:
+        """A main thread found with a mask that is not ours, when the others of its
+        process are gone since the last listing: an exec between that listing and now,
+        if the mask is one we set on one of them (then it is handled as such, True).
+        Else someone else set it (False). Runs only when a mask is found changed."""
+        others = target.others.get(main)
+        if not others:
+            return False
+        try:
+            if others & set(procfs.list_tids(main, self.proc_root)):
+                return False
+            mask = get_affinity(main)
+        except HostError:
+            return False
+        records = self.pinner.records
+        went: dict[int, Masks] = {}
+        for t in others:  # dropped since the listing, or still to be dropped by the next one
+            m = target.went.get(t)
+            if m is None and t in records:
+                m = (records[t].original, records[t].current)
+            if m is not None:
+                went[t] = m
+        if not carried(went, mask):
+            return False
+        self._main_replaced(target, main, went, now)
+        return True
+
+    def _check_exec(self, target: Target, main: int, now: float) -> None:
+        """Settle an :class:`ExecWatch` once the main tid's counter and CPU time tell:
+        before the period reads the counters, so that a main thread counted afresh (or
+        handed over) is read (or left out) like any other. A counter in error (the
+        read fails while the thread runs) cannot tell: the watch ends."""
+        watch = target.exec_watches[main]
+        if main not in target.threads:
+            del target.exec_watches[main]
             return
         try:
-            verdict = watch.verdict(self.counters.read(pid), procfs.thread_schedstat(pid, self.proc_root).run_ns)
+            verdict = watch.verdict(self.counters.read(main), procfs.thread_schedstat(main, self.proc_root).run_ns)
         except HostError:
-            target.exec_watch = None  # gone (the period drops it), or a counter in error: nothing to tell by
+            del target.exec_watches[main]  # gone (the period drops it), or a counter in error
             return
         if verdict is not None:
-            target.exec_watch = None
+            del target.exec_watches[main]
         if verdict:
-            self._main_replaced(target, watch.went, now)
+            self._main_replaced(target, main, watch.went, now)
 
-    def _main_replaced(self, target: Target, went: dict[int, Masks], now: float) -> None:
+    def _main_replaced(self, target: Target, main: int, went: dict[int, Masks], now: float) -> None:
         """The main tid is now the thread that exec'd: it gets the original mask of the
         thread it was (``original_after_exec``; a mask none of them had is someone
-        else's, and the thread theirs), and is counted afresh."""
-        pid = target.pid
-        log.info("the main thread is another thread since an exec", pid=pid)
+        else's, and the thread theirs), and is counted afresh. Its row stays pinned
+        where that thread was (our mask is still on it, and a thread it starts inherits
+        ours) until the next period places it."""
+        log.info("a main thread is another thread since an exec", pid=target.pid, tid=main)
         if not target.observe:
             try:
-                mask = get_affinity(pid)
+                mask = get_affinity(main)
                 original = original_after_exec(went, mask, target.base_mask or mask)
                 if original is None:
-                    self._hand_over(target, pid)
+                    self._hand_over(target, main)
                     return
-                self.pinner.reassign(pid, original)
+                self.pinner.reassign(main, original)
             except HostError:
                 return  # gone: the next period drops it
-            self._unsaved.add(pid)  # placed again once the new original is on disk
+            self._unsaved.add(main)  # placed again once the new original is on disk
             self.on_change()
-        self.counters.close(pid)
+        self.counters.close(main)
         try:
-            self.counters.open(pid)
-            counted = self.counters.read(pid)
-            target.threads[pid].name = procfs.comm(pid, self.proc_root)
+            self.counters.open(main)
+            counted = self.counters.read(main)
+            target.threads[main].name = procfs.comm(main, self.proc_root)
         except HostError as exc:
-            log.warning("main thread not counted after an exec", pid=pid, error=str(exc))
-            self._drop_thread(target, pid)
+            log.warning("main thread not counted after an exec", tid=main, error=str(exc))
+            self._drop_thread(target, main)
             return
         r = target.current()
-        row = int(np.searchsorted(r.tids, pid))
+        row = int(np.searchsorted(r.tids, main))
         r.last[row], r.since[row] = counted, now
-        r.pinned[row], r.cpu[row] = False, -1
+        if not target.observe:
+            r.cpu[row] = next(iter(mask)) if len(mask) == 1 else -1  # a whole domain: free
+            r.domain[row] = next((d for d, cpus in enumerate(self._whole) if mask <= cpus), r.domain[row])
 
-    def _give_back_carried(self, target: Target, went: dict[int, Masks]) -> None:
-        """The main thread is not ours to place (the filter leaves it out, or someone
-        else set its mask) and a thread we pinned exec'd: the main tid is that thread
-        now, with our mask. It gets that thread's original back and is left alone."""
-        pid = target.pid
+    def _give_back_carried(self, target: Target, main: int, before: frozenset[int], went: dict[int, Masks]) -> None:
+        """A main thread not ours to place (the filter leaves it out, or someone else
+        set its mask) whose mask changed since the last listing (``before``) to one we
+        set on a thread that went: that thread exec'd and is the main tid now, with our
+        mask. It gets that thread's original back, and is left alone."""
         try:
-            mask = get_affinity(pid)
-            original = original_after_exec(went, mask, target.base_mask or mask)
+            mask = get_affinity(main)
+            original = original_after_exec(went, mask, target.base_mask or mask) if mask != before else None
             if original is not None:
-                self._give_back(pid, procfs.thread_start_time(pid, self.proc_root), original)
-                self.handed_over.pop(pid, None)  # not the thread someone else set any more
+                self._give_back(main, procfs.thread_start_time(main, self.proc_root), original)
+                self.handed_over.pop(main, None)  # not the thread someone else set any more
         except HostError as exc:
-            log.debug("mask not given back after an exec", pid=pid, error=str(exc))
+            log.debug("mask not given back after an exec", tid=main, error=str(exc))
 
     def _forget_reused(self, target: Target, tid: int) -> None:
         """``tid``'s thread exited and the tid is listed again: a new thread took it, and
@@ -684,6 +732,9 @@ class Engine:
         free = r.pinned & (r.cpu < 0)
         ours = {self._single[cpu] for cpu in r.cpu[r.pinned & ~free].tolist()}
         ours.update(self._whole[d] for d in r.domain[free & (r.domain >= 0)].tolist())
+        records = self.pinner.records  # a row not pinned (a refused pin) may still carry an earlier pin of ours
+        ours.update(rec.current for t in r.tids[~r.pinned].tolist()
+                    if (rec := records.get(t)) is not None and rec.current != rec.original)
         return target.base_mask if mask != target.base_mask and mask in ours else None
 
     def _drop_thread(self, target: Target, tid: int, record: PinRecord | None = None) -> bool:

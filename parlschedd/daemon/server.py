@@ -194,7 +194,7 @@ class Daemon:
                 next_rescan = now + self.config.rescan_s
                 try:
                     self._rescan(now)
-                    self.engine.resync()
+                    self.engine.resync(now)
                 except Exception as exc:  # /proc unreadable, out of fds: the periods go on
                     log.error("rescan failed", error=f"{type(exc).__name__}: {exc}")
             try:

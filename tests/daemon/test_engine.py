@@ -5,6 +5,7 @@ engine leaving threads someone else re-pinned to them, on a real process."""
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import os
 import re
@@ -24,6 +25,7 @@ from parlschedd.daemon.engine import Engine, Roster, ThreadState
 from parlschedd.host.affinity import Pinner
 from parlschedd.host import procfs
 from parlschedd.host.base import CounterSource
+from parlschedd.host.errors import HostError
 from parlschedd.host.perf import CounterSet
 from parlschedd.topology import read_topology
 from tests.conftest import needs_root
@@ -69,12 +71,12 @@ def test_a_thread_re_pinned_by_someone_else_is_left_to_them() -> None:
         engine.tick(time.monotonic())
         r = engine.targets[target.pid].current()
         assert r.pinned.all()
-        engine.resync()
+        engine.resync(time.monotonic())
         assert r.pinned.all(), "nothing changed: nothing handed over"
         tid, cpu = int(r.tids[0]), int(r.cpu[0])
         other = sorted(os.sched_getaffinity(0) - {cpu})[0]
         os.sched_setaffinity(tid, {other})
-        engine.resync()
+        engine.resync(time.monotonic())
         t = engine.targets[target.pid]
         assert tid not in t.threads and tid in t.ignored and tid not in engine.pinner.records
         assert engine.describe(t)["threads_ignored"] == 1 and len(t.threads) == len(tids_of(target.pid)) - 1
@@ -108,7 +110,7 @@ def test_a_move_never_writes_over_a_mask_someone_else_set() -> None:
         mine = frozenset({int(r.cpu[0])})
         elsewhere = frozenset(os.sched_getaffinity(0)) - mine
         os.sched_setaffinity(tid, os.sched_getaffinity(0))  # theirs: all CPUs
-        engine._pin(t, r, np.array([0]), np.array([min(elsewhere)]), r.domain)
+        engine._pin(t, r, np.array([0]), np.array([min(elsewhere)]), r.domain, time.monotonic())
         assert masks([tid]) == {tid: frozenset(os.sched_getaffinity(0))}
         assert tid in t.ignored and tid not in engine.pinner.records
     finally:
@@ -207,6 +209,7 @@ def test_threads_the_filter_leaves_out_are_watched_too_and_nothing_leaks(workloa
     again; detaching releases every fd the target took (counters, pidfds, the watch)."""
     engine, counters = _pin_engine()
     w = workload(3)  # workers named worker0..worker2; the newest, worker2, is stopped first
+    gc.collect()  # pipes of earlier tests' processes, closed when collected, would change the count meanwhile
     fds_before = len(os.listdir("/proc/self/fd"))
     try:
         target = engine.attach(w.pid, time.monotonic(), threads="worker[01]")
@@ -657,14 +660,19 @@ time.sleep(100)
 """
 
 
+WAITER = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', *sys.argv[1:]]); time.sleep(100)"
+
+
 class Execs:
     """A process of two threads, "main" and "other": on ``go()`` the one ``who`` names
     calls execve into a loop that spins (after ``program``), or with "none" the other
-    thread ends."""
+    thread ends. ``child``: it is the child of a process that only waits (``top``),
+    sharing its stdin and stdout."""
 
-    def __init__(self, who: str, program: str = "") -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", EXECS, who, program], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
+    def __init__(self, who: str, program: str = "", child: bool = False) -> None:
+        argv = [sys.executable, "-c", *([WAITER] if child else []), EXECS, who, program]
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.top = self.proc.pid
         self.pid = int(self.proc.stdout.readline())
         self.other = next(t for t in tids_of(self.pid) if t != self.pid)
 
@@ -676,15 +684,17 @@ class Execs:
             time.sleep(0.01)
 
     def close(self) -> None:
+        if self.pid != self.top:
+            os.kill(self.pid, signal.SIGKILL)
         self.proc.kill()
-        self.proc.wait()
+        self.proc.communicate()  # reaped, and its pipes closed now rather than when collected
 
 
 def _ticks(engine: Engine, n: int = 10) -> None:
     for _ in range(n):
         time.sleep(0.05)
         engine.tick(time.monotonic())
-        engine.resync()
+        engine.resync(time.monotonic())
 
 
 def _pinned_apart(engine: Engine, p: Execs) -> None:
@@ -726,7 +736,7 @@ def test_an_exec_from_any_thread_leaves_the_main_thread_counted_and_restored(who
         _pinned_apart(engine, p)
         p.go()
         _ticks(engine)
-        assert target.exec_watch is None
+        assert not target.exec_watches
         if program:
             assert not target.threads and target.ignored == {p.pid}  # handed over
         else:
@@ -747,11 +757,12 @@ def test_an_exec_between_a_periods_listing_and_its_reads_is_told_too() -> None:
     """The exec lands after a period listed the threads and before it read them: the
     thread that went is dropped by the reads (schedstat: its tid is gone) or by a pin,
     not by a listing. Its masks are kept for the next listing, which the drop forces,
-    and the main tid ends with that thread's original, {1}, not {0, 1} nor our pin."""
+    and the main tid ends with that thread's original, all CPUs, not with our pin of
+    one CPU."""
     p = Execs("other")
     engine, counters = _pin_engine(CounterSource.SCHEDSTAT)
     try:
-        os.sched_setaffinity(p.other, {1})
+        original = os.sched_getaffinity(p.other)
         target = engine.attach(p.pid, time.monotonic())
         _pinned_apart(engine, p)
         now = time.monotonic()
@@ -760,7 +771,7 @@ def test_an_exec_between_a_periods_listing_and_its_reads_is_told_too() -> None:
         engine._step(target, now)
         _ticks(engine)
         engine.detach(p.pid)
-        assert os.sched_getaffinity(p.pid) == {1}
+        assert os.sched_getaffinity(p.pid) == original
     finally:
         engine.detach_all()
         counters.close_all()
@@ -796,7 +807,8 @@ def test_an_exec_from_a_thread_we_pinned_gives_the_main_tid_its_original_when_ma
 def test_while_the_main_thread_is_watched_a_mask_someone_sets_on_it_is_theirs() -> None:
     """The other thread ends and the main one sleeps: whether it exec'd cannot be told
     until the main tid runs, so it is watched and not moved meanwhile. A taskset on it
-    then is still seen and left to them: detach does not undo it."""
+    then is still seen and left to them: detach does not undo it. (A thread pool that
+    ends looks the same.)"""
     p = Execs("none")
     engine, counters = _pin_engine()
     try:
@@ -804,8 +816,11 @@ def test_while_the_main_thread_is_watched_a_mask_someone_sets_on_it_is_theirs() 
         _pinned_apart(engine, p)
         p.go()
         _ticks(engine, 3)
-        assert target.exec_watch is not None
-        theirs = set(os.sched_getaffinity(0)) - os.sched_getaffinity(p.pid)
+        assert p.pid in target.exec_watches
+        pinned = os.sched_getaffinity(p.pid)
+        _ticks(engine, 20)  # a sleeping thread's strategy stays uniform: it would move in half the periods
+        assert p.pid in target.exec_watches and os.sched_getaffinity(p.pid) == pinned
+        theirs = set(os.sched_getaffinity(0)) - pinned
         os.sched_setaffinity(p.pid, theirs)
         _ticks(engine, 3)
         assert p.pid in target.ignored
@@ -831,7 +846,7 @@ def test_hand_overs_outlive_a_detach_that_attaches_again_and_only_that(workload)
         theirs = w.tids[0]
         mask = set(os.sched_getaffinity(0)) - os.sched_getaffinity(theirs)  # one CPU, not ours
         os.sched_setaffinity(theirs, mask)
-        engine.resync()
+        engine.resync(time.monotonic())
         assert theirs in target.ignored and theirs in engine.handed_over
         engine.detach(w.pid, again=True)
         target = engine.attach(w.pid, time.monotonic(), rule=0)
@@ -848,3 +863,88 @@ def test_hand_overs_outlive_a_detach_that_attaches_again_and_only_that(workload)
     finally:
         engine.detach_all()
         counters.close_all()
+
+
+@needs_root
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_threads_that_end_give_no_mask_to_a_main_thread_someone_else_set() -> None:
+    """Someone set the main thread to the CPU we pinned the other thread on (so the
+    main tid's mask is one we set on a thread that goes), then the other thread ends,
+    with no exec: the main thread's mask did not change at that moment, so it is
+    still theirs, in the state too."""
+    p = Execs("none")
+    engine, counters = _pin_engine()
+    try:
+        target = engine.attach(p.pid, time.monotonic())
+        _pinned_apart(engine, p)
+        theirs = os.sched_getaffinity(p.other)
+        os.sched_setaffinity(p.pid, theirs)
+        engine.resync(time.monotonic())
+        assert p.pid in target.ignored and p.pid in engine.handed_over
+        p.go()
+        _ticks(engine)
+        assert os.sched_getaffinity(p.pid) == theirs and p.pid in engine.handed_over
+    finally:
+        engine.detach_all()
+        counters.close_all()
+        p.close()
+
+
+@needs_root
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+@pytest.mark.parametrize("source", [CounterSource.TASK_CLOCK, CounterSource.SCHEDSTAT])
+def test_an_exec_from_another_thread_of_a_descendant_is_told_too(source: CounterSource) -> None:
+    """The process of two threads is a child of the attached one (``--descendants``):
+    its other thread execs, the child's main tid carries our pin, and detach gives it
+    its original (all CPUs), where it was handed over with our pin of one CPU."""
+    p = Execs("other", child=True)
+    engine, counters = _pin_engine(source)
+    try:
+        original = os.sched_getaffinity(p.other)
+        target = engine.attach(p.top, time.monotonic(), descendants=True)
+        _pinned_apart(engine, p)
+        p.go()
+        _ticks(engine)
+        assert p.pid in target.threads and p.pid not in target.ignored
+        engine.detach(p.top)
+        assert os.sched_getaffinity(p.pid) == original
+    finally:
+        engine.detach_all()
+        counters.close_all()
+        p.close()
+
+
+class BrokenMain(CounterSet):
+    """perf:task-clock counters whose group for one tid goes into error state, as a
+    perf group can (this machine cannot be made to): its reads fail from then on."""
+
+    broken: int | None = None
+
+    def read(self, tid: int) -> float:
+        if tid == self.broken:
+            raise HostError(f"perf group of tid {tid} is in error state", tid=tid)
+        return super().read(tid)
+
+
+@needs_root
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_a_watch_whose_counter_fails_ends_and_the_main_thread_is_placed_again() -> None:
+    """A watched main thread whose counter fails cannot be told by it: the watch ends,
+    and the thread is placed again like any other."""
+    p = Execs("none")
+    counters = BrokenMain(CounterSource.TASK_CLOCK)
+    engine = _engine(free=False)[0]
+    engine.counters = counters
+    try:
+        target = engine.attach(p.pid, time.monotonic())
+        _pinned_apart(engine, p)
+        p.go()
+        _ticks(engine, 3)
+        assert p.pid in target.exec_watches
+        counters.broken = p.pid
+        _ticks(engine, 1)
+        assert not target.exec_watches and p.pid in target.threads
+    finally:
+        engine.detach_all()
+        counters.close_all()
+        p.close()
