@@ -4,6 +4,7 @@ engine leaving threads someone else re-pinned to them, on a real process."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import json
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -690,6 +692,26 @@ class Execs:
         self.proc.communicate()  # reaped, and its pipes closed now rather than when collected
 
 
+@contextlib.contextmanager
+def _exec_case(who: str, program: str = "", *, child: bool = False,
+               source: CounterSource = CounterSource.TASK_CLOCK,
+               counters: CounterSet | None = None) -> Iterator[tuple[Execs, Engine]]:
+    """An :class:`Execs` process and a pinning engine (on ``counters`` when given),
+    both cleaned up after: every thread detached, every counter closed, the process
+    killed."""
+    p = Execs(who, program, child)
+    engine, made = _pin_engine(source)
+    if counters is not None:
+        engine.counters = counters
+    try:
+        yield p, engine
+    finally:
+        engine.detach_all()
+        engine.counters.close_all()
+        made.close_all()
+        p.close()
+
+
 def _ticks(engine: Engine, n: int = 10) -> None:
     for _ in range(n):
         time.sleep(0.05)
@@ -728,9 +750,7 @@ def test_an_exec_from_any_thread_leaves_the_main_thread_counted_and_restored(who
     for good). From the main thread itself nothing changes: its counter goes on, {0, 1}
     back. A program that sets its own mask after the exec keeps it: the thread is
     theirs. With schedstat counters (read by tid) only the masks tell."""
-    p = Execs(who, program)
-    engine, counters = _pin_engine(source)
-    try:
+    with _exec_case(who, program, source=source) as (p, engine):
         os.sched_setaffinity(p.other, {1})
         target = engine.attach(p.pid, time.monotonic())
         _pinned_apart(engine, p)
@@ -745,10 +765,6 @@ def test_an_exec_from_any_thread_leaves_the_main_thread_counted_and_restored(who
             assert utility > 0.3e9, f"the main tid counts {utility:.3g} ns/s while its program spins"
         engine.detach(p.pid)
         assert os.sched_getaffinity(p.pid) == after
-    finally:
-        engine.detach_all()
-        counters.close_all()
-        p.close()
 
 
 @needs_root
@@ -759,9 +775,7 @@ def test_an_exec_between_a_periods_listing_and_its_reads_is_told_too() -> None:
     not by a listing. Its masks are kept for the next listing, which the drop forces,
     and the main tid ends with that thread's original, all CPUs, not with our pin of
     one CPU."""
-    p = Execs("other")
-    engine, counters = _pin_engine(CounterSource.SCHEDSTAT)
-    try:
+    with _exec_case("other", source=CounterSource.SCHEDSTAT) as (p, engine):
         original = os.sched_getaffinity(p.other)
         target = engine.attach(p.pid, time.monotonic())
         _pinned_apart(engine, p)
@@ -772,10 +786,6 @@ def test_an_exec_between_a_periods_listing_and_its_reads_is_told_too() -> None:
         _ticks(engine)
         engine.detach(p.pid)
         assert os.sched_getaffinity(p.pid) == original
-    finally:
-        engine.detach_all()
-        counters.close_all()
-        p.close()
 
 
 @needs_root
@@ -784,9 +794,7 @@ def test_an_exec_from_a_thread_we_pinned_gives_the_main_tid_its_original_when_ma
     """The filter leaves the main thread out and keeps the other, which we pin, and
     which then execs: the main tid is that thread now, with our pin on it. It gets the
     thread's original back at once ({0, 1}), and stays out of our hands."""
-    p = Execs("other")
-    engine, counters = _pin_engine()
-    try:
+    with _exec_case("other") as (p, engine):
         original = os.sched_getaffinity(p.other)
         target = engine.attach(p.pid, time.monotonic(), threads="^other$")
         _ticks(engine, 3)
@@ -796,10 +804,6 @@ def test_an_exec_from_a_thread_we_pinned_gives_the_main_tid_its_original_when_ma
         assert os.sched_getaffinity(p.pid) == original
         engine.detach(p.pid)
         assert os.sched_getaffinity(p.pid) == original
-    finally:
-        engine.detach_all()
-        counters.close_all()
-        p.close()
 
 
 @needs_root
@@ -809,9 +813,7 @@ def test_while_the_main_thread_is_watched_a_mask_someone_sets_on_it_is_theirs() 
     until the main tid runs, so it is watched and not moved meanwhile. A taskset on it
     then is still seen and left to them: detach does not undo it. (A thread pool that
     ends looks the same.)"""
-    p = Execs("none")
-    engine, counters = _pin_engine()
-    try:
+    with _exec_case("none") as (p, engine):
         target = engine.attach(p.pid, time.monotonic())
         _pinned_apart(engine, p)
         p.go()
@@ -826,10 +828,6 @@ def test_while_the_main_thread_is_watched_a_mask_someone_sets_on_it_is_theirs() 
         assert p.pid in target.ignored
         engine.detach(p.pid)
         assert os.sched_getaffinity(p.pid) == theirs
-    finally:
-        engine.detach_all()
-        counters.close_all()
-        p.close()
 
 
 @needs_root
@@ -872,9 +870,7 @@ def test_threads_that_end_give_no_mask_to_a_main_thread_someone_else_set() -> No
     main tid's mask is one we set on a thread that goes), then the other thread ends,
     with no exec: the main thread's mask did not change at that moment, so it is
     still theirs, in the state too."""
-    p = Execs("none")
-    engine, counters = _pin_engine()
-    try:
+    with _exec_case("none") as (p, engine):
         target = engine.attach(p.pid, time.monotonic())
         _pinned_apart(engine, p)
         theirs = os.sched_getaffinity(p.other)
@@ -884,10 +880,6 @@ def test_threads_that_end_give_no_mask_to_a_main_thread_someone_else_set() -> No
         p.go()
         _ticks(engine)
         assert os.sched_getaffinity(p.pid) == theirs and p.pid in engine.handed_over
-    finally:
-        engine.detach_all()
-        counters.close_all()
-        p.close()
 
 
 @needs_root
@@ -897,9 +889,7 @@ def test_an_exec_from_another_thread_of_a_descendant_is_told_too(source: Counter
     """The process of two threads is a child of the attached one (``--descendants``):
     its other thread execs, the child's main tid carries our pin, and detach gives it
     its original (all CPUs), where it was handed over with our pin of one CPU."""
-    p = Execs("other", child=True)
-    engine, counters = _pin_engine(source)
-    try:
+    with _exec_case("other", child=True, source=source) as (p, engine):
         original = os.sched_getaffinity(p.other)
         target = engine.attach(p.top, time.monotonic(), descendants=True)
         _pinned_apart(engine, p)
@@ -908,10 +898,6 @@ def test_an_exec_from_another_thread_of_a_descendant_is_told_too(source: Counter
         assert p.pid in target.threads and p.pid not in target.ignored
         engine.detach(p.top)
         assert os.sched_getaffinity(p.pid) == original
-    finally:
-        engine.detach_all()
-        counters.close_all()
-        p.close()
 
 
 class BrokenMain(CounterSet):
@@ -931,11 +917,8 @@ class BrokenMain(CounterSet):
 def test_a_watch_whose_counter_fails_ends_and_the_main_thread_is_placed_again() -> None:
     """A watched main thread whose counter fails cannot be told by it: the watch ends,
     and the thread is placed again like any other."""
-    p = Execs("none")
     counters = BrokenMain(CounterSource.TASK_CLOCK)
-    engine = _engine(free=False)[0]
-    engine.counters = counters
-    try:
+    with _exec_case("none", counters=counters) as (p, engine):
         target = engine.attach(p.pid, time.monotonic())
         _pinned_apart(engine, p)
         p.go()
@@ -944,7 +927,3 @@ def test_a_watch_whose_counter_fails_ends_and_the_main_thread_is_placed_again() 
         counters.broken = p.pid
         _ticks(engine, 1)
         assert not target.exec_watches and p.pid in target.threads
-    finally:
-        engine.detach_all()
-        counters.close_all()
-        p.close()
