@@ -30,9 +30,9 @@ from parlschedd.energy.estimator import parameter_names
 from parlschedd.energy.fitting import Problem, fit_repeated, leave_one_out
 from parlschedd.energy.measurements import load_measurements
 from parlschedd.energy.metrics import nrmse
+from shared import ENERGY_DATA as DATA
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data" / "energy-time"
 OUT = ROOT / "bench" / "results" / "energy_fit.json"
 TARGETS = {"best_nrmse_time": 0.081, "best_nrmse_energy": 0.091, "one_fit_s": 10.0, "twenty_fits_s": 120.0}
 

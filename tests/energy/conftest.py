@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,8 +10,8 @@ import pytest
 from parlschedd.energy.cluster import load_cluster, parse_cluster
 from parlschedd.energy.measurements import load_measurements
 
-REPO = Path(__file__).resolve().parents[2]
-DATA = REPO.parent / "shared" / "data" / "energy-time"
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from shared import ENERGY_DATA as DATA  # noqa: E402  (beside the checkout, or the repository it was cloned from)
 CLUSTER_YAML = DATA / "cluster-hpmoon.yaml"
 MEASUREMENTS_CSV = DATA / "hpmoon_v3_measurements.csv"
 
