@@ -361,8 +361,9 @@ class Engine:
 
     def _step(self, target: Target, now: float) -> None:
         """counters -> rates -> scheduler -> pins, for one target's period."""
-        for main in list(target.exec_watches):
-            self._check_exec(target, main, now)
+        if target.exec_watches:
+            for main in list(target.exec_watches):
+                self._check_exec(target, main, now)
         r = target.current()
         values, gone = self.counters.read_many(r.tids.tolist())
         if gone:
@@ -386,10 +387,9 @@ class Engine:
             r.cpu = ran
         else:
             moved = np.flatnonzero((cpus != r.cpu) | ~r.pinned | ((cpus < 0) & (domains != r.domain)))
-            if moved.size and self._unsaved:
-                moved = moved[~np.isin(r.tids[moved], np.fromiter(self._unsaved, dtype=np.int64))]
-            if moved.size and target.exec_watches:
-                moved = moved[~np.isin(r.tids[moved], list(target.exec_watches))]
+            held = self._unsaved.union(target.exec_watches) if self._unsaved or target.exec_watches else ()
+            if moved.size and held:  # originals not yet on disk; main threads being watched
+                moved = moved[~np.isin(r.tids[moved], list(held))]
             if moved.size:
                 self._pin(target, r, moved, cpus, domains, now)
         r.domain = domains  # the scheduler hands out a copy
@@ -516,7 +516,7 @@ class Engine:
         one we set on a thread that went (that thread carried it through the exec);
         else, with perf counters, by an :class:`ExecWatch`. A mask someone else set is
         left to ``resync``."""
-        went = {tid: m for tid, m in target.went.items() if tid in others and m is not None}
+        went = self._masks_that_went(target, others)
         if main not in target.threads:  # left out by the filter, or someone else's
             before = target.ignored_masks.get(main)
             if before is not None and main in target.ignored:
@@ -554,18 +554,25 @@ class Engine:
             mask = get_affinity(main)
         except HostError:
             return False
-        records = self.pinner.records
-        went: dict[int, Masks] = {}
-        for t in others:  # dropped since the listing, or still to be dropped by the next one
-            m = target.went.get(t)
-            if m is None and t in records:
-                m = (records[t].original, records[t].current)
-            if m is not None:
-                went[t] = m
+        went = self._masks_that_went(target, others)
         if not carried(went, mask):
             return False
         self._main_replaced(target, main, went, now)
         return True
+
+    def _masks_that_went(self, target: Target, others: set[int]) -> dict[int, Masks]:
+        """The (original, last set) masks of those of ``others`` we had adopted: kept in
+        ``went`` when dropped since the listing, still in the pinner when the next
+        listing is yet to drop them."""
+        records = self.pinner.records
+        went: dict[int, Masks] = {}
+        for tid in others:
+            masks = target.went.get(tid)
+            if masks is None and tid in records:
+                masks = (records[tid].original, records[tid].current)
+            if masks is not None:
+                went[tid] = masks
+        return went
 
     def _check_exec(self, target: Target, main: int, now: float) -> None:
         """Settle an :class:`ExecWatch` once the main tid's counter and CPU time tell:
