@@ -602,8 +602,7 @@ class Engine:
         log.info("a main thread is another thread since an exec", pid=target.pid, tid=main)
         if not target.observe:
             try:
-                mask = get_affinity(main)
-                original = original_after_exec(went, mask, target.base_mask or mask)
+                mask, original = self._carried_original(target, main, went)
                 if original is None:
                     self._hand_over(target, main)
                     return
@@ -634,13 +633,19 @@ class Engine:
         set on a thread that went: that thread exec'd and is the main tid now, with our
         mask. It gets that thread's original back, and is left alone."""
         try:
-            mask = get_affinity(main)
-            original = original_after_exec(went, mask, target.base_mask or mask) if mask != before else None
-            if original is not None:
+            mask, original = self._carried_original(target, main, went)
+            if original is not None and mask != before:
                 self._give_back(main, procfs.thread_start_time(main, self.proc_root), original)
                 self.handed_over.pop(main, None)  # not the thread someone else set any more
         except HostError as exc:
             log.debug("mask not given back after an exec", tid=main, error=str(exc))
+
+    def _carried_original(self, target: Target, main: int,
+                          went: dict[int, Masks]) -> tuple[frozenset[int], frozenset[int] | None]:
+        """The main tid's mask now, and the original of the thread that went with that
+        mask last set (``original_after_exec``; None: none went with it)."""
+        mask = get_affinity(main)
+        return mask, original_after_exec(went, mask, target.base_mask or mask)
 
     def _forget_reused(self, target: Target, tid: int) -> None:
         """``tid``'s thread exited and the tid is listed again: a new thread took it, and

@@ -55,7 +55,7 @@ def original_after_exec(went: Mapping[int, Masks], mask: frozenset[int],
     Several such threads with different originals cannot be told apart: ``fallback``
     (the process's own mask). None when no thread that went had that mask: someone else
     set it (the new program, an administrator), and the thread is theirs."""
-    originals = {original for original, current in went.values() if current == mask}
+    originals = _originals(went, mask)
     if not originals:
         return None
     return originals.pop() if len(originals) == 1 else fallback
@@ -64,4 +64,9 @@ def original_after_exec(went: Mapping[int, Masks], mask: frozenset[int],
 def carried(went: Mapping[int, Masks], mask: frozenset[int]) -> bool:
     """Whether ``mask`` is one last set on a thread that went: a main tid whose mask
     changed to it is that thread now."""
-    return any(current == mask for _, current in went.values())
+    return bool(_originals(went, mask))
+
+
+def _originals(went: Mapping[int, Masks], mask: frozenset[int]) -> set[frozenset[int]]:
+    """The original masks of the threads that went with ``mask`` last set on them."""
+    return {original for original, current in went.values() if current == mask}
