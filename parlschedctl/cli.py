@@ -192,8 +192,9 @@ def plot(sock: str, pid: int, out: str, last: int | None) -> None:
 @talks_to_daemon
 def reload(sock: str) -> None:
     """Re-read the daemon's config (as SIGHUP does)."""
-    client.request(sock, "reload")
-    click.echo("reloaded")
+    pending = client.request(sock, "reload").get("restart_pending")
+    click.echo(f"reloaded; {', '.join(pending)}: takes effect at the next restart (systemctl restart parlschedd)"
+               if pending else "reloaded")
 
 
 @cli.group("config")

@@ -94,6 +94,8 @@ class Daemon:
     def __init__(self, config: Config, config_path: str | None, socket_path: str, state_dir: str,
                  sysfs: str = "/sys", proc_root: str = procfs.PROC_ROOT, cgroup_root: str = cgroups.CGROUP_ROOT) -> None:
         self.config, self.config_path = config, config_path
+        self._started_with = config  # socket and metrics are set up from it, once
+        self.restart_pending: list[str] = []  # keys of the config file that wait for a restart
         self.socket_path, self.state_path = socket_path, Path(state_dir) / "state.json"
         self.sysfs, self.proc_root, self.cgroup_root = sysfs, proc_root, cgroup_root
         self.started = time.monotonic()
@@ -272,8 +274,9 @@ class Daemon:
             return errors
         self.config = new
         self.engine.config = new
-        if new.metrics != self.metrics_address:
-            log.warning("the metrics address changes at the next restart", running=self.metrics_address)
+        self.restart_pending = [key for key in ("socket", "metrics") if getattr(new, key) != getattr(self._started_with, key)]
+        if self.restart_pending:
+            log.warning("applied but for what takes effect at the next restart", keys=self.restart_pending)
         relearning = self.engine.relearn()
         log.info("reloaded", config=self.config_path, targets_learning_afresh=relearning)
         self._rescan(time.monotonic())
@@ -281,7 +284,6 @@ class Daemon:
         return []
 
     def _start_metrics(self):
-        self.metrics_address = self.config.metrics
         if self.config.metrics is None:
             return None
         from parlschedd.daemon.metrics import EngineCollector, Metrics
@@ -692,7 +694,7 @@ class Daemon:
             errors = self.reload()
             if errors:
                 raise EngineError("bad_config", f"the new config was not applied, the old one stays: {'; '.join(errors)}")
-            return {}
+            return {"restart_pending": self.restart_pending}
         raise EngineError("bad_request", f"unhandled command {request.cmd}")
 
     def _status_reply(self, uid: int, pid: int | None) -> Iterator[bytes]:

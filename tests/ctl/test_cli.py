@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from tests.conftest import needs_root, wait_for
+from tests.conftest import PINNING, needs_root, wait_for
 
 CTL = [sys.executable, "-c", "from parlschedctl.cli import main; main()"]
 
@@ -116,6 +116,19 @@ def test_attach_status_detach_through_the_cli(daemon, workload):
     r = ctl("detach", str(w.pid), socket=daemon.socket)
     assert r.returncode == 0 and "restored 3 threads" in r.stdout
     assert ctl("reload", socket=daemon.socket).returncode == 0
+
+
+def test_a_reload_says_which_keys_wait_for_a_restart(daemon):
+    """The socket and the metrics listener are set up once, at start: a reload that
+    changes them applies the rest and says those wait (it said "reloaded" alone)."""
+    r = ctl("reload", socket=daemon.socket)
+    assert r.returncode == 0 and r.stdout.strip() == "reloaded"
+    daemon.config.write_text(f"period_s: 0.07\ndomain_period_s: 0.7\n{PINNING}metrics: 127.0.0.1:0\nsocket: {{mode: '0600'}}\n")
+    r = ctl("reload", socket=daemon.socket)
+    assert r.returncode == 0 and "socket, metrics: takes effect at the next restart" in r.stdout
+    assert daemon.request("status")["daemon"]["period_s"] == 0.07
+    assert daemon.request("reload")["restart_pending"] == ["socket", "metrics"]
+    assert "takes effect at the next restart" in daemon.log_text()
 
 
 @needs_root
