@@ -430,7 +430,7 @@ def _thread_dir(root: str, tid: int) -> str:
 def _read(path: str, *, tid: int | None = None, pid: int | None = None) -> str:
     """Read a small /proc file. Plain strings, not pathlib: this runs per thread per
     period in the daemon's hot path."""
-    with translated(f"read {os.path.basename(path)}", tid=tid, pid=pid), open(path) as f:
+    with translated(f"read {os.path.basename(path)}", tid=tid, pid=pid), open(path, errors="backslashreplace") as f:
         return f.read()
 
 

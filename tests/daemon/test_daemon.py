@@ -389,6 +389,44 @@ def test_config_rule_adopts_by_name_and_releases_when_gone(tmp_path, workload):
         proc.wait()
 
 
+NAMED_IN_LATIN1 = """
+import threading, time
+def run():
+    with open(f"/proc/self/task/{threading.get_native_id()}/comm", "wb") as comm:
+        comm.write(b"bad\\xff")
+    time.sleep(60)
+threading.Thread(target=run, daemon=True).start()
+time.sleep(60)
+"""
+
+
+def test_names_and_command_lines_not_in_utf8_are_managed_and_matched(tmp_path):
+    """Any user may name a thread, or start a process with arguments, in bytes that are
+    not UTF-8: such a process is attached with its names escaped, and it keeps no rule
+    from matching (attach half-attached it and every period of it failed; one such
+    process anywhere stopped every rule's rescan)."""
+    tag = f"parlsched-test-{os.getpid()}"
+    latin1 = subprocess.Popen([sys.executable, "-c", NAMED_IN_LATIN1, b"caf\xe9"])
+    ruled = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", tag])
+    try:
+        wait_for(lambda: len(os.listdir(f"/proc/{latin1.pid}/task")) == 2)
+        (tmp_path / "parlschedd.yaml").write_text(
+            f"period_s: 0.05\ndomain_period_s: 0.5\nrescan_s: 0.1\n{PINNING}targets:\n  - name: '{tag}'\n")
+        d = start_daemon(tmp_path)
+        try:
+            wait_for(lambda: ruled.pid in {t["pid"] for t in d.request("status")["targets"]})
+            d.request("attach", pid=latin1.pid)
+            wait_for(lambda: len(threads_of(d, latin1.pid)) == 2 and all(t["pinned"] for t in threads_of(d, latin1.pid).values()))
+            assert "bad\\xff" in {t["name"] for t in threads_of(d, latin1.pid).values()}
+            assert "failed" not in d.log_text()
+        finally:
+            d.stop()
+    finally:
+        for proc in (latin1, ruled):
+            proc.kill()
+            proc.wait()
+
+
 NOBODY = 65534
 
 
@@ -406,7 +444,7 @@ def test_non_root_peer_cannot_touch_root_processes(workload):
         nobody_w = subprocess.Popen(["sleep", "60"], user=NOBODY, group=NOBODY, extra_groups=[])
         assert as_nobody(d.socket, "attach", pid=root_w.pid) == {"refused": "permission_denied"}
         d.request("attach", pid=root_w.pid)
-        assert as_nobody(d.socket, "detach", pid=root_w.pid) == {"refused": "not_attached"}
+        assert as_nobody(d.socket, "detach", pid=root_w.pid) == {"refused": "permission_denied"}
         assert as_nobody(d.socket, "status")["targets"] == []
         mine = as_nobody(d.socket, "attach", pid=nobody_w.pid)
         assert mine["target"]["pid"] == nobody_w.pid
@@ -513,6 +551,9 @@ def test_a_thread_is_managed_by_one_target_only(daemon):
         with pytest.raises(client.Refused) as e:
             daemon.request("attach", pid=child)
         assert e.value.code == "already_attached" and f"descendant of {tree.pid}" in str(e.value)
+        with pytest.raises(client.Refused) as e:
+            daemon.request("detach", pid=child)
+        assert e.value.code == "not_attached" and f"managed as a descendant of {tree.pid}; detach {tree.pid}" in str(e.value)
         with pytest.raises(client.Refused, match="parlschedd itself"):
             daemon.request("attach", pid=daemon.proc.pid)
         daemon.request("detach", pid=tree.pid)
