@@ -205,7 +205,11 @@ class Engine:
         self.targets[pid] = target
         self._gone.pop(pid, None)  # a reused pid: the exit recorded is another process's
         self.on_change()  # a new target shows even before it has a thread
-        self._refresh(target, now)
+        try:
+            self._refresh(target, now)
+        except BaseException:  # a bug: refused whole, not left half attached and failing every period
+            self._release(target)
+            raise
         log.info("attached", pid=pid, name=name, mode=target.mode, threads=len(target.threads))
         return target
 
@@ -261,13 +265,27 @@ class Engine:
     def not_attached(self, pid: int, uid: int | None) -> EngineError:
         """The refusal for a request about ``pid``, which no target of ``uid``'s is,
         with the reason when one is known: ``pid`` names a thread, not a process, or
-        the process exited and was dropped. That it was managed is said only to root
-        and to its owner, as status shows it only to them."""
+        the process exited and was dropped, or it is a descendant another target
+        manages. That it was managed is said only to root and to its owner, as status
+        shows it only to them; another user's process is refused as attach refuses it."""
         message = f"process {pid} is not attached"
         gone = self._gone.get(pid)
+        manager_pid = self._manager_of(pid)
+        manager = None if manager_pid is None else self.targets[manager_pid]
+        owner = self._owner(pid)
+        if uid not in (None, 0) and owner not in (None, uid):  # not whether it is managed: no leak
+            return EngineError("permission_denied", f"process {pid} belongs to uid {owner}, not to you (uid {uid})")
         if gone is not None and uid in (None, 0, gone[0]) and self.start_time(pid) in (None, gone[1]):
             message += f": it exited, and parlschedd dropped it ({_threads(gone[2])} managed at most)"
+        elif manager is not None and uid in (None, 0, manager.uid):
+            message += f"; it is managed as a descendant of {manager.pid}; detach {manager.pid} to release it"
         return EngineError("not_attached", message + self._thread_hint(pid))
+
+    def _owner(self, pid: int) -> int | None:
+        try:
+            return procfs.process_uids(pid, self.proc_root).real
+        except HostError:
+            return None
 
     def _thread_hint(self, pid: int) -> str:
         """'; PID is a thread of process P ...' when ``pid`` is a thread id, not a

@@ -140,6 +140,36 @@ def _pin_engine(source: CounterSource = CounterSource.TASK_CLOCK) -> tuple[Engin
 
 
 @needs_root
+def test_an_attach_that_fails_on_a_bug_leaves_nothing_attached_or_changed(workload, monkeypatch) -> None:
+    """Fault injection (a bug in reading a thread's name, as a non-UTF-8 name once
+    was): the attach fails whole, every thread keeps its mask, and the pid may be
+    attached again once the bug is gone (it stayed half attached, "already_attached")."""
+    engine, counters = _pin_engine()
+    w = workload(3)
+    before = {tid: os.sched_getaffinity(tid) for tid in w.all_tids()}
+    real_comm, calls = procfs.comm, []
+
+    def comm_failing_on_the_third_thread(pid: int, root: str = procfs.PROC_ROOT) -> str:
+        calls.append(pid)
+        if len(calls) == 3:
+            raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "injected")
+        return real_comm(pid, root)
+
+    monkeypatch.setattr(procfs, "comm", comm_failing_on_the_third_thread)
+    try:
+        with pytest.raises(UnicodeDecodeError):
+            engine.attach(w.pid, time.monotonic())
+        assert engine.targets == {} and not engine.pinner.records
+        assert {tid: os.sched_getaffinity(tid) for tid in w.all_tids()} == before
+        monkeypatch.setattr(procfs, "comm", real_comm)
+        engine.attach(w.pid, time.monotonic())
+        assert set(engine.targets[w.pid].threads) == set(w.all_tids())
+    finally:
+        engine.detach_all()
+        counters.close_all()
+
+
+@needs_root
 def test_a_thread_born_as_another_exits_is_adopted_the_next_period(workload) -> None:
     """Between two periods one thread exits and another starts: the thread count is
     the same, so only the exit watch makes the engine list the threads again."""

@@ -109,9 +109,9 @@ def test_a_user_never_gets_another_views_snapshot(open_dir, workload):
         assert {t["pid"] for t in d.request("status")["targets"]} == {roots.pid, mine.pid}
         assert d.request("status", pid=roots.pid)["targets"][0]["pid"] == roots.pid
         assert [t["pid"] for t in as_user(NOBODY, d.socket, "status")["targets"]] == [mine.pid]
-        assert as_user(NOBODY, d.socket, "status", pid=roots.pid) == {"refused": "not_attached"}
+        assert as_user(NOBODY, d.socket, "status", pid=roots.pid) == {"refused": "permission_denied"}
         assert as_user(BOB, d.socket, "status")["targets"] == []
-        assert as_user(BOB, d.socket, "status", pid=mine.pid) == {"refused": "not_attached"}
+        assert as_user(BOB, d.socket, "status", pid=mine.pid) == {"refused": "permission_denied"}
         # and the other way round: nobody's cached view is not root's
         assert {t["pid"] for t in d.request("status")["targets"]} == {roots.pid, mine.pid}
         assert as_user(NOBODY, d.socket, "detach", pid=mine.pid)["restored"] == 1

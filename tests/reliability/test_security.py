@@ -42,12 +42,19 @@ def test_two_unprivileged_users_cannot_touch_each_other(open_dir):
         assert as_user(ALICE, d.socket, "attach", pid=a.pid)["target"]["uid"] == ALICE
         wait_for(lambda: all(t["pinned"] for t in threads_of(d, a.pid).values()))
         # Bob can neither attach, detach, nor see Alice's process, by pid or in the list
-        assert as_user(BOB, d.socket, "detach", pid=a.pid) == {"refused": "not_attached"}
-        assert as_user(BOB, d.socket, "status", pid=a.pid) == {"refused": "not_attached"}
+        assert as_user(BOB, d.socket, "detach", pid=a.pid) == {"refused": "permission_denied"}
+        assert as_user(BOB, d.socket, "status", pid=a.pid) == {"refused": "permission_denied"}
         assert as_user(BOB, d.socket, "status")["targets"] == []
         assert len(os.sched_getaffinity(a.pid)) == 1 and a.pid in {t["pid"] for t in d.request("status")["targets"]}, \
             "Alice's target still managed"
-        # the refusal for an attached-but-foreign pid equals that for a pid never attached
+        # the refusal for an attached-but-foreign pid equals that for a foreign pid never attached
+        # (it says whose the process is, as /proc does, not whether the daemon manages it)
+        other = sleeper_of(ALICE)
+        try:
+            assert as_user(BOB, d.socket, "detach", pid=other.pid) == {"refused": "permission_denied"}
+        finally:
+            other.kill()
+            other.wait()
         assert as_user(BOB, d.socket, "detach", pid=2**31 - 2) == {"refused": "not_attached"}
         # Bob may manage his own; Alice does not see it; root sees both
         assert as_user(BOB, d.socket, "attach", pid=b.pid)["target"]["pid"] == b.pid
