@@ -80,7 +80,7 @@ def memberships(task_id: int, proc_root: str = PROC_ROOT) -> list[Membership]:
     id names, so a tid gives that thread's own (v2 threaded, v1 per-task) membership."""
     path = Path(proc_root, str(task_id), "cgroup")
     with translated("read cgroup", tid=task_id):
-        return parse_proc_cgroup(path.read_text())
+        return parse_proc_cgroup(path.read_text(errors="backslashreplace"))  # a delegated user names cgroups
 
 
 def hierarchy_dir(controllers: tuple[str, ...], root: str = CGROUP_ROOT) -> Path:
