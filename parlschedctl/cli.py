@@ -7,6 +7,7 @@ It parses, calls and prints. Exit codes: 0 success, 1 refused or failed,
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 import signal
 import subprocess
@@ -19,7 +20,6 @@ import click
 
 from parlschedd import __version__
 from parlschedctl import client
-from parlschedctl.model import model
 from parlschedctl.render import printable, progress_line, status_table
 
 
@@ -43,7 +43,23 @@ def talks_to_daemon(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class Commands(click.Group):
+    """The model commands load numpy and scipy, most of a second: imported when asked
+    for (or listed by --help), so that status, top and attach answer at once."""
+
+    lazy = {"model": ("parlschedctl.model", "model")}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *self.lazy])
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self.lazy:
+            module, attr = self.lazy[name]
+            return getattr(importlib.import_module(module), attr)
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--socket", "socket_path", default=None, metavar="PATH",
               help=f"Daemon socket (env PARLSCHED_SOCKET; default {client.DEFAULT_SOCKET}).")
 @click.version_option(__version__, prog_name="parlschedctl")
@@ -226,8 +242,6 @@ def config_check(path: str) -> None:
         click.echo(f"{path}: warning: domains, cpus: {exc} on this host; parlschedd refuses to start with it here", err=True)
     click.echo(f"{path}: ok")
 
-
-cli.add_command(model)
 
 
 def main() -> None:

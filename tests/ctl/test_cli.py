@@ -69,6 +69,18 @@ def test_usage_error_exits_2(tmp_path):
     assert r.returncode == 2 and "no such option: --json" in r.stderr  # not a program named --json
 
 
+def test_daemon_commands_do_not_load_the_models_libraries(tmp_path):
+    """numpy and scipy (the model commands') took most of a second of every status."""
+    probe = ("import atexit, sys\n"
+             "atexit.register(lambda: print(sorted(m for m in ('numpy', 'scipy', 'matplotlib') if m in sys.modules)))\n"
+             "from parlschedctl.cli import main\n"
+             f"sys.argv = ['parlschedctl', '--socket', {str(tmp_path / 'none.sock')!r}, 'status']\n"
+             "main()\n")
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 3 and r.stdout.strip() == "[]"
+    assert "model" in ctl("--help").stdout and ctl("model", "--help").returncode == 0
+
+
 def test_python_m_parlschedctl_is_the_cli():
     r = subprocess.run([sys.executable, "-m", "parlschedctl", "--version"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.startswith("parlschedctl")
