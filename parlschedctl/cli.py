@@ -223,6 +223,7 @@ def config_group() -> None:
 def config_check(path: str) -> None:
     """Validate a config file; print every error with its key path."""
     from parlschedd.config import ConfigError, load
+    from parlschedd.host.cpulist import format_cpulist
     from parlschedd.host.privileges import group_id
     from parlschedd.topology import TopologyError, read_topology
 
@@ -237,9 +238,14 @@ def config_check(path: str) -> None:
     except LookupError as exc:  # valid, but this host's daemon would not start
         click.echo(f"{path}: warning: socket.group: {exc}; parlschedd refuses to start with it", err=True)
     try:
-        read_topology(cpus=cfg.cpus).domains(cfg.domains)
+        topology = read_topology(cpus=cfg.cpus)
+        topology.domains(cfg.domains)
     except TopologyError as exc:  # the same: CPUs this host does not have or may not use
         click.echo(f"{path}: warning: domains, cpus: {exc} on this host; parlschedd refuses to start with it here", err=True)
+    else:
+        if unusable := topology.unusable(cfg.cpus):
+            click.echo(f"{path}: warning: cpus: {format_cpulist(unusable)} not usable on this host (absent, offline, "
+                       f"isolated or not allowed); parlschedd runs on {format_cpulist(topology.usable)}", err=True)
     click.echo(f"{path}: ok")
 
 

@@ -49,6 +49,11 @@ class Topology:
             return [list(self.usable)]
         return self._restrict(getattr(self, spec)) or [list(self.usable)]
 
+    def unusable(self, cpus: Iterable[int] | None) -> list[int]:
+        """Those of the config's ``cpus`` left out of ``usable`` (absent, offline,
+        isolated or outside the allowed set): threads run on the rest."""
+        return sorted(set(cpus or ()) - set(self.usable))
+
     def _restrict(self, groups: Groups) -> list[list[int]]:
         usable = set(self.usable)
         return [kept for g in groups if (kept := sorted(usable.intersection(g)))]

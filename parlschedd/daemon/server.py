@@ -33,6 +33,7 @@ from parlschedd.host.affinity import Pinner
 from parlschedd.host.errors import HostError
 from parlschedd.host.perf import CounterSet, detect_source, raise_fd_limit
 from parlschedd.host.privileges import CAP_SYS_NICE, effective_capabilities, group_id, perfmon_capable
+from parlschedd.host.cpulist import format_cpulist
 from parlschedd.host.state import StateDirBusy, lock_dir, read_state, write_state
 from parlschedd.patterns import Pattern, compile_pattern
 from parlschedd.topology import read_topology
@@ -124,6 +125,8 @@ class Daemon:
         topology = read_topology(self.sysfs, cpus=self.config.cpus)
         self.domains = topology.domains(self.config.domains)
         self.cpus = list(topology.usable)
+        if unusable := topology.unusable(self.config.cpus):
+            log.warning("config cpus not usable on this host, left out", cpus=format_cpulist(unusable), using=format_cpulist(self.cpus))
         source = detect_source(self.config.utility, proc_root=self.proc_root)
         if self.config.utility not in ("auto", source.value.removeprefix("perf:")):
             log.warning("counter source unavailable, falling back", wanted=self.config.utility, using=source.value)

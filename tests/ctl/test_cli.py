@@ -111,6 +111,11 @@ def test_config_check(tmp_path):
     r = ctl("config", "check", str(elsewhere))
     assert r.returncode == 0 and "ok" in r.stdout
     assert "warning: domains, cpus: domains[0] names CPUs [4095] that are not usable" in r.stderr
+    some = tmp_path / "some.yaml"
+    some.write_text("cpus: [0, 4094, 4095]\n")  # CPU 0 runs, the rest are dropped: said, not silent
+    r = ctl("config", "check", str(some))
+    assert r.returncode == 0 and "ok" in r.stdout
+    assert "warning: cpus: 4094-4095 not usable on this host" in r.stderr and "parlschedd runs on 0\n" in r.stderr
 
 
 @needs_root

@@ -271,6 +271,15 @@ def test_a_reload_that_changes_the_cpus_is_refused_not_claimed(daemon, workload)
     assert (after["cpus"], after["domains"], after["period_s"]) == (before["cpus"], before["domains"], before["period_s"])
 
 
+def test_config_cpus_this_host_lacks_are_left_out_and_said(tmp_path):
+    d = start_daemon(tmp_path, "period_s: 0.05\ncpus: [0, 4095]\n")
+    try:
+        assert d.request("status")["daemon"]["cpus"] == [0]
+        assert "config cpus not usable on this host, left out" in d.log_text() and "4095" in d.log_text()
+    finally:
+        d.stop()
+
+
 def test_a_reload_that_changes_the_counter_source_is_refused(daemon):
     daemon.config.write_text("period_s: 0.2\nutility: schedstat\n")
     with pytest.raises(client.Refused) as e:
