@@ -20,6 +20,7 @@ import click
 
 from parlschedd import __version__
 from parlschedctl import client
+from parlschedctl.outputs import check_writable
 from parlschedctl.render import printable, progress_line, status_table
 
 
@@ -194,8 +195,9 @@ def plot(sock: str, pid: int, out: str, last: int | None) -> None:
     """Plot PID's running average speed per thread and overall, with CPU and domain changes."""
     from parlschedd.plots import plot_history
 
-    history = client.request(sock, "history", pid=pid, last=last, timeout=60)
     try:
+        check_writable(out)
+        history = client.request(sock, "history", pid=pid, last=last, timeout=60)
         path = plot_history(history, out)
     except (ValueError, OSError) as exc:
         click.echo(f"parlschedctl: cannot plot: {exc}", err=True)

@@ -25,6 +25,7 @@ from parlschedd.energy.measure import POWERCAP_ROOT, MeasureError, measure, rapl
 from parlschedd.energy.measurements import MeasurementsError, load_measurements, write_measurements
 from parlschedd.energy.metrics import OBJECTIVES, nrmse, objective, relative_errors
 from parlschedd.energy.model import MASTER_POWER, SUBPOP_SIZES
+from parlschedctl.outputs import check_writable
 from parlschedd.energy.store import Fitted, ParamsError, json_safe, load_params, params_document, save_params
 
 FAILURES = (ClusterError, MeasurementsError, ParamsError, MeasureError, ValueError, OSError)
@@ -129,6 +130,8 @@ def model() -> None:
 def fit(cluster_path: str, data_path: str, method: str, repeat: int, seed: int | None, rounding: str,
         master_power: str, generations: int | None, loo: bool, out_path: str | None, as_json: bool) -> None:
     """Fit the proposed model and the baseline to measured runs."""
+    if out_path:
+        check_writable(out_path)
     cluster, m = load_cluster(cluster_path), load_measurements(data_path)
     if len(m.nsp) < 2:
         raise ValueError(f"{data_path}: {len(m.nsp)} configuration measured; a fit needs at least 2")
@@ -241,6 +244,7 @@ def plot(params_path: str, data_path: str, out_path: str) -> None:
     """Measured vs predicted runtime and energy for both models (the paper's Figure 3)."""
     from parlschedd.energy.plot import figure3  # matplotlib is slow to import; only here
 
+    check_writable(out_path)
     fitted, m = load_params(params_path), load_measurements(data_path)
     figure3(out_path, m, fitted.model.predict(m.nsp), fitted.baseline.predict(m.nsp),
             title=f"{Path(data_path).name}: proposed model (NRMSE time {fitted.model.nrmse_time_:.3f}) vs baseline")

@@ -17,6 +17,15 @@ UNITS = {"perf:instructions": (1e9, "instructions / s (x1e9)"),
          "schedstat": (1e9, "CPU share (s of CPU per s)")}
 
 
+def save_figure(fig: plt.Figure, path: str | Path) -> None:
+    """Write ``fig`` to ``path`` exactly, in the format its suffix names (PNG without
+    one: matplotlib would write ``path.png`` instead), and close it."""
+    try:
+        fig.savefig(path, dpi=110, format=Path(path).suffix[1:] or "png")
+    finally:
+        plt.close(fig)
+
+
 def running_average(t: np.ndarray, u: np.ndarray) -> np.ndarray:
     """Cumulative mean of the measured values (NaN periods skipped)."""
     ok = np.isfinite(u)
@@ -80,6 +89,5 @@ def plot_history(history: dict, out: str | Path, max_threads: int = 32) -> Path:
     ax_cpu.grid(alpha=0.3)
     fig.tight_layout()
     out = Path(out)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    save_figure(fig, out)
     return out

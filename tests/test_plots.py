@@ -30,3 +30,12 @@ def test_the_figure_is_written(tmp_path: Path) -> None:
     out = plot_history({"name": "hand", "pid": 1, "period_s": 0.1, "counter_source": "perf:task-clock",
                         "samples": SAMPLES}, tmp_path / "run.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_figure_is_written_where_asked_in_the_format_its_suffix_names(tmp_path: Path) -> None:
+    """Without a suffix matplotlib wrote ``run.png`` while the CLI said it wrote ``run``."""
+    history = {"name": "hand", "pid": 1, "period_s": 0.1, "counter_source": "perf:task-clock", "samples": SAMPLES}
+    bare = plot_history(history, tmp_path / "run")
+    assert bare == tmp_path / "run" and bare.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    assert plot_history(history, tmp_path / "run.svg").read_text().lstrip().startswith("<?xml")

@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 import numpy as np  # noqa: E402
 
 from parlschedd.energy.measurements import Measurements  # noqa: E402
+from parlschedd.plots import save_figure  # noqa: E402
 
 
 def figure3(path: str | Path, m: Measurements, proposed: tuple[np.ndarray, np.ndarray],
@@ -39,5 +40,4 @@ def figure3(path: str | Path, m: Measurements, proposed: tuple[np.ndarray, np.nd
         ax.legend(fontsize=8)
     if title:
         fig.suptitle(title)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)

@@ -60,6 +60,18 @@ def test_validate(params):
     assert "proposed" in run("model", "validate", "--params", str(params), "--data", str(MEASUREMENTS_CSV)).output
 
 
+def test_an_output_that_cannot_be_written_fails_before_the_work(params, tmp_path):
+    """A fit of minutes was computed, then lost on a raw "[Errno 2]"."""
+    r = run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(MEASUREMENTS_CSV), "--repeat", "20",
+            "--out", str(tmp_path / "no" / "params.json"))
+    assert r.exit_code == 1 and f"{tmp_path / 'no' / 'params.json'}: cannot write: no directory {tmp_path / 'no'}" in r.output
+    r = run("model", "plot", "--params", str(params), "--data", str(MEASUREMENTS_CSV), "--out", str(tmp_path))
+    assert r.exit_code == 2  # click: a directory is not a file to write
+    (tmp_path / "file").write_text("")
+    r = run("model", "plot", "--params", str(params), "--data", str(MEASUREMENTS_CSV), "--out", str(tmp_path / "file" / "x.png"))
+    assert r.exit_code == 1 and f"cannot write: {tmp_path / 'file'} is not a directory" in r.output
+
+
 def test_plot_writes_a_png(params, tmp_path):
     out = tmp_path / "fig.png"
     r = run("model", "plot", "--params", str(params), "--data", str(MEASUREMENTS_CSV), "--out", str(out))

@@ -1,0 +1,22 @@
+"""Files the CLI writes (--out): checked before the work that fills them, so that a
+long fit or a daemon's history is not computed for a path that cannot be written."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def check_writable(path: str | os.PathLike[str]) -> None:
+    """Raise ValueError naming ``path`` and the reason when it cannot be written."""
+    where = Path(path)
+    folder = where.parent
+    if where.is_dir():
+        reason = "is a directory"
+    elif not folder.is_dir():
+        reason = f"no directory {folder}" if not folder.exists() else f"{folder} is not a directory"
+    elif not os.access(folder, os.W_OK | os.X_OK) or (where.exists() and not os.access(where, os.W_OK)):
+        reason = "permission denied"
+    else:
+        return
+    raise ValueError(f"{path}: cannot write: {reason}")
