@@ -21,7 +21,7 @@ import click
 from parlschedd import __version__
 from parlschedctl import client
 from parlschedctl.outputs import check_writable
-from parlschedctl.render import printable, progress_line, status_table
+from parlschedctl.render import placements, printable, progress_line, status_table
 
 
 PID = click.IntRange(min=1, max=4_194_303)  # below PID_MAX_LIMIT (4194304): the largest pid any kernel hands out
@@ -180,7 +180,7 @@ def run(sock: str, observe: bool, cmd: tuple[str, ...]) -> None:
     wall = time.monotonic() - started
     threads = last.get("threads", [])
     how = f"exited {code}" if code >= 0 else f"was killed by {signal.Signals(-code).name}"
-    end = "the daemon stopped before the end" if lost else f"{sum(t['pinned'] for t in threads)} pinned at the end"
+    end = "the daemon stopped before the end" if lost else f"at the end {placements(threads)}"
     click.echo(f"parlschedctl: {cmd[0]} {how} after {wall:.2f} s; managed {len(managed)} threads ({end})", err=True)
     sys.exit(code if code >= 0 else 128 - code)
 

@@ -45,6 +45,12 @@ def progress_line(target: dict[str, Any], elapsed: float) -> str:
     threads = target["threads"]
     utils = [t["utility"] for t in threads if t["utility"] is not None]
     mean = sum(utils) / len(utils) if utils else 0.0
-    pinned = sum(t["pinned"] for t in threads)
-    return (f"{elapsed:6.1f} s  {len(threads)} threads, {pinned} pinned, "
+    return (f"{elapsed:6.1f} s  {len(threads)} threads ({placements(threads)}), "
             f"{target.get('migrations', 0)} moves, mean utility {mean:.3g}")
+
+
+def placements(threads: list[dict[str, Any]]) -> str:
+    """How many of ``threads`` we placed on one CPU, and how many free in their domain
+    (both have a mask we set: ``pinned``)."""
+    free = sum(bool(t["pinned"] and t.get("free")) for t in threads)
+    return f"{sum(t['pinned'] for t in threads) - free} on one CPU, {free} free in their domain"
