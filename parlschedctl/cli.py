@@ -172,7 +172,8 @@ def run(sock: str, observe: bool, cmd: tuple[str, ...]) -> None:
         if live:
             click.echo("\r\033[K", nl=False, err=True)
     except client.Refused as exc:
-        click.echo(f"parlschedctl: not managed: {exc}", err=True)
+        ended = exc.code == "no_such_process" and proc.poll() is not None
+        click.echo(f"parlschedctl: not managed: {f'{cmd[0]} ended before it could be attached' if ended else exc}", err=True)
     except client.Unreachable as exc:
         lost = True
         click.echo(("\r\033[K" if sys.stderr.isatty() else "") + f"parlschedctl: lost the daemon ({exc}); waiting for {cmd[0]}", err=True)

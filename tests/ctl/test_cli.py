@@ -227,6 +227,15 @@ def test_run_passes_the_exit_code_and_summarises(daemon):
 
 
 @needs_root
+def test_run_of_a_command_that_ends_at_once_says_so(daemon):
+    """It said "a zombie its parent has not reaped": the parent being run itself."""
+    for _ in range(3):
+        r = ctl("run", "--", "true", socket=daemon.socket)
+        assert r.returncode == 0 and "zombie" not in r.stderr and "exited 0" in r.stderr
+        assert "not managed" not in r.stderr or "not managed: true ended before it could be attached" in r.stderr
+
+
+@needs_root
 def test_run_of_a_command_that_cannot_start_exits_as_a_shell_would(daemon, tmp_path):
     """127 for a command not found, 126 for one that cannot be run: a script tells
     them from the command's own exit 1, as with sh, env(1) and timeout(1)."""
