@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import stat
 from typing import Any
 
 DEFAULT_SOCKET = "/run/parlsched/parlschedd.sock"
@@ -30,6 +31,17 @@ def socket_path(explicit: str | None) -> str:
 MAX_REPLY = 1 << 30  # bytes of a reply in parts: far above any daemon's, a bound against a runaway peer
 
 
+def _not_a_socket(path: str) -> str | None:
+    """What ``path`` is when it exists and is no socket ("a directory"), else None."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISSOCK(mode):
+        return None
+    return "a directory" if stat.S_ISDIR(mode) else "a regular file" if stat.S_ISREG(mode) else "not a socket file"
+
+
 class Connection:
     """One connection to the daemon, for one request after another. A reply longer
     than a line comes in parts (``{"ok": true, "part": "<text>", "more": bool}``, see
@@ -44,6 +56,10 @@ class Connection:
             self.sock.connect(path)
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             self.close()
+            kind = _not_a_socket(path)
+            if kind:
+                raise Unreachable(f"{path} is {kind}, not a socket; give the daemon's socket "
+                                  "(--socket or PARLSCHED_SOCKET)") from None
             raise Unreachable(f"the daemon is not running (no listener on {path}: {exc.strerror})") from None
         except PermissionError:
             self.close()

@@ -37,6 +37,9 @@ def test_a_socket_that_is_no_daemons_exits_3_with_a_message(tmp_path):
     for path in (tmp_path / "a-file" / "x.sock", tmp_path / ("x" * 120 + ".sock")):
         r = ctl("status", socket=str(path))
         assert r.returncode == 3 and f"cannot connect to {path}: " in r.stderr and "Traceback" not in r.stderr
+    for path, kind in ((tmp_path, "a directory"), (tmp_path / "a-file", "a regular file")):
+        r = ctl("status", socket=str(path))
+        assert r.returncode == 3 and f"{path} is {kind}, not a socket" in r.stderr  # it said "not running"
     other = tmp_path / "other.sock"
     for answer in (b"hello\n", b"[1]\n", b'{"ok": "yes"}\n'):
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
