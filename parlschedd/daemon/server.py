@@ -265,7 +265,7 @@ class Daemon:
         try:
             new = config_mod.load(self.config_path)
         except ConfigError as exc:
-            errors = [f"{k}: {m}" for k, m in exc.errors]
+            errors = [f"{exc.source}: {k}: {m}" for k, m in exc.errors]
             log.error("reload failed, keeping the old config", errors=errors)
             return errors
         fixed = [key for key in ("domains", "cpus", "utility") if getattr(new, key) != getattr(self.config, key)]

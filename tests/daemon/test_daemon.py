@@ -243,7 +243,7 @@ def test_invalid_config_on_reload_keeps_the_old_one(daemon):
     with pytest.raises(client.Refused) as e:
         daemon.request("reload")
     assert e.value.code == "bad_config"
-    assert "period_s: must be > 0" in str(e.value) and "learning.eps" in str(e.value)  # the reply says what is wrong
+    assert f"{daemon.config}: period_s: must be > 0" in str(e.value) and "learning.eps" in str(e.value)  # what is wrong, where
     daemon.proc.send_signal(signal.SIGHUP)
     time.sleep(0.3)
     assert daemon.request("status")["daemon"]["period_s"] == period
@@ -256,6 +256,9 @@ def test_invalid_config_on_reload_keeps_the_old_one(daemon):
     daemon.config.write_text("period_s: 0.07\ndomain_period_s: 0.7\n")
     daemon.proc.send_signal(signal.SIGHUP)
     wait_for(lambda: daemon.request("status")["daemon"]["period_s"] == 0.07)
+    daemon.config.unlink()
+    with pytest.raises(client.Refused, match=f"the old one stays: {daemon.config}: \\(file\\): No such file"):
+        daemon.request("reload")
 
 
 def test_a_reload_that_changes_the_cpus_is_refused_not_claimed(daemon, workload):
