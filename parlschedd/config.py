@@ -103,6 +103,34 @@ def _looks_numeric(text: str) -> bool:
     return re.fullmatch(r"[-+]?\d+[eE][-+]?\d+", text.strip()) is not None
 
 
+def _shown(value: Any) -> str:
+    """A value as the user wrote it in YAML (true, null, [0, 1]), strings quoted."""
+    if isinstance(value, str):
+        return repr(value)
+    try:
+        return yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().removesuffix("...").strip()
+    except yaml.YAMLError:
+        return repr(value)
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, but a key given twice in one mapping is an error: PyYAML
+    keeps the last silently, and the error then blamed the value not written."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                line = first.setdefault(key, key_node.start_mark.line)
+            except TypeError:  # an unhashable key: the base class says so
+                continue
+            if line != key_node.start_mark.line:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"{key!r} is given twice (first on line {line + 1}); keep one", key_node.start_mark)
+        return super().construct_mapping(node, deep)
+
+
 class _Checker:
     """Collects errors with their key paths while converting raw YAML values."""
 
@@ -117,36 +145,36 @@ class _Checker:
         value = raw.get(key, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             hint = " (YAML reads 1e-3 as text: write 1.0e-3)" if isinstance(value, str) and _looks_numeric(value) else ""
-            self.fail(path, f"must be a number, got {value!r}{hint}")
+            self.fail(path, f"must be a number, got {_shown(value)}{hint}")
             return default
         if not math.isfinite(value):
-            self.fail(path, f"must be a finite number, got {value!r}")
+            self.fail(path, f"must be a finite number, got {_shown(value)}")
             return default
         below = value < lo if lo_inclusive else value <= lo
         if below or (hi is not None and value > hi):
-            rng = (">= " if lo_inclusive else "> ") + f"{lo}" + (f" and <= {hi}" if hi is not None else "")
-            self.fail(path, f"must be {rng}, got {value!r}")
+            rng = (">= " if lo_inclusive else "> ") + f"{lo:g}" + (f" and <= {hi:g}" if hi is not None else "")
+            self.fail(path, f"must be {rng}, got {_shown(value)}")
             return default
         return float(value)
 
     def count(self, raw: Mapping[str, Any], key: str, default: int) -> int:
         value = raw.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            self.fail(key, f"must be a whole number >= 1, got {value!r}")
+            self.fail(key, f"must be a whole number >= 1, got {_shown(value)}")
             return default
         return value
 
     def boolean(self, raw: Mapping[str, Any], key: str, path: str, default: bool) -> bool:
         value = raw.get(key, default)
         if not isinstance(value, bool):
-            self.fail(path, f"must be true or false, got {value!r}")
+            self.fail(path, f"must be true or false, got {_shown(value)}")
             return default
         return value
 
     def choice(self, raw: Mapping[str, Any], key: str, path: str, default: str, options: tuple[str, ...]) -> str:
         value = raw.get(key, default)
         if value not in options:
-            self.fail(path, f"must be one of {', '.join(options)}, got {value!r}")
+            self.fail(path, f"must be one of {', '.join(options)}, got {_shown(value)}")
             return default
         return value
 
@@ -154,7 +182,7 @@ class _Checker:
         if value is None:
             return None
         if not isinstance(value, str):
-            self.fail(path, f"must be a regular expression string, got {value!r}")
+            self.fail(path, f"must be a regular expression string, got {_shown(value)}")
             return None
         try:
             compile_pattern(value)
@@ -165,7 +193,7 @@ class _Checker:
 
     def cpu_list(self, value: Any, path: str) -> tuple[int, ...] | None:
         if not isinstance(value, list) or not value or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in value):
-            self.fail(path, f"must be a non-empty list of CPU numbers, got {value!r}")
+            self.fail(path, f"must be a non-empty list of CPU numbers, got {_shown(value)}")
             return None
         return tuple(value)
 
@@ -185,13 +213,17 @@ def from_mapping(raw: Any, source: str = "<config>") -> Config:
     """Validate a parsed YAML document into a Config; raise ConfigError listing all errors."""
     c = _Checker()
     top = c.mapping(raw, "", {f.name for f in fields(Config)})
+    valid = len(c.errors)
     period = c.number(top, "period_s", "period_s", 0.1, 0.0)
     domain_period = c.number(top, "domain_period_s", "domain_period_s", 4.0, 0.0)
-    if domain_period < period:
-        c.fail("domain_period_s", f"must be >= period_s ({period}), got {domain_period}")
+    got = f"got {domain_period:g}" + ("" if "domain_period_s" in top else " (its default: not in the file)")
+    if len(c.errors) > valid:
+        pass  # a default stands in for a bad value: no error about how the two relate
+    elif domain_period < period:
+        c.fail("domain_period_s", f"must be >= period_s ({period:g}), {got}")
     elif period > 0 and abs(domain_period / period - round(domain_period / period)) > 1e-6 * domain_period / period:
         whole = round(domain_period / period) * period
-        c.fail("domain_period_s", f"must be a whole multiple of period_s ({period}), got {domain_period}; "
+        c.fail("domain_period_s", f"must be a whole multiple of period_s ({period:g}), {got}; "
                                   f"Level 1 runs every {round(domain_period / period)} periods, so say {whole:g}")
 
     domains: str | tuple[tuple[int, ...], ...] = "auto"
@@ -207,7 +239,7 @@ def from_mapping(raw: Any, source: str = "<config>") -> Config:
                 c.fail(f"domains[{i}]", f"repeats CPUs {sorted(clash)} of an earlier domain; a CPU belongs to one domain")
             seen.update(cpus_of or ())
     else:
-        c.fail("domains", f"must be one of {', '.join(DOMAIN_MODES)} or a list of CPU lists, got {raw_domains!r}")
+        c.fail("domains", f"must be one of {', '.join(DOMAIN_MODES)} or a list of CPU lists, got {_shown(raw_domains)}")
 
     cpus = None if top.get("cpus") is None else c.cpu_list(top.get("cpus"), "cpus")
     utility = c.choice(top, "utility", "utility", "auto", UTILITIES)
@@ -218,7 +250,7 @@ def from_mapping(raw: Any, source: str = "<config>") -> Config:
     metrics = top.get("metrics")
     address = re.fullmatch(r"[^\s:]*:(\d{1,5})", metrics) if isinstance(metrics, str) else None
     if metrics is not None and not (address and int(address.group(1)) <= 65535):
-        c.fail("metrics", f"must be a listen address host:port with a port of 0-65535 (e.g. 127.0.0.1:9177), got {metrics!r}")
+        c.fail("metrics", f"must be a listen address host:port with a port of 0-65535 (e.g. 127.0.0.1:9177), got {_shown(metrics)}")
         metrics = None
     rescan = c.number(top, "rescan_s", "rescan_s", 1.0, 0.0)
     history = c.count(top, "history_periods", 600)
@@ -239,7 +271,7 @@ def _learning(c: _Checker, raw: Any) -> LearningParams:
         if attr == "seed":
             seed = m.get("seed")
             if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-                c.fail(path, f"must be a non-negative integer or null, got {seed!r}")
+                c.fail(path, f"must be a non-negative integer or null, got {_shown(seed)}")
                 seed = None
             values["seed"] = seed
         elif attr == "normalise":
@@ -269,9 +301,9 @@ def _targets(c: _Checker, raw: Any) -> tuple[TargetRule, ...]:
         cgroup = m.get("cgroup")
         if cgroup is not None and not _valid_cgroup(cgroup):
             c.fail(f"{path}.cgroup", "must be an absolute cgroup path without '..' (v2), or CONTROLLERS:/path "
-                                     f"for a v1 hierarchy (e.g. cpuset:/jobs or name=systemd:/x.slice), got {cgroup!r}")
+                                     f"for a v1 hierarchy (e.g. cpuset:/jobs or name=systemd:/x.slice), got {_shown(cgroup)}")
             cgroup = None
-        if isinstance(item, Mapping) and m.get("name") is None and m.get("cgroup") is None:
+        if (item is None or isinstance(item, Mapping)) and m.get("name") is None and m.get("cgroup") is None:
             c.fail(path, "needs a name regex or a cgroup path")
         rules.append(TargetRule(
             name=name, cgroup=cgroup,
@@ -305,20 +337,20 @@ def _socket(c: _Checker, raw: Any) -> SocketConfig:
     m = c.mapping(raw, "socket", {"path", "group", "mode"})
     path = m.get("path", DEFAULT_SOCKET)
     if not isinstance(path, str) or not path.startswith("/"):
-        c.fail("socket.path", f"must be an absolute path, got {path!r}")
+        c.fail("socket.path", f"must be an absolute path, got {_shown(path)}")
         path = DEFAULT_SOCKET
     group = m.get("group")
     if group is not None and not isinstance(group, str):
-        c.fail("socket.group", f"must be a group name, got {group!r}")
+        c.fail("socket.group", f"must be a group name, got {_shown(group)}")
         group = None
-    mode = m.get("mode", 0o660)
-    if isinstance(mode, str):
-        try:
-            mode = int(mode, 8)
-        except ValueError:
-            pass
-    if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o777:
-        c.fail("socket.mode", f"must be an octal file mode such as '0660', got {m.get('mode')!r}")
+    mode = m.get("mode", "0660")
+    try:  # a string: YAML reads 660 as decimal (and 0660 as octal), so a bare number is taken for no mode
+        mode = int(mode, 8) if isinstance(mode, str) and mode.isdigit() else -1
+    except ValueError:
+        mode = -1
+    if not 0 <= mode <= 0o777:
+        c.fail("socket.mode", "must be an octal file mode in quotes such as '0660' (YAML reads a bare number as "
+                              f"decimal, or as octal after a 0), got {_shown(m.get('mode'))}")
         mode = 0o660
     return SocketConfig(path, group, mode)
 
@@ -338,7 +370,7 @@ def load(path: str | Path | None) -> Config:
         line = path.read_bytes()[: exc.start].count(b"\n") + 1
         raise ConfigError(str(path), [(f"line {line}", f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x}); save the file as UTF-8")]) from None
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(file)"

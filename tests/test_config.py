@@ -50,6 +50,43 @@ def test_domain_period_shorter_than_period_is_refused():
     assert "domain_period_s" in errors_of({"period_s": 1.0, "domain_period_s": 0.5})
 
 
+def test_an_error_is_about_what_was_written_not_a_default_standing_in():
+    """period_s: 0 made domain_period_s "not a whole multiple of period_s (0.1)", the
+    default put in place of the bad value; a default not written is named as such."""
+    assert errors_of({"period_s": 0, "domain_period_s": 0.25}) == {"period_s": "must be > 0, got 0"}
+    assert errors_of({"period_s": 5}) == {"domain_period_s": "must be >= period_s (5), got 4 (its default: not in the file)"}
+
+
+def test_a_rule_that_is_null_needs_a_name_or_cgroup():
+    assert errors_of({"targets": [None]}) == {"targets[0]": "needs a name regex or a cgroup path"}
+
+
+def test_socket_mode_must_be_a_quoted_octal_string():
+    """YAML reads a bare 400 as decimal 400 (mode 0620) and a bare 0660 as 432: both
+    taken silently for modes no one wrote."""
+    assert from_mapping({"socket": {"mode": "0600"}}).socket.mode == 0o600
+    for bare in (400, 0o660, True, "rw", "-1"):
+        assert "in quotes such as '0660'" in errors_of({"socket": {"mode": bare}})["socket.mode"]
+
+
+def test_values_are_shown_as_yaml_writes_them():
+    errs = errors_of({"restore_on_exit": 1, "learning": {"free": None}, "cpus": [0, True], "utility": "x"})
+    assert errs["restore_on_exit"].endswith("got 1") and errs["learning.free"].endswith("got null")
+    assert errs["cpus"].endswith("got [0, true]") and errs["utility"].endswith("got 'x'")
+
+
+def test_a_key_given_twice_is_an_error_with_both_lines(tmp_path):
+    """YAML's loader keeps the last silently, and the check then blamed the other key."""
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("period_s: 0.1\nlearning:\n  eps: 0.1\nperiod_s: 5\n")
+    with pytest.raises(ConfigError, match=r"line 4, column 1: .*'period_s' is given twice \(first on line 1\)"):
+        load(twice)
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("learning:\n  eps: 0.1\n  eps: 0.2\n")
+    with pytest.raises(ConfigError, match=r"line 3, column 3: .*'eps' is given twice \(first on line 2\)"):
+        load(nested)
+
+
 def test_load_from_files(tmp_path):
     good = tmp_path / "good.yaml"
     good.write_text("period_s: 0.5\ndomain_period_s: 5\n")
