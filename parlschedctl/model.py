@@ -232,7 +232,25 @@ def validate(params_path: str, data_path: str, as_json: bool) -> None:
     p = doc["models"]["proposed"]["per_nsp"]
     worst = max(p, key=lambda r: abs(r["time_rel_error"]))
     lines.append(f"proposed: largest runtime error {worst['time_rel_error'] * 100:+.1f}% at nsp={worst['nsp']}")
-    _emit(as_json, doc, "\n".join(lines))
+    _emit(as_json, doc, "\n".join(lines + [""] + _per_nsp_table(doc["models"])))
+
+
+def _per_nsp_table(models: dict[str, Any]) -> list[str]:
+    """Relative errors in % per NSp: time for each model, then energy for each."""
+    names = [name.removeprefix("baseline_") for name in models]
+    width = max(9, *map(len, names))
+    row = " ".join(f"{n:>{width}}" for n in names)
+    lines = [f"{'':4}  {'time error %':^{len(row)}}   {'energy error %':^{len(row)}}", f"{'nsp':>4}  {row}   {row}"]
+    rows = [m["per_nsp"] for m in models.values()]
+
+    def cell(x: float | None) -> str:
+        return f"{'n/a':>{width}}" if x is None else f"{x * 100:>+{width}.1f}"
+
+    for i, first in enumerate(rows[0]):
+        times = " ".join(cell(r[i]["time_rel_error"]) for r in rows)
+        energies = " ".join(cell(r[i]["energy_rel_error"]) for r in rows)
+        lines.append(f"{first['nsp']:>4}  {times}   {energies}")
+    return lines
 
 
 @model.command()

@@ -57,7 +57,12 @@ def test_validate(params):
     assert set(models) == {"proposed", "baseline", "baseline_stored"}
     assert round(models["baseline_stored"]["nrmse_time"], 3) == 0.213
     assert len(models["proposed"]["per_nsp"]) == 32
-    assert "proposed" in run("model", "validate", "--params", str(params), "--data", str(MEASUREMENTS_CSV)).output
+    text = run("model", "validate", "--params", str(params), "--data", str(MEASUREMENTS_CSV)).output.splitlines()
+    assert text[0].split() == ["model", "NRMSE", "time", "NRMSE", "energy"] and "proposed" in text[1]
+    header, *rows = text[text.index("") + 2:]  # the per-NSp errors, as the interfaces page says: not only the largest
+    assert header.split() == ["nsp", "proposed", "baseline", "stored", "proposed", "baseline", "stored"] and len(rows) == 32
+    first = models["proposed"]["per_nsp"][0]
+    assert rows[0].split()[:2] == ["1", f"{first['time_rel_error'] * 100:+.1f}"]
 
 
 def test_an_output_that_cannot_be_written_fails_before_the_work(params, tmp_path):
