@@ -275,6 +275,8 @@ class Daemon:
                       "not a reload; nothing of the new config was applied"]
             log.error("reload refused, keeping the old config", errors=errors)
             return errors
+        if new.period_s != self.config.period_s:
+            self.stats.starts.clear()  # the jitter is measured against one period, the new one
         self.config = new
         self.engine.config = new
         self.restart_pending = [key for key in ("socket", "metrics") if getattr(new, key) != getattr(self._started_with, key)]
