@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from parlschedctl import client
-from tests.conftest import PINNING, as_user, needs_root, start_daemon, threads_of, wait_for
+from tests.conftest import PINNING, Daemon, as_user, needs_root, start_daemon, threads_of, wait_for
 
 pytestmark = needs_root
 ALL = frozenset(os.sched_getaffinity(0))
@@ -374,14 +374,24 @@ def test_clean_restart_attaches_hand_attached_targets_again(tmp_path, workload):
         d3.stop()
 
 
+def tagged_sleeper(tag: str) -> subprocess.Popen:
+    """A process a name rule matches by ``tag``, an argument of its command line."""
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", tag])
+
+
+def start_rule_daemon(tmp_path: Path, tag: str, more: str = "") -> Daemon:
+    """A daemon whose one rule matches the command lines with ``tag``, rescanned every 0.1 s."""
+    (tmp_path / "parlschedd.yaml").write_text(
+        f"period_s: 0.05\ndomain_period_s: 0.5\nrescan_s: 0.1\n{more}targets:\n  - name: '{tag}'\n")
+    return start_daemon(tmp_path)
+
+
 def test_a_rule_target_detached_by_hand_stays_detached_until_it_exits(tmp_path):
     """detach of a process a rule matches sticks (the next rescan re-attached it, 0.1 s
     after "detached"); attach by hand takes it back."""
     tag = f"parlsched-detach-{os.getpid()}"
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", tag])
-    (tmp_path / "parlschedd.yaml").write_text(
-        f"period_s: 0.05\ndomain_period_s: 0.5\nrescan_s: 0.1\ntargets:\n  - name: '{tag}'\n")
-    d = start_daemon(tmp_path)
+    proc = tagged_sleeper(tag)
+    d = start_rule_daemon(tmp_path, tag)
     try:
         wait_for(lambda: proc.pid in {t["pid"] for t in d.request("status")["targets"]})
         d.request("detach", pid=proc.pid)
@@ -397,11 +407,9 @@ def test_a_rule_target_detached_by_hand_stays_detached_until_it_exits(tmp_path):
 def test_config_rule_adopts_by_name_and_releases_when_gone(tmp_path, workload):
     w = workload(2)
     tag = f"parlsched-test-{os.getpid()}"
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", tag])
+    proc = tagged_sleeper(tag)
     try:
-        (tmp_path / "parlschedd.yaml").write_text(
-            f"period_s: 0.05\ndomain_period_s: 0.5\nrescan_s: 0.1\ntargets:\n  - name: '{tag}'\n")
-        d = start_daemon(tmp_path)
+        d = start_rule_daemon(tmp_path, tag)
         try:
             wait_for(lambda: proc.pid in {t["pid"] for t in d.request("status")["targets"]})
             assert w.pid not in {t["pid"] for t in d.request("status")["targets"]}
@@ -430,12 +438,10 @@ def test_names_and_command_lines_not_in_utf8_are_managed_and_matched(tmp_path):
     process anywhere stopped every rule's rescan)."""
     tag = f"parlsched-test-{os.getpid()}"
     latin1 = subprocess.Popen([sys.executable, "-c", NAMED_IN_LATIN1, b"caf\xe9"])
-    ruled = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", tag])
+    ruled = tagged_sleeper(tag)
     try:
         wait_for(lambda: len(os.listdir(f"/proc/{latin1.pid}/task")) == 2)
-        (tmp_path / "parlschedd.yaml").write_text(
-            f"period_s: 0.05\ndomain_period_s: 0.5\nrescan_s: 0.1\n{PINNING}targets:\n  - name: '{tag}'\n")
-        d = start_daemon(tmp_path)
+        d = start_rule_daemon(tmp_path, tag, PINNING)
         try:
             wait_for(lambda: ruled.pid in {t["pid"] for t in d.request("status")["targets"]})
             d.request("attach", pid=latin1.pid)
