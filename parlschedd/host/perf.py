@@ -1,9 +1,9 @@
 """Per-thread counters: perf_event_open(2) through ctypes, with /proc schedstat fallback.
 
 One counter *group* per thread (``pid = tid, cpu = -1``: follow the thread on any CPU),
-read with one ``read(2)`` in ``PERF_FORMAT_GROUP`` layout and scaled by
-time_enabled / time_running, which differ when the PMU multiplexes more events than it
-has counters. The ABI is include/uapi/linux/perf_event.h; the kernel accepts any attr
+read with one ``read(2)`` in ``PERF_FORMAT_GROUP`` layout. Each read's interval is
+scaled by its own time_enabled / time_running, which differ when the PMU multiplexes
+more events than it has counters (:func:`scaled_count`). The ABI is include/uapi/linux/perf_event.h; the kernel accepts any attr
 size from VER0 up and ignores zero tails, so the VER6 layout below works on every
 kernel that matters (VER6 is Linux 5.5; older kernels check the extra bytes are zero).
 
@@ -24,10 +24,12 @@ import functools
 import os
 import platform
 import resource
+import math
 import struct
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -191,14 +193,18 @@ def group_read_size(n_events: int, read_format: int = GROUP_READ_FORMAT) -> int:
     return 8 * words
 
 
-def parse_group_read(data: bytes, n_events: int, read_format: int = GROUP_READ_FORMAT) -> tuple[float, ...]:
-    """Values of a ``PERF_FORMAT_GROUP`` read, scaled by time_enabled / time_running.
+class GroupRead(NamedTuple):
+    """One ``PERF_FORMAT_GROUP`` read, raw: the times (None when not in the format) and
+    each member's count, leader first."""
 
-    Layout (perf_event.h, ``struct read_format``): u64 nr; u64 time_enabled and u64
-    time_running when requested; then nr times {u64 value; u64 id when PERF_FORMAT_ID}.
-    A group that has never been on a counter (time_running = 0) has counted nothing, so
-    its values are 0.0. Without both time fields the values are returned unscaled.
-    """
+    enabled: int | None
+    running: int | None
+    values: tuple[int, ...]
+
+
+def parse_group_read(data: bytes, n_events: int, read_format: int = GROUP_READ_FORMAT) -> GroupRead:
+    """Layout (perf_event.h, ``struct read_format``): u64 nr; u64 time_enabled and u64
+    time_running when requested; then nr times {u64 value; u64 id when PERF_FORMAT_ID}."""
     if not read_format & PERF_FORMAT_GROUP:
         raise ValueError("read_format lacks PERF_FORMAT_GROUP")
     size = group_read_size(n_events, read_format)
@@ -213,13 +219,27 @@ def parse_group_read(data: bytes, n_events: int, read_format: int = GROUP_READ_F
         enabled, pos = words[pos], pos + 1
     if read_format & PERF_FORMAT_TOTAL_TIME_RUNNING:
         running, pos = words[pos], pos + 1
-    stride = 1 + _has(read_format, PERF_FORMAT_ID)
-    values = words[pos::stride]
-    if enabled is None or running is None:
-        return tuple(float(v) for v in values)
-    if running == 0:
-        return tuple(0.0 for _ in values)
-    return tuple(v * enabled / running for v in values)
+    return GroupRead(enabled, running, tuple(words[pos :: 1 + _has(read_format, PERF_FORMAT_ID)]))
+
+
+def scaled_count(state: list[float], enabled: int, running: int, value: int) -> float:
+    """The count since the counter opened, estimated interval by interval; ``state`` is
+    [enabled, running, value, count] at the previous read ([0, 0, 0, 0.0] at open) and
+    is advanced to this one.
+
+    What a multiplexed counter counted between two reads is scaled by the times of that
+    interval (perf_event_open(2): the count is of the time it was running, out of the
+    time it was enabled). Scaling the whole life's count by the whole life's ratio
+    instead makes the difference of two reads wrong, negative even, when the ratio
+    changes (another perf user takes counters). NaN when the counter was enabled but
+    never on the PMU since the previous read: that interval's count is unknown (the
+    next read goes on from here). A thread that did not run moved neither time.
+    """
+    d_enabled, d_running = enabled - state[0], running - state[1]
+    if d_running > 0:
+        state[3] += (value - state[2]) * d_enabled / d_running
+    state[0], state[1], state[2] = enabled, running, value
+    return state[3] if d_running > 0 or d_enabled == 0 else math.nan
 
 
 def open_group(tid: int, events: tuple[EventSpec, ...], opener: Opener = perf_event_open) -> list[int]:
@@ -258,6 +278,7 @@ class CounterSet:
         self._proc_root = proc_root
         self._opener = opener
         self._fds: dict[int, list[int]] = {}
+        self._scaled: dict[int, list[float]] = {}  # per tid: scaled_count's state
 
     def open(self, tid: int) -> None:
         """Start counting ``tid`` (idempotent). Raises ThreadGone, AccessDenied,
@@ -266,13 +287,23 @@ class CounterSet:
             return
         if self._events:
             self._fds[tid] = open_group(tid, self._events, self._opener)
+            self._scaled[tid] = [0, 0, 0, 0.0]
         else:
             procfs.thread_schedstat(tid, self._proc_root)
             self._fds[tid] = []
 
     def read(self, tid: int) -> float:
-        """The leader's cumulative value: instructions, or ns of CPU time."""
-        return self.read_group(tid)[0]
+        """The leader's count since ``open``: instructions, or ns of CPU time (NaN: see
+        :func:`scaled_count`). Schedstat raises ThreadGone for an exited thread, and
+        closes the tid; a perf counter of an exited thread keeps its final value."""
+        if not self._events:
+            try:
+                return float(procfs.thread_schedstat(tid, self._proc_root).run_ns)
+            except ThreadGone:
+                self.close(tid)
+                raise
+        raw = self.read_group(tid)
+        return scaled_count(self._scaled[tid], raw.enabled, raw.running, raw.values[0])
 
     def read_many(self, tids: Sequence[int]) -> tuple[np.ndarray, list[int]]:
         """Leader values of many tids at once: (values, gone). A failed read gives NaN;
@@ -280,15 +311,15 @@ class CounterSet:
 
         This is the daemon's per-period hot path, so perf groups are read and scaled
         inline (one os.read and one precompiled unpack per thread) rather than through
-        ``read_group``; ``parse_group_read`` documents the layout and is the reference
-        the tests compare this with.
+        ``read``; ``parse_group_read`` documents the layout and the tests compare the
+        two.
         """
         values = np.full(len(tids), np.nan)
         gone: list[int] = []
         if not self._events:
             for i, tid in enumerate(tids):
                 try:
-                    values[i] = self.read_group(tid)[0]
+                    values[i] = self.read(tid)
                 except ThreadGone:
                     gone.append(tid)
                 except HostError:
@@ -296,7 +327,7 @@ class CounterSet:
             return values, gone
         size = group_read_size(len(self._events))
         unpack = _group_struct(len(self._events)).unpack
-        fds, read = self._fds, os.read
+        fds, scaled, read = self._fds, self._scaled, os.read
         for i, tid in enumerate(tids):
             try:
                 data = read(fds[tid][0], size)
@@ -306,20 +337,16 @@ class CounterSet:
                 continue
             if len(data) == size:
                 _, enabled, running, leader = unpack(data)[:4]
-                values[i] = leader * enabled / running if running else 0.0
+                values[i] = scaled_count(scaled[tid], enabled, running, leader)
         return values, gone
 
-    def read_group(self, tid: int) -> tuple[float, ...]:
-        """Every member's value in the order of ``GROUPS[source]`` (for instructions:
-        instructions, task-clock ns). A perf counter of an exited thread keeps its final
-        value; schedstat raises ThreadGone, which closes the tid."""
+    def read_group(self, tid: int) -> GroupRead:
+        """The raw read of a perf source's group: every member's count in the order of
+        ``GROUPS[source]`` (for instructions: instructions, task-clock ns) and the
+        group's times."""
         fds = self._fds[tid]
         if not fds:
-            try:
-                return (float(procfs.thread_schedstat(tid, self._proc_root).run_ns),)
-            except ThreadGone:
-                self.close(tid)
-                raise
+            raise ValueError(f"{self.source.value} counts no perf group")
         size = group_read_size(len(fds))
         try:
             data = os.read(fds[0], size)
@@ -332,6 +359,7 @@ class CounterSet:
 
     def close(self, tid: int) -> None:
         """Close the tid's fds, members before the leader; unknown tids are ignored."""
+        self._scaled.pop(tid, None)
         for fd in reversed(self._fds.pop(tid, [])):
             os.close(fd)
 

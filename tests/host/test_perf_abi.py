@@ -7,6 +7,7 @@ checked on a machine without one (this one), against include/uapi/linux/perf_eve
 from __future__ import annotations
 
 import ctypes
+import math
 import struct
 
 import pytest
@@ -19,10 +20,12 @@ from parlschedd.host.perf import (
     PERF_FORMAT_ID,
     PERF_FORMAT_TOTAL_TIME_ENABLED,
     PERF_FORMAT_TOTAL_TIME_RUNNING,
+    GroupRead,
     PerfEventAttr,
     group_read_size,
     make_attr,
     parse_group_read,
+    scaled_count,
 )
 
 UAPI_OFFSETS = {
@@ -96,35 +99,51 @@ def _words(*values: int) -> bytes:
     return struct.pack(f"={len(values)}Q", *values)
 
 
-def test_group_read_unscaled_when_always_running() -> None:
-    data = _words(2, 1000, 1000, 5_000_000, 777)
-    assert parse_group_read(data, 2) == (5_000_000.0, 777.0)
-    assert group_read_size(2) == len(data)
-
-
-def test_group_read_scales_by_enabled_over_running() -> None:
-    # The PMU multiplexed the group: it was on a counter a quarter of the time.
+def test_group_read_is_raw() -> None:
     data = _words(2, 4000, 1000, 300, 10)
-    assert parse_group_read(data, 2) == (1200.0, 40.0)
-
-
-def test_group_read_never_running_is_zero() -> None:
-    assert parse_group_read(_words(1, 5000, 0, 0), 1) == (0.0,)
+    assert parse_group_read(data, 2) == GroupRead(4000, 1000, (300, 10))
+    assert group_read_size(2) == len(data)
 
 
 def test_group_read_with_ids() -> None:
     fmt = GROUP_READ_FORMAT | PERF_FORMAT_ID
     data = _words(2, 10, 5, 100, 71, 200, 72)
     assert group_read_size(2, fmt) == len(data)
-    assert parse_group_read(data, 2, fmt) == (200.0, 400.0)
+    assert parse_group_read(data, 2, fmt) == GroupRead(10, 5, (100, 200))
 
 
-def test_group_read_without_times_is_raw() -> None:
-    assert parse_group_read(_words(2, 3, 4), 2, PERF_FORMAT_GROUP) == (3.0, 4.0)
+def test_group_read_without_times() -> None:
+    assert parse_group_read(_words(2, 3, 4), 2, PERF_FORMAT_GROUP) == GroupRead(None, None, (3, 4))
     fmt = PERF_FORMAT_GROUP | PERF_FORMAT_TOTAL_TIME_ENABLED
-    assert parse_group_read(_words(1, 99, 3), 1, fmt) == (3.0,)
+    assert parse_group_read(_words(1, 99, 3), 1, fmt) == GroupRead(99, None, (3,))
     fmt = PERF_FORMAT_GROUP | PERF_FORMAT_TOTAL_TIME_RUNNING
-    assert parse_group_read(_words(1, 99, 3), 1, fmt) == (3.0,)
+    assert parse_group_read(_words(1, 99, 3), 1, fmt) == GroupRead(None, 99, (3,))
+
+
+def test_a_count_always_on_the_pmu_is_the_raw_count() -> None:
+    state = [0, 0, 0, 0.0]
+    assert scaled_count(state, 1000, 1000, 5_000_000) == 5_000_000
+    assert scaled_count(state, 3000, 3000, 7_000_000) == 7_000_000
+
+
+def test_each_interval_is_scaled_by_its_own_times() -> None:
+    """The PMU multiplexed the counter a tenth of the time, then all the time: the
+    second interval counted 1e8 in full. Scaling the cumulative count by the
+    cumulative times made it 1e9 * 10 = 1e10, then 1.1e9 * 11000 / 2000 = 6.05e9: a
+    difference of -3.95e9."""
+    state = [0, 0, 0, 0.0]
+    first = scaled_count(state, 10_000, 1_000, 1_000_000_000)
+    assert first == 10_000_000_000  # 1e9 counted in a tenth of the time
+    second = scaled_count(state, 11_000, 2_000, 1_100_000_000)
+    assert second - first == 100_000_000
+
+
+def test_an_interval_enabled_but_never_on_the_pmu_is_unknown() -> None:
+    state = [0, 0, 0, 0.0]
+    assert scaled_count(state, 1000, 1000, 500) == 500
+    assert math.isnan(scaled_count(state, 2000, 1000, 500))  # ran, not counted
+    assert scaled_count(state, 2000, 1000, 500) == 500  # did not run: nothing moved, nothing unknown
+    assert scaled_count(state, 4000, 2000, 600) == 500 + 100 * 2  # the next interval goes on from there
 
 
 @pytest.mark.parametrize(
