@@ -30,10 +30,11 @@ from parlschedd.daemon import notify, protocol
 from parlschedd.daemon.engine import Engine, EngineError, Target
 from parlschedd.host import cgroups, procfs
 from parlschedd.host.affinity import Pinner
+from parlschedd.host.base import CounterSource
+from parlschedd.host.cpulist import format_cpulist
 from parlschedd.host.errors import HostError
 from parlschedd.host.perf import CounterSet, detect_source, raise_fd_limit
 from parlschedd.host.privileges import CAP_SYS_NICE, effective_capabilities, group_id, perfmon_capable
-from parlschedd.host.cpulist import format_cpulist
 from parlschedd.host.state import StateDirBusy, lock_dir, read_state, write_state
 from parlschedd.patterns import Pattern, compile_pattern
 from parlschedd.topology import read_topology
@@ -127,9 +128,16 @@ class Daemon:
         self.cpus = list(topology.usable)
         if unusable := topology.unusable(self.config.cpus):
             log.warning("config cpus not usable on this host, left out", cpus=format_cpulist(unusable), using=format_cpulist(self.cpus))
-        source = detect_source(self.config.utility, proc_root=self.proc_root)
+        skipped: dict[CounterSource, str] = {}
+        source = detect_source(self.config.utility, proc_root=self.proc_root, sysfs=self.sysfs, skipped=skipped)
+        why = "; ".join(f"{s.value}: {reason}" for s, reason in skipped.items())
         if self.config.utility not in ("auto", source.value.removeprefix("perf:")):
-            log.warning("counter source unavailable, falling back", wanted=self.config.utility, using=source.value)
+            log.warning("counter source unavailable, falling back", wanted=self.config.utility, using=source.value, why=why)
+        elif source is CounterSource.SCHEDSTAT:
+            log.warning("perf counters refused, counting CPU time from schedstat; give the daemon CAP_PERFMON "
+                        "(Linux 5.8+; CAP_SYS_ADMIN before) or lower kernel.perf_event_paranoid", why=why)
+        elif skipped:
+            log.info("counter source", using=source.value, why=why)
         if source.value.startswith("perf:") and not perfmon_capable(caps):
             log.warning("without CAP_PERFMON the kernel refuses perf counters on other users' threads, so those "
                         "are not managed; give the daemon CAP_PERFMON, or set utility: schedstat", using=source.value)

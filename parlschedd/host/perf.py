@@ -27,8 +27,10 @@ import resource
 import math
 import struct
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -149,9 +151,13 @@ def make_attr(event: EventSpec, *, leader: bool) -> PerfEventAttr:
     return attr
 
 
-def syscall_number(machine: str | None = None) -> int:
-    """__NR_perf_event_open for ``machine`` (default: this one)."""
+def syscall_number(machine: str | None = None, pointer_bytes: int | None = None) -> int:
+    """__NR_perf_event_open for ``machine`` (default: this one). The machine is the
+    kernel's (uname); a 32-bit userland on a 64-bit kernel (an armhf container on
+    arm64) has other numbers, where 241 is sched_setaffinity: refused."""
     arch = machine or platform.machine()
+    if (pointer_bytes or struct.calcsize("P")) != 8:
+        raise Unsupported(f"perf_event_open: a 32-bit process on {arch} is not supported")
     try:
         return SYSCALL_NUMBERS[arch]
     except KeyError:
@@ -163,19 +169,22 @@ _libc.syscall.restype = ctypes.c_long
 
 
 def perf_event_open(attr: PerfEventAttr, pid: int, cpu: int, group_fd: int, flags: int) -> int:
-    """The raw syscall; raises OSError with the kernel's errno."""
-    fd = _libc.syscall(
-        ctypes.c_long(syscall_number()),
-        ctypes.byref(attr),
-        ctypes.c_int(pid),
-        ctypes.c_int(cpu),
-        ctypes.c_int(group_fd),
-        ctypes.c_ulong(flags),
-    )
-    if fd < 0:
+    """The raw syscall, retried on EINTR (it waits interruptibly while the thread
+    execs; a raw syscall gets no PEP 475 retry); raises OSError with the kernel's errno."""
+    while True:
+        fd = _libc.syscall(
+            ctypes.c_long(syscall_number()),
+            ctypes.byref(attr),
+            ctypes.c_int(pid),
+            ctypes.c_int(cpu),
+            ctypes.c_int(group_fd),
+            ctypes.c_ulong(flags),
+        )
+        if fd >= 0:
+            return int(fd)
         err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-    return int(fd)
+        if err != errno.EINTR:
+            raise OSError(err, os.strerror(err))
 
 
 @functools.cache
@@ -340,6 +349,21 @@ class CounterSet:
                 values[i] = scaled_count(scaled[tid], enabled, running, leader)
         return values, gone
 
+    def check_counting(self, tid: int, run_s: float = 0.002) -> None:
+        """Raise Unsupported unless ``tid`` (the calling thread) is counted while it
+        runs ``run_s`` of CPU time."""
+        if not self._events:
+            self.read(tid)
+            return
+        before = self.read_group(tid)
+        end = time.thread_time() + run_s
+        while time.thread_time() < end:
+            pass
+        after = self.read_group(tid)
+        if after.running <= before.running or after.values[0] <= before.values[0]:
+            raise Unsupported(f"{self.source.value} opens but does not count (running {before.running} -> "
+                              f"{after.running} ns, count {before.values[0]} -> {after.values[0]})")
+
     def read_group(self, tid: int) -> GroupRead:
         """The raw read of a perf source's group: every member's count in the order of
         ``GROUPS[source]`` (for instructions: instructions, task-clock ns) and the
@@ -388,29 +412,52 @@ def detect_source(
     preferred: str = "auto",
     *,
     proc_root: str = procfs.PROC_ROOT,
+    sysfs: str = "/sys",
     opener: Opener = perf_event_open,
+    skipped: dict[CounterSource, str] | None = None,
 ) -> CounterSource:
     """The best source that works, starting from ``preferred``.
 
     ``preferred`` is "auto" (= "instructions"), "instructions", "task-clock" or
-    "schedstat", matching the config's ``utility`` key. Each candidate is opened and
-    read once on the calling thread; a source that fails falls through to the next
-    (instructions -> task-clock -> schedstat), so the caller compares the result with
-    what it asked for and warns. Raises Unsupported when even schedstat is missing.
+    "schedstat", matching the config's ``utility`` key. Each candidate must count on
+    the calling thread while it runs a moment (a VM's vPMU may open an event that never
+    counts; every counter may be taken); a source that fails falls through to the next
+    (instructions -> task-clock -> schedstat), and why goes into ``skipped`` when
+    given, so the caller compares the result with what it asked for and warns.
+    Instructions are skipped on hybrid CPUs (:func:`core_pmus`). Raises Unsupported
+    when even schedstat is missing.
     """
     names = {"auto": 0, "instructions": 0, "task-clock": 1, "schedstat": 2}
     if preferred not in names:
         raise ValueError(f"unknown counter source {preferred!r}; expected one of {sorted(names)}")
+    why = {} if skipped is None else skipped
     tid = threading.get_native_id()
     for source in _FALLBACK_ORDER[names[preferred] :]:
+        if source is CounterSource.INSTRUCTIONS and len(pmus := core_pmus(sysfs)) > 1:
+            why[source] = (f"a hybrid CPU ({', '.join(pmus)}): one event counts on one core type only, "
+                           "so threads on the others would read no instructions")
+            continue
         with CounterSet(source, proc_root=proc_root, opener=opener) as probe:
             try:
                 probe.open(tid)
-                probe.read(tid)
-            except HostError:
+                probe.check_counting(tid)
+            except HostError as exc:
+                why[source] = str(exc)
                 continue
             return source
     raise Unsupported("no counter source works: perf_event_open refused and no schedstat")
+
+
+def core_pmus(sysfs: str = "/sys") -> list[str]:
+    """The CPU PMUs that cover only some CPUs (their ``cpus`` file lists them): two or
+    more on a hybrid CPU (Intel's cpu_core and cpu_atom, Arm big.LITTLE), where an
+    instructions event opened for a thread counts only while it runs on one PMU's
+    cores. One (Arm) or none (x86's ``cpu``) elsewhere."""
+    try:
+        devices = Path(sysfs, "bus", "event_source", "devices").iterdir()
+        return sorted(d.name for d in devices if (d / "cpus").is_file())
+    except OSError:
+        return []
 
 
 def raise_fd_limit() -> int:

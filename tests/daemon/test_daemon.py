@@ -540,6 +540,8 @@ def test_without_cap_perfmon_the_daemon_counts_with_schedstat_or_says_why_it_can
         d.request("attach", pid=w.pid)
         if d.request("status")["daemon"]["counter_source"] == "schedstat":
             wait_for(lambda: all_pinned(d, w.pid, len(w.all_tids())))
+            assert "perf counters refused, counting CPU time from schedstat" in d.log_text()  # not in silence
+            assert "perf:task-clock: " in d.log_text()  # and why
         else:
             assert "without CAP_PERFMON" in d.log_text()
     finally:

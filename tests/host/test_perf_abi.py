@@ -93,6 +93,8 @@ def test_syscall_numbers() -> None:
     assert perf.syscall_number("aarch64") == 241
     with pytest.raises(Unsupported):
         perf.syscall_number("riscv64")
+    with pytest.raises(Unsupported, match="32-bit"):  # an armhf userland on an arm64 kernel: 241 is sched_setaffinity
+        perf.syscall_number("aarch64", pointer_bytes=4)
 
 
 def _words(*values: int) -> bytes:

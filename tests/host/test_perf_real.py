@@ -29,6 +29,7 @@ from parlschedd.host.perf import CounterSet, PerfEventAttr, detect_source
 from .conftest import Worker, fd_count, spin
 
 PERF_COUNT_SW_CPU_CLOCK = 0
+PERF_COUNT_SW_DUMMY = 9
 
 
 def fake_pmu(attr: PerfEventAttr, pid: int, cpu: int, group_fd: int, flags: int) -> int:
@@ -91,6 +92,36 @@ def test_detect_source_falls_through() -> None:
         return perf.perf_event_open(attr, *args)
 
     assert detect_source(opener=only_software) == CounterSource.TASK_CLOCK
+
+
+def test_a_counter_that_opens_but_never_counts_is_skipped() -> None:
+    """A vPMU that accepts the event and counts nothing (here: the dummy software
+    event standing in for instructions) passed the probe, and every thread read 0."""
+
+    def silent_pmu(attr: PerfEventAttr, *args: int) -> int:
+        if attr.type == perf.PERF_TYPE_HARDWARE:
+            attr.type, attr.config = perf.PERF_TYPE_SOFTWARE, PERF_COUNT_SW_DUMMY
+        return perf.perf_event_open(attr, *args)
+
+    skipped: dict = {}
+    assert detect_source(opener=silent_pmu, skipped=skipped) == CounterSource.TASK_CLOCK
+    assert "perf:instructions opens but does not count" in skipped[CounterSource.INSTRUCTIONS]
+
+
+def test_instructions_are_skipped_on_a_hybrid_cpu(tmp_path) -> None:
+    """Fake sysfs (this machine is no hybrid): an instructions event follows a thread
+    only on the cores of one of Intel's cpu_core and cpu_atom PMUs."""
+    devices = tmp_path / "bus" / "event_source" / "devices"
+    for name, cpus in (("cpu_core", "0-7"), ("cpu_atom", "8-15"), ("software", None), ("uncore_imc_0", None)):
+        (devices / name).mkdir(parents=True)
+        if cpus:
+            (devices / name / "cpus").write_text(cpus + "\n")
+    assert perf.core_pmus(str(tmp_path)) == ["cpu_atom", "cpu_core"]
+    skipped: dict = {}
+    assert detect_source(opener=fake_pmu, sysfs=str(tmp_path), skipped=skipped) == CounterSource.TASK_CLOCK
+    assert "hybrid CPU (cpu_atom, cpu_core)" in skipped[CounterSource.INSTRUCTIONS]
+    (devices / "cpu_atom" / "cpus").unlink()  # one core PMU: not hybrid
+    assert detect_source(opener=fake_pmu, sysfs=str(tmp_path)) == CounterSource.INSTRUCTIONS
 
 
 def test_detect_source_without_anything(tmp_path) -> None:
