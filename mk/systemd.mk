@@ -29,11 +29,7 @@ IPIP = $(INSTALL_VENV)/bin/python -m pip --disable-pip-version-check -q
 
 install:
 	@test "$$(id -u)" = 0 || { echo "make install: run as root (sudo make install)" >&2; exit 1; }
-	install -d -m 0755 $(SYSUSERSDIR) $(BINDIR) $(UNITDIR) $(CONFDIR) $(DOCDIR)
-	install -m 0644 systemd/parlsched.sysusers.conf $(SYSUSERSDIR)/parlsched.conf
-	if command -v systemd-sysusers >/dev/null 2>&1; then systemd-sysusers $(SYSUSERSDIR)/parlsched.conf; \
-	else groupadd -f -r $(PARLSCHED_GROUP); fi
-	getent group $(PARLSCHED_GROUP) >/dev/null
+	@# The program first: a failed download leaves no group, config or unit half made.
 	test -x $(INSTALL_VENV)/bin/python || $(INSTALL_PYTHON) -m venv $(INSTALL_VENV)
 	set -e; whl='$(WHEEL)'; \
 	if [ -z "$$whl" ]; then \
@@ -43,6 +39,11 @@ install:
 	fi; \
 	$(IPIP) install "$$whl"; \
 	$(IPIP) install --no-deps --force-reinstall "$$whl"
+	install -d -m 0755 $(SYSUSERSDIR) $(BINDIR) $(UNITDIR) $(CONFDIR) $(DOCDIR)
+	install -m 0644 systemd/parlsched.sysusers.conf $(SYSUSERSDIR)/parlsched.conf
+	if command -v systemd-sysusers >/dev/null 2>&1; then systemd-sysusers $(SYSUSERSDIR)/parlsched.conf; \
+	else groupadd -f -r $(PARLSCHED_GROUP); fi
+	getent group $(PARLSCHED_GROUP) >/dev/null
 	ln -sfn $(INSTALL_VENV)/bin/parlschedd $(BINDIR)/parlschedd
 	ln -sfn $(INSTALL_VENV)/bin/parlschedctl $(BINDIR)/parlschedctl
 	@# The default config with the socket group set; an existing one is never replaced.
@@ -64,7 +65,9 @@ install:
 		if systemctl --quiet is-active parlschedd.service; then \
 			echo "parlschedd is running the old version: systemctl restart parlschedd"; fi; \
 	fi
-	@echo "installed; start it with: systemctl enable --now parlschedd"
+	@if $(SYSTEMD_RUNNING); then echo "installed; start it with: systemctl enable --now parlschedd"; \
+	else echo "installed; systemd is not running here (not PID 1), so start it by hand:" \
+		"$(BINDIR)/parlschedd --config $(CONFDIR)/parlschedd.yaml (docs/systemd.md, Without systemd)"; fi
 
 uninstall:
 	@test "$$(id -u)" = 0 || { echo "make uninstall: run as root (sudo make uninstall)" >&2; exit 1; }
@@ -80,6 +83,8 @@ uninstall:
 	rm -f $(DOCDIR)/systemd.md
 	-rmdir $(DOCDIR) $(PARLSCHED_PREFIX)/share $(PARLSCHED_PREFIX) 2>/dev/null; true
 	rm -f $(SYSUSERSDIR)/parlsched.conf
+	@# The directories install made, when nothing else is in them.
+	-rmdir $(UNITDIR) $(patsubst %/,%,$(dir $(UNITDIR))) $(SYSUSERSDIR) 2>/dev/null; true
 	if $(SYSTEMD_RUNNING); then systemctl daemon-reload; fi
 	if [ "$(PURGE)" = 1 ]; then \
 		rm -rf $(CONFDIR); \
