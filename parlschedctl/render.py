@@ -25,12 +25,14 @@ def status_table(reply: dict[str, Any]) -> str:
         f"parlschedd {d['version']} pid {d['pid']} up {d['uptime_s']:.0f} s, counters {d['counter_source']}, "
         f"period {d['period_s']} s / domain period {d['domain_period_s']} s, loop mean {loop['mean_ms']} ms max {loop['max_ms']} ms",
         f"domains {d['domains']}; utility in {UTILITY_UNITS.get(d['counter_source'], 'the counter source units')};"
-        " cpu free: the kernel places the thread in its domain",
+        " cpu free: the kernel places the thread in its domain; pinned: its mask is ours (that cpu, or the domain)",
     ]
     if not reply["targets"]:
         lines.append("no targets")
     for t in reply["targets"]:
-        lines.append(f"\n{t['pid']} {printable(t['name'])} ({t['mode']}, {len(t['threads'])} threads)")
+        ignored = t.get("threads_ignored", 0)
+        left = f", {ignored} more left as someone else set {'its' if ignored == 1 else 'their'} mask" if ignored else ""
+        lines.append(f"\n{t['pid']} {printable(t['name'])} ({t['mode']}, {len(t['threads'])} threads{left})")
         lines.append(f"  {'TID':>8} {'NAME':<16} {'CPU':>4} {'DOM':>4} {'UTILITY':>12} PINNED")
         for th in t["threads"]:
             util = "-" if th["utility"] is None else f"{th['utility']:.4g}"

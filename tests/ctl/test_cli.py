@@ -30,6 +30,16 @@ def test_unreachable_daemon_exits_3(tmp_path):
     assert r.returncode == 3 and "not running" in r.stderr
 
 
+def test_the_default_socket_missing_says_how_to_name_another():
+    """make run's daemon listens on ./run/parlschedd.sock: forgetting PARLSCHED_SOCKET
+    said only that the daemon was not running."""
+    if os.path.exists("/run/parlsched/parlschedd.sock"):
+        pytest.skip("a daemon listens on the default socket here")
+    env = {k: v for k, v in os.environ.items() if k != "PARLSCHED_SOCKET"}
+    r = subprocess.run([*CTL, "status"], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 3 and "--socket or PARLSCHED_SOCKET" in r.stderr
+
+
 def test_a_socket_that_is_no_daemons_exits_3_with_a_message(tmp_path):
     """A path through a file, one too long for a socket address, and a listener that
     is not parlschedd: each a message and exit 3, not a traceback."""
