@@ -673,9 +673,10 @@ def name(n):
         comm.write(n)
 def run():
     os.execv(sys.executable, [sys.executable, "-c", sys.argv[2] + "\\nwhile True: pass"])
-go = threading.Event()
+go, named = threading.Event(), threading.Event()
 def other():
     name("other")
+    named.set()
     go.wait()
     if sys.argv[1] == "other":
         run()
@@ -683,6 +684,7 @@ def other():
         time.sleep(100)
 name("main")
 threading.Thread(target=other, daemon=True).start()
+named.wait()  # a thread filter matches it only once it is named
 print(threading.get_native_id(), flush=True)
 sys.stdin.readline()
 go.set()
