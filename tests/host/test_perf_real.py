@@ -187,7 +187,7 @@ def test_instructions_group_with_stand_in_pmu(spawn: Callable[..., Worker]) -> N
         a = counters.read_group(busy.tid)
         wait_for_cpu(busy.tid, schedstat_ns(busy.tid) + 0.1e9)
         b = counters.read_group(busy.tid)
-        assert counters.read(busy.tid) == pytest.approx(b.values[0], rel=0.01)  # a software stand-in: not multiplexed
+        assert counters.read(busy.tid) >= b.values[0]  # read later; a software stand-in, not multiplexed: no scaling
     assert fd_count() == start
     d_instr, d_clock = b.values[0] - a.values[0], b.values[1] - a.values[1]
     assert d_clock > 0.05e9

@@ -186,8 +186,8 @@ def test_cpuset_shrinks_under_pinned_threads(daemon, cpuset):
         os.sched_setaffinity(tids[-1], {0})
         daemon.request("attach", pid=target.pid)
         wait_for(lambda: all(t["pinned"] for t in threads_of(daemon, target.pid).values()))
-        on0 = [t for t, m in masks(tids).items() if m == {0}]
-        assert on0, "no thread pinned to CPU 0 (the scheduler used only CPU 1)"
+        # a draw puts all six on CPU 1 one period in 64; sleepers' strategies stay near uniform, so a later one will not
+        wait_for(lambda: any(m == {0} for m in masks(tids).values()), timeout=10)
         (cpuset / "cpuset.cpus").write_text("1")
         time.sleep(0.5)  # ten periods of pins against the smaller cpuset
         assert daemon.request("ping")
