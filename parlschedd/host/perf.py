@@ -288,6 +288,9 @@ class CounterSet:
         self._opener = opener
         self._fds: dict[int, list[int]] = {}
         self._scaled: dict[int, list[float]] = {}  # per tid: scaled_count's state
+        # Only PMU events are multiplexed; a software group is always counting, its
+        # times equal: no scaling to pay for on each read of each thread.
+        self._multiplexed = any(e.type != PERF_TYPE_SOFTWARE for e in self._events)
 
     def open(self, tid: int) -> None:
         """Start counting ``tid`` (idempotent). Raises ThreadGone, AccessDenied,
@@ -296,7 +299,8 @@ class CounterSet:
             return
         if self._events:
             self._fds[tid] = open_group(tid, self._events, self._opener)
-            self._scaled[tid] = [0, 0, 0, 0.0]
+            if self._multiplexed:
+                self._scaled[tid] = [0, 0, 0, 0.0]
         else:
             procfs.thread_schedstat(tid, self._proc_root)
             self._fds[tid] = []
@@ -312,6 +316,8 @@ class CounterSet:
                 self.close(tid)
                 raise
         raw = self.read_group(tid)
+        if not self._multiplexed:
+            return float(raw.values[0])
         return scaled_count(self._scaled[tid], raw.enabled, raw.running, raw.values[0])
 
     def read_many(self, tids: Sequence[int]) -> tuple[np.ndarray, list[int]]:
@@ -336,7 +342,7 @@ class CounterSet:
             return values, gone
         size = group_read_size(len(self._events))
         unpack = _group_struct(len(self._events)).unpack
-        fds, scaled, read = self._fds, self._scaled, os.read
+        fds, scaled, multiplexed, read = self._fds, self._scaled, self._multiplexed, os.read
         for i, tid in enumerate(tids):
             try:
                 data = read(fds[tid][0], size)
@@ -346,7 +352,7 @@ class CounterSet:
                 continue
             if len(data) == size:
                 _, enabled, running, leader = unpack(data)[:4]
-                values[i] = scaled_count(scaled[tid], enabled, running, leader)
+                values[i] = scaled_count(scaled[tid], enabled, running, leader) if multiplexed else leader
         return values, gone
 
     def check_counting(self, tid: int, run_s: float = 0.002) -> None:
