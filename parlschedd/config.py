@@ -113,22 +113,36 @@ def _shown(value: Any) -> str:
         return repr(value)
 
 
+class _Octal(int):
+    """An integer written in YAML 1.1's octal form (0660), as a file mode is."""
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """YAML's safe loader, but a key given twice in one mapping is an error: PyYAML
-    keeps the last silently, and the error then blamed the value not written."""
+    """YAML's safe loader, but a key given twice in one mapping is an error (PyYAML
+    keeps the last silently, and the error then blamed the value not written), and an
+    octal integer remembers that it was written so (``_Octal``)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        first: dict[Any, int] = {}
+        first: dict[Any, yaml.Mark] = {}
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # "<<: *anchor": the base class merges it, and keys written beside it override
             key = self.construct_object(key_node, deep=deep)
             try:
-                line = first.setdefault(key, key_node.start_mark.line)
+                mark = first.setdefault(key, key_node.start_mark)
             except TypeError:  # an unhashable key: the base class says so
                 continue
-            if line != key_node.start_mark.line:
+            if mark is not key_node.start_mark:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"{key!r} is given twice (first on line {line + 1}); keep one", key_node.start_mark)
+                    None, None, f"{key!r} is given twice (first on line {mark.line + 1}); keep one", key_node.start_mark)
         return super().construct_mapping(node, deep)
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        value = super().construct_yaml_int(node)
+        return _Octal(value) if re.fullmatch(r"[-+]?0[0-7_]+", str(node.value)) else value
+
+
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _UniqueKeyLoader.construct_yaml_int)
 
 
 class _Checker:
@@ -344,13 +358,13 @@ def _socket(c: _Checker, raw: Any) -> SocketConfig:
         c.fail("socket.group", f"must be a group name, got {_shown(group)}")
         group = None
     mode = m.get("mode", "0660")
-    try:  # a string: YAML reads 660 as decimal (and 0660 as octal), so a bare number is taken for no mode
-        mode = int(mode, 8) if isinstance(mode, str) and mode.isdigit() else -1
+    try:  # '0660', or a bare 0660 (YAML's octal); a bare 660 or 400 is decimal, no mode anyone meant
+        mode = int(mode, 8) if isinstance(mode, str) and mode.isdigit() else int(mode) if isinstance(mode, _Octal) else -1
     except ValueError:
         mode = -1
     if not 0 <= mode <= 0o777:
-        c.fail("socket.mode", "must be an octal file mode in quotes such as '0660' (YAML reads a bare number as "
-                              f"decimal, or as octal after a 0), got {_shown(m.get('mode'))}")
+        c.fail("socket.mode", "must be an octal file mode such as '0660' (YAML reads a bare number without "
+                              f"a leading 0 as decimal), got {_shown(m.get('mode'))}")
         mode = 0o660
     return SocketConfig(path, group, mode)
 

@@ -61,12 +61,18 @@ def test_a_rule_that_is_null_needs_a_name_or_cgroup():
     assert errors_of({"targets": [None]}) == {"targets[0]": "needs a name regex or a cgroup path"}
 
 
-def test_socket_mode_must_be_a_quoted_octal_string():
-    """YAML reads a bare 400 as decimal 400 (mode 0620) and a bare 0660 as 432: both
-    taken silently for modes no one wrote."""
+def test_socket_mode_is_octal_as_written(tmp_path):
+    """YAML reads a bare 400 as decimal 400, which became mode 0620 in silence; a bare
+    0660 is YAML's octal, and stays accepted."""
     assert from_mapping({"socket": {"mode": "0600"}}).socket.mode == 0o600
-    for bare in (400, 0o660, True, "rw", "-1"):
-        assert "in quotes such as '0660'" in errors_of({"socket": {"mode": bare}})["socket.mode"]
+    for bare in (400, 432, True, "rw", "-1"):  # 432: an int that was not written in octal
+        assert "octal file mode such as '0660'" in errors_of({"socket": {"mode": bare}})["socket.mode"]
+    written = tmp_path / "modes.yaml"
+    written.write_text("socket: {mode: 0640}\n")
+    assert load(written).socket.mode == 0o640
+    written.write_text("socket: {mode: 640}\n")
+    with pytest.raises(ConfigError, match="socket.mode: .*got 640"):
+        load(written)
 
 
 def test_values_are_shown_as_yaml_writes_them():
@@ -81,6 +87,13 @@ def test_a_key_given_twice_is_an_error_with_both_lines(tmp_path):
     twice.write_text("period_s: 0.1\nlearning:\n  eps: 0.1\nperiod_s: 5\n")
     with pytest.raises(ConfigError, match=r"line 4, column 1: .*'period_s' is given twice \(first on line 1\)"):
         load(twice)
+    one_line = tmp_path / "one-line.yaml"
+    one_line.write_text("socket: {mode: '0600', mode: '0666'}\n")
+    with pytest.raises(ConfigError, match=r"'mode' is given twice \(first on line 1\)"):
+        load(one_line)
+    merged = tmp_path / "merged.yaml"  # a merge key is no key given twice, and a key beside it overrides it
+    merged.write_text("targets:\n  - &r {name: app1, observe: true}\n  - <<: *r\n    name: app2\n")
+    assert [(r.name, r.observe) for r in load(merged).targets] == [("app1", True), ("app2", True)]
     nested = tmp_path / "nested.yaml"
     nested.write_text("learning:\n  eps: 0.1\n  eps: 0.2\n")
     with pytest.raises(ConfigError, match=r"line 3, column 3: .*'eps' is given twice \(first on line 2\)"):
