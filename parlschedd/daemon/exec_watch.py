@@ -19,6 +19,7 @@ Pure: the engine reads the masks, counters and CPU times and acts on the answers
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -40,7 +41,14 @@ class ExecWatch:
 
     def verdict(self, counted: float, run_ns: int) -> bool | None:
         """True: the main tid is another thread (its counter is silent while it runs);
-        False: the same thread (its counter moved); None: not known yet."""
+        False: the same thread (its counter moved); None: not known yet. A read of an
+        interval the PMU did not count (NaN, multiplexing) tells nothing; a watch begun
+        on one starts from the first read that counts."""
+        if math.isnan(counted):
+            return None
+        if math.isnan(self.counted):
+            self.counted, self.run_ns = counted, run_ns
+            return None
         if counted != self.counted:
             return False
         if run_ns - self.run_ns >= EXEC_RUN_NS:

@@ -14,6 +14,18 @@ def test_the_verdict_waits_for_the_main_tid_to_run() -> None:
     assert watch.verdict(42.0, 5_000 + EXEC_RUN_NS) is True  # ran 10 ms and its counter never moved
 
 
+def test_an_interval_the_pmu_did_not_count_tells_nothing() -> None:
+    """NaN (multiplexed off the PMU) compared unequal to everything: the verdict was
+    "the same thread" at once, and an exec went unseen."""
+    nan = float("nan")
+    watch = ExecWatch(run_ns=5_000, counted=42.0, went={})
+    assert watch.verdict(nan, 5_000 + EXEC_RUN_NS) is None
+    begun_on_nan = ExecWatch(run_ns=5_000, counted=nan, went={})
+    assert begun_on_nan.verdict(42.0, 6_000) is None  # the first read that counts is the baseline
+    assert begun_on_nan.verdict(42.0, 6_000 + EXEC_RUN_NS - 1) is None
+    assert begun_on_nan.verdict(42.0, 6_000 + EXEC_RUN_NS) is True
+
+
 def test_the_original_is_that_of_the_thread_that_carried_the_mask() -> None:
     went = {11: (C, A), 12: (B, B)}
     assert original_after_exec(went, B, fallback=C) == B
