@@ -31,7 +31,7 @@ def status_table(reply: dict[str, Any]) -> str:
         lines.append("no targets")
     for t in reply["targets"]:
         ignored = t.get("threads_ignored", 0)
-        left = f", {ignored} more left as someone else set {'its' if ignored == 1 else 'their'} mask" if ignored else ""
+        left = f", {ignored} more not managed: left out by --threads, or set by someone else" if ignored else ""
         lines.append(f"\n{t['pid']} {printable(t['name'])} ({t['mode']}, {len(t['threads'])} threads{left})")
         lines.append(f"  {'TID':>8} {'NAME':<16} {'CPU':>4} {'DOM':>4} {'UTILITY':>12} PINNED")
         for th in t["threads"]:

@@ -208,7 +208,7 @@ class Engine:
         try:
             self._refresh(target, now)
         except BaseException:  # a bug: refused whole, not left half attached and failing every period
-            self._release(target)
+            self._release(target, keep_hand_overs=True)  # the threads someone else set stay theirs
             raise
         log.info("attached", pid=pid, name=name, mode=target.mode, threads=len(target.threads))
         return target

@@ -18,7 +18,7 @@ import struct
 import time
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -108,7 +108,10 @@ class Daemon:
         self.selector = selectors.DefaultSelector()
         self._dirty = False
         self._lock: int | None = None  # the state dir's lock, held while we run
-        self._detached: dict[int, int] = {}  # rule targets detached by hand: pid -> start time
+        # rule matches not attached again while they live (pid -> start time): detached
+        # by hand, or their attach failed on a bug (retried each rescan, it would log a
+        # traceback every rescan_s and hold up the rest)
+        self._detached: dict[int, int] = {}
         self._listen_paused_until = 0.0
         self._deadline = float("inf")  # of the next tick; requests wait for it once passed
         self._status_views: dict[tuple[int, int | None], tuple[float, protocol.Framed]] = {}
@@ -133,7 +136,7 @@ class Daemon:
         why = "; ".join(f"{s.value}: {reason}" for s, reason in skipped.items())
         if self.config.utility not in ("auto", source.value.removeprefix("perf:")):
             log.warning("counter source unavailable, falling back", wanted=self.config.utility, using=source.value, why=why)
-        elif source is CounterSource.SCHEDSTAT:
+        elif source is CounterSource.SCHEDSTAT and self.config.utility == "auto":
             log.warning("perf counters refused, counting CPU time from schedstat; give the daemon CAP_PERFMON "
                         "(Linux 5.8+; CAP_SYS_ADMIN before) or lower kernel.perf_event_paranoid", why=why)
         elif skipped:
@@ -287,7 +290,7 @@ class Daemon:
             self.stats.starts.clear()  # the jitter is measured against one period, the new one
         self.config = new
         self.engine.config = new
-        self.restart_pending = [key for key in ("socket", "metrics") if getattr(new, key) != getattr(self._started_with, key)]
+        self.restart_pending = self._waiting_for_restart(new)
         if self.restart_pending:
             log.warning("applied but for what takes effect at the next restart", keys=self.restart_pending)
         relearning = self.engine.relearn()
@@ -295,6 +298,15 @@ class Daemon:
         self._rescan(time.monotonic())
         self._status_views.clear()  # period_s and the like, and what the rules attached
         return []
+
+    def _waiting_for_restart(self, new: Config) -> list[str]:
+        """The keys of ``new`` that differ from what the daemon set up at start and
+        takes only then: the socket (but its path when --socket names it: a restart
+        would not use the config's either) and the metrics address."""
+        started = self._started_with.socket
+        socket = new.socket if self.socket_path == started.path else replace(new.socket, path=started.path)
+        return [key for key, changed in (("socket", socket != started), ("metrics", new.metrics != self._started_with.metrics))
+                if changed]
 
     def _start_metrics(self):
         if self.config.metrics is None:
@@ -395,6 +407,8 @@ class Daemon:
             log.info("re-attached from the last run", pid=pid)
         except (KeyError, ValueError, TypeError, HostError, EngineError) as exc:
             log.info("previous target not re-attached", target=saved, reason=str(exc))
+        except Exception:  # a bug: that target, not the daemon's start
+            log.exception("previous target not re-attached", target=saved)
 
     # -- config rules -----------------------------------------------------------------
 
@@ -421,6 +435,9 @@ class Daemon:
                                    descendants=rule.descendants, rule=i)
             except (EngineError, HostError) as exc:  # one process that could not be attached, not the rescan
                 log.debug("rule match not attached", pid=pid, reason=str(exc))
+            except Exception:  # a bug: that process, once, not the rescan
+                log.exception("rule match not attached, left alone while it lives", pid=pid)
+                self._detached[pid] = self.engine.start_time(pid) or 0
 
     def _matching(self, rule: config_mod.TargetRule) -> set[int]:
         pids: set[int] | None = None

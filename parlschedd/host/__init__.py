@@ -28,14 +28,13 @@ Typical use by the daemon::
     report = pinner.restore_all()
 
 Any per-thread call may raise ThreadGone: drop the thread (close its counter,
-``pinner.forget``) and go on. ``HAS_PIDFD`` and ``HAS_PERF`` say which optional kernel
-interfaces this host has.
+``pinner.forget``) and go on. ``HAS_PIDFD`` says whether this host has pidfds;
+:func:`detect_source` says which counters work.
 """
 
 from __future__ import annotations
 
 import os
-import platform
 
 from parlschedd.host.affinity import PinRecord, Pinner, get_affinity, set_affinity
 from parlschedd.host.base import Actuator, Counters, CounterSource, RestoreReport
@@ -58,7 +57,7 @@ from parlschedd.host.errors import (
     Unsupported,
     translated,
 )
-from parlschedd.host.perf import SYSCALL_NUMBERS, CounterSet, detect_source, raise_fd_limit
+from parlschedd.host.perf import CounterSet, detect_source, raise_fd_limit
 from parlschedd.host.procfs import (
     ProcessHandle,
     Schedstat,
@@ -78,10 +77,8 @@ from parlschedd.host.procfs import (
 from parlschedd.host.state import read_state, write_state
 
 HAS_PIDFD = hasattr(os, "pidfd_open")
-HAS_PERF = platform.machine() in SYSCALL_NUMBERS
 
 __all__ = [
-    "HAS_PERF",
     "HAS_PIDFD",
     "AccessDenied",
     "Actuator",

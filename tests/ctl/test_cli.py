@@ -149,6 +149,7 @@ def test_attach_status_detach_through_the_cli(daemon, workload):
     assert ctl("reload", socket=daemon.socket).returncode == 0
 
 
+@needs_root
 def test_a_reload_says_which_keys_wait_for_a_restart(daemon):
     """The socket and the metrics listener are set up once, at start: a reload that
     changes them applies the rest and says those wait (it said "reloaded" alone)."""
@@ -160,6 +161,8 @@ def test_a_reload_says_which_keys_wait_for_a_restart(daemon):
     assert daemon.request("status")["daemon"]["period_s"] == 0.07
     assert daemon.request("reload")["restart_pending"] == ["socket", "metrics"]
     assert "takes effect at the next restart" in daemon.log_text()
+    daemon.config.write_text(f"period_s: 0.07\ndomain_period_s: 0.7\n{PINNING}socket: {{path: /run/elsewhere.sock}}\n")
+    assert daemon.request("reload")["restart_pending"] == []  # --socket names it: a restart would not use that path
 
 
 @needs_root

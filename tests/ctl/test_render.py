@@ -39,11 +39,11 @@ def test_a_free_thread_shows_free_and_the_utility_its_unit() -> None:
     assert "pinned: its mask is ours" in rows[1]
 
 
-def test_threads_left_to_whoever_set_their_mask_are_counted_in_the_header() -> None:
-    """They are out of the table (not ours to show as placed); the header said
-    "1 threads" of a process that has two."""
+def test_threads_not_managed_are_counted_in_the_header() -> None:
+    """Left out by the thread filter or to whoever set their mask, they are out of the
+    table; the header said "1 threads" of a process that has two."""
     reply = _reply("app", "worker")
     reply["targets"][0]["threads_ignored"] = 1
-    assert "11 app (pin, 1 threads, 1 more left as someone else set its mask)" in status_table(reply)
+    assert "11 app (pin, 1 threads, 1 more not managed: left out by --threads, or set by someone else)" in status_table(reply)
     reply["targets"][0]["threads_ignored"] = 0
     assert "11 app (pin, 1 threads)\n" in status_table(reply) + "\n"

@@ -285,6 +285,15 @@ def test_a_reload_that_changes_the_cpus_is_refused_not_claimed(daemon, workload)
     assert (after["cpus"], after["domains"], after["period_s"]) == (before["cpus"], before["domains"], before["period_s"])
 
 
+def test_schedstat_asked_for_is_no_refusal_to_warn_of(tmp_path):
+    d = start_daemon(tmp_path, "period_s: 0.05\nutility: schedstat\n")
+    try:
+        assert d.request("status")["daemon"]["counter_source"] == "schedstat"
+        assert "refused" not in d.log_text()
+    finally:
+        d.stop()
+
+
 def test_config_cpus_this_host_lacks_are_left_out_and_said(tmp_path):
     d = start_daemon(tmp_path, "period_s: 0.05\ncpus: [0, 4095]\n")
     try:
