@@ -188,16 +188,17 @@ def run(sock: str, observe: bool, cmd: tuple[str, ...]) -> None:
 
 @cli.command()
 @click.argument("pid", type=PID)
-@click.option("--out", required=True, type=click.Path(dir_okay=False, writable=True), help="PNG file to write.")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="Figure to write (PNG; .svg, .pdf, ... by suffix).")
 @click.option("--last", type=click.IntRange(min=1), default=None, help="Only the last N periods.")
 @click.pass_obj
 @talks_to_daemon
 def plot(sock: str, pid: int, out: str, last: int | None) -> None:
     """Plot PID's running average speed per thread and overall, with CPU and domain changes."""
-    from parlschedd.plots import plot_history
+    from parlschedd.plots import figure_format, plot_history
 
     try:
         check_writable(out)
+        figure_format(out)
         history = client.request(sock, "history", pid=pid, last=last, timeout=60)
         path = plot_history(history, out)
     except (ValueError, OSError) as exc:

@@ -10,6 +10,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.backend_bases import FigureCanvasBase  # noqa: E402
 import numpy as np  # noqa: E402
 
 UNITS = {"perf:instructions": (1e9, "instructions / s (x1e9)"),
@@ -17,11 +18,21 @@ UNITS = {"perf:instructions": (1e9, "instructions / s (x1e9)"),
          "schedstat": (1e9, "CPU share (s of CPU per s)")}
 
 
+def figure_format(path: str | Path) -> str:
+    """The format ``path``'s suffix names (PNG without one); ValueError naming the
+    formats there are when matplotlib writes no such format."""
+    fmt = Path(path).suffix[1:].lower() or "png"
+    known = FigureCanvasBase.get_supported_filetypes()
+    if fmt not in known:
+        raise ValueError(f"{path}: cannot write a .{fmt} figure; use one of {', '.join('.' + f for f in sorted(known))}")
+    return fmt
+
+
 def save_figure(fig: plt.Figure, path: str | Path) -> None:
-    """Write ``fig`` to ``path`` exactly, in the format its suffix names (PNG without
-    one: matplotlib would write ``path.png`` instead), and close it."""
+    """Write ``fig`` to ``path`` exactly (without a suffix, matplotlib would write
+    ``path.png`` instead) in :func:`figure_format`, and close it."""
     try:
-        fig.savefig(path, dpi=110, format=Path(path).suffix[1:] or "png")
+        fig.savefig(path, dpi=110, format=figure_format(path))
     finally:
         plt.close(fig)
 

@@ -33,6 +33,10 @@ GONE_KEPT = 64  # exited targets remembered, to say why a later request finds th
 RENAMES_PER_ROUND = 128  # thread names re-read per rescan_s (when status is shown), about 4 ms
 
 
+def _not_yours(pid: int, owner: int, uid: int) -> EngineError:
+    return EngineError("permission_denied", f"process {pid} belongs to uid {owner}, not to you (uid {uid})")
+
+
 def _threads(n: int) -> str:
     return f"{n} thread" if n == 1 else f"{n} threads"
 
@@ -177,7 +181,7 @@ class Engine:
             stat = procfs.process_stat(pid, self.proc_root)
             name = stat.comm
             if uid not in (None, 0) and uid != owner:  # before already_attached: no leak of who is managed
-                raise EngineError("permission_denied", f"process {pid} belongs to uid {owner}, not to you (uid {uid})")
+                raise _not_yours(pid, owner, uid)
             if pid in self.targets:
                 raise EngineError("already_attached", f"process {pid} is already attached")
             if stat.state == "Z":
@@ -274,7 +278,7 @@ class Engine:
         manager = None if manager_pid is None else self.targets[manager_pid]
         owner = self._owner(pid)
         if uid not in (None, 0) and owner not in (None, uid):  # not whether it is managed: no leak
-            return EngineError("permission_denied", f"process {pid} belongs to uid {owner}, not to you (uid {uid})")
+            return _not_yours(pid, owner, uid)
         if gone is not None and uid in (None, 0, gone[0]) and self.start_time(pid) in (None, gone[1]):
             message += f": it exited, and parlschedd dropped it ({_threads(gone[2])} managed at most)"
         elif manager is not None and uid in (None, 0, manager.uid):

@@ -75,6 +75,8 @@ def test_an_output_that_cannot_be_written_fails_before_the_work(params, tmp_path
     (tmp_path / "file").write_text("")
     r = run("model", "plot", "--params", str(params), "--data", str(MEASUREMENTS_CSV), "--out", str(tmp_path / "file" / "x.png"))
     assert r.exit_code == 1 and f"cannot write: {tmp_path / 'file'} is not a directory" in r.output
+    r = run("model", "plot", "--params", str(params), "--data", str(MEASUREMENTS_CSV), "--out", str(tmp_path / "fig.foo"))
+    assert r.exit_code == 1 and "cannot write a .foo figure; use one of" in r.output and ".svg" in r.output
 
 
 def test_plot_writes_a_png(params, tmp_path):
