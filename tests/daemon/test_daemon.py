@@ -465,6 +465,46 @@ def test_names_and_command_lines_not_in_utf8_are_managed_and_matched(tmp_path):
             proc.wait()
 
 
+FAULT = """
+import os
+if os.environ.get("PARLSCHED_FAULT_PID"):  # fault injection: a bug in adopting one process's threads
+    from parlschedd.daemon import engine
+    real = engine.Engine._refresh
+    def _refresh(self, target, now):
+        if target.pid == int(os.environ["PARLSCHED_FAULT_PID"]):
+            raise RuntimeError("injected")
+        return real(self, target, now)
+    engine.Engine._refresh = _refresh
+"""
+
+
+def test_a_rule_match_whose_attach_hits_a_bug_is_left_alone_and_the_rest_attached(tmp_path, monkeypatch):
+    """Fault injection (a sitecustomize in the daemon): the attach of one matching
+    process raises. It is undone and logged once, and the other match is attached;
+    retried at each rescan it logged a traceback every rescan_s and held up the rest."""
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(FAULT)
+    tag = f"parlsched-fault-{os.getpid()}"
+    buggy, fine = tagged_sleeper(tag), tagged_sleeper(tag)
+    monkeypatch.setenv("PYTHONPATH", str(inject))
+    monkeypatch.setenv("PARLSCHED_FAULT_PID", str(buggy.pid))
+    try:
+        d = start_rule_daemon(tmp_path, tag)
+        try:
+            wait_for(lambda: fine.pid in {t["pid"] for t in d.request("status")["targets"]})
+            time.sleep(0.5)  # five rescans
+            assert buggy.pid not in {t["pid"] for t in d.request("status")["targets"]}
+            assert d.log_text().count("rule match not attached, left alone while it lives") == 1
+            assert d.proc.poll() is None
+        finally:
+            d.stop()
+    finally:
+        for proc in (buggy, fine):
+            proc.kill()
+            proc.wait()
+
+
 NOBODY = 65534
 
 
