@@ -20,7 +20,7 @@ import click
 
 from parlschedd import __version__
 from parlschedctl import client
-from parlschedctl.outputs import check_writable
+from parlschedctl.outputs import check_figure
 from parlschedctl.render import placements, printable, progress_line, status_table
 
 
@@ -194,11 +194,10 @@ def run(sock: str, observe: bool, cmd: tuple[str, ...]) -> None:
 @talks_to_daemon
 def plot(sock: str, pid: int, out: str, last: int | None) -> None:
     """Plot PID's running average speed per thread and overall, with CPU and domain changes."""
-    from parlschedd.plots import figure_format, plot_history
+    from parlschedd.plots import plot_history
 
     try:
-        check_writable(out)
-        figure_format(out)
+        check_figure(out)
         history = client.request(sock, "history", pid=pid, last=last, timeout=60)
         path = plot_history(history, out)
     except (ValueError, OSError) as exc:

@@ -25,8 +25,8 @@ from parlschedd.energy.measure import POWERCAP_ROOT, MeasureError, measure, rapl
 from parlschedd.energy.measurements import MeasurementsError, load_measurements, write_measurements
 from parlschedd.energy.metrics import OBJECTIVES, nrmse, objective, relative_errors
 from parlschedd.energy.model import MASTER_POWER, SUBPOP_SIZES
-from parlschedctl.outputs import check_writable
 from parlschedd.energy.store import Fitted, ParamsError, json_safe, load_params, params_document, save_params
+from parlschedctl.outputs import check_figure, check_writable
 
 FAILURES = (ClusterError, MeasurementsError, ParamsError, MeasureError, ValueError, OSError)
 
@@ -261,10 +261,8 @@ def _per_nsp_table(models: dict[str, Any]) -> list[str]:
 def plot(params_path: str, data_path: str, out_path: str) -> None:
     """Measured vs predicted runtime and energy for both models (the paper's Figure 3)."""
     from parlschedd.energy.plot import figure3  # matplotlib is slow to import; only here
-    from parlschedd.plots import figure_format
 
-    check_writable(out_path)
-    figure_format(out_path)
+    check_figure(out_path)
     fitted, m = load_params(params_path), load_measurements(data_path)
     figure3(out_path, m, fitted.model.predict(m.nsp), fitted.baseline.predict(m.nsp),
             title=f"{Path(data_path).name}: proposed model (NRMSE time {fitted.model.nrmse_time_:.3f}) vs baseline")

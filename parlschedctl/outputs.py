@@ -20,3 +20,11 @@ def check_writable(path: str | os.PathLike[str]) -> None:
     else:
         return
     raise ValueError(f"{path}: cannot write: {reason}")
+
+
+def check_figure(path: str | os.PathLike[str]) -> None:
+    """``check_writable``, and a suffix naming a format matplotlib writes."""
+    from parlschedd.plots import figure_format  # matplotlib is slow to import; only here
+
+    check_writable(path)
+    figure_format(path)

@@ -7,6 +7,7 @@ at the first, so ``parlschedctl config check`` can print them all.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 from collections.abc import Mapping
@@ -357,14 +358,16 @@ def _socket(c: _Checker, raw: Any) -> SocketConfig:
     if group is not None and not isinstance(group, str):
         c.fail("socket.group", f"must be a group name, got {_shown(group)}")
         group = None
-    mode = m.get("mode", "0660")
-    try:  # '0660', or a bare 0660 (YAML's octal); a bare 660 or 400 is decimal, no mode anyone meant
-        mode = int(mode, 8) if isinstance(mode, str) and mode.isdigit() else int(mode) if isinstance(mode, _Octal) else -1
-    except ValueError:
-        mode = -1
+    raw_mode = m.get("mode", "0660")
+    mode = -1  # a bare 660 or 400 is decimal to YAML: no mode anyone meant
+    if isinstance(raw_mode, _Octal):  # a bare 0660, YAML's octal
+        mode = int(raw_mode)
+    elif isinstance(raw_mode, str) and raw_mode.isdigit():
+        with contextlib.suppress(ValueError):  # '0980': no octal digits
+            mode = int(raw_mode, 8)
     if not 0 <= mode <= 0o777:
         c.fail("socket.mode", "must be an octal file mode such as '0660' (YAML reads a bare number without "
-                              f"a leading 0 as decimal), got {_shown(m.get('mode'))}")
+                              f"a leading 0 as decimal), got {_shown(raw_mode)}")
         mode = 0o660
     return SocketConfig(path, group, mode)
 

@@ -272,13 +272,13 @@ class Engine:
         the process exited and was dropped, or it is a descendant another target
         manages. That it was managed is said only to root and to its owner, as status
         shows it only to them; another user's process is refused as attach refuses it."""
+        owner = self._owner(pid)
+        if uid not in (None, 0) and owner not in (None, uid):  # not whether it is managed: no leak
+            return _not_yours(pid, owner, uid)
         message = f"process {pid} is not attached"
         gone = self._gone.get(pid)
         manager_pid = self._manager_of(pid)
         manager = None if manager_pid is None else self.targets[manager_pid]
-        owner = self._owner(pid)
-        if uid not in (None, 0) and owner not in (None, uid):  # not whether it is managed: no leak
-            return _not_yours(pid, owner, uid)
         if gone is not None and uid in (None, 0, gone[0]) and self.start_time(pid) in (None, gone[1]):
             message += f": it exited, and parlschedd dropped it ({_threads(gone[2])} managed at most)"
         elif manager is not None and uid in (None, 0, manager.uid):

@@ -111,7 +111,7 @@ class Daemon:
         # rule matches not attached again while they live (pid -> start time): detached
         # by hand, or their attach failed on a bug (retried each rescan, it would log a
         # traceback every rescan_s and hold up the rest)
-        self._detached: dict[int, int] = {}
+        self._left_alone: dict[int, int] = {}
         self._listen_paused_until = 0.0
         self._deadline = float("inf")  # of the next tick; requests wait for it once passed
         self._status_views: dict[tuple[int, int | None], tuple[float, protocol.Framed]] = {}
@@ -423,11 +423,11 @@ class Daemon:
         for pid, target in list(self.engine.targets.items()):
             if target.rule is not None and (pid not in wanted or not _as_rule_says(target, rules[wanted[pid]])):
                 self.engine.detach(pid, again=pid in wanted)  # restored; attached again below when a rule still wants it
-        for pid, started in list(self._detached.items()):
+        for pid, started in list(self._left_alone.items()):
             if pid not in wanted or self.engine.start_time(pid) != started:
-                del self._detached[pid]  # exited: its pid may come back as another process
+                del self._left_alone[pid]  # exited: its pid may come back as another process
         for pid, i in wanted.items():
-            if pid in self.engine.targets or pid in self._detached or pid == os.getpid():
+            if pid in self.engine.targets or pid in self._left_alone or pid == os.getpid():
                 continue
             rule = rules[i]
             try:
@@ -437,7 +437,7 @@ class Daemon:
                 log.debug("rule match not attached", pid=pid, reason=str(exc))
             except Exception:  # a bug: that process, once, not the rescan
                 log.exception("rule match not attached, left alone while it lives", pid=pid)
-                self._detached[pid] = self.engine.start_time(pid) or 0
+                self._left_alone[pid] = self.engine.start_time(pid) or 0
 
     def _matching(self, rule: config_mod.TargetRule) -> set[int]:
         pids: set[int] | None = None
@@ -706,14 +706,14 @@ class Daemon:
                 raise EngineError("bad_request", f"process {a['pid']} is parlschedd itself")
             target = self.engine.attach(a["pid"], now, observe=a.get("observe", False), threads=a.get("threads"),
                                         descendants=a.get("descendants", False), uid=uid)
-            self._detached.pop(a["pid"], None)
+            self._left_alone.pop(a["pid"], None)
             self._save_state()
             return {"target": self.engine.describe(target)}
         if request.cmd == "detach":
             target = self.engine.targets.get(a["pid"])
             restored = self.engine.detach(a["pid"], uid=uid)
             if target is not None and target.rule is not None:  # else the next rescan attaches it again
-                self._detached[target.pid] = target.handle.start_time
+                self._left_alone[target.pid] = target.handle.start_time
                 log.info("detached by hand: the config rules leave it alone until it exits", pid=target.pid,
                          rule=f"targets[{target.rule}]")
             self._save_state()

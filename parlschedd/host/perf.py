@@ -21,10 +21,10 @@ import ctypes
 import errno
 import fcntl
 import functools
+import math
 import os
 import platform
 import resource
-import math
 import struct
 import threading
 import time
