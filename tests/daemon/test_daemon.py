@@ -33,6 +33,13 @@ def all_pinned(d, pid, expect: int | None = None):
     return threads if ok else None
 
 
+def pinned_where_shown(d, pid, expect: int) -> bool:
+    """Every thread pinned, on the CPU status shows; compared within one period (a
+    period between the status and the check may move a thread: retried by wait_for)."""
+    threads = all_pinned(d, pid, expect)
+    return bool(threads) and all(os.sched_getaffinity(tid) == {t["cpu"]} for tid, t in threads.items())
+
+
 def test_attach_pins_and_detach_restores_exact_masks(daemon, workload):
     w = workload(3)
     tids = w.all_tids()
@@ -40,13 +47,7 @@ def test_attach_pins_and_detach_restores_exact_masks(daemon, workload):
     before = masks(tids)
     reply = daemon.request("attach", pid=w.pid)
     assert {t["tid"] for t in reply["target"]["threads"]} == set(tids)
-    wait_for(lambda: all_pinned(daemon, w.pid, len(tids)))
-
-    def shown_where_pinned() -> bool:  # a period (50 ms) may move a thread between status and the check
-        threads = all_pinned(daemon, w.pid, len(tids))
-        return bool(threads) and all(os.sched_getaffinity(tid) == {t["cpu"]} for tid, t in threads.items())
-
-    assert wait_for(shown_where_pinned), "status must say where the thread is pinned"
+    assert wait_for(lambda: pinned_where_shown(daemon, w.pid, len(tids))), "status must say where the thread is pinned"
     assert daemon.request("detach", pid=w.pid)["restored"] == len(tids)
     assert masks(tids) == before
     assert daemon.request("status")["targets"] == []
@@ -570,9 +571,7 @@ def test_an_unprivileged_daemon_with_ambient_capabilities_manages_root_threads(o
         w = workload(2)
         before = masks(w.all_tids())
         d.request("attach", pid=w.pid)
-        threads = wait_for(lambda: all_pinned(d, w.pid, len(w.all_tids())))
-        for tid, t in threads.items():
-            assert os.sched_getaffinity(tid) == {t["cpu"]}
+        wait_for(lambda: pinned_where_shown(d, w.pid, len(w.all_tids())))
         assert d.request("status")["daemon"]["counter_source"].startswith("perf:")
         assert "CAP_PERFMON" not in d.log_text()  # no warning: it may count other users' threads
         assert d.request("detach", pid=w.pid)["restored"] == len(before)
