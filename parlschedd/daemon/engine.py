@@ -482,12 +482,6 @@ class Engine:
             found = [p for p in found if self._owner(p) == target.caller]
         return [target.pid, *found]
 
-    def _owner(self, pid: int) -> int | None:
-        try:
-            return procfs.process_uids(pid, self.proc_root).real
-        except HostError:
-            return None
-
     def _refresh(self, target: Target, now: float) -> None:
         """Adopt the target's new threads and drop those gone: one directory listing
         per process; a thread's name is read once, when it is new."""
