@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 RUNDIR := $(CURDIR)/run
 SYSDEPS_STAMP := $(VENV)/.sysdeps-stamp
 
-.PHONY: venv sysdeps run test test-all test-slow bench fuzz clean
+.PHONY: venv sysdeps run lint test test-all test-slow bench fuzz clean
 
 venv: $(STAMP)
 
@@ -27,6 +27,11 @@ $(STAMP): pyproject.toml $(SYSDEPS_STAMP)
 run: $(STAMP)
 	mkdir -p $(RUNDIR)
 	$(VENV)/bin/parlschedd --config config/parlschedd.yaml --socket $(RUNDIR)/parlschedd.sock --state-dir $(RUNDIR)
+
+# pyflakes and bugbear (pyproject.toml [tool.ruff]): a method defined twice, an unused
+# import, a loop variable a closure does not bind. .ci/run runs it before the tests.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check parlschedd parlschedctl tests bench e2e
 
 test: $(STAMP)
 	$(PY) -m pytest

@@ -58,7 +58,7 @@ def start_daemon(tmp: Path, config: str, log: Path | None = None, nice: int = 0,
             return proc, sock
         except client.Unreachable:
             if proc.poll() is not None:
-                raise RuntimeError(f"daemon exited with {proc.returncode}")
+                raise RuntimeError(f"daemon exited with {proc.returncode}") from None
             time.sleep(0.05)
     proc.kill()
     raise RuntimeError("daemon did not start")

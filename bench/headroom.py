@@ -157,7 +157,7 @@ def main() -> None:
         for _ in range(args.reps):
             kernel.append(run_once(sc, "A", None, args.toggle_s, False))
             for k, runs in by_split.items():
-                pin = lambda proc, k=k: {"pinned": pin_workers(proc, sc["threads"], k, hog, others)}  # noqa: E731
+                pin = lambda proc, k=k, sc=sc: {"pinned": pin_workers(proc, sc["threads"], k, hog, others)}  # noqa: E731
                 runs.append({**run_once(sc, "A", None, args.toggle_s, False, during=pin), "mode": f"split-{k}"})
         row = summarise(sc, kernel, by_split)
         rows.append(row)

@@ -171,7 +171,7 @@ def test_free_is_drawn_in_proportion_to_its_prior():
 def test_free_action_is_learnt_when_it_pays_and_left_when_it_does_not():
     for free_pays in (True, False):
         s = TwoLevelScheduler([[0, 1]], LearningParams(free=True, free_prior=0.5, eps=0.2, lam=0.0, seed=2), domain_every=10)
-        p = run(s, list(range(20)), lambda c: 1.0 if (c == FREE) == free_pays else 0.1, 60)
+        p = run(s, list(range(20)), lambda c, free_pays=free_pays: 1.0 if (c == FREE) == free_pays else 0.1, 60)
         share = (p.cpus == FREE).mean()
         assert share > 0.9 if free_pays else share < 0.1
 

@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -90,7 +89,7 @@ def test_targets_exiting_during_periods(daemon):
     code = "import threading, time, sys\n" \
            "[threading.Thread(target=time.sleep, args=(9,), daemon=True).start() for _ in range(7)]\n" \
            "print('r', flush=True); time.sleep(float(sys.argv[1]))"
-    for i in range(20):
+    for _ in range(20):
         p = subprocess.Popen([sys.executable, "-c", code, f"{rng.uniform(0.05, 1.0):.3f}"], stdout=subprocess.PIPE)
         p.stdout.readline()
         daemon.request("attach", pid=p.pid)
