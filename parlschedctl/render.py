@@ -30,8 +30,7 @@ def status_table(reply: dict[str, Any]) -> str:
     if not reply["targets"]:
         lines.append("no targets")
     for t in reply["targets"]:
-        ignored = t.get("threads_ignored", 0)
-        left = f", {ignored} more not managed: left out by --threads, or set by someone else" if ignored else ""
+        left = _not_managed(t.get("threads_ignored", 0), t.get("threads_handed_over", 0))
         lines.append(f"\n{t['pid']} {printable(t['name'])} ({t['mode']}, {len(t['threads'])} threads{left})")
         lines.append(f"  {'TID':>8} {'NAME':<16} {'CPU':>4} {'DOM':>4} {'UTILITY':>12} PINNED")
         for th in t["threads"]:
@@ -40,6 +39,15 @@ def status_table(reply: dict[str, Any]) -> str:
             dom = "-" if th["domain"] is None else th["domain"]
             lines.append(f"  {th['tid']:>8} {printable(th['name'])[:16]:<16} {cpu:>4} {dom:>4} {util:>12} {'yes' if th['pinned'] else 'no'}")
     return "\n".join(lines)
+
+
+def _not_managed(ignored: int, handed_over: int) -> str:
+    """', N more not managed: ...' for a target's header; '' when every thread is managed."""
+    if not ignored:
+        return ""
+    why = [f"{n} {what}" for n, what in ((ignored - handed_over, "left out by --threads"),
+                                          (handed_over, "pinned by someone else")) if n]
+    return f", {ignored} more not managed: {', '.join(why)}"
 
 
 def progress_line(target: dict[str, Any], elapsed: float) -> str:

@@ -842,6 +842,7 @@ class Engine:
         return {
             "pid": target.pid, "name": target.name, "mode": target.mode, "uid": target.uid,
             "migrations": target.migrations, "threads_ignored": len(target.ignored),
+            "threads_handed_over": sum(tid in self.handed_over for tid in target.ignored),
             "threads": [
                 {"tid": tid, "name": target.threads[tid].name, "cpu": None if cpu < 0 else cpu,
                  "domain": None if dom < 0 else dom, "utility": None if u != u else u, "pinned": pinned,

@@ -219,6 +219,7 @@ def test_a_thread_set_by_someone_else_stays_theirs_across_a_restart(tmp_path, wo
         time.sleep(0.5)  # ten periods
         target = d2.request("status", pid=w.pid)["targets"][0]
         assert theirs not in {t["tid"] for t in target["threads"]} and target["threads_ignored"] == 1
+        assert target["threads_handed_over"] == 1  # kept across the restart, not taken for a filtered thread
         assert os.sched_getaffinity(theirs) == mask
         d2.request("detach", pid=w.pid)
         assert os.sched_getaffinity(theirs) == mask

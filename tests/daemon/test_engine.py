@@ -81,7 +81,7 @@ def test_a_thread_re_pinned_by_someone_else_is_left_to_them() -> None:
         engine.resync(time.monotonic())
         t = engine.targets[target.pid]
         assert tid not in t.threads and tid in t.ignored and tid not in engine.pinner.records
-        assert engine.describe(t)["threads_ignored"] == 1 and len(t.threads) == len(tids_of(target.pid)) - 1
+        assert engine.describe(t)["threads_ignored"] == 1 and engine.describe(t)["threads_handed_over"] == 1 and len(t.threads) == len(tids_of(target.pid)) - 1
         for _ in range(20):
             engine.tick(time.monotonic())
         assert masks([tid]) == {tid: frozenset({other})}
@@ -247,6 +247,8 @@ def test_threads_the_filter_leaves_out_are_watched_too_and_nothing_leaks(workloa
         target = engine.attach(w.pid, time.monotonic(), threads="worker[01]")
         engine.tick(time.monotonic())
         assert len(target.ignored) == 2  # the main thread and worker2
+        shown = engine.describe(target)
+        assert (shown["threads_ignored"], shown["threads_handed_over"]) == (2, 0)  # filtered, not handed over
         w.command("stop")
         for _ in range(100):
             engine.tick(time.monotonic())
