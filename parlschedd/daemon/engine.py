@@ -160,7 +160,7 @@ class Engine:
         self._unsaved: set[int] = set()  # tids adopted since the last persist: not pinned before it
         self._single = {c: frozenset({c}) for d in domains for c in d}  # pin masks, made once
         self._whole = [frozenset(d) for d in domains]  # a free thread's mask: its domain
-        self.read_errors = 0  # counter reads that failed for a thread still there
+        self.read_errors = 0  # periods a live thread was not measured: a failed read, or a PMU group multiplexed out throughout
         self._gone: dict[int, tuple[int, int, int]] = {}  # targets that exited: pid -> (uid, start time, threads)
         # threads someone else re-pinned (_hand_over): tid -> start time; in the state file,
         # so that a target attached again after a restart leaves them alone too

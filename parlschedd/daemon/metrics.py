@@ -59,7 +59,7 @@ class EngineCollector(Collector):
         managed = GaugeMetricFamily("parlsched_managed_threads", "Threads managed over all targets")
         managed.add_metric([], total)
         yield managed
-        errors = CounterMetricFamily("parlsched_counter_read_errors", "Counter reads that failed for a live thread")
+        errors = CounterMetricFamily("parlsched_counter_read_errors", "Periods a live thread was not measured: its counter read failed, or its PMU counters were multiplexed out the whole period")
         errors.add_metric([], engine.read_errors)
         yield errors
         info = InfoMetricFamily("parlsched_counter_source", "Where per-thread utilities come from")
