@@ -15,9 +15,9 @@ from parlschedd.logging import LEVELS, configure
               help=f"YAML config (default {config_mod.DEFAULT_PATH}; built-in defaults when absent).")
 # Made absolute here: the config requires socket.path to be, and the start log and the
 # state file then say where they are whatever directory the daemon was started in.
-@click.option("--socket", "socket_path", type=click.Path(dir_okay=False, resolve_path=True), default=None,
+@click.option("--socket", "socket_path", type=click.Path(resolve_path=True), default=None,
               help="Control socket path (default: the config's socket.path).")
-@click.option("--state-dir", type=click.Path(file_okay=False, resolve_path=True), default="/run/parlsched",
+@click.option("--state-dir", type=click.Path(resolve_path=True), default="/run/parlsched",
               show_default=True, help="Where the state file lives.")
 @click.option("--log-format", type=click.Choice(["console", "json"]), default="console", show_default=True)
 @click.option("--log-level", type=click.Choice(LEVELS), default="info", show_default=True)

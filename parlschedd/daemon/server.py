@@ -382,20 +382,39 @@ class Daemon:
         try:
             state = read_state(self.state_path)
         except (OSError, ValueError) as exc:
-            log.error("state file unreadable, ignoring it", path=str(self.state_path), error=str(exc))
+            self._set_aside(f"unreadable: {exc}")
             return []
-        if not state or state.get("version") != STATE_VERSION:
+        if state is None:
             return []
         try:
-            old = Pinner.from_json(state["pinner"], proc_root=self.proc_root)
-        except (KeyError, ValueError, TypeError) as exc:
-            log.error("state file malformed, ignoring it", error=str(exc))
+            if state.get("version") != STATE_VERSION:
+                raise ValueError(f"version {protocol.clip(repr(state.get('version')))}, this daemon reads {STATE_VERSION}")
+            old = Pinner.from_json(state.get("pinner"), proc_root=self.proc_root)
+        except ValueError as exc:
+            self._set_aside(str(exc))
             return []
         report = old.restore_all()
         if report.restored or report.gone or report.failed:
             log.info("recovered from previous run", restored=len(report.restored), gone=len(report.gone), failed=len(report.failed))
         self.engine.keep_handed_over(state.get("handed_over", []))
-        return [t for t in state.get("targets", []) if isinstance(t, dict)]
+        targets = state.get("targets", [])
+        if not isinstance(targets, list):
+            log.error("state file: the targets attached by hand are not a list, none is attached again",
+                      targets=protocol.clip(repr(targets)))
+            return []
+        return [t for t in targets if isinstance(t, dict)]
+
+    def _set_aside(self, why: str) -> None:
+        """A state file this daemon cannot use is renamed, not overwritten by the next
+        save: the original masks it may hold stay for an administrator to restore."""
+        aside = self.state_path.with_name(self.state_path.name + ".unusable")
+        try:
+            os.replace(self.state_path, aside)
+        except OSError as exc:
+            log.error("state file unusable, ignoring it; it will be overwritten", path=str(self.state_path), why=why,
+                      error=str(exc))
+            return
+        log.error("state file unusable, ignoring it; kept for an administrator", path=str(aside), why=why)
 
     def _reattach(self, saved: dict, now: float) -> None:
         try:

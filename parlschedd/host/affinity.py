@@ -63,8 +63,12 @@ class PinRecord:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> PinRecord:
-        return cls(int(data["start_time"]), parse_cpulist(data["original"]), parse_cpulist(data["current"]))
+    def from_json(cls, data: Any) -> PinRecord:
+        """The record :meth:`to_json` wrote; ValueError for anything else."""
+        if not (isinstance(data, Mapping) and type(data.get("start_time")) is int
+                and isinstance(data.get("original"), str) and isinstance(data.get("current"), str)):
+            raise ValueError(f"not a thread record: {data!r:.80}")
+        return cls(data["start_time"], parse_cpulist(data["original"]), parse_cpulist(data["current"]))
 
 
 AllowedCpus = Callable[[int], "frozenset[int] | None"]
@@ -297,11 +301,25 @@ class Pinner:
         return {"version": STATE_VERSION, "threads": threads}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any], **kwargs: Any) -> Pinner:
-        """A Pinner holding the records of :meth:`to_json` (``kwargs`` as for __init__)."""
-        if data.get("version") != STATE_VERSION:
-            raise ValueError(f"unsupported pinner state version {data.get('version')!r}")
-        records = {int(tid): PinRecord.from_json(rec) for tid, rec in data["threads"].items()}
+    def from_json(cls, data: Any, **kwargs: Any) -> Pinner:
+        """A Pinner holding the records of :meth:`to_json` (``kwargs`` as for __init__).
+        ValueError when ``data`` is not that state at all; a thread's record that cannot
+        be read is skipped with a warning, not the others: each is the only saved
+        original of its thread."""
+        if not isinstance(data, Mapping) or data.get("version") != STATE_VERSION:
+            version = data.get("version") if isinstance(data, Mapping) else None
+            raise ValueError(f"not a pinner state of version {STATE_VERSION} (version {version!r})")
+        threads = data.get("threads")
+        if not isinstance(threads, Mapping):
+            raise ValueError(f"the pinner state's threads are not an object: {threads!r:.80}")
+        records = {}
+        for tid, rec in threads.items():
+            try:
+                if not (tid.isascii() and tid.isdigit()):
+                    raise ValueError(f"not a thread id: {tid!r:.40}")
+                records[int(tid)] = PinRecord.from_json(rec)
+            except ValueError as exc:
+                log.warning("state file: a thread's saved mask is unreadable, skipped", tid=f"{tid:.40}", error=str(exc))
         return cls(records=records, **kwargs)
 
     def _check_identity(self, tid: int, start_time: int) -> None:

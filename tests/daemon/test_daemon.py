@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from parlschedctl import client
+from parlschedd.host import procfs
+from parlschedd.host.cpulist import format_cpulist
 from tests.conftest import PINNING, Daemon, as_user, needs_root, start_daemon, threads_of, wait_for
 
 pytestmark = needs_root
@@ -216,6 +218,48 @@ def test_sigkill_and_restart_restores_and_readopts(tmp_path, workload):
     finally:
         assert d2.stop() == 0
     assert masks(tids) == before, "stop restores the masks saved by the first daemon"
+
+
+@pytest.mark.parametrize("text", [
+    '{"version": 1, "pinner": {"version": 1, "thr',
+    '[1, 2]',
+    '{"version": 7, "pinner": {"version": 7, "threads": {}}, "targets": []}',
+    '{"version": 1, "pinner": {"version": 1, "threads": []}, "targets": []}',
+    '{"version": 1, "targets": []}',
+], ids=["truncated", "not an object", "another version", "threads a list", "no pinner"])
+def test_an_unusable_state_file_is_set_aside_and_the_daemon_starts(tmp_path, text):
+    """Not a restart loop under systemd, and not overwritten by the first save: the
+    masks it may hold stay for an administrator (state.json.unusable)."""
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "state.json").write_text(text)
+    d = start_daemon(tmp_path)
+    try:
+        d.request("ping")
+        assert (tmp_path / "state" / "state.json.unusable").read_text() == text
+        assert "state file unusable" in d.log_text()
+    finally:
+        assert d.stop() == 0
+
+
+def test_a_bad_entry_of_the_state_file_costs_only_itself(tmp_path, workload):
+    """A thread's unreadable record, or targets that are not a list, are skipped; the
+    thread whose record is sound gets its original mask back."""
+    w = workload(2)
+    tid = w.tids[0]
+    os.sched_setaffinity(tid, {min(ALL)})  # as a killed daemon left it
+    good = {"start_time": procfs.thread_start_time(tid), "original": format_cpulist(ALL), "current": str(min(ALL))}
+    state = {"version": 1, "pinner": {"version": 1, "threads": {str(tid): good, "1": "0-1", "x": good}},
+             "targets": {"pid": w.pid}, "handed_over": "none"}
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "state.json").write_text(json.dumps(state))
+    d = start_daemon(tmp_path)
+    try:
+        assert os.sched_getaffinity(tid) == ALL
+        assert d.request("status")["targets"] == []
+        log = d.log_text()
+        assert "a thread's saved mask is unreadable, skipped" in log and "none is attached again" in log
+    finally:
+        assert d.stop() == 0
 
 
 @pytest.mark.skipif(len(ALL) < 2, reason="needs 2 CPUs")

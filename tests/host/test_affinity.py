@@ -297,6 +297,22 @@ def test_state_round_trip() -> None:
         Pinner.from_json({"version": 99, "threads": {}})
 
 
+@pytest.mark.parametrize("data", [None, [], "x", {"threads": {}}, {"version": 1}, {"version": 1, "threads": []}],
+                         ids=["null", "list", "string", "no version", "no threads", "threads a list"])
+def test_a_state_that_is_not_a_pinner_state_is_refused(data) -> None:
+    with pytest.raises(ValueError):
+        Pinner.from_json(data)
+
+
+def test_an_unreadable_record_is_skipped_and_the_others_kept() -> None:
+    """Each record is the only saved original of its thread: one bad entry must not
+    lose the rest."""
+    good = {"start_time": 123, "original": "0-1", "current": "1"}
+    bad = {"x": [], "-3": good, "8": [1, 2], "9": {**good, "start_time": "123"}, "10": {**good, "original": 5},
+           "11": {**good, "current": "1-0"}, "12": good}
+    assert Pinner.from_json({"version": 1, "threads": bad}).records == {12: PinRecord(123, frozenset({0, 1}), frozenset({1}))}
+
+
 def test_pin_many_gives_one_outcome_per_move(spawn: Callable[..., Worker], cpuset: CpusetDir) -> None:
     """Moved, unchanged, exited and refused threads in one batch; the batch goes on
     past the failures and each outcome is what ``pin`` alone would give."""
