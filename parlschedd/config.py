@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from parlschedd.learning.normalize import MODES as NORMALISE_MODES
-from parlschedd.learning.params import REWARDS, LearningParams
+from parlschedd.learning.params import RANGES as LEARNING_RANGES, REWARDS, LearningParams
 from parlschedd.patterns import PatternError, compile_pattern
 from parlschedd.topology import DOMAIN_MODES
 
@@ -90,13 +90,8 @@ class Config:
 
 
 # The config's key for each LearningParams field where they differ ("lambda" is a
-# Python keyword), and each numeric field's range: (low, high, low inclusive).
+# Python keyword).
 _LEARNING_KEYS = {"lam": "lambda"}
-_LEARNING_RANGES = {
-    "eps": (0.0, 1.0, False), "lam": (0.0, 1.0, True), "nu": (0.0, 1.0, False),
-    "zeta": (0.0, 1.0, True), "gamma": (0.0, 1.0, False), "eta": (1.0, None, False),
-    "decay": (0.0, 1.0, False), "sharpness": (1.0, None, True), "free_prior": (0.0, 1.0, True),
-}
 
 
 def _looks_numeric(text: str) -> bool:
@@ -296,7 +291,7 @@ def _learning(c: _Checker, raw: Any) -> LearningParams:
         elif attr == "free":
             values[attr] = c.boolean(m, key, path, defaults.free)
         else:
-            lo, hi, inclusive = _LEARNING_RANGES[attr]
+            lo, hi, inclusive = LEARNING_RANGES[attr]
             values[attr] = c.number(m, key, path, getattr(defaults, attr), lo, hi, inclusive)
     return LearningParams(**values)
 

@@ -46,6 +46,26 @@ def test_every_error_has_its_key_path():
         assert key in errs, key
 
 
+_BOUNDS = [  # (key path, a value just out of range, the range's edge that is in it)
+    ("learning.eps", 0, 1), ("learning.lambda", -0.01, 0), ("learning.nu", 0, 1), ("learning.zeta", 1.01, 0),
+    ("learning.gamma", 0, 1), ("learning.eta", 1.0, 1.01), ("learning.decay", 1.01, 1), ("learning.decay", 0, 0.5),
+    ("learning.sharpness", 0.99, 1), ("learning.free_prior", 1.5, 1), ("rescan_s", 0, 0.01),
+    ("history_periods", 0, 1), ("metrics_max_threads", -5, 1), ("period_s", -1, 0.01),
+]
+
+
+def _nested(path, value):
+    head, _, rest = path.partition(".")
+    return {head: _nested(rest, value) if rest else value}
+
+
+@pytest.mark.parametrize("path, bad, edge", _BOUNDS, ids=[f"{p}={b}" for p, b, _ in _BOUNDS])
+def test_each_range_is_checked_at_its_edge(path, bad, edge):
+    """One bad key at a time: only that key is named, and the edge of its range passes."""
+    assert list(errors_of(_nested(path, bad))) == [path]
+    from_mapping(_nested(path, edge))
+
+
 def test_domain_period_shorter_than_period_is_refused():
     assert "domain_period_s" in errors_of({"period_s": 1.0, "domain_period_s": 0.5})
 

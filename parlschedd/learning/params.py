@@ -8,6 +8,20 @@ from parlschedd.learning.normalize import MODES
 
 REWARDS = ("thread", "target")
 
+# Each numeric parameter's range, (low, high, low inclusive; high is inclusive, None: no
+# bound): the one table LearningParams and the config's validation both check.
+RANGES: dict[str, tuple[float, float | None, bool]] = {
+    "eps": (0.0, 1.0, False), "lam": (0.0, 1.0, True), "nu": (0.0, 1.0, False),
+    "zeta": (0.0, 1.0, True), "gamma": (0.0, 1.0, False), "eta": (1.0, None, False),
+    "decay": (0.0, 1.0, False), "sharpness": (1.0, None, True), "free_prior": (0.0, 1.0, True),
+}
+
+
+def in_range(name: str, value: float) -> bool:
+    """Whether ``value`` is in :data:`RANGES`' range for parameter ``name``."""
+    lo, hi, lo_inclusive = RANGES[name]
+    return (value >= lo if lo_inclusive else value > lo) and (hi is None or value <= hi)
+
 
 @dataclass(frozen=True)
 class LearningParams:
@@ -54,19 +68,8 @@ class LearningParams:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        checks = {
-            "eps": 0.0 < self.eps <= 1.0,
-            "lam": 0.0 <= self.lam <= 1.0,
-            "nu": 0.0 < self.nu <= 1.0,
-            "zeta": 0.0 <= self.zeta <= 1.0,
-            "gamma": 0.0 < self.gamma <= 1.0,
-            "eta": self.eta > 1.0,
-            "decay": 0.0 < self.decay <= 1.0,
-            "normalise": self.normalise in MODES,
-            "sharpness": self.sharpness >= 1.0,
-            "free_prior": 0.0 <= self.free_prior <= 1.0,
-            "reward": self.reward in REWARDS,
-        }
+        checks = {name: in_range(name, getattr(self, name)) for name in RANGES}
+        checks.update(normalise=self.normalise in MODES, reward=self.reward in REWARDS)
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
             raise ValueError(f"learning parameters out of range: {', '.join(bad)} (see LearningParams)")
