@@ -45,6 +45,8 @@ def test_two_unprivileged_users_cannot_touch_each_other(open_dir):
         assert as_user(BOB, d.socket, "detach", pid=a.pid) == {"refused": "permission_denied"}
         assert as_user(BOB, d.socket, "status", pid=a.pid) == {"refused": "permission_denied"}
         assert as_user(BOB, d.socket, "status")["targets"] == []
+        assert as_user(BOB, d.socket, "history", pid=a.pid) == {"refused": "permission_denied"}
+        assert as_user(ALICE, d.socket, "history", pid=a.pid)["pid"] == a.pid
         assert len(os.sched_getaffinity(a.pid)) == 1 and a.pid in {t["pid"] for t in d.request("status")["targets"]}, \
             "Alice's target still managed"
         # the refusal for an attached-but-foreign pid equals that for a foreign pid never attached
