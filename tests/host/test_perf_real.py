@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import resource
+import struct
 import subprocess
 import sys
 import threading
@@ -330,3 +331,31 @@ def test_read_many_agrees_with_read_and_reports_gone(spawn: Callable[..., Worker
         else:  # an exited thread's perf counter keeps its final value
             assert gone == [] and values[1] > 0
         assert values[0] > 0 and values[2] > 0
+
+
+def test_read_many_scales_each_interval_of_a_multiplexed_group() -> None:
+    """This machine has no PMU, so nothing here is ever multiplexed: the reads a
+    multiplexed instructions group gives (enabled > running) are fed through a pipe in
+    place of the group's leader fd. read_many's inline path must scale them as
+    scaled_count does, interval by interval, and give NaN for an interval never on
+    the PMU."""
+    reads = [(10_000, 1_000, 1_000_000_000), (11_000, 2_000, 1_100_000_000),  # a tenth, then all the time
+             (13_000, 2_000, 1_100_000_000), (16_000, 3_000, 1_200_000_000)]  # never on it, then a third
+    counters = CounterSet(CounterSource.INSTRUCTIONS)
+    assert counters._multiplexed
+    r, w = os.pipe()
+    tid = 1  # never opened: the pipe stands in for its group
+    counters._fds[tid], counters._scaled[tid] = [r], [0, 0, 0, 0.0]
+    state, got, expected = [0, 0, 0, 0.0], [], []
+    try:
+        for enabled, running, count in reads:
+            os.write(w, struct.pack("=5Q", 2, enabled, running, count, running))  # nr, times, instructions, task-clock
+            values, gone = counters.read_many([tid])
+            assert gone == []
+            got.append(values[0])
+            expected.append(perf.scaled_count(state, enabled, running, count))
+        np.testing.assert_array_equal(got, expected)
+        assert np.isnan(got[2]) and got[3] - got[1] == 100_000_000 * 3  # unknown, then a third of the time: x3
+    finally:
+        counters.close(tid)
+        os.close(w)
