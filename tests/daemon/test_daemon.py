@@ -485,19 +485,32 @@ def test_a_rule_target_detached_by_hand_stays_detached_until_it_exits(tmp_path):
 
 
 def test_config_rule_adopts_by_name_and_releases_when_gone(tmp_path, workload):
+    """A rule adopts what it matches and nothing else; a match that exits is dropped,
+    and one the rule stops matching (after a reload) is released with its masks back."""
     w = workload(2)
     tag = f"parlsched-test-{os.getpid()}"
-    proc = tagged_sleeper(tag)
+    gone, kept = tagged_sleeper(tag), tagged_sleeper(tag)
+    before = os.sched_getaffinity(kept.pid)
+    targets = lambda: {t["pid"] for t in d.request("status")["targets"]}  # noqa: E731
     try:
         d = start_rule_daemon(tmp_path, tag)
         try:
-            wait_for(lambda: proc.pid in {t["pid"] for t in d.request("status")["targets"]})
-            assert w.pid not in {t["pid"] for t in d.request("status")["targets"]}
+            wait_for(lambda: targets() == {gone.pid, kept.pid})
+            assert w.pid not in targets()
+            wait_for(lambda: all(t["pinned"] for t in threads_of(d, kept.pid).values()))
+            gone.kill()
+            gone.wait()
+            wait_for(lambda: targets() == {kept.pid})
+            d.config.write_text(d.config.read_text().replace(tag, tag + "-no-longer"))
+            d.request("reload")
+            wait_for(lambda: targets() == set())
+            assert os.sched_getaffinity(kept.pid) == before
         finally:
             d.stop()
     finally:
-        proc.kill()
-        proc.wait()
+        for p in (gone, kept):
+            p.kill()
+            p.wait()
 
 
 NAMED_IN_LATIN1 = """
