@@ -220,6 +220,31 @@ def test_sigkill_and_restart_restores_and_readopts(tmp_path, workload):
     assert masks(tids) == before, "stop restores the masks saved by the first daemon"
 
 
+def test_no_thread_is_pinned_while_the_state_file_cannot_be_written(tmp_path, workload):
+    """The original masks go to disk before any pin: while the write fails (a directory
+    where state.json goes, which even root cannot replace), the threads stay as they
+    are; once it succeeds they are pinned."""
+    d = start_daemon(tmp_path)
+    w = workload(3)
+    tids = w.all_tids()
+    before = masks(tids)
+    blocker = tmp_path / "state" / "state.json"
+    blocker.unlink(missing_ok=True)
+    (blocker / "in-the-way").mkdir(parents=True)
+    try:
+        d.request("attach", pid=w.pid)
+        wait_for(lambda: "state file not written" in d.log_text())
+        time.sleep(0.3)  # six periods
+        assert masks(tids) == before and not any(t["pinned"] for t in threads_of(d, w.pid).values())
+        shutil.rmtree(blocker)
+        wait_for(lambda: all_pinned(d, w.pid, len(tids)))
+        assert masks(tids) != before or len(ALL) == 1
+    finally:
+        shutil.rmtree(blocker, ignore_errors=True)
+        assert d.stop() == 0
+    assert masks(tids) == before
+
+
 @pytest.mark.parametrize("text", [
     '{"version": 1, "pinner": {"version": 1, "thr',
     '[1, 2]',
