@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from parlschedd.energy.estimator import EnergyTimeModel, parameter_names
-from parlschedd.energy.fitting import (PENALTY, DESettings, GASettings, Problem, energy_bounds, energy_cost,
-                                       feasible, fit_once, from_ratio, leave_one_out, project_time, ratio_bounds,
-                                       time_bounds)
+from parlschedd.energy.fitting import (PENALTY, DESettings, GASettings, Problem, _seeds, energy_bounds, energy_cost,
+                                       feasible, fit_once, fit_repeated, from_ratio, leave_one_out, predict,
+                                       project_time, ratio_bounds, time_bounds)
 from parlschedd.energy.model import EnergyParams, TimeParams, timing
 
 QUICK_GA = GASettings(individuals=40, generations=15)
@@ -102,8 +102,13 @@ def test_estimator_validates(hpmoon, measured):
 def test_leave_one_out_predicts_every_configuration(hpmoon, measured):
     p = Problem.from_measurements(hpmoon, measured)
     p = Problem(hpmoon, p.nsp[:8], p.time_s[:8], p.energy_wh[:8])
-    out = leave_one_out(p, "de", 0, de=DESettings(10, 8, 20, 8))
+    settings = DESettings(10, 8, 20, 8)
+    out = leave_one_out(p, "de", 0, de=settings)
     assert out.time_s.shape == (8,) and np.all(out.time_s > 0) and np.isfinite(out.nrmse_energy)
+    k = 3  # its prediction is that of a fit on the other seven, with the seed leave_one_out gave it
+    rest = fit_repeated(p.without(k), "de", 1, _seeds(0, 8)[k], de=settings)
+    t, e = predict(p, rest.fits[rest.best], p.nsp[k:k + 1])
+    assert (out.time_s[k], out.energy_wh[k]) == (t[0], e[0])
 
 
 @pytest.mark.slow
