@@ -320,15 +320,22 @@ def test_a_thread_set_by_someone_else_stays_theirs_across_a_restart(tmp_path, wo
 
 
 def test_restart_after_target_exit_touches_nothing(tmp_path, workload):
+    """The saved threads are all found gone (none restored, none failed) and the
+    target is not attached again."""
     d = start_daemon(tmp_path)
     w = workload(2)
+    n = len(w.all_tids())
     d.request("attach", pid=w.pid)
-    wait_for(lambda: all_pinned(d, w.pid))
+    wait_for(lambda: all_pinned(d, w.pid, n))
     d.stop(signal.SIGKILL)
     w.close()
+    log_before = len(d.log_text())
     d2 = start_daemon(tmp_path)
     try:
         assert d2.request("status")["targets"] == []
+        lines = [json.loads(line) for line in d2.log_text()[log_before:].splitlines() if line.startswith("{")]
+        recovered = next(e for e in lines if e["event"] == "recovered from previous run")
+        assert (recovered["restored"], recovered["gone"], recovered["failed"]) == (0, n, 0)
     finally:
         d2.stop()
 

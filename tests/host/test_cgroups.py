@@ -120,7 +120,6 @@ def test_task_cpus_on_v2(tmp_path: Path) -> None:
 
 def test_smoke_on_this_host() -> None:
     layout = cgroups.detect_layout()
-    assert layout in set(Layout)
     lines = cgroups.memberships(os.getpid())
     assert any(m.is_v2 for m in lines) or layout is Layout.V1
     allowed = cgroups.task_cpus(os.getpid())
