@@ -319,6 +319,39 @@ def test_a_thread_set_by_someone_else_stays_theirs_across_a_restart(tmp_path, wo
         d2.stop()
 
 
+def test_sigint_stops_as_sigterm_does_and_restores(daemon, workload):
+    w = workload(2)
+    tids = w.all_tids()
+    before = masks(tids)
+    daemon.request("attach", pid=w.pid)
+    wait_for(lambda: all_pinned(daemon, w.pid, len(tids)))
+    assert daemon.stop(signal.SIGINT) == 0
+    assert masks(tids) == before
+
+
+@pytest.mark.skipif(len(ALL) < 2, reason="needs 2 CPUs to tell a pin from the original")
+def test_restore_on_exit_false_leaves_the_pins_and_the_next_start_restores_them(tmp_path, workload):
+    """restore_on_exit: false keeps the pins past a stop; the state file still holds the
+    originals, which the next start puts back before it attaches the target again."""
+    (tmp_path / "parlschedd.yaml").write_text("period_s: 0.05\nrestore_on_exit: false\n" + PINNING)
+    d = start_daemon(tmp_path)
+    w = workload(2)
+    tids = w.all_tids()
+    before = masks(tids)
+    d.request("attach", pid=w.pid)
+    wait_for(lambda: all_pinned(d, w.pid, len(tids)))
+    assert d.stop() == 0
+    left = masks(tids)
+    assert all(len(m) == 1 for m in left.values()), "pins left as they were"
+    (tmp_path / "parlschedd.yaml").write_text("period_s: 0.05\n" + PINNING)
+    d2 = start_daemon(tmp_path)
+    try:
+        assert w.pid in {t["pid"] for t in d2.request("status")["targets"]}, "attached again"
+    finally:
+        assert d2.stop() == 0
+    assert masks(tids) == before, "the originals saved by the first daemon"
+
+
 def test_restart_after_target_exit_touches_nothing(tmp_path, workload):
     """The saved threads are all found gone (none restored, none failed) and the
     target is not attached again."""
@@ -619,6 +652,40 @@ def test_a_rule_match_whose_attach_hits_a_bug_is_left_alone_and_the_rest_attache
         for proc in (buggy, fine):
             proc.kill()
             proc.wait()
+
+
+REQUEST_FAULT = """
+import os
+from parlschedd.daemon import engine
+real = engine.Engine.detach
+def detach(self, pid, *args, **kwargs):  # fault injection: a bug in serving one request
+    if pid == int(os.environ["PARLSCHED_FAULT_PID"]):
+        raise RuntimeError("injected")
+    return real(self, pid, *args, **kwargs)
+engine.Engine.detach = detach
+"""
+
+
+def test_a_request_that_hits_a_bug_is_answered_internal_and_the_daemon_goes_on(tmp_path, workload, monkeypatch):
+    """Fault injection (a sitecustomize in the daemon): serving detach raises. The
+    client gets the structured ``internal`` error (exit 1 from parlschedctl), the
+    traceback goes to the log, and the next requests are served."""
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(REQUEST_FAULT)
+    w = workload(2)
+    monkeypatch.setenv("PYTHONPATH", str(inject))
+    monkeypatch.setenv("PARLSCHED_FAULT_PID", str(w.pid))
+    d = start_daemon(tmp_path)
+    try:
+        d.request("attach", pid=w.pid)
+        with pytest.raises(client.Refused) as e:
+            d.request("detach", pid=w.pid)
+        assert e.value.code == "internal" and "RuntimeError" in str(e.value)
+        assert "request failed" in d.log_text() and "injected" in d.log_text()
+        assert w.pid in {t["pid"] for t in d.request("status")["targets"]}
+    finally:
+        assert d.stop() == 0
 
 
 NOBODY = 65534
