@@ -74,3 +74,26 @@ def test_a_refused_continue_is_the_daemons_error(tmp_path):
           b'{"ok":false,"error":{"code":"bad_request","message":"continue: no reply"}}\n')
     with pytest.raises(client.Refused, match="continue: no reply"):
         client.request(str(tmp_path / "s"), "status", timeout=5)
+
+
+def test_a_peer_that_never_answers_times_out(tmp_path):
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(tmp_path / "s"))
+    listener.listen(1)  # connected by the backlog, never accepted: nothing is ever read or sent
+    with listener, pytest.raises(client.Unreachable, match="did not answer within 0.3 s"):
+        client.request(str(tmp_path / "s"), "ping", timeout=0.3)
+
+
+def test_a_peer_that_closes_without_answering_is_unreachable(tmp_path):
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(tmp_path / "t"))
+    listener.listen(1)
+
+    def close_at_once() -> None:
+        conn, _ = listener.accept()
+        conn.recv(100)
+        conn.close()
+
+    threading.Thread(target=close_at_once, daemon=True).start()
+    with listener, pytest.raises(client.Unreachable, match="closed the connection"):
+        client.request(str(tmp_path / "t"), "ping", timeout=5)
