@@ -11,12 +11,15 @@ of that configuration is then NaN and only time can be fitted.
 from __future__ import annotations
 
 import csv
+import io
 import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from parlschedd.atomicfile import replace_text
 
 _REPEAT = re.compile(r"^(time_s|energy_wh)_r(\d+)$")
 _KNOWN = {"nsp", "time_s_mean", "energy_wh_mean", "baseline_time_s", "baseline_energy_wh"}
@@ -141,7 +144,8 @@ def load_measurements(path: str | Path) -> Measurements:
 
 
 def write_measurements(path: str | Path, nsp: np.ndarray, time_reps: np.ndarray, energy_reps: np.ndarray) -> None:
-    """Write repetitions and their means; NaN energies become empty cells."""
+    """Write repetitions and their means; NaN energies become empty cells. The file is
+    replaced whole, so an interrupted write leaves the previous one."""
     reps = time_reps.shape[1]
     header = (["nsp"] + [f"time_s_r{r + 1}" for r in range(reps)] + [f"energy_wh_r{r + 1}" for r in range(reps)]
               + ["time_s_mean", "energy_wh_mean"])
@@ -149,9 +153,10 @@ def write_measurements(path: str | Path, nsp: np.ndarray, time_reps: np.ndarray,
     def fmt(x: float) -> str:
         return "" if math.isnan(x) else f"{x:.6g}"
 
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(header)
-        for k, t, e in zip(nsp, time_reps, energy_reps, strict=True):
-            e_mean = math.nan if np.any(np.isnan(e)) else float(np.mean(e))
-            w.writerow([int(k), *map(fmt, t), *map(fmt, e), fmt(float(np.mean(t))), fmt(e_mean)])
+    text = io.StringIO()
+    w = csv.writer(text)
+    w.writerow(header)
+    for k, t, e in zip(nsp, time_reps, energy_reps, strict=True):
+        e_mean = math.nan if np.any(np.isnan(e)) else float(np.mean(e))
+        w.writerow([int(k), *map(fmt, t), *map(fmt, e), fmt(float(np.mean(t))), fmt(e_mean)])
+    replace_text(path, text.getvalue())

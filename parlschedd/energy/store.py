@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from parlschedd.atomicfile import replace_text
 from parlschedd.energy.baseline import BaselineModel
 from parlschedd.energy.cluster import Cluster, ClusterError, cluster_to_dict, parse_cluster
 from parlschedd.energy.estimator import EnergyTimeModel
@@ -50,7 +51,8 @@ def json_safe(value: Any) -> Any:
 
 
 def save_params(path: str | Path, document: dict[str, Any]) -> None:
-    Path(path).write_text(json.dumps(json_safe(document), indent=2, allow_nan=False) + "\n")
+    """Replace ``path`` whole: a fit interrupted while writing leaves the old file."""
+    replace_text(path, json.dumps(json_safe(document), indent=2, allow_nan=False) + "\n")
 
 
 def load_params(path: str | Path) -> Fitted:
