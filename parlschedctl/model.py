@@ -18,11 +18,11 @@ import click
 import numpy as np
 
 from parlschedd.energy.baseline import BaselineModel
-from parlschedd.energy.cluster import ClusterError, load_cluster
+from parlschedd.energy.cluster import Cluster, ClusterError, load_cluster
 from parlschedd.energy.estimator import EnergyTimeModel
 from parlschedd.energy.fitting import METHODS, Problem, leave_one_out
 from parlschedd.energy.measure import POWERCAP_ROOT, MeasureError, measure, rapl_zones
-from parlschedd.energy.measurements import MeasurementsError, load_measurements, write_measurements
+from parlschedd.energy.measurements import Measurements, MeasurementsError, load_measurements, write_measurements
 from parlschedd.energy.metrics import OBJECTIVES, nrmse, objective, relative_errors
 from parlschedd.energy.model import MASTER_POWER, SUBPOP_SIZES
 from parlschedd.energy.store import Fitted, ParamsError, json_safe, load_params, params_document, save_params
@@ -55,6 +55,7 @@ class NspRange(click.ParamType):
 
 
 NSP = NspRange()
+NEAR_BEST = 0.01  # recommend: candidates predicted this close to the best are named beside it
 MAX_NSP = 1 << 20  # far above any GA's population, and a set of that many ints is small
 
 
@@ -79,10 +80,34 @@ def fails_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except FAILURES as exc:
-            click.echo(f"parlschedctl model: {exc}", err=True)
+            click.echo(f"parlschedctl model: {_said(exc)}", err=True)
             sys.exit(1)
 
     return wrapper
+
+
+def _said(exc: Exception) -> str:
+    """An OSError as 'PATH: reason' (its str is '[Errno 2] No such file or directory: PATH')."""
+    if isinstance(exc, OSError) and exc.strerror:
+        where = exc.filename if exc.filename is not None else "cannot write"
+        return f"{where}: {exc.strerror}"
+    return str(exc)
+
+
+def _check_measured(cluster: Cluster, m: Measurements, data_path: str) -> None:
+    """Measured NSp above run.individuals would be subpopulations of no individual: the
+    model's figures there are meaningless (``_candidates`` refuses them as --nsp)."""
+    individuals = cluster.run.individuals
+    above = [int(k) for k in m.nsp if k > individuals]
+    if above:
+        raise ValueError(f"{data_path}: nsp {', '.join(map(str, above))} above the cluster's run.individuals "
+                         f"({individuals}): each subpopulation needs at least one individual")
+
+
+def _not_an_input(out_path: str, *inputs: str) -> None:
+    for given in inputs:
+        if Path(out_path).resolve() == Path(given).resolve():
+            raise ValueError(f"--out {out_path} is an input of this command; writing there would replace it")
 
 
 def progress_printer(label: str, quiet: bool) -> Callable[[int, int], None] | None:
@@ -131,8 +156,10 @@ def fit(cluster_path: str, data_path: str, method: str, repeat: int, seed: int |
         master_power: str, generations: int | None, loo: bool, out_path: str | None, as_json: bool) -> None:
     """Fit the proposed model and the baseline to measured runs."""
     if out_path:
+        _not_an_input(out_path, cluster_path, data_path)
         check_writable(out_path)
     cluster, m = load_cluster(cluster_path), load_measurements(data_path)
+    _check_measured(cluster, m, data_path)
     if len(m.nsp) < 2:
         raise ValueError(f"{data_path}: {len(m.nsp)} configuration measured; a fit needs at least 2")
     energy = m.energy_wh if m.has_energy else None
@@ -213,6 +240,7 @@ def _cell(x: float | None) -> str:
 def validate(params_path: str, data_path: str, as_json: bool) -> None:
     """NRMSE of time and energy against measurements, and per-NSp relative errors."""
     fitted, m = load_params(params_path), load_measurements(data_path)
+    _check_measured(fitted.cluster, m, data_path)
     models = {"proposed": fitted.model.predict(m.nsp), "baseline": fitted.baseline.predict(m.nsp)}
     if m.baseline_time_s is not None:
         stored_e = m.baseline_energy_wh if m.baseline_energy_wh is not None else np.full(len(m.nsp), np.nan)
@@ -264,8 +292,10 @@ def plot(params_path: str, data_path: str, out_path: str) -> None:
 
     check_figure(out_path)
     fitted, m = load_params(params_path), load_measurements(data_path)
-    figure3(out_path, m, fitted.model.predict(m.nsp), fitted.baseline.predict(m.nsp),
-            title=f"{Path(data_path).name}: proposed model (NRMSE time {fitted.model.nrmse_time_:.3f}) vs baseline")
+    _check_measured(fitted.cluster, m, data_path)
+    proposed = fitted.model.predict(m.nsp)
+    figure3(out_path, m, proposed, fitted.baseline.predict(m.nsp),  # the error on the data plotted, not the fit's
+            title=f"{Path(data_path).name}: proposed model (NRMSE time {float(nrmse(proposed[0], m.time_s)):.3f}) vs baseline")
     click.echo(f"wrote {out_path}")
 
 
@@ -283,13 +313,23 @@ def recommend(params_path: str, goal: str, nsp: tuple[int, ...] | None, as_json:
     t, e = fitted.model.predict(ks)
     if goal != "time" and np.all(np.isnan(e)):
         raise ValueError(f"{params_path}: fitted without energies; only --objective time is possible")
-    best = int(np.nanargmin(objective(goal, t, e)))
-    doc = {"objective": goal, "nsp": int(ks[best]), "time_s": float(t[best]), "energy_wh": _floats(e[best:best + 1])[0]}
+    value = objective(goal, t, e)
+    best = int(np.nanargmin(value))
+    near = [int(k) for k, v in zip(ks, value, strict=True) if k != ks[best] and v <= value[best] * (1 + NEAR_BEST)]
+    doc = {"objective": goal, "nsp": int(ks[best]), "time_s": float(t[best]), "energy_wh": _floats(e[best:best + 1])[0],
+           "near_best": near, "near_best_within": NEAR_BEST}
     energy_text = "" if doc["energy_wh"] is None else f", {doc['energy_wh']:.2f} Wh"
-    _emit(as_json, doc, f"best nsp for {goal}: {doc['nsp']} (predicted {doc['time_s']:.1f} s{energy_text})")
+    text = f"best nsp for {goal}: {doc['nsp']} (predicted {doc['time_s']:.1f} s{energy_text})"
+    if near:
+        errors = {"time": f"time NRMSE {fitted.model.nrmse_time_:.3f}", "energy": f"energy NRMSE {fitted.model.nrmse_energy_:.3f}"}
+        said = errors.get(goal, f"{errors['time']}, {errors['energy']}")
+        text += (f"\nwithin {NEAR_BEST:.0%} of it: nsp {', '.join(map(str, near))}; the model cannot tell these apart "
+                 f"(its {said} on the runs it was fitted to), so measure them before choosing")
+    _emit(as_json, doc, text)
 
 
-@model.command("measure", context_settings={"ignore_unknown_options": True})
+# Everything from CMD on is CMD's: its own options (--out x{nsp}) must not be taken as ours.
+@model.command("measure", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--nsp", type=NSP, required=True, help="Configurations to run, e.g. 1-32.")
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="CSV to write.")
@@ -306,7 +346,7 @@ def measure_cmd(nsp: tuple[int, ...], repeat: int, out_path: str, powercap_root:
     if not zones:
         click.echo(f"parlschedctl model: no readable RAPL zones under {powercap_root}; energy left empty "
                    "(time-only fitting still works)", err=True)
-    write_measurements(out_path, np.empty(0, dtype=int), np.empty((0, repeat)), np.empty((0, repeat)))  # writable?
+    check_writable(out_path)  # an existing file is left as it is until the first configuration is measured
     times, energies = [], []
     try:
         for t, e in measure(cmd, nsp, repeat, zones, progress_printer("run", False)):

@@ -201,4 +201,81 @@ def test_measure_keeps_the_configurations_run_before_a_failure(tmp_path):
     marker = tmp_path / "ran"
     r = CliRunner().invoke(cli, ["model", "measure", "--nsp", "1", "--out", str(tmp_path / "no" / "m.csv"),
                                  "--powercap-root", str(tmp_path / "none"), "--", "touch", str(marker)])
-    assert r.exit_code == 1 and "No such file or directory" in r.output and not marker.exists()
+    assert r.exit_code == 1 and f"{tmp_path / 'no' / 'm.csv'}: cannot write: no directory" in r.output
+    assert not marker.exists()
+
+
+def test_measure_leaves_an_existing_out_until_a_configuration_is_measured(tmp_path):
+    """A typo in CMD cost the measurements already in --out (truncated at the start)."""
+    out = tmp_path / "keep.csv"
+    out.write_text(MEASUREMENTS_CSV.read_text())
+    r = CliRunner().invoke(cli, ["model", "measure", "--nsp", "1-3", "--out", str(out), "--powercap-root",
+                                 str(tmp_path / "none"), "--", str(tmp_path / "no-such-program"), "{nsp}"])
+    assert r.exit_code == 1 and out.read_text() == MEASUREMENTS_CSV.read_text()
+
+
+def test_measure_leaves_the_options_after_cmd_to_cmd(tmp_path):
+    """Without --, CMD's own --out was taken as measure's: `true` ran and a file named
+    x{nsp} was written."""
+    out, seen = tmp_path / "m.csv", tmp_path / "args"
+    script = f"import sys; open({str(seen)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')"
+    r = CliRunner().invoke(cli, ["model", "measure", "--nsp", "1-2", "--out", str(out), "--powercap-root",
+                                 str(tmp_path / "none"), sys.executable, "-c", script, "--out", "x{nsp}", "--nsp", "{nsp}"])
+    assert r.exit_code == 0, r.output
+    assert seen.read_text().splitlines() == ["--out x1 --nsp 1", "--out x2 --nsp 2"]
+    assert [line.split(",")[0] for line in out.read_text().splitlines()[1:]] == ["1", "2"]
+
+
+def test_recommend_names_the_candidates_the_model_cannot_tell_from_the_best(params):
+    doc = json.loads(run("model", "recommend", "--params", str(params), "--json").output)
+    predicted = {p["nsp"]: p["time_s"] for p in
+                 json.loads(run("model", "predict", "--params", str(params), "--json").output)["predictions"]}
+    best = predicted[doc["nsp"]]
+    assert doc["near_best"] == [k for k, t in predicted.items() if k != doc["nsp"] and t <= best * 1.01]
+    text = run("model", "recommend", "--params", str(params)).output
+    assert ("the model cannot tell these apart" in text) == bool(doc["near_best"])
+
+
+def test_measured_nsp_without_individuals_are_refused(params, tmp_path):
+    """fit, validate and plot took NSp above run.individuals (subpopulations of no one:
+    a fit of NRMSE 0.63 / 2.13), which predict refuses."""
+    small = tmp_path / "small.yaml"
+    small.write_text(CLUSTER_YAML.read_text().replace("individuals: ", "individuals: 10  # was ", 1)
+                     .replace("[1, 32]", "[1, 10]"))
+    r = CliRunner().invoke(cli, ["model", "fit", "--cluster", str(small), "--data", str(MEASUREMENTS_CSV), *QUICK])
+    assert r.exit_code == 1 and "nsp 11, 12" in r.output and "above the cluster's run.individuals (10)" in r.output
+    doc = json.loads(params.read_text())
+    doc["cluster"]["run"].update(individuals=10, subpopulations=[1, 10])
+    narrow = tmp_path / "narrow.json"
+    narrow.write_text(json.dumps(doc))
+    for command in (["validate"], ["plot", "--out", str(tmp_path / "f.png")]):
+        r = CliRunner().invoke(cli, ["model", *command, "--params", str(narrow), "--data", str(MEASUREMENTS_CSV)])
+        assert r.exit_code == 1 and "above the cluster's run.individuals (10)" in r.output, r.output
+
+
+def test_fit_out_may_not_be_an_input(tmp_path):
+    data = tmp_path / "m.csv"
+    data.write_text(MEASUREMENTS_CSV.read_text())
+    r = CliRunner().invoke(cli, ["model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(data),
+                                 "--out", str(data), *QUICK])
+    assert r.exit_code == 1 and "is an input of this command" in r.output
+    assert data.read_text() == MEASUREMENTS_CSV.read_text()
+
+
+def test_plot_title_gives_the_error_on_the_data_plotted(params, tmp_path, monkeypatch):
+    """It gave the fit's NRMSE whatever the data (0.047 on a subset for 0.999 on all)."""
+    from parlschedd.energy import plot as plot_mod
+
+    lines = MEASUREMENTS_CSV.read_text().splitlines()
+    subset, fitted = tmp_path / "every-4th.csv", tmp_path / "p.json"
+    subset.write_text("\n".join([lines[0], *lines[4::4]]) + "\n")
+    assert run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(subset), "--out", str(fitted),
+               *QUICK).exit_code == 0
+    titles = []
+    monkeypatch.setattr(plot_mod, "figure3", lambda *args, title: titles.append(title))  # the title, not a PNG
+    validated = json.loads(run("model", "validate", "--params", str(fitted), "--data", str(MEASUREMENTS_CSV),
+                               "--json").output)["models"]["proposed"]["nrmse_time"]
+    assert round(validated, 3) != round(json.loads(fitted.read_text())["fit"]["nrmse"]["time"], 3)
+    assert run("model", "plot", "--params", str(fitted), "--data", str(MEASUREMENTS_CSV),
+               "--out", str(tmp_path / "f.png")).exit_code == 0
+    assert f"NRMSE time {validated:.3f}" in titles[0]
