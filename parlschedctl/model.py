@@ -56,7 +56,10 @@ class NspRange(click.ParamType):
 
 NSP = NspRange()
 NEAR_BEST = 0.01  # recommend: candidates predicted this close to the best are named beside it
-MAX_NSP = 1 << 20  # far above any GA's population, and a set of that many ints is small
+# Far above any GA's split of its population (the paper's: 1-32); the simulated
+# distribution (Algorithm 1) of every NSp up to it takes seconds, its cost growing with
+# the square of the range.
+MAX_NSP = 10_000
 
 
 def _candidates(fitted: Fitted, nsp: tuple[int, ...] | None) -> np.ndarray:

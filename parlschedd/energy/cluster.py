@@ -116,7 +116,9 @@ class _Reader:
         return {}
 
     def number(self, data: Mapping[str, Any], key: str, path: str, *, integer: bool = False,
-               low: float | None = None, high: float | None = None, required: bool = True) -> Any:
+               low: float | None = None, high: float | None = None, above: float | None = None,
+               required: bool = True) -> Any:
+        """The value at ``key``: low and high inclusive bounds, ``above`` an exclusive one."""
         where = f"{path}.{key}" if path else key
         if key not in data:
             if required:
@@ -131,6 +133,9 @@ class _Reader:
         if (low is not None and value < low) or (high is not None and value > high):
             bounds = f">= {low}" if high is None else f"in [{low}, {high}]"
             self.errors.append((where, f"must be {kind} {bounds}, got {value!r}"))
+            return None
+        if above is not None and value <= above:
+            self.errors.append((where, f"must be {kind} > {above:g}, got {value!r}"))
             return None
         return int(value) if integer else float(value)
 
@@ -176,7 +181,7 @@ def _device(r: _Reader, raw: Any, path: str, index: int) -> Device | None:
         return None
     cu = r.number(d, "compute_units", path, integer=True, low=1)
     f = r.number(d, "frequency_hz", path, low=1.0)
-    tdp = r.number(d, "tdp_w", path, low=0.0)
+    tdp = r.number(d, "tdp_w", path, above=0.0)  # the power parameters' bounds are fractions of it
     name = r.text(d, "name", path, f"dev{index + 1}")
     kind = r.text(d, "kind", path, "cpu")
     return None if None in (cu, f, tdp) else Device(name, kind, cu, f, tdp)
@@ -216,8 +221,8 @@ def parse_cluster(data: Any, source: str = "<cluster>") -> Cluster:
     run = _run(r, top) if top else None
     master = r.mapping(top.get("master", {}), "master")
     switch = r.mapping(top.get("switch", {}), "switch")
-    master_tdp = r.number(master, "tdp_w", "master", low=0.0)
-    switch_tdp = r.number(switch, "tdp_w", "switch", low=0.0)
+    master_tdp = r.number(master, "tdp_w", "master", above=0.0)
+    switch_tdp = r.number(switch, "tdp_w", "switch", above=0.0)
     threads = r.number(master, "cpu_threads", "master", integer=True, low=1, required=False)
     freq = r.number(master, "frequency_hz", "master", low=1.0, required=False)
     nodes = _nodes(r, top) if top else ()

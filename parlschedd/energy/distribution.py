@@ -37,7 +37,8 @@ def distribute(t1: np.ndarray, nsp: np.ndarray | int) -> tuple[np.ndarray, np.nd
     counts = np.zeros(flat.shape, dtype=np.int64)
     last = np.full(flat.shape, -1)  # step at which each device last received work
     steps = int(nsp.max(initial=0))
-    active = np.count_nonzero(nsp[None, :] > np.arange(steps)[:, None], axis=1)  # rows still distributing
+    # rows still distributing at each step (those with nsp > step), without a steps x rows matrix
+    active = nsp.size - np.searchsorted(np.sort(nsp), np.arange(steps), side="right")
     all_rows = np.arange(len(flat))
     for step, n in enumerate(active.tolist()):
         tot, rows = total[:n], all_rows[:n]

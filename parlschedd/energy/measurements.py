@@ -77,6 +77,9 @@ def _mean(stored: float, reps: list[float]) -> float:
 
 def parse_measurements(rows: list[dict[str, str]], header: list[str], source: str) -> Measurements:
     """Validate CSV rows (line numbers count the header as line 1)."""
+    if "" in header:
+        raise MeasurementsError(source, 1, f"column {header.index('') + 1} has no name (a trailing comma, as "
+                                "spreadsheets export?); remove it")
     unknown = [c for c in header if c not in _KNOWN and not _REPEAT.match(c)]
     if unknown:
         raise MeasurementsError(source, 1, f"unknown column(s) {', '.join(unknown)}; expected nsp, "

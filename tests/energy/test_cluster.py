@@ -46,6 +46,20 @@ def test_every_error_is_reported_with_its_key_path(tmp_path):
     assert keys["colour"] == "unknown key"
 
 
+def test_a_tdp_of_zero_is_refused_where_it_would_break_the_fit():
+    """tdp_w: 0 passed, then the GA crashed (ZeroDivisionError in a zero-width bound)
+    and DE's power parameters had nowhere to go."""
+    bad = copy.deepcopy(TINY)
+    bad["nodes"][0]["devices"][0]["tdp_w"] = 0
+    bad["switch"]["tdp_w"] = 0
+    bad["master"]["tdp_w"] = -5
+    with pytest.raises(ClusterError) as err:
+        parse_cluster(bad)
+    keys = dict(err.value.errors)
+    assert keys["nodes[0].devices[0].tdp_w"] == "must be a number > 0, got 0"
+    assert keys["switch.tdp_w"] == "must be a number > 0, got 0" and keys["master.tdp_w"].endswith("got -5")
+
+
 def test_missing_nodes_and_run():
     with pytest.raises(ClusterError) as err:
         parse_cluster({"master": {"tdp_w": 1}, "switch": {"tdp_w": 1}})
