@@ -22,7 +22,8 @@ from parlschedd.energy.cluster import Cluster, ClusterError, load_cluster
 from parlschedd.energy.estimator import EnergyTimeModel
 from parlschedd.energy.fitting import METHODS, Problem, leave_one_out
 from parlschedd.energy.measure import POWERCAP_ROOT, MeasureError, measure, rapl_zones
-from parlschedd.energy.measurements import Measurements, MeasurementsError, load_measurements, write_measurements
+from parlschedd.energy.measurements import (MIN_ENERGY_ROWS, Measurements, MeasurementsError, load_measurements,
+                                            write_measurements)
 from parlschedd.energy.metrics import OBJECTIVES, nrmse, objective, relative_errors
 from parlschedd.energy.model import MASTER_POWER, SUBPOP_SIZES
 from parlschedd.energy.store import Fitted, ParamsError, json_safe, load_params, params_document, save_params
@@ -166,9 +167,14 @@ def fit(cluster_path: str, data_path: str, method: str, repeat: int, seed: int |
     if len(m.nsp) < 2:
         raise ValueError(f"{data_path}: {len(m.nsp)} configuration measured; a fit needs at least 2")
     energy = m.energy_wh if m.has_energy else None
+    rows = np.isfinite(m.energy_wh)
     if energy is None:
-        click.echo(f"parlschedctl model: {data_path}: energy not measured for every NSp; fitting time only",
-                   err=True)
+        click.echo(f"parlschedctl model: {data_path}: energy measured for {np.count_nonzero(rows)} NSp, "
+                   f"the energy phase needs {MIN_ENERGY_ROWS}; fitting time only", err=True)
+    elif not rows.all():
+        missing = ", ".join(str(int(k)) for k in m.nsp[~rows])
+        click.echo(f"parlschedctl model: {data_path}: no energy for nsp {missing}; the energy phase fits the "
+                   f"other {np.count_nonzero(rows)}", err=True)
     est = EnergyTimeModel(cluster, method, repeat, seed, rounding, master_power, generations)
     est.fit(m.nsp, m.time_s, energy, progress=progress_printer("fit", as_json))
     base = BaselineModel(cluster, rounding).fit(m.nsp, m.time_s, energy)
@@ -180,7 +186,7 @@ def fit(cluster_path: str, data_path: str, method: str, repeat: int, seed: int |
         "nrmse_mean": {"time": float(np.mean([f.nrmse_time for f in reps])),
                        "energy": _floats(np.array([np.mean([f.nrmse_energy for f in reps])]))[0]},
         "baseline_nrmse": {"time": float(nrmse(bt, m.time_s)),
-                           "energy": None if energy is None else float(nrmse(be, energy))},
+                           "energy": None if energy is None else float(nrmse(be[rows], energy[rows]))},
         "fit_seconds": round(sum(f.seconds for f in reps), 3),
     }
     if loo:
@@ -250,10 +256,10 @@ def validate(params_path: str, data_path: str, as_json: bool) -> None:
         models["baseline_stored"] = (m.baseline_time_s, stored_e)
     doc: dict[str, Any] = {"data": data_path, "models": {}}
     for name, (t, e) in models.items():
-        ok_e = m.has_energy and np.all(np.isfinite(e))
+        rows = np.isfinite(m.energy_wh) & np.isfinite(e)  # the NSp with a measured and a predicted energy
         doc["models"][name] = {
             "nrmse_time": float(nrmse(t, m.time_s)),
-            "nrmse_energy": float(nrmse(e, m.energy_wh)) if ok_e else None,
+            "nrmse_energy": float(nrmse(e[rows], m.energy_wh[rows])) if np.count_nonzero(rows) >= MIN_ENERGY_ROWS else None,
             "per_nsp": [{"nsp": int(k), "time_rel_error": a, "energy_rel_error": b} for k, a, b in
                         zip(m.nsp, _floats(relative_errors(t, m.time_s)), _floats(relative_errors(e, m.energy_wh)),
                             strict=True)]}

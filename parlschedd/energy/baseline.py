@@ -29,6 +29,7 @@ from scipy.optimize import lsq_linear
 
 from parlschedd.energy.cluster import Cluster
 from parlschedd.energy.fitting import TDP_MARGIN
+from parlschedd.energy.measurements import MIN_ENERGY_ROWS
 from parlschedd.energy.model import JOULES_PER_WH, subpopulation_size
 
 MAX_ROUNDS = 100
@@ -121,10 +122,11 @@ class BaselineModel:
         theta, overhead = fit_time(self.cluster, x, time_s)
         nodes = len(self.cluster.nodes)
         pow_, idle, overhead_j = np.full(nodes, np.nan), np.full(nodes, np.nan), float("nan")
-        if energy_wh is not None and np.all(np.isfinite(energy_wh)):
+        rows = None if energy_wh is None else np.isfinite(energy_wh)  # energies not measured are left out
+        if rows is not None and np.count_nonzero(rows) >= MIN_ENERGY_ROWS:
             tdp = TDP_MARGIN * np.array([sum(d.tdp_w for d in n.devices) for n in self.cluster.nodes])
             upper = np.concatenate([tdp, tdp, [np.inf]])
-            sol = lsq_linear(_energy_design(x, theta), np.asarray(energy_wh) * JOULES_PER_WH,
+            sol = lsq_linear(_energy_design(x, theta)[rows], np.asarray(energy_wh)[rows] * JOULES_PER_WH,
                              bounds=(np.zeros_like(upper), upper)).x
             pow_, idle, overhead_j = sol[:nodes], sol[nodes:2 * nodes], float(sol[-1])
         self.params_ = BaselineParams(theta, overhead, pow_, idle, overhead_j)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from parlschedd.energy.cluster import Cluster
+from parlschedd.energy.measurements import MIN_ENERGY_ROWS
 from parlschedd.energy.fitting import (METHODS, DESettings, Fit, GASettings, Problem, Progress, fit_repeated,
                                        predict)
 from parlschedd.energy.model import MASTER_POWER, SUBPOP_SIZES, EnergyParams, TimeParams
@@ -61,7 +62,8 @@ class EnergyTimeModel:
 
     def fit(self, nsp: np.ndarray, time_s: np.ndarray, energy_wh: np.ndarray | None = None,
             progress: Progress | None = None) -> EnergyTimeModel:
-        """Fit to measured means; ``energy_wh`` None (or any NaN) fits time only."""
+        """Fit to measured means. ``energy_wh``: NaN where not measured, left out of the
+        energy phase; None, or fewer than two measured, fits time only."""
         self._check_options()
         nsp, time_s = np.asarray(nsp), np.asarray(time_s, dtype=float)
         if nsp.ndim != 1 or nsp.shape != time_s.shape or len(nsp) < 2:
@@ -72,7 +74,7 @@ class EnergyTimeModel:
             energy_wh = np.asarray(energy_wh, dtype=float)
             if energy_wh.shape != nsp.shape:
                 raise ValueError("energy_wh must have the shape of nsp")
-            energy_wh = energy_wh if np.all(np.isfinite(energy_wh)) else None
+            energy_wh = energy_wh if np.count_nonzero(np.isfinite(energy_wh)) >= MIN_ENERGY_ROWS else None
         self.problem_ = Problem(self.cluster, nsp, time_s, energy_wh, self.rounding, self.master_power)
         self.repetitions_ = fit_repeated(self.problem_, self.method, self.repeat, self.random_state, progress,
                                          **self.settings())

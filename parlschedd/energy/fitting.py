@@ -44,7 +44,7 @@ from deap import base, tools
 from scipy.optimize import differential_evolution
 
 from parlschedd.energy.cluster import Cluster
-from parlschedd.energy.measurements import Measurements
+from parlschedd.energy.measurements import MIN_ENERGY_ROWS, Measurements
 from parlschedd.energy.metrics import fit_distance, nrmse, rmse, rsd
 from parlschedd.energy.model import EnergyParams, TimeParams, Timing, energy, timing, waves
 
@@ -71,6 +71,15 @@ class Problem:
     @classmethod
     def from_measurements(cls, cluster: Cluster, m: Measurements, **options: str) -> Problem:
         return cls(cluster, m.nsp, m.time_s, m.energy_wh if m.has_energy else None, **options)
+
+    @property
+    def energy_rows(self) -> np.ndarray | None:
+        """The configurations whose energy was measured (``energy_wh`` is NaN for the
+        others), when there are enough of them for the energy phase; else None."""
+        if self.energy_wh is None:
+            return None
+        rows = np.isfinite(self.energy_wh)
+        return rows if np.count_nonzero(rows) >= MIN_ENERGY_ROWS else None
 
     def without(self, index: int) -> Problem:
         keep = np.arange(len(self.nsp)) != index
@@ -199,9 +208,14 @@ def time_cost(p: Problem) -> Cost:
 def energy_cost(p: Problem, tp: TimeParams, t: Timing) -> Cost:
     """RMSE_E of eq. 11 for a (P, 2D + 2) population of c_E; infeasible sets cost 1e9."""
 
+    rows = p.energy_rows
+    if rows is None:
+        raise ValueError(f"the energy phase needs energies measured for at least {MIN_ENERGY_ROWS} configurations")
+    measured = p.energy_wh[rows]
+
     def cost(x: np.ndarray) -> np.ndarray:
         e = EnergyParams.from_vector(x)
-        err = rmse(energy(p.cluster, t, tp, e, p.master_power), p.energy_wh)
+        err = rmse(energy(p.cluster, t, tp, e, p.master_power)[..., rows], measured)
         return np.where(feasible(p.cluster, e), err, PENALTY)
 
     return cost
@@ -317,7 +331,8 @@ def fit_once(p: Problem, method: str = "de", seed: int | None = None,
     tp = TimeParams.from_vector(x_t)
     t = timing(p.cluster, tp, p.nsp, p.rounding)
     ep, nrmse_e = None, float("nan")
-    if p.energy_wh is not None:
+    rows = p.energy_rows
+    if rows is not None:
         cost = energy_cost(p, tp, t)
         if method == "ga":
             x_e = ga_minimize(cost, energy_bounds(p.cluster), s_energy, ga)
@@ -325,7 +340,7 @@ def fit_once(p: Problem, method: str = "de", seed: int | None = None,
             x_e = from_ratio(de_minimize(lambda x: cost(from_ratio(x)), ratio_bounds(p.cluster), s_energy,
                                          de.energy_individuals, de.energy_generations, de.tol, polish=True))
         ep = EnergyParams.from_vector(x_e)
-        nrmse_e = float(nrmse(energy(p.cluster, t, tp, ep, p.master_power), p.energy_wh))
+        nrmse_e = float(nrmse(energy(p.cluster, t, tp, ep, p.master_power)[rows], p.energy_wh[rows]))
     return Fit(tp, ep, float(nrmse(t.runtime, p.time_s)), nrmse_e, time.perf_counter() - started)
 
 
@@ -359,5 +374,6 @@ def leave_one_out(p: Problem, method: str = "de", seed: int | None = None, repea
         t_pred[k], e_pred[k] = (a[0] for a in predict(p, fits.fits[fits.best], p.nsp[k:k + 1]))
         if progress:
             progress(k + 1, len(p.nsp))
-    e_nrmse = float("nan") if p.energy_wh is None else float(nrmse(e_pred, p.energy_wh))
+    rows = p.energy_rows
+    e_nrmse = float("nan") if rows is None else float(nrmse(e_pred[rows], p.energy_wh[rows]))
     return LeaveOneOut(t_pred, e_pred, float(nrmse(t_pred, p.time_s)), e_nrmse)

@@ -21,6 +21,8 @@ import numpy as np
 
 from parlschedd.atomicfile import replace_text
 
+MIN_ENERGY_ROWS = 2  # an error normalised by the measurements' spread needs two of them
+
 _REPEAT = re.compile(r"^(time_s|energy_wh)_r(\d+)$")
 _KNOWN = {"nsp", "time_s_mean", "energy_wh_mean", "baseline_time_s", "baseline_energy_wh"}
 
@@ -48,7 +50,9 @@ class Measurements:
 
     @property
     def has_energy(self) -> bool:
-        return bool(np.all(np.isfinite(self.energy_wh)))
+        """Energy measured for enough configurations (MIN_ENERGY_ROWS) to fit the
+        energy phase; the configurations without one are left out of it."""
+        return int(np.count_nonzero(np.isfinite(self.energy_wh))) >= MIN_ENERGY_ROWS
 
 
 def _cell(value: str | None, column: str, source: str, line: int) -> float:

@@ -279,3 +279,26 @@ def test_plot_title_gives_the_error_on_the_data_plotted(params, tmp_path, monkey
     assert run("model", "plot", "--params", str(fitted), "--data", str(MEASUREMENTS_CSV),
                "--out", str(tmp_path / "f.png")).exit_code == 0
     assert f"NRMSE time {validated:.3f}" in titles[0]
+
+
+def test_one_missing_energy_costs_only_its_configuration(params, tmp_path):
+    """One empty energy cell made the fit drop all 31 other energies ("fitting time
+    only"); the energy phase now fits the NSp that have one, and validate scores them."""
+    lines = MEASUREMENTS_CSV.read_text().splitlines()
+    header = lines[0].split(",")
+    energy_columns = [i for i, name in enumerate(header) if name.startswith("energy_wh")]
+    cells = lines[5].split(",")  # nsp 5
+    for i in energy_columns:
+        cells[i] = ""
+    holed = tmp_path / "holed.csv"
+    holed.write_text("\n".join([*lines[:5], ",".join(cells), *lines[6:]]) + "\n")
+    r = CliRunner().invoke(cli, ["model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(holed), "--json", *QUICK])
+    assert r.exit_code == 0, r.output
+    assert "no energy for nsp 5; the energy phase fits the other 31" in r.output
+    doc = json.loads(r.output[r.output.index("{"):])
+    assert len(doc["model"]["parameters"]) == 22 and 0 < doc["fit"]["nrmse"]["energy"] < 1
+    assert doc["fit"]["baseline_nrmse"]["energy"] is not None
+    r = run("model", "validate", "--params", str(params), "--data", str(holed), "--json")
+    full = run("model", "validate", "--params", str(params), "--data", str(MEASUREMENTS_CSV), "--json")
+    holed_e = json.loads(r.output)["models"]["proposed"]["nrmse_energy"]
+    assert holed_e is not None and holed_e != json.loads(full.output)["models"]["proposed"]["nrmse_energy"]
