@@ -202,15 +202,22 @@ def test_client_vanishing_mid_reply(daemon, workload):
     assert len(threads_of(daemon, w.pid)) == 5
 
 
-def test_sigkill_and_restart_restores_and_readopts(tmp_path, workload):
+@pytest.mark.parametrize("config, stop", [("", signal.SIGKILL), ("restore_on_exit: false\n", signal.SIGTERM)],
+                         ids=["SIGKILL", "restore_on_exit false"])
+def test_pins_left_by_a_stop_are_restored_by_the_next_start(tmp_path, workload, config, stop):
+    """A daemon killed, or stopped with restore_on_exit: false, leaves its pins; the
+    state file still holds the originals, which the next start puts back before it
+    attaches the target again."""
+    (tmp_path / "parlschedd.yaml").write_text("period_s: 0.05\n" + config + PINNING)
     d = start_daemon(tmp_path)
     w = workload(3)
     tids = w.all_tids()
     before = masks(tids)
     d.request("attach", pid=w.pid)
     wait_for(lambda: all_pinned(d, w.pid, len(tids)))
-    d.stop(signal.SIGKILL)
-    assert all(len(m) == 1 for m in masks(tids).values()) or len(ALL) == 1  # left pinned by the dead daemon
+    d.stop(stop)
+    assert all(len(m) == 1 for m in masks(tids).values()) or len(ALL) == 1, "pins left as they were"
+    (tmp_path / "parlschedd.yaml").write_text("period_s: 0.05\n" + PINNING)
     d2 = start_daemon(tmp_path)
     try:
         assert w.pid in {t["pid"] for t in d2.request("status")["targets"]}, "target re-adopted"
@@ -327,29 +334,6 @@ def test_sigint_stops_as_sigterm_does_and_restores(daemon, workload):
     wait_for(lambda: all_pinned(daemon, w.pid, len(tids)))
     assert daemon.stop(signal.SIGINT) == 0
     assert masks(tids) == before
-
-
-@pytest.mark.skipif(len(ALL) < 2, reason="needs 2 CPUs to tell a pin from the original")
-def test_restore_on_exit_false_leaves_the_pins_and_the_next_start_restores_them(tmp_path, workload):
-    """restore_on_exit: false keeps the pins past a stop; the state file still holds the
-    originals, which the next start puts back before it attaches the target again."""
-    (tmp_path / "parlschedd.yaml").write_text("period_s: 0.05\nrestore_on_exit: false\n" + PINNING)
-    d = start_daemon(tmp_path)
-    w = workload(2)
-    tids = w.all_tids()
-    before = masks(tids)
-    d.request("attach", pid=w.pid)
-    wait_for(lambda: all_pinned(d, w.pid, len(tids)))
-    assert d.stop() == 0
-    left = masks(tids)
-    assert all(len(m) == 1 for m in left.values()), "pins left as they were"
-    (tmp_path / "parlschedd.yaml").write_text("period_s: 0.05\n" + PINNING)
-    d2 = start_daemon(tmp_path)
-    try:
-        assert w.pid in {t["pid"] for t in d2.request("status")["targets"]}, "attached again"
-    finally:
-        assert d2.stop() == 0
-    assert masks(tids) == before, "the originals saved by the first daemon"
 
 
 def test_restart_after_target_exit_touches_nothing(tmp_path, workload):
