@@ -6,32 +6,53 @@ fsync'ed, replaces the old file with rename(2) (atomic within a filesystem), and
 directory is fsync'ed so the rename itself survives a power loss. The daemon's state
 file (the original masks of pinned threads) and the CLI's outputs (fitted parameters,
 measurements) are written this way.
+
+Only a regular file is replaced: a path through a symbolic link replaces the file it
+leads to (the link stays), and a device or a FIFO (``--out /dev/stdout``) is written
+to as open(2) would. A file replaced keeps its permissions and, where we may set them,
+its owner and group: ``sudo parlschedctl model measure --out my.csv`` leaves the user's
+file theirs.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
 
 def replace_text(path: str | os.PathLike[str], text: str, *, mode: int | None = None) -> None:
-    """Atomically replace ``path`` with ``text`` (UTF-8). ``mode``: the new file's
-    permissions; by default those of a file created by open(2) under the umask."""
-    target = Path(path)
+    """Atomically replace the file at ``path`` with ``text`` (UTF-8). ``mode``: the
+    new file's permissions; by default the old file's, or for a new file those open(2)
+    gives under the umask."""
+    target = Path(os.path.realpath(path))
+    try:
+        old: os.stat_result | None = target.stat()
+    except FileNotFoundError:
+        old = None
+    if old is not None and not stat.S_ISREG(old.st_mode):
+        with open(target, "w", encoding="utf-8", newline="") as out:
+            out.write(text)
+        return
     if mode is None:
-        mode = 0o666 & ~_umask()
+        mode = stat.S_IMODE(old.st_mode) if old is not None else 0o666 & ~_umask()
     try:
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    except OSError as exc:  # named by the file asked for, not by the temporary one
-        raise OSError(exc.errno, exc.strerror, str(target)) from None
+    except OSError as exc:
+        raise _named(exc, path) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
             out.write(text)
             out.flush()
+            if old is not None and (old.st_uid, old.st_gid) != (os.geteuid(), os.getegid()):
+                _keep_owner(out.fileno(), old)
             os.fchmod(out.fileno(), mode)
             os.fsync(out.fileno())
         os.replace(tmp, target)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise _named(exc, path) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -40,6 +61,23 @@ def replace_text(path: str | os.PathLike[str], text: str, *, mode: int | None = 
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def _keep_owner(fd: int, old: os.stat_result) -> None:
+    """The old file's owner and group on the new one; only root may give a file away,
+    so for anyone else what they may set (their own group) is kept, the rest not."""
+    try:
+        os.fchown(fd, old.st_uid, old.st_gid)
+    except PermissionError:
+        try:
+            os.fchown(fd, -1, old.st_gid)
+        except PermissionError:
+            pass
+
+
+def _named(exc: OSError, path: str | os.PathLike[str]) -> OSError:
+    """The error named by the file asked for, not by the temporary one."""
+    return type(exc)(exc.errno, exc.strerror, os.fspath(path))
 
 
 def _umask() -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ def test_a_write_that_fails_half_way_keeps_the_old_file(tmp_path: Path) -> None:
     assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["out.json"]
 
 
-def test_modes_follow_the_umask_unless_given(tmp_path: Path) -> None:
+def test_a_new_files_mode_follows_the_umask_unless_given(tmp_path: Path) -> None:
     old = os.umask(0o027)
     try:
         replace_text(tmp_path / "a", "x")
@@ -42,3 +43,38 @@ def test_a_folder_that_cannot_hold_it_is_named_by_the_file_asked_for(tmp_path: P
     with pytest.raises(FileNotFoundError) as e:
         replace_text(tmp_path / "no" / "out.json", "x")
     assert e.value.filename == str(tmp_path / "no" / "out.json")
+
+
+def test_a_replaced_file_keeps_its_mode_and_owner(tmp_path: Path) -> None:
+    """A 0600 file came back 0644, and one of another user's came back root's (as
+    under sudo parlschedctl model measure --out their.csv)."""
+    path = tmp_path / "theirs.csv"
+    path.write_text("old")
+    path.chmod(0o600)
+    if os.geteuid() == 0:
+        os.chown(path, 65534, 65534)
+    replace_text(path, "new")
+    st = path.stat()
+    assert path.read_text() == "new" and stat.S_IMODE(st.st_mode) == 0o600
+    if os.geteuid() == 0:
+        assert (st.st_uid, st.st_gid) == (65534, 65534)
+
+
+def test_a_link_leads_to_the_file_replaced_and_stays(tmp_path: Path) -> None:
+    (tmp_path / "real.json").write_text("old")
+    (tmp_path / "link.json").symlink_to("real.json")
+    replace_text(tmp_path / "link.json", "new")
+    assert (tmp_path / "link.json").is_symlink() and (tmp_path / "real.json").read_text() == "new"
+
+
+def test_what_is_not_a_regular_file_is_written_to_not_replaced(tmp_path: Path) -> None:
+    """--out /dev/null as root replaced the device with a regular file. A FIFO stands
+    in for it here: a regression must not cost the test machine its /dev/null."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()))
+    reader.start()
+    replace_text(fifo, "through the pipe")
+    reader.join(5)
+    assert got == ["through the pipe"] and stat.S_ISFIFO(fifo.stat().st_mode)
