@@ -315,7 +315,7 @@ class Pinner:
         records = {}
         for tid, rec in threads.items():
             try:
-                if not (tid.isascii() and tid.isdigit()):
+                if not (tid.isascii() and tid.isdigit() and len(tid) < 9 and 0 < int(tid) <= procfs.PID_MAX_LIMIT):
                     raise ValueError(f"not a thread id: {tid!r:.40}")
                 records[int(tid)] = PinRecord.from_json(rec)
             except ValueError as exc:

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+# Above any kernel's CPU count (NR_CPUS is at most 8192 on x86_64, arm64 and powerpc): a
+# number past it is not a CPU, and a range "0-999999999999" would never end.
+MAX_CPUS = 1 << 16
+
 
 def parse_cpulist(text: str) -> frozenset[int]:
     """Parse ``"0-3,8"`` into ``{0, 1, 2, 3, 8}``; raise ValueError on malformed input."""
@@ -45,4 +49,6 @@ def _cpu_number(token: str, text: str) -> int:
     token = token.strip()
     if not (token.isascii() and token.isdigit()):
         raise ValueError(f"bad CPU number {token!r} in CPU list {text!r}")
+    if len(token) > 6 or int(token) >= MAX_CPUS:
+        raise ValueError(f"CPU number {token[:12]!r} in CPU list {text[:40]!r} is above any CPU ({MAX_CPUS})")
     return int(token)

@@ -25,6 +25,7 @@ PROC_ROOT = "/proc"
 
 
 PF_KTHREAD = 0x00200000  # include/linux/sched.h: the task is a kernel thread
+PID_MAX_LIMIT = 1 << 22  # include/linux/threads.h: no pid or tid is above it on 64-bit kernels
 
 
 @dataclass(frozen=True)

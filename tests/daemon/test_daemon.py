@@ -280,7 +280,8 @@ def test_a_bad_entry_of_the_state_file_costs_only_itself(tmp_path, workload):
     tid = w.tids[0]
     os.sched_setaffinity(tid, {min(ALL)})  # as a killed daemon left it
     good = {"start_time": procfs.thread_start_time(tid), "original": format_cpulist(ALL), "current": str(min(ALL))}
-    state = {"version": 1, "pinner": {"version": 1, "threads": {str(tid): good, "1": "0-1", "x": good}},
+    state = {"version": 1, "pinner": {"version": 1, "threads": {str(tid): good, "1": "0-1", "x": good,
+                                                          "99999999999999999999": good, "7": {**good, "original": "0-9999999999"}}},
              "targets": {"pid": w.pid}, "handed_over": "none"}
     (tmp_path / "state").mkdir()
     (tmp_path / "state" / "state.json").write_text(json.dumps(state))

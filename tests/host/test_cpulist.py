@@ -18,13 +18,14 @@ from parlschedd.host.cpulist import format_cpulist, parse_cpulist
         ("\n", set()),
         (" 0 - 1 , 4 ", {0, 1, 4}),
         ("2-2", {2}),
+        ("65535", {65535}),  # the last CPU number taken (MAX_CPUS)
     ],
 )
 def test_parse(text: str, cpus: set[int]) -> None:
     assert parse_cpulist(text) == frozenset(cpus)
 
 
-@pytest.mark.parametrize("text", ["3-1", "a", "1,,2", "-1", "0-", "0-7:2/4", "١"])
+@pytest.mark.parametrize("text", ["3-1", "a", "1,,2", "-1", "0-", "0-7:2/4", "١", "0-999999999999", "65536", "0" * 40 + "1"])
 def test_parse_rejects(text: str) -> None:
     with pytest.raises(ValueError):
         parse_cpulist(text)
