@@ -13,12 +13,10 @@ from parlschedd.logging import LEVELS, configure
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
               help=f"YAML config (default {config_mod.DEFAULT_PATH}; built-in defaults when absent).")
-# Made absolute here: the config requires socket.path to be, and the start log and the
-# state file then say where they are whatever directory the daemon was started in.
-@click.option("--socket", "socket_path", type=click.Path(resolve_path=True), default=None,
-              help="Control socket path (default: the config's socket.path).")
-@click.option("--state-dir", type=click.Path(resolve_path=True), default="/run/parlsched",
-              show_default=True, help="Where the state file lives.")
+# A relative --socket is bound as given (an absolute path in a deep directory can pass
+# the 107 bytes of a socket address); the start log names both paths absolute.
+@click.option("--socket", "socket_path", default=None, help="Control socket path (default: the config's socket.path).")
+@click.option("--state-dir", default="/run/parlsched", show_default=True, help="Where the state file lives.")
 @click.option("--log-format", type=click.Choice(["console", "json"]), default="console", show_default=True)
 @click.option("--log-level", type=click.Choice(LEVELS), default="info", show_default=True)
 @click.version_option(__version__, prog_name="parlschedd")

@@ -166,7 +166,8 @@ class Daemon:
         self._rescan(now)
         self.engine.forget_unclaimed_hand_overs()
         self._save_state()
-        log.info("started", version=__version__, socket=self.socket_path, domains=self.domains,
+        log.info("started", version=__version__, socket=os.path.abspath(self.socket_path),
+                 state_dir=os.path.abspath(self.state_path.parent), domains=self.domains,
                  counter_source=source.value, period_s=self.config.period_s)
         notify.notify(f"READY=1\nSTATUS=managing 0 threads\nMAINPID={os.getpid()}")
 

@@ -55,23 +55,24 @@ def test_attach_pins_and_detach_restores_exact_masks(daemon, workload):
     assert daemon.request("status")["targets"] == []
 
 
-def test_relative_socket_and_state_dir_are_made_absolute(tmp_path, workload):
+def test_relative_socket_and_state_dir_are_named_absolute(tmp_path, workload):
     """Started in some directory with relative --socket and --state-dir, the daemon
-    says the absolute paths it uses (the config requires an absolute socket.path), and
-    a client elsewhere reaches the socket the log names."""
+    uses them there and its start log names them absolute, so that a client elsewhere
+    knows the socket to give."""
     (tmp_path / "parlschedd.yaml").write_text(PINNING)
     log = tmp_path / "daemon.log"
-    proc = subprocess.Popen([sys.executable, "-m", "parlschedd", "--config", "parlschedd.yaml", "--socket", "ctl.sock",
-                             "--state-dir", "state", "--log-format", "json"],
-                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=open(log, "ab"))
+    with open(log, "ab") as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", "parlschedd", "--config", "parlschedd.yaml", "--socket",
+                                 "ctl.sock", "--state-dir", "state", "--log-format", "json"],
+                                cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=stderr)
     d = Daemon(proc, str(tmp_path / "ctl.sock"), tmp_path / "state", tmp_path / "parlschedd.yaml", log)
     try:
         started = wait_for(lambda: next((json.loads(line) for line in log.read_text().splitlines()
                                          if '"started"' in line), None), timeout=15)
-        assert started["socket"] == str(tmp_path / "ctl.sock")
+        assert (started["socket"], started["state_dir"]) == (str(tmp_path / "ctl.sock"), str(tmp_path / "state"))
         w = workload(2)
         d.request("attach", pid=w.pid)
-        assert wait_for(lambda: (tmp_path / "state").is_dir() and any((tmp_path / "state").iterdir()))
+        assert wait_for(lambda: (tmp_path / "state" / "state.json").is_file())
     finally:
         assert d.stop() == 0
 
