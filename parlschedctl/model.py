@@ -337,8 +337,9 @@ def recommend(params_path: str, goal: str, nsp: tuple[int, ...] | None, as_json:
     _emit(as_json, doc, text)
 
 
-# Everything from CMD on is CMD's: its own options (--out x{nsp}) must not be taken as ours.
-@model.command("measure", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+# Everything from CMD on is CMD's: its own options (--out x{nsp}) must not be taken as ours,
+# and an option of ours mistyped before CMD is a usage error, not CMD.
+@model.command("measure", context_settings={"allow_interspersed_args": False})
 @click.option("--nsp", type=NSP, required=True, help="Configurations to run, e.g. 1-32.")
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="CSV to write.")
@@ -363,6 +364,8 @@ def measure_cmd(nsp: tuple[int, ...], repeat: int, out_path: str, powercap_root:
             energies.append(e)
             write_measurements(out_path, np.array(nsp[:len(times)]), np.array(times), np.array(energies))
     except MeasureError as exc:
+        if not times:
+            raise MeasureError(f"{exc}; nothing was measured, {out_path} was not written") from exc
         raise MeasureError(f"{exc}; {out_path} keeps the {len(times)} configurations measured before it") from exc
     click.echo(f"wrote {out_path}: {len(nsp)} configurations x {repeat}")
 

@@ -212,6 +212,7 @@ def test_measure_leaves_an_existing_out_until_a_configuration_is_measured(tmp_pa
     r = CliRunner().invoke(cli, ["model", "measure", "--nsp", "1-3", "--out", str(out), "--powercap-root",
                                  str(tmp_path / "none"), "--", str(tmp_path / "no-such-program"), "{nsp}"])
     assert r.exit_code == 1 and out.read_text() == MEASUREMENTS_CSV.read_text()
+    assert f"nothing was measured, {out} was not written" in r.output
 
 
 def test_measure_leaves_the_options_after_cmd_to_cmd(tmp_path):
@@ -224,6 +225,9 @@ def test_measure_leaves_the_options_after_cmd_to_cmd(tmp_path):
     assert r.exit_code == 0, r.output
     assert seen.read_text().splitlines() == ["--out x1 --nsp 1", "--out x2 --nsp 2"]
     assert [line.split(",")[0] for line in out.read_text().splitlines()[1:]] == ["1", "2"]
+    r = CliRunner().invoke(cli, ["model", "measure", "--nsp", "1-2", "--repeats", "2", "--out", str(out), "--",
+                                 "touch", str(seen)])  # a typo of ours is a usage error, not the command to run
+    assert r.exit_code == 2 and "No such option '--repeats'" in r.output
 
 
 def test_recommend_names_the_candidates_the_model_cannot_tell_from_the_best(params):
