@@ -19,11 +19,11 @@ import numpy as np
 
 from parlschedd.energy.baseline import BaselineModel
 from parlschedd.energy.cluster import Cluster, ClusterError, load_cluster
-from parlschedd.energy.estimator import EnergyTimeModel
+from parlschedd.energy.estimator import EnergyTimeModel, parameter_names
 from parlschedd.energy.fitting import METHODS, Problem, leave_one_out
 from parlschedd.energy.measure import POWERCAP_ROOT, MeasureError, measure, rapl_zones
-from parlschedd.energy.measurements import (MIN_ENERGY_ROWS, Measurements, MeasurementsError, load_measurements,
-                                            write_measurements)
+from parlschedd.energy.measurements import (MIN_ENERGY_ROWS, Measurements, MeasurementsError, energy_rows,
+                                            load_measurements, write_measurements)
 from parlschedd.energy.metrics import OBJECTIVES, nrmse, objective, relative_errors
 from parlschedd.energy.model import MASTER_POWER, SUBPOP_SIZES
 from parlschedd.energy.store import Fitted, ParamsError, json_safe, load_params, params_document, save_params
@@ -69,11 +69,17 @@ def _candidates(fitted: Fitted, nsp: tuple[int, ...] | None) -> np.ndarray:
     figures meaningless."""
     lo, hi = fitted.cluster.run.subpopulations
     ks = np.array(nsp or range(lo, hi + 1))
-    individuals = fitted.cluster.run.individuals
-    if ks.max() > individuals:
-        raise click.BadParameter(f"{int(ks.max())} subpopulations of {individuals} individuals (run.individuals): "
-                                 "each needs at least one", param_hint="--nsp")
+    above = _without_individuals(fitted.cluster, ks)
+    if above:
+        raise click.BadParameter(f"{above[-1]} subpopulations of {fitted.cluster.run.individuals} individuals "
+                                 "(run.individuals): each needs at least one", param_hint="--nsp")
     return ks
+
+
+def _without_individuals(cluster: Cluster, nsp: np.ndarray) -> list[int]:
+    """The NSp above run.individuals: subpopulations of no one, where the model's
+    figures mean nothing."""
+    return [int(k) for k in nsp if k > cluster.run.individuals]
 
 
 def fails_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -99,13 +105,20 @@ def _said(exc: Exception) -> str:
 
 
 def _check_measured(cluster: Cluster, m: Measurements, data_path: str) -> None:
-    """Measured NSp above run.individuals would be subpopulations of no individual: the
-    model's figures there are meaningless (``_candidates`` refuses them as --nsp)."""
-    individuals = cluster.run.individuals
-    above = [int(k) for k in m.nsp if k > individuals]
+    """Measured NSp, as ``_candidates`` the NSp asked for, must have individuals."""
+    above = _without_individuals(cluster, m.nsp)
     if above:
         raise ValueError(f"{data_path}: nsp {', '.join(map(str, above))} above the cluster's run.individuals "
-                         f"({individuals}): each subpopulation needs at least one individual")
+                         f"({cluster.run.individuals}): each subpopulation needs at least one individual")
+
+
+def _warn_if_underdetermined(data_path: str, measured: int, parameters: int, what: str) -> None:
+    """With no more configurations than parameters a fit can match every one whatever
+    the truth: its NRMSE (0.000) then says nothing of its predictions."""
+    if measured <= parameters:
+        click.echo(f"parlschedctl model: warning: {data_path}: {measured} configurations with {what} for "
+                   f"{parameters} {what} parameters; the fit is underdetermined and its error says nothing of "
+                   "its predictions: measure more configurations", err=True)
 
 
 def _not_an_input(out_path: str, *inputs: str) -> None:
@@ -175,6 +188,10 @@ def fit(cluster_path: str, data_path: str, method: str, repeat: int, seed: int |
         missing = ", ".join(str(int(k)) for k in m.nsp[~rows])
         click.echo(f"parlschedctl model: {data_path}: no energy for nsp {missing}; the energy phase fits the "
                    f"other {np.count_nonzero(rows)}", err=True)
+    _warn_if_underdetermined(data_path, len(m.nsp), len(parameter_names(cluster, False)), "time")
+    if energy is not None:
+        energy_parameters = len(parameter_names(cluster)) - len(parameter_names(cluster, False))
+        _warn_if_underdetermined(data_path, int(np.count_nonzero(rows)), energy_parameters, "energy")
     est = EnergyTimeModel(cluster, method, repeat, seed, rounding, master_power, generations)
     est.fit(m.nsp, m.time_s, energy, progress=progress_printer("fit", as_json))
     base = BaselineModel(cluster, rounding).fit(m.nsp, m.time_s, energy)
@@ -256,10 +273,10 @@ def validate(params_path: str, data_path: str, as_json: bool) -> None:
         models["baseline_stored"] = (m.baseline_time_s, stored_e)
     doc: dict[str, Any] = {"data": data_path, "models": {}}
     for name, (t, e) in models.items():
-        rows = np.isfinite(m.energy_wh) & np.isfinite(e)  # the NSp with a measured and a predicted energy
+        rows = energy_rows(np.where(np.isfinite(e), m.energy_wh, np.nan))  # a measured and a predicted energy
         doc["models"][name] = {
             "nrmse_time": float(nrmse(t, m.time_s)),
-            "nrmse_energy": float(nrmse(e[rows], m.energy_wh[rows])) if np.count_nonzero(rows) >= MIN_ENERGY_ROWS else None,
+            "nrmse_energy": None if rows is None else float(nrmse(e[rows], m.energy_wh[rows])),
             "per_nsp": [{"nsp": int(k), "time_rel_error": a, "energy_rel_error": b} for k, a, b in
                         zip(m.nsp, _floats(relative_errors(t, m.time_s)), _floats(relative_errors(e, m.energy_wh)),
                             strict=True)]}

@@ -29,7 +29,7 @@ from scipy.optimize import lsq_linear
 
 from parlschedd.energy.cluster import Cluster
 from parlschedd.energy.fitting import TDP_MARGIN
-from parlschedd.energy.measurements import MIN_ENERGY_ROWS
+from parlschedd.energy.measurements import energy_rows
 from parlschedd.energy.model import JOULES_PER_WH, subpopulation_size
 
 MAX_ROUNDS = 100
@@ -122,8 +122,8 @@ class BaselineModel:
         theta, overhead = fit_time(self.cluster, x, time_s)
         nodes = len(self.cluster.nodes)
         pow_, idle, overhead_j = np.full(nodes, np.nan), np.full(nodes, np.nan), float("nan")
-        rows = None if energy_wh is None else np.isfinite(energy_wh)  # energies not measured are left out
-        if rows is not None and np.count_nonzero(rows) >= MIN_ENERGY_ROWS:
+        rows = energy_rows(energy_wh)  # energies not measured are left out
+        if rows is not None:
             tdp = TDP_MARGIN * np.array([sum(d.tdp_w for d in n.devices) for n in self.cluster.nodes])
             upper = np.concatenate([tdp, tdp, [np.inf]])
             sol = lsq_linear(_energy_design(x, theta)[rows], np.asarray(energy_wh)[rows] * JOULES_PER_WH,

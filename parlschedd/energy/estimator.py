@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from parlschedd.energy.cluster import Cluster
-from parlschedd.energy.measurements import MIN_ENERGY_ROWS
+from parlschedd.energy.measurements import energy_rows
 from parlschedd.energy.fitting import (METHODS, DESettings, Fit, GASettings, Problem, Progress, fit_repeated,
                                        predict)
 from parlschedd.energy.model import MASTER_POWER, SUBPOP_SIZES, EnergyParams, TimeParams
@@ -74,7 +74,7 @@ class EnergyTimeModel:
             energy_wh = np.asarray(energy_wh, dtype=float)
             if energy_wh.shape != nsp.shape:
                 raise ValueError("energy_wh must have the shape of nsp")
-            energy_wh = energy_wh if np.count_nonzero(np.isfinite(energy_wh)) >= MIN_ENERGY_ROWS else None
+            energy_wh = energy_wh if energy_rows(energy_wh) is not None else None
         self.problem_ = Problem(self.cluster, nsp, time_s, energy_wh, self.rounding, self.master_power)
         self.repetitions_ = fit_repeated(self.problem_, self.method, self.repeat, self.random_state, progress,
                                          **self.settings())

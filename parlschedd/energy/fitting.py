@@ -44,7 +44,7 @@ from deap import base, tools
 from scipy.optimize import differential_evolution
 
 from parlschedd.energy.cluster import Cluster
-from parlschedd.energy.measurements import MIN_ENERGY_ROWS, Measurements
+from parlschedd.energy.measurements import MIN_ENERGY_ROWS, Measurements, energy_rows
 from parlschedd.energy.metrics import fit_distance, nrmse, rmse, rsd
 from parlschedd.energy.model import EnergyParams, TimeParams, Timing, energy, timing, waves
 
@@ -74,12 +74,8 @@ class Problem:
 
     @property
     def energy_rows(self) -> np.ndarray | None:
-        """The configurations whose energy was measured (``energy_wh`` is NaN for the
-        others), when there are enough of them for the energy phase; else None."""
-        if self.energy_wh is None:
-            return None
-        rows = np.isfinite(self.energy_wh)
-        return rows if np.count_nonzero(rows) >= MIN_ENERGY_ROWS else None
+        """The configurations the energy phase fits (``energy_wh`` is NaN for the others)."""
+        return energy_rows(self.energy_wh)
 
     def without(self, index: int) -> Problem:
         keep = np.arange(len(self.nsp)) != index

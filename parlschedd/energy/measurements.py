@@ -5,7 +5,8 @@ Columns (shared/data/energy-time/README.md): ``nsp``, repetitions ``time_s_r1..r
 fitted to the means; when a mean column is absent it is computed from the repetitions),
 and optionally the baseline's stored predictions ``baseline_time_s`` and
 ``baseline_energy_wh``. Energy cells may be empty (a machine without RAPL): the energy
-of that configuration is then NaN and only time can be fitted.
+of that configuration is then NaN and it is left out of the energy fit, which needs
+MIN_ENERGY_ROWS configurations with one (else only time is fitted).
 """
 
 from __future__ import annotations
@@ -50,9 +51,17 @@ class Measurements:
 
     @property
     def has_energy(self) -> bool:
-        """Energy measured for enough configurations (MIN_ENERGY_ROWS) to fit the
-        energy phase; the configurations without one are left out of it."""
-        return int(np.count_nonzero(np.isfinite(self.energy_wh))) >= MIN_ENERGY_ROWS
+        """Energy measured for enough configurations to fit the energy phase."""
+        return energy_rows(self.energy_wh) is not None
+
+
+def energy_rows(energy_wh: np.ndarray | None) -> np.ndarray | None:
+    """The configurations whose energy was measured (not NaN), when there are enough
+    of them (MIN_ENERGY_ROWS) to fit or score energy; else None."""
+    if energy_wh is None:
+        return None
+    rows = np.isfinite(energy_wh)
+    return rows if np.count_nonzero(rows) >= MIN_ENERGY_ROWS else None
 
 
 def _cell(value: str | None, column: str, source: str, line: int) -> float:

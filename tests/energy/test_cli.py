@@ -306,3 +306,22 @@ def test_one_missing_energy_costs_only_its_configuration(params, tmp_path):
     full = run("model", "validate", "--params", str(params), "--data", str(MEASUREMENTS_CSV), "--json")
     holed_e = json.loads(r.output)["models"]["proposed"]["nrmse_energy"]
     assert holed_e is not None and holed_e != json.loads(full.output)["models"]["proposed"]["nrmse_energy"]
+
+
+def test_a_fit_with_no_more_configurations_than_parameters_is_called_underdetermined(tmp_path):
+    """Energies for two NSp fitted 14 energy parameters to "NRMSE 0.000", and
+    recommend then answered with confidence."""
+    lines = MEASUREMENTS_CSV.read_text().splitlines()
+    header = lines[0].split(",")
+    rows = []
+    for i, line in enumerate(lines[1:11]):  # nsp 1-10: more than the 8 time parameters
+        cells = line.split(",")
+        if i >= 3:  # energies for nsp 1-3 only: fewer than the 14 energy parameters
+            cells = [c if not name.startswith("energy_wh") else "" for name, c in zip(header, cells, strict=True)]
+        rows.append(",".join(cells))
+    few = tmp_path / "few.csv"
+    few.write_text("\n".join([lines[0], *rows]) + "\n")
+    r = CliRunner().invoke(cli, ["model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(few), *QUICK])
+    assert r.exit_code == 0, r.output
+    assert "3 configurations with energy for 14 energy parameters; the fit is underdetermined" in r.output
+    assert "for 8 time parameters" not in r.output
