@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import selectors
+import shutil
 import signal
 import socket
 import stat
@@ -394,6 +395,8 @@ class Daemon:
         except ValueError as exc:
             self._set_aside(str(exc))
             return []
+        if len(old.records) < len(state["pinner"]["threads"]):  # some records skipped: keep them all aside
+            self._set_aside("thread records unreadable", copy=True)
         report = old.restore_all()
         if report.restored or report.gone or report.failed:
             log.info("recovered from previous run", restored=len(report.restored), gone=len(report.gone), failed=len(report.failed))
@@ -405,17 +408,23 @@ class Daemon:
             return []
         return [t for t in targets if isinstance(t, dict)]
 
-    def _set_aside(self, why: str) -> None:
-        """A state file this daemon cannot use is renamed, not overwritten by the next
-        save: the original masks it may hold stay for an administrator to restore."""
-        aside = self.state_path.with_name(self.state_path.name + ".unusable")
+    def _set_aside(self, why: str, copy: bool = False) -> None:
+        """A state file this daemon cannot use (``copy``: not all of it) is kept under
+        another name, one per occurrence, not overwritten by the next save: the
+        original masks it may hold stay for an administrator to restore."""
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        aside = self.state_path.with_name(f"{self.state_path.name}.unusable-{stamp}-{os.getpid()}")
         try:
-            os.replace(self.state_path, aside)
+            if copy:
+                shutil.copy2(self.state_path, aside)
+            else:
+                os.replace(self.state_path, aside)
         except OSError as exc:
             log.error("state file unusable, ignoring it; it will be overwritten", path=str(self.state_path), why=why,
                       error=str(exc))
             return
-        log.error("state file unusable, ignoring it; kept for an administrator", path=str(aside), why=why)
+        what = "part of it ignored" if copy else "ignoring it"
+        log.error(f"state file unusable, {what}; kept for an administrator", path=str(aside), why=why)
 
     def _reattach(self, saved: dict, now: float) -> None:
         try:

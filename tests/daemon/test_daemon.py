@@ -262,14 +262,14 @@ def test_no_thread_is_pinned_while_the_state_file_cannot_be_written(tmp_path, wo
 ], ids=["truncated", "not an object", "another version", "threads a list", "no pinner"])
 def test_an_unusable_state_file_is_set_aside_and_the_daemon_starts(tmp_path, text):
     """Not a restart loop under systemd, and not overwritten by the first save: the
-    masks it may hold stay for an administrator (state.json.unusable)."""
+    masks it may hold stay for an administrator (state.json.unusable-TIME-PID)."""
     (tmp_path / "state").mkdir()
     (tmp_path / "state" / "state.json").write_text(text)
     d = start_daemon(tmp_path)
     try:
         d.request("ping")
-        assert (tmp_path / "state" / "state.json.unusable").read_text() == text
-        assert "state file unusable" in d.log_text()
+        [aside] = (tmp_path / "state").glob("state.json.unusable-*")
+        assert aside.read_text() == text and "state file unusable, ignoring it" in d.log_text()
     finally:
         assert d.stop() == 0
 
@@ -292,6 +292,8 @@ def test_a_bad_entry_of_the_state_file_costs_only_itself(tmp_path, workload):
         assert d.request("status")["targets"] == []
         log = d.log_text()
         assert "a thread's saved mask is unreadable, skipped" in log and "none is attached again" in log
+        [aside] = (tmp_path / "state").glob("state.json.unusable-*")  # a copy: the skipped records are not lost
+        assert json.loads(aside.read_text()) == state and "state file unusable, part of it ignored" in log
     finally:
         assert d.stop() == 0
 
