@@ -400,7 +400,7 @@ class Engine:
         elapsed = now - r.since
         utility = np.divide(values - r.last, elapsed, out=np.full(values.size, np.nan), where=measured & (elapsed > 0))
         np.copyto(r.last, values, where=measured)
-        r.since.fill(now)
+        np.copyto(r.since, now, where=measured)  # an unread thread's next rate spans both periods
         r.utility = utility
         ran = self._ran_elsewhere(target, r)
         placement = target.scheduler.step(r.tids, utility, ran)

@@ -961,3 +961,44 @@ def test_a_watch_whose_counter_fails_ends_and_the_main_thread_is_placed_again() 
         counters.broken = p.pid
         _ticks(engine, 1)
         assert not target.exec_watches and p.pid in target.threads
+
+
+class FailsOnce(CounterSet):
+    """perf:task-clock counters whose read of one tid gives no value for one period, as
+    a failed read or a PMU group multiplexed out the whole period does (neither can be
+    made to happen here on demand)."""
+
+    failing: int | None = None
+
+    def read_many(self, tids):
+        values, gone = super().read_many(tids)
+        if self.failing in tids:
+            values[list(tids).index(self.failing)] = np.nan
+            self.failing = None
+        return values, gone
+
+
+@needs_root
+def test_a_period_without_a_reading_does_not_double_the_next_utility() -> None:
+    """The time since the last reading moved on for every thread, the last value only
+    for those read: the period after a failed read divided two periods' count by one."""
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    counters = FailsOnce(CounterSource.TASK_CLOCK)
+    engine = Engine(Config(), read_topology("/sys").domains(Config().domains), counters, Pinner())
+    try:
+        target = engine.attach(spinner.pid, time.monotonic(), observe=True)
+        utilities = []
+        for period in range(8):
+            if period == 5:
+                counters.failing = spinner.pid
+            time.sleep(0.1)
+            engine.tick(time.monotonic())
+            utilities.append(float(target.current().utility[0]))
+        before, after = np.median(utilities[1:5]), utilities[6]
+        assert np.isnan(utilities[5]) and before > 1e8  # CPU ns per second: it spins
+        assert after < 1.5 * before, f"utility {after:.3g} after the failed read, {before:.3g} before"
+    finally:
+        engine.detach_all()
+        counters.close_all()
+        spinner.kill()
+        spinner.wait()
