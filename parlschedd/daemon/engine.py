@@ -201,7 +201,7 @@ class Engine:
         except BaseException:
             handle.close()
             raise
-        scheduler = TwoLevelScheduler(self.domains, self.config.learning, self.config.domain_every)
+        scheduler = TwoLevelScheduler(self.domains, self.config.learning, self.config.domain_every, stream=pid)
         target = Target(pid, name, owner, observe, pattern, descendants, handle, scheduler,
                         procfs.ThreadExits(self.proc_root, watch=not descendants),  # descendants: listed every period
                         rule=rule, caller=None if uid in (None, 0) else uid,
@@ -226,7 +226,8 @@ class Engine:
         for target in self.targets.values():
             s = target.scheduler
             if (s.params, s.domain_every) != (self.config.learning, self.config.domain_every):
-                target.scheduler = TwoLevelScheduler(self.domains, self.config.learning, self.config.domain_every)
+                target.scheduler = TwoLevelScheduler(self.domains, self.config.learning, self.config.domain_every,
+                                                     stream=target.pid)
                 fresh += 1
         return fresh
 

@@ -37,17 +37,20 @@ class TwoLevelScheduler:
 
     Threads are identified by integer keys chosen by the caller (tids in the daemon).
     A key seen for the first time joins; a key absent from a step has left and is
-    forgotten.
+    forgotten. ``stream`` picks one of the seed's independent random streams (the
+    daemon gives each target its own: with a seed set, targets would otherwise all draw
+    the same numbers); None is the seed's own stream.
     """
 
-    def __init__(self, domains: Sequence[Sequence[int]], params: LearningParams, domain_every: int) -> None:
+    def __init__(self, domains: Sequence[Sequence[int]], params: LearningParams, domain_every: int,
+                 stream: int | None = None) -> None:
         if not domains or any(len(d) == 0 for d in domains):
             raise ValueError("every domain needs at least one CPU")
         if domain_every < 1:
             raise ValueError("domain_every must be >= 1")
         self.params = params
         self.domain_every = domain_every
-        self.rng = np.random.default_rng(params.seed)
+        self.rng = np.random.default_rng(np.random.SeedSequence(params.seed, spawn_key=() if stream is None else (stream,)))
         extra = 1 if params.free else 0  # the "free" action sits after a domain's cores
         width = max(len(d) for d in domains) + extra
         self.domain_cpus = np.full((len(domains), width), FREE, dtype=np.int64)  # padding is never drawn
@@ -144,7 +147,8 @@ class TwoLevelScheduler:
         """One T_CPU period.
 
         keys:    thread keys measured this period (unique).
-        utility: each thread's utility over the period (NaN: not measured).
+        utility: each thread's utility over the period (NaN: not measured; an
+                 infinite one is taken as not measured).
         ran_on:  optional CPU each thread actually ran on (observe mode, or a pin the
                  kernel refused); Level 2 reinforces that core when it is in the
                  thread's domain, else the core it was placed on.
@@ -168,6 +172,8 @@ class TwoLevelScheduler:
             u = np.full(self.keys.size, np.nan)
             u[where] = utility
         finite = np.isfinite(u)
+        if not finite.all():  # an infinite utility would make an infinite, never decaying scale: no more reward
+            u = np.where(finite, u, np.nan)
         earned = u
         if self.params.reward == "target":  # Level 2 only: each measured thread earns the total
             earned = np.where(finite, u[finite].sum(), np.nan)

@@ -185,3 +185,29 @@ def test_target_reward_reinforces_every_thread_by_the_total():
     s.step(np.arange(2), np.array([1.0, 0.0]))  # reward 1 for both: full step towards the core run on
     rows = np.arange(2)
     assert np.allclose(s.x[rows, beta], x[rows, beta] + 0.5 * (1 - x[rows, beta]))
+
+
+def test_each_stream_of_a_seed_draws_its_own_numbers():
+    """The daemon gives each target its own stream (its pid): with a seed in the
+    config, every target replayed the same draws. A stream is reproducible, and no
+    stream is the seed's own (as numpy's default_rng(seed))."""
+    params = LearningParams(seed=11, lam=0.5)
+
+    def cores(stream):
+        s = TwoLevelScheduler([[0, 1, 2, 3]], params, domain_every=10, stream=stream)
+        return [s.step(np.arange(32), np.full(32, np.nan)).cpus.tolist() for _ in range(3)]
+
+    assert cores(101) == cores(101) and cores(101) != cores(202)
+    assert TwoLevelScheduler([[0]], params, 10).rng.random() == np.random.default_rng(11).random()
+
+
+def test_an_infinite_utility_is_not_measured_and_learning_goes_on():
+    """One infinite utility made the thread's scale infinite for good (inf * decay):
+    every later reward was 0 and its strategy never moved again."""
+    s = TwoLevelScheduler([[0, 1]], LearningParams(seed=3, eps=0.5, lam=0.0, normalise="thread"), domain_every=10)
+    s.step(np.array([7]), np.array([1.0]))
+    s.step(np.array([7]), np.array([np.inf]))
+    before = s.x.copy()
+    for _ in range(5):
+        s.step(np.array([7]), np.array([1.0]))
+    assert np.isfinite(s.scale).all() and not np.array_equal(s.x, before)
