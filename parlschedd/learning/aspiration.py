@@ -2,6 +2,10 @@
 
 shared/spec/parlsched.md, "Level 1" (Table I of the paper), steps 2-5, vectorised over
 threads. ``alpha`` holds each thread's current domain index.
+
+Utilities are rates of counters that only grow, so >= 0. A thread whose utility stays
+0 (idle) has rho = b = bbar = 0 rather than b < bbar; it is never unsatisfied and
+moves only by exploration (zeta), which costs nothing where it does no work.
 """
 
 from __future__ import annotations
@@ -55,7 +59,8 @@ def better_replies(rho: FloatArray, alpha: IntArray, n_domains: int, gamma: floa
     """Step 4: BR_i = {a' : rho_i < gamma * mean rho of the threads in a'}, as a mask.
 
     Two choices the spec leaves open, made here:
-    - a thread's own domain is never in its set (moving there is staying);
+    - a thread's own domain is never in its set: moving there is staying, and the
+      paper's step 5 speaks of "any other action" (alternative NUMA nodes);
     - an empty domain is in every set: nothing is known of it, and an idle NUMA node is
       free capacity. It is still only taken through step 5's rules (an unsatisfied
       thread, or exploration with probability zeta), one thread per step.

@@ -3,7 +3,9 @@
 shared/spec/parlsched.md, "Level 2" (Table II of the paper). Every function works on
 all threads at once: row i of a strategy matrix is thread i's probability vector over
 the cores of its current domain, padded with zeros up to the widest domain. ``width``
-holds the number of valid columns of each row (|J_CPU(alpha_i)|).
+holds the number of valid columns of each row: |J_CPU(alpha_i)|, plus one when the
+scheduler adds the "free" action after the cores (LearningParams.free), which the
+perturbation's uniform share then covers as it covers each core.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ def reinforce(x: FloatArray, chosen: IntArray, reward: FloatArray, eps: float) -
 
 
 def perturb(x: FloatArray, uniform_rows: FloatArray, lam: float) -> FloatArray:
-    """Step 2, second line: sigma = (1 - lambda) x + lambda / |J| over the valid cores.
+    """Step 2, second line: sigma = (1 - lambda) x + lambda / |J| over the valid columns
+    (the cores, and "free" when the scheduler has it).
 
     ``uniform_rows`` is :func:`uniform` of each thread's domain; the scheduler keeps one
     per domain, so the period does not rebuild it."""
