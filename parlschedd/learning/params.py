@@ -49,7 +49,8 @@ class LearningParams:
             selfish game) or "target" (every thread of a target by the sum of the
             target's utilities: the application's throughput; spec, "Measured
             headroom": the selfish game's equilibria are not what is best for
-            work-sharing threads).
+            work-sharing threads). Level 2 only: Level 1 always weighs a domain by
+            the thread's own utility.
     seed:   seed of the random generator; None draws one from the OS.
     """
 
