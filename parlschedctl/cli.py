@@ -86,7 +86,7 @@ def attach(sock: str, pid: int, observe: bool, threads: str | None, descendants:
     click.echo(f"attached {t['pid']} ({printable(t['name'])}), {len(t['threads'])} threads, mode {t['mode']}")
     if threads and not t["threads"]:
         click.echo(f"parlschedctl: warning: no thread name of {pid} matches --threads {threads!r} "
-                   f"({t.get('threads_ignored', 0)} left out); threads created later with a matching name are adopted",
+                   f"({t.get('threads_ignored', 0)} left out); threads created or renamed later to a matching name are adopted",
                    err=True)
 
 

@@ -382,6 +382,30 @@ class Engine:
                 if not self._exec_carried(target, tid, now):
                     self._hand_over(target, tid)
 
+    def refilter(self, now: float) -> None:
+        """Adopt the threads a thread filter left out whose name matches it now: a
+        thread names itself after it starts (pthread_setname_np), so the name seen at
+        its first listing need not be the one it runs under. Called every rescan_s, a
+        read of /proc per left-out thread; threads handed over to someone else stay
+        theirs, and a tid that now names a thread of another process is left alone."""
+        for target in self.targets.values():
+            if target.thread_filter is None:
+                continue
+            processes = {target.pid, *target.others}  # as listed last
+            for tid in sorted(target.ignored.difference(self.handed_over)):
+                try:
+                    matches = (procfs.thread_group(tid, self.proc_root) in processes
+                               and target.thread_filter.search(procfs.comm(tid, self.proc_root)) is not None)
+                except (HostError, ValueError):
+                    continue  # gone: the next listing forgets it
+                if not matches or self._manager_of(tid) is not None:
+                    continue
+                target.ignored.discard(tid)
+                target.exits.remove(tid)  # _adopt watches it again, or forgets it if it cannot manage it
+                self._adopt(target, tid, now)
+                if tid in target.threads:
+                    log.info("thread renamed to match the thread filter, adopted", pid=target.pid, tid=tid)
+
     def _step(self, target: Target, now: float) -> None:
         """counters -> rates -> scheduler -> pins, for one target's period."""
         if target.exec_watches:

@@ -213,6 +213,7 @@ class Daemon:
                 try:
                     self._rescan(now)
                     self.engine.resync(now)
+                    self.engine.refilter(now)
                 except Exception as exc:  # /proc unreadable, out of fds: the periods go on
                     log.error("rescan failed", error=f"{type(exc).__name__}: {exc}")
             try:

@@ -77,6 +77,21 @@ def test_relative_socket_and_state_dir_are_named_absolute(tmp_path, workload):
         assert d.stop() == 0
 
 
+def test_a_thread_named_after_attach_is_managed_within_a_rescan(daemon):
+    from tests.daemon.test_engine import NAMED_LATE
+
+    p = subprocess.Popen([sys.executable, "-c", NAMED_LATE], stdout=subprocess.PIPE)
+    try:
+        p.stdout.readline()
+        assert daemon.request("attach", pid=p.pid, threads="^worker")["target"]["threads"] == []
+        named = wait_for(lambda: [t["name"] for t in threads_of(daemon, p.pid).values()], timeout=5)
+        assert named == ["worker0"]
+        assert daemon.request("status", pid=p.pid)["targets"][0]["threads_ignored"] == 1
+    finally:
+        p.kill()
+        p.wait()
+
+
 def test_status_json_fields(daemon, workload):
     w = workload(2)
     daemon.request("attach", pid=w.pid)

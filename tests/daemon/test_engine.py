@@ -1002,3 +1002,42 @@ def test_a_period_without_a_reading_does_not_double_the_next_utility() -> None:
         counters.close_all()
         spinner.kill()
         spinner.wait()
+
+
+NAMED_LATE = """
+import threading, time
+def run():
+    time.sleep(0.3)  # named after it starts, as pthread_setname_np is called
+    with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as comm:
+        comm.write("worker0")
+    time.sleep(60)
+threading.Thread(target=run, daemon=True).start()
+print("r", flush=True)
+time.sleep(60)
+"""
+
+
+@needs_root
+def test_a_thread_named_after_attach_is_adopted_when_its_name_matches() -> None:
+    """--threads was matched once, at a thread's first listing: a thread that named
+    itself a moment later was left out for good, whatever attach's warning promised."""
+    p = subprocess.Popen([sys.executable, "-c", NAMED_LATE], stdout=subprocess.PIPE)
+    p.stdout.readline()
+    engine, counters = _pin_engine()
+    try:
+        target = engine.attach(p.pid, time.monotonic(), threads="^worker")
+        assert target.threads == {} and len(target.ignored) == 2
+        time.sleep(0.5)
+        engine.refilter(time.monotonic())
+        named = [tid for tid in tids_of(p.pid) if procfs.comm(tid) == "worker0"]
+        assert list(target.threads) == named and target.ignored == {p.pid}
+        for _ in range(5):
+            engine.tick(time.monotonic())
+        assert target.current().pinned.all()
+        engine.refilter(time.monotonic())  # the main thread's name still does not match
+        assert target.ignored == {p.pid}
+    finally:
+        engine.detach_all()
+        counters.close_all()
+        p.kill()
+        p.wait()
