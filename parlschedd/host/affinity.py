@@ -49,11 +49,19 @@ def set_affinity(tid: int, cpus: Iterable[int]) -> None:
 @dataclass(slots=True)
 class PinRecord:
     """What the Pinner knows of one thread: its identity and both masks. Only
-    ``current`` changes, in place (a pin is the daemon's hot path)."""
+    ``current`` and ``asked`` change, in place (a pin is the daemon's hot path)."""
 
     start_time: int  # with the tid, the thread's identity (procfs stat field 22)
     original: frozenset[int]  # the mask found at adoption, restored at the end
-    current: frozenset[int]  # the mask last set (the original until the first pin)
+    current: frozenset[int]  # the mask the thread has from us (the original until the first pin)
+    # the mask last asked for, where its cpuset let the thread keep only part of it
+    # (current); None where it kept all. Not saved: a restart asks again.
+    asked: frozenset[int] | None = None
+
+    @property
+    def wanted(self) -> frozenset[int]:
+        """The mask last asked for."""
+        return self.current if self.asked is None else self.asked
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -147,7 +155,7 @@ class Pinner:
         on that slow path, not on every pin of the daemon's period.
         """
         outcomes: list[bool | HostError] = [False] * len(moves)
-        due = [i for i, (tid, cpus) in enumerate(moves) if cpus != self._records[tid].current]
+        due = [i for i, (tid, cpus) in enumerate(moves) if cpus != self._records[tid].wanted]
         gone = self._exited([moves[i][0] for i in due])
         for i in due:
             tid, cpus = moves[i]
@@ -162,14 +170,18 @@ class Pinner:
             except HostError as exc:
                 outcomes[i] = exc
             else:
-                self._records[tid].current = cpus
+                record = self._records[tid]
+                record.current, record.asked = cpus, None
                 outcomes[i] = True
         return outcomes
 
     def drifted(self, tids: Iterable[int]) -> Drift:
         """Which of the adopted ``tids`` no longer have the mask we last set, and who
-        changed it (:meth:`_narrowed`): the kernel, whose mask then becomes the
-        record's current, or someone else.
+        changed it (:meth:`_by_kernel`): the kernel, whose mask then becomes the
+        record's current, or someone else. A thread that keeps part of what we asked
+        (a cpuset narrower than a domain's mask, as a v1 cpuset makes of it at the pin
+        or later) is not reported: there is nothing to place again, and reporting it
+        had it pinned and reported again at every rescan.
 
         One sched_getaffinity per thread, so the daemon calls this every rescan_s, not
         every period. A thread gone in between is skipped; the next period drops it.
@@ -181,23 +193,34 @@ class Pinner:
                 mask = get_affinity(tid)
                 if mask == record.current:
                     continue
-                narrowed = self._narrowed(tid, record.current, mask)
+                kept = self._by_kernel(tid, record, mask)
             except HostError:
                 continue
-            if narrowed:
-                record.current = mask
-                drift.narrowed.append(tid)
-            else:
+            if kept is None:
                 drift.overridden.append(tid)
+                continue
+            wanted = record.wanted
+            record.current = mask
+            if kept:
+                record.asked = None if mask == wanted else wanted
+            else:
+                record.asked = None
+                drift.narrowed.append(tid)
         return drift
 
-    def _narrowed(self, tid: int, ours: frozenset[int], mask: frozenset[int]) -> bool:
-        """Whether the kernel made ``mask`` of the mask we set: a cgroup v1 cpuset that
-        shrank rewrites each task's mask to what is left of it in the cpuset, or to the
-        whole cpuset when nothing is. Any other mask someone set (taskset, an
-        administrator, the program itself), and it is theirs."""
+    def _by_kernel(self, tid: int, record: PinRecord, mask: frozenset[int]) -> bool | None:
+        """Whether the kernel made ``mask`` of the mask we asked for: a cgroup v1
+        cpuset rewrites each task's mask to what is left of it in the cpuset (True:
+        the thread kept part of ours), or to the whole cpuset when nothing is (False).
+        None for any other mask: someone set it (taskset, an administrator, the
+        program itself), and it is theirs."""
         allowed = self._allowed(tid)
-        return allowed is not None and mask == ((ours & allowed) or allowed)
+        if allowed is None:
+            return None
+        kept = record.wanted & allowed
+        if kept:
+            return True if mask == kept else None
+        return False if mask == allowed else None
 
     def reassign(self, tid: int, original: frozenset[int]) -> None:
         """The adopted ``tid`` names another thread of the same identity now (an exec
@@ -219,7 +242,7 @@ class Pinner:
         record = self._records[tid]
         mask = get_affinity(tid)
         if mask != record.current:
-            if not self._narrowed(tid, record.current, mask):
+            if self._by_kernel(tid, record, mask) is None:
                 raise Overridden(f"tid {tid} was set to CPUs {format_cpulist(mask)} by someone else", tid=tid)
             record.current = mask
 

@@ -363,3 +363,25 @@ def test_drifted_tells_the_kernels_narrowing_from_someone_elses_mask(spawn: Call
     assert retasked.tid not in pinner.records
     pinner.restore_all()
     assert os.sched_getaffinity(retasked.tid) == {1}, "released: not restored"
+
+
+def test_a_mask_its_cpuset_keeps_part_of_is_not_a_drift(spawn: Callable[..., Worker], cpuset: CpusetDir) -> None:
+    """A domain's mask on a thread whose cpuset is narrower: the kernel keeps the part
+    allowed. That was reported as the cpuset narrowing at every rescan (logged, the
+    thread pinned again, narrowed again); it is what the kernel makes of our mask."""
+    w = spawn(busy=False)
+    pinner = Pinner()
+    adopted(pinner, w)
+    pinner.pin(w.tid, frozenset({0}))
+    cpuset.set_cpus("1")
+    cpuset.add(w.tid)  # v1: its mask becomes the cpuset's
+    assert pinner.pin(w.tid, frozenset({0, 1})) is True
+    assert os.sched_getaffinity(w.tid) == {1}
+    assert pinner.drifted([w.tid]) == Drift([], [])
+    record = pinner.records[w.tid]
+    assert (record.current, record.wanted) == ({1}, {0, 1})
+    assert pinner.pin(w.tid, frozenset({0, 1})) is False, "asked for already: nothing to write"
+    assert pinner.drifted([w.tid]) == Drift([], [])
+    cpuset.set_cpus("0-1")  # v1 gives the task the grown cpuset: still what we asked for
+    assert pinner.drifted([w.tid]) == Drift([], []) and pinner.records[w.tid].asked is None
+    pinner.restore_all()
