@@ -59,6 +59,7 @@ class ThreadState:
     name: str
     first_value: float  # the counter at adoption
     first_time: float
+    refusal_said: bool = False  # a pin the kernel refused was logged at warning level once
 
 
 @dataclass
@@ -459,9 +460,11 @@ class Engine:
             elif isinstance(outcome, Overridden):
                 if not self._exec_carried(target, tid, now):
                     self._hand_over(target, tid)
-            else:
-                # retried every period; said once per thread, at the change, not each time
-                (log.warning if r.pinned[i] else log.debug)("pin refused", tid=tid, cpu=cpu, error=str(outcome))
+            else:  # retried every period; a warning once per thread (a core outside its cpuset is
+                # drawn again and again while the thread learns nothing, an idle one never)
+                th = target.threads[tid]
+                (log.debug if th.refusal_said else log.warning)("pin refused", tid=tid, cpu=cpu, error=str(outcome))
+                th.refusal_said = True
                 r.pinned[i] = False
                 r.cpu[i] = -1  # not where we put it; /proc's last CPU may predate a cpuset change
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import structlog.testing
 
 from parlschedd.config import Config
 from parlschedd.daemon import engine as engine_module
@@ -626,7 +627,8 @@ def test_a_core_outside_the_cpuset_loses_ground_to_the_core_the_thread_runs_on(w
     much as CPU 1 and the strategies drifted either way: two of three workers ended on
     CPU 0 (x0 = 1.0) in a run before the engine passed this on. The main thread sleeps,
     earns nothing and keeps its 1/2 either way. Nothing runs outside the cpuset, and
-    detach restores the masks."""
+    detach restores the masks. Each thread's refusal is a warning once, not at each
+    pinned-refused-pinned turn (the main thread's went on for as long as it lived)."""
     w = workload(3)
     (cpuset / "cgroup.procs").write_text(str(w.pid))
     (cpuset / "cpuset.cpus").write_text("1")
@@ -635,10 +637,14 @@ def test_a_core_outside_the_cpuset_loses_ground_to_the_core_the_thread_runs_on(w
     engine, counters = _pin_engine()
     try:
         target = engine.attach(w.pid, time.monotonic())
-        for _ in range(40):
-            time.sleep(0.02)
-            engine.tick(time.monotonic())
-            assert set(masks(w.all_tids()).values()) == {frozenset({1})}
+        with structlog.testing.capture_logs() as logs:
+            for _ in range(40):
+                time.sleep(0.02)
+                engine.tick(time.monotonic())
+                engine.resync(time.monotonic())
+                assert set(masks(w.all_tids()).values()) == {frozenset({1})}
+        warned = [e["tid"] for e in logs if e["event"] == "pin refused" and e["log_level"] == "warning"]
+        assert warned and len(warned) == len(set(warned)), warned
         s = target.scheduler
         rows = np.searchsorted(s.keys, w.tids)  # the workers: the main thread waits on stdin and earns nothing
         core0 = np.argmax(s.domain_cpus[s.alpha[rows]] == 0, axis=1)  # CPU 0's column in each worker's row
@@ -1041,3 +1047,27 @@ def test_a_thread_named_after_attach_is_adopted_when_its_name_matches() -> None:
         counters.close_all()
         p.kill()
         p.wait()
+
+
+@needs_root
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_a_free_thread_in_a_narrower_cpuset_is_placed_once(workload, cpuset) -> None:
+    """A free thread's mask is its domain; a v1 cpuset of CPU 1 keeps part of it. That
+    was taken for the cpuset narrowing at every rescan: logged, pinned again, and
+    narrowed again, for as long as the target lived."""
+    w = workload(2)
+    (cpuset / "cgroup.procs").write_text(str(w.pid))
+    (cpuset / "cpuset.cpus").write_text("1")
+    engine, counters = _free_engine()
+    try:
+        target = engine.attach(w.pid, time.monotonic())
+        with structlog.testing.capture_logs() as logs:
+            for _ in range(10):
+                engine.tick(time.monotonic())
+                engine.resync(time.monotonic())
+        assert target.current().pinned.all() and (target.current().cpu == -1).all()  # free, in their domain
+        assert not [e for e in logs if e["event"].startswith("cpuset narrowed")]
+        assert target.migrations == len(target.threads), "each thread placed once"
+    finally:
+        engine.detach_all()
+        counters.close_all()
