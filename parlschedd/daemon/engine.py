@@ -198,7 +198,7 @@ class Engine:
             raise EngineError("no_such_process", f"process {pid} exited") from None
         except PatternError as exc:
             handle.close()
-            raise EngineError("bad_request", f"invalid threads regex: {protocol.clip(str(exc))}") from None
+            raise EngineError("bad_request", f"invalid threads regex: {protocol.clip(str(exc), 200)}") from None  # room for RE2's hint
         except BaseException:
             handle.close()
             raise

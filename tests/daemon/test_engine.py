@@ -1071,3 +1071,12 @@ def test_a_free_thread_in_a_narrower_cpuset_is_placed_once(workload, cpuset) -> 
     finally:
         engine.detach_all()
         counters.close_all()
+
+
+def test_an_invalid_thread_filter_is_refused_with_re2s_whole_hint() -> None:
+    """Clipped at 80 characters, the message lost the end of its own hint."""
+    engine = Engine(Config(), [[0]], CounterSet(CounterSource.SCHEDSTAT), Pinner())
+    with pytest.raises(engine_module.EngineError) as e:
+        engine.attach(os.getpid(), time.monotonic(), threads="(?=x)")
+    assert e.value.code == "bad_request"
+    assert str(e.value).endswith("(patterns are RE2: no back-references or look-arounds)"), str(e.value)
