@@ -155,10 +155,11 @@ def run(sock: str, observe: bool, cmd: tuple[str, ...]) -> None:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda signum, frame: proc.send_signal(signum))
     last: dict[str, Any] = {}
-    lost = False
+    lost = attached = False
     managed: set[int] = set()
     try:
         client.request(sock, "attach", pid=proc.pid, observe=observe, descendants=True)
+        attached = True
         live = sys.stderr.isatty()
         while proc.poll() is None:
             try:
@@ -179,11 +180,20 @@ def run(sock: str, observe: bool, cmd: tuple[str, ...]) -> None:
         click.echo(("\r\033[K" if sys.stderr.isatty() else "") + f"parlschedctl: lost the daemon ({exc}); waiting for {cmd[0]}", err=True)
     code = proc.wait()
     wall = time.monotonic() - started
-    threads = last.get("threads", [])
     how = f"exited {code}" if code >= 0 else f"was killed by {signal.Signals(-code).name}"
-    end = "the daemon stopped before the end" if lost else f"at the end {placements(threads)}"
-    click.echo(f"parlschedctl: {cmd[0]} {how} after {wall:.2f} s; managed {len(managed)} threads ({end})", err=True)
+    click.echo(f"parlschedctl: {cmd[0]} {how} after {wall:.2f} s{_run_summary(attached, observe, lost, managed, last)}",
+               err=True)
     sys.exit(code if code >= 0 else 128 - code)
+
+
+def _run_summary(attached: bool, observe: bool, lost: bool, managed: set[int], last: dict[str, Any]) -> str:
+    """'; managed 4 threads (at the end ...)' for run's last line; '' when never attached."""
+    if not attached:
+        return ""
+    said = f"; {'observed' if observe else 'managed'} {len(managed)} thread{'' if len(managed) == 1 else 's'}"
+    if lost:
+        return said + " (the daemon stopped before the end)"
+    return said if observe else said + f" (at the end {placements(last.get('threads', []))})"
 
 
 @cli.command()

@@ -249,6 +249,16 @@ def test_run_of_a_command_that_ends_at_once_says_so(daemon):
         r = ctl("run", "--", "true", socket=daemon.socket)
         assert r.returncode == 0 and "zombie" not in r.stderr and "exited 0" in r.stderr
         assert "not managed" not in r.stderr or "not managed: true ended before it could be attached" in r.stderr
+        if "not managed" in r.stderr:
+            assert "managed 0 threads" not in r.stderr  # never attached: no count of what it managed
+
+
+@needs_root
+def test_run_observe_counts_what_it_observed(daemon):
+    code = "import threading,time; [threading.Thread(target=time.sleep,args=(1,)).start() for _ in range(2)]; time.sleep(1.2)"
+    r = ctl("run", "--observe", "--", sys.executable, "-c", code, socket=daemon.socket)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"exited 0 after [\d.]+ s; observed 3 threads\n", r.stderr), r.stderr  # no pins to count
 
 
 @needs_root
