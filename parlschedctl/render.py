@@ -31,7 +31,8 @@ def status_table(reply: dict[str, Any]) -> str:
         lines.append("no targets")
     for t in reply["targets"]:
         left = _not_managed(t.get("threads_ignored", 0), t.get("threads_handed_over", 0))
-        lines.append(f"\n{t['pid']} {printable(t['name'])} ({t['mode']}, {len(t['threads'])} threads{left})")
+        rule = "" if t.get("rule") is None else f", config rule {t['rule']}"
+        lines.append(f"\n{t['pid']} {printable(t['name'])} ({t['mode']}{rule}, {len(t['threads'])} threads{left})")
         lines.append(f"  {'TID':>8} {'NAME':<16} {'CPU':>4} {'DOM':>4} {'UTILITY':>12} PINNED")
         for th in t["threads"]:
             util = "-" if th["utility"] is None else f"{th['utility']:.4g}"
@@ -45,7 +46,7 @@ def _not_managed(ignored: int, handed_over: int) -> str:
     """', N more not managed: ...' for a target's header; '' when every thread is managed."""
     if not ignored:
         return ""
-    why = [f"{n} {what}" for n, what in ((ignored - handed_over, "left out by --threads"),
+    why = [f"{n} {what}" for n, what in ((ignored - handed_over, "left out by the thread filter"),
                                           (handed_over, "pinned by someone else")) if n]
     return f", {ignored} more not managed: {', '.join(why)}"
 

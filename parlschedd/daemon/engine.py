@@ -869,6 +869,7 @@ class Engine:
         rows = zip(r.tids.tolist(), r.cpu.tolist(), r.domain.tolist(), r.utility.tolist(), r.pinned.tolist())
         return {
             "pid": target.pid, "name": target.name, "mode": target.mode, "uid": target.uid,
+            "rule": target.rule,  # the index of the config rule that attached it; None: attached by a client
             "migrations": target.migrations, "threads_ignored": len(target.ignored),
             "threads_handed_over": sum(tid in self.handed_over for tid in target.ignored),
             "threads": [

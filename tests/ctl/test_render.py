@@ -44,10 +44,12 @@ def test_threads_not_managed_are_counted_in_the_header() -> None:
     table; the header said "1 threads" of a process that has two."""
     reply = _reply("app", "worker")
     reply["targets"][0]["threads_ignored"] = 1
-    assert "11 app (pin, 1 threads, 1 more not managed: 1 left out by --threads)" in status_table(reply)
+    assert "11 app (pin, 1 threads, 1 more not managed: 1 left out by the thread filter)" in status_table(reply)
     reply["targets"][0].update(threads_ignored=3, threads_handed_over=1)
-    assert "11 app (pin, 1 threads, 3 more not managed: 2 left out by --threads, 1 pinned by someone else)" in status_table(reply)
+    assert "11 app (pin, 1 threads, 3 more not managed: 2 left out by the thread filter, 1 pinned by someone else)" in status_table(reply)
     reply["targets"][0].update(threads_ignored=1, threads_handed_over=1)
     assert "11 app (pin, 1 threads, 1 more not managed: 1 pinned by someone else)" in status_table(reply)
     reply["targets"][0]["threads_ignored"] = 0
     assert "11 app (pin, 1 threads)\n" in status_table(reply) + "\n"
+    reply["targets"][0]["rule"] = 0  # attached by the config's first rule, not by a client
+    assert "11 app (pin, config rule 0, 1 threads)\n" in status_table(reply) + "\n"

@@ -105,6 +105,7 @@ def test_status_json_fields(daemon, workload):
     assert d["loop"]["periods"] > 0
     jitter = d["loop"]["jitter_ms"]
     assert 0 <= jitter["p50"] <= jitter["p99"] <= jitter["max"]
+    assert reply["targets"][0]["rule"] is None  # attached by a client
     th = reply["targets"][0]["threads"][0]
     assert set(th) >= {"tid", "name", "cpu", "domain", "utility", "pinned"}
     assert any(t["utility"] and t["utility"] > 0 for t in reply["targets"][0]["threads"])
@@ -565,6 +566,7 @@ def test_config_rule_adopts_by_name_and_releases_when_gone(tmp_path, workload):
         try:
             wait_for(lambda: targets() == {gone.pid, kept.pid})
             assert w.pid not in targets()
+            assert {t["rule"] for t in d.request("status")["targets"]} == {0}
             wait_for(lambda: all(t["pinned"] for t in threads_of(d, kept.pid).values()))
             gone.kill()
             gone.wait()
