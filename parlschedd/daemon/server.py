@@ -33,7 +33,7 @@ from parlschedd.host import cgroups, procfs
 from parlschedd.host.affinity import Pinner
 from parlschedd.host.base import CounterSource
 from parlschedd.host.cpulist import format_cpulist
-from parlschedd.host.errors import HostError
+from parlschedd.host.errors import HostError, ThreadGone
 from parlschedd.host.perf import CounterSet, detect_source, raise_fd_limit
 from parlschedd.host.privileges import CAP_SYS_NICE, effective_capabilities, group_id, perfmon_capable
 from parlschedd.host.state import StateDirBusy, lock_dir, read_state, write_state
@@ -435,6 +435,8 @@ class Daemon:
             self.engine.attach(pid, now, observe=bool(saved.get("observe")), threads=saved.get("threads"),
                                descendants=bool(saved.get("descendants")), uid=saved.get("caller"))
             log.info("re-attached from the last run", pid=pid)
+        except ThreadGone:  # not the errno of the read that found it gone
+            log.info("previous target not re-attached", target=saved, reason="it has exited")
         except (KeyError, ValueError, TypeError, HostError, EngineError) as exc:
             log.info("previous target not re-attached", target=saved, reason=str(exc))
         except Exception:  # a bug: that target, not the daemon's start

@@ -373,6 +373,8 @@ def test_restart_after_target_exit_touches_nothing(tmp_path, workload):
         lines = [json.loads(line) for line in d2.log_text()[log_before:].splitlines() if line.startswith("{")]
         recovered = next(e for e in lines if e["event"] == "recovered from previous run")
         assert (recovered["restored"], recovered["gone"], recovered["failed"]) == (0, n, 0)
+        [skipped] = [e for e in lines if e["event"] == "previous target not re-attached"]
+        assert skipped["reason"] == "it has exited"  # said so, not as the errno of a read
     finally:
         d2.stop()
 
