@@ -235,8 +235,10 @@ def config_group() -> None:
 @click.argument("path", type=click.Path(dir_okay=False))
 def config_check(path: str) -> None:
     """Validate a config file; print every error with its key path."""
-    from parlschedd.config import ConfigError, load
+    from parlschedd.config import ConfigError, load, split_cgroup
+    from parlschedd.host.cgroups import cgroup_dir
     from parlschedd.host.cpulist import format_cpulist
+    from parlschedd.host.errors import HostError
     from parlschedd.host.privileges import group_id
     from parlschedd.topology import TopologyError, read_topology
 
@@ -259,6 +261,18 @@ def config_check(path: str) -> None:
         if unusable := topology.unusable(cfg.cpus):
             click.echo(f"{path}: warning: cpus: {format_cpulist(unusable)} not usable on this host (absent, offline, "
                        f"isolated or not allowed); parlschedd runs on {format_cpulist(topology.usable)}", err=True)
+    for i, rule in enumerate(cfg.targets):  # valid, but matching nothing here now (a unit may create it later)
+        if rule.cgroup is None:
+            continue
+        controllers, cgroup = split_cgroup(rule.cgroup)
+        try:
+            where = cgroup_dir(cgroup, controllers)
+            missing = "" if where.is_dir() else f"no cgroup {where} on this host (yet)"
+        except HostError as exc:
+            missing = str(exc)
+        if missing:
+            click.echo(f"{path}: warning: targets[{i}].cgroup: {missing}; the rule matches nothing until it exists",
+                       err=True)
     click.echo(f"{path}: ok")
 
 

@@ -105,6 +105,12 @@ def test_config_check(tmp_path):
     good.write_text("period_s: 0.2\n")
     r = ctl("config", "check", str(good))
     assert r.returncode == 0 and "ok" in r.stdout and not r.stderr
+    rules = tmp_path / "rules.yaml"  # a cgroup this host has, one it has not (yet), a v1 hierarchy it lacks
+    rules.write_text("targets:\n  - cgroup: /\n  - cgroup: /no-such-unit.service\n  - cgroup: 'nosuchctl:/x'\n")
+    r = ctl("config", "check", str(rules))
+    assert r.returncode == 0 and "ok" in r.stdout
+    assert "targets[0]" not in r.stderr and "targets[1].cgroup: no cgroup" in r.stderr
+    assert "targets[2].cgroup: no cgroup hierarchy for nosuchctl" in r.stderr
     grouped = tmp_path / "grouped.yaml"
     grouped.write_text("socket: {group: no-such-group-here}\n")
     r = ctl("config", "check", str(grouped))
