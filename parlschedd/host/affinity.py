@@ -53,9 +53,11 @@ class PinRecord:
 
     start_time: int  # with the tid, the thread's identity (procfs stat field 22)
     original: frozenset[int]  # the mask found at adoption, restored at the end
-    current: frozenset[int]  # the mask the thread has from us (the original until the first pin)
-    # the mask last asked for, where its cpuset let the thread keep only part of it
-    # (current); None where it kept all. Not saved: a restart asks again.
+    current: frozenset[int]  # the mask the thread has, as we set it or the kernel made it of ours
+    # The mask last asked for: by a sched_setaffinity of ours, or before our first the
+    # mask found at adoption (None: not known, current stands for it). The kernel keeps
+    # it (Linux 6.2+: user_cpus_ptr) and gives the thread what its cpuset allows of it,
+    # again each time the cpuset changes, so a grown cpuset gives it back.
     asked: frozenset[int] | None = None
 
     @property
@@ -64,19 +66,30 @@ class PinRecord:
         return self.current if self.asked is None else self.asked
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        saved = {
             "start_time": self.start_time,
             "original": format_cpulist(self.original),
             "current": format_cpulist(self.current),
         }
+        if self.asked is not None:
+            saved["asked"] = format_cpulist(self.asked)
+        return saved
 
     @classmethod
     def from_json(cls, data: Any) -> PinRecord:
         """The record :meth:`to_json` wrote; ValueError for anything else."""
         if not (isinstance(data, Mapping) and type(data.get("start_time")) is int
-                and isinstance(data.get("original"), str) and isinstance(data.get("current"), str)):
+                and isinstance(data.get("original"), str) and isinstance(data.get("current"), str)
+                and isinstance(data.get("asked", ""), str)):
             raise ValueError(f"not a thread record: {data!r:.80}")
-        return cls(data["start_time"], parse_cpulist(data["original"]), parse_cpulist(data["current"]))
+        asked = parse_cpulist(data["asked"]) if "asked" in data else None
+        return cls(data["start_time"], parse_cpulist(data["original"]), parse_cpulist(data["current"]), asked)
+
+
+def _due(record: PinRecord, cpus: frozenset[int]) -> bool:
+    """Whether pinning to ``cpus`` needs a write: not when it is what we last asked
+    for and the thread has it, or the part its cpuset allows."""
+    return cpus != record.wanted or not record.current <= cpus
 
 
 AllowedCpus = Callable[[int], "frozenset[int] | None"]
@@ -128,7 +141,7 @@ class Pinner:
         mask = get_affinity(tid)
         self._close_handle(tid)
         self._check_identity(tid, start_time)
-        self._records[tid] = PinRecord(start_time, mask if original is None else original, mask)
+        self._records[tid] = PinRecord(start_time, mask if original is None else original, mask, asked=mask)
 
     def pin(self, tid: int, cpus: frozenset[int]) -> bool:
         """Restrict an adopted thread to ``cpus`` ∩ its allowed CPUs.
@@ -155,7 +168,7 @@ class Pinner:
         on that slow path, not on every pin of the daemon's period.
         """
         outcomes: list[bool | HostError] = [False] * len(moves)
-        due = [i for i, (tid, cpus) in enumerate(moves) if cpus != self._records[tid].wanted]
+        due = [i for i, (tid, cpus) in enumerate(moves) if _due(self._records[tid], cpus)]
         gone = self._exited([moves[i][0] for i in due])
         for i in due:
             tid, cpus = moves[i]
@@ -171,7 +184,7 @@ class Pinner:
                 outcomes[i] = exc
             else:
                 record = self._records[tid]
-                record.current, record.asked = cpus, None
+                record.current = record.asked = cpus
                 outcomes[i] = True
         return outcomes
 
@@ -199,21 +212,17 @@ class Pinner:
             if kept is None:
                 drift.overridden.append(tid)
                 continue
-            wanted = record.wanted
             record.current = mask
-            if kept:
-                record.asked = None if mask == wanted else wanted
-            else:
-                record.asked = None
+            if not kept:
                 drift.narrowed.append(tid)
         return drift
 
     def _by_kernel(self, tid: int, record: PinRecord, mask: frozenset[int]) -> bool | None:
-        """Whether the kernel made ``mask`` of the mask we asked for: a cgroup v1
-        cpuset rewrites each task's mask to what is left of it in the cpuset (True:
-        the thread kept part of ours), or to the whole cpuset when nothing is (False).
-        None for any other mask: someone set it (taskset, an administrator, the
-        program itself), and it is theirs."""
+        """Whether the kernel made ``mask`` of the mask we last asked for: a cgroup v1
+        cpuset that changes gives each task what it allows of that mask (True: the
+        thread has part or all of ours, a grown cpuset gives it back), or the whole
+        cpuset when it allows none of it (False). None for any other mask: someone set
+        it (taskset, an administrator, the program itself), and it is theirs."""
         allowed = self._allowed(tid)
         if allowed is None:
             return None
@@ -228,7 +237,8 @@ class Pinner:
         ``original`` is the mask to restore, and the mask it has now the one last set.
         Raises KeyError for a tid never adopted, ThreadGone when it is gone."""
         record = self._records[tid]
-        self._records[tid] = PinRecord(record.start_time, original, self._guarded(tid, get_affinity))
+        mask = self._guarded(tid, get_affinity)
+        self._records[tid] = PinRecord(record.start_time, original, mask, asked=mask)
 
     def release(self, tid: int) -> None:
         """Forget a thread without touching its mask: someone else set it since we did,

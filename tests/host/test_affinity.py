@@ -103,7 +103,8 @@ def test_pin_then_restore_exact_original(spawn: Callable[..., Worker]) -> None:
     tid = adopted(pinner, worker)
     assert pinner.pin(tid, frozenset({0})) is True
     assert os.sched_getaffinity(tid) == {0}
-    assert pinner.records[tid] == PinRecord(pinner.records[tid].start_time, frozenset({0, 1}), frozenset({0}))
+    assert pinner.records[tid] == PinRecord(pinner.records[tid].start_time, frozenset({0, 1}), frozenset({0}),
+                                            asked=frozenset({0}))
     pinner.adopt(tid, pinner.records[tid].start_time)  # once per identity: original kept
     assert pinner.records[tid].original == {0, 1}
     assert pinner.restore(tid) is True
@@ -124,7 +125,7 @@ def test_reassign_keeps_the_identity_and_takes_the_mask_now_as_ours(spawn: Calla
     pinner.pin(tid, frozenset({0}))
     os.sched_setaffinity(tid, {1})  # the mask the thread that exec'd carried
     pinner.reassign(tid, frozenset({1}))
-    assert pinner.records[tid] == PinRecord(start, frozenset({1}), frozenset({1}))
+    assert pinner.records[tid] == PinRecord(start, frozenset({1}), frozenset({1}), asked=frozenset({1}))
     assert pinner.pin(tid, frozenset({0})) is True  # ours: no Overridden
     assert pinner.restore(tid) is True
     assert os.sched_getaffinity(tid) == {1}
@@ -382,6 +383,31 @@ def test_a_mask_its_cpuset_keeps_part_of_is_not_a_drift(spawn: Callable[..., Wor
     assert (record.current, record.wanted) == ({1}, {0, 1})
     assert pinner.pin(w.tid, frozenset({0, 1})) is False, "asked for already: nothing to write"
     assert pinner.drifted([w.tid]) == Drift([], [])
-    cpuset.set_cpus("0-1")  # v1 gives the task the grown cpuset: still what we asked for
-    assert pinner.drifted([w.tid]) == Drift([], []) and pinner.records[w.tid].asked is None
+    cpuset.set_cpus("0-1")  # the grown cpuset gives back what we asked for
+    assert pinner.drifted([w.tid]) == Drift([], []) and os.sched_getaffinity(w.tid) == {0, 1}
+    pinner.restore_all()
+
+
+def test_a_cpuset_that_grows_back_gives_our_mask_back_not_someone_elses(spawn: Callable[..., Worker],
+                                                                         cpuset: CpusetDir) -> None:
+    """The kernel keeps the last mask we set (Linux 6.2+) and gives a thread what its
+    cpuset allows of it each time the cpuset changes. A pin refused meanwhile, or a
+    restart of the daemon, made the mask of a grown cpuset look like someone else's:
+    the thread was handed over for good."""
+    w = spawn(busy=False)
+    pinner = Pinner()
+    adopted(pinner, w)
+    pinner.pin(w.tid, frozenset({0}))
+    cpuset.set_cpus("0-1")
+    cpuset.add(w.tid)
+    cpuset.set_cpus("1")  # CPU 0 taken away: the thread gets the whole cpuset
+    assert pinner.drifted([w.tid]) == Drift([w.tid], [])
+    with pytest.raises(InvalidMask):
+        pinner.pin(w.tid, frozenset({0}))  # the learner draws the lost CPU again
+    pinner = Pinner.from_json(pinner.to_json())  # and the daemon restarts
+    cpuset.set_cpus("0-1")
+    if os.sched_getaffinity(w.tid) != {0}:
+        pytest.skip("a kernel before 6.2 gives the whole cpuset back, not the mask last asked for")
+    assert pinner.drifted([w.tid]) == Drift([], []), "our own mask, given back"
+    assert pinner.pin(w.tid, frozenset({0})) is False
     pinner.restore_all()
