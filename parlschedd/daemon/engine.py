@@ -41,6 +41,18 @@ def _threads(n: int) -> str:
     return f"{n} thread" if n == 1 else f"{n} threads"
 
 
+def _in_turn(tids: Iterable[int], start: int) -> tuple[list[int], int]:
+    """Up to RENAMES_PER_ROUND of ``tids`` in tid order from the ``start``-th on,
+    wrapping round, and where the next round starts: a bounded share of some
+    per-thread work each round, every thread in turn."""
+    ordered = sorted(tids)
+    if not ordered:
+        return [], 0
+    start %= len(ordered)
+    batch = (ordered[start:] + ordered[:start])[:RENAMES_PER_ROUND]
+    return batch, start + len(batch)
+
+
 class EngineError(Exception):
     """A refused request; ``code`` is the protocol's error code."""
 
@@ -125,6 +137,7 @@ class Target:
     history: History | None = None
     named_at: float = float("-inf")  # when thread names were last re-read
     rename_from: int = 0  # where the next round of name re-reads starts, in tid order
+    refilter_from: int = 0  # the same, for the names of the threads the filter left out
     # per process of the target (its own, and with descendants theirs), by its main tid:
     others: dict[int, set[int]] = field(default_factory=dict)  # its other known threads at the last listing
     ignored_masks: dict[int, frozenset[int]] = field(default_factory=dict)  # an ignored main tid's mask then
@@ -321,17 +334,12 @@ class Engine:
             target.name = procfs.comm(target.pid, self.proc_root)
         except HostError:
             pass  # exited: the next period drops it
-        tids = sorted(target.threads)
-        if not tids:
-            return
-        start = target.rename_from % len(tids)
-        batch = (tids[start:] + tids[:start])[:RENAMES_PER_ROUND]
+        batch, target.rename_from = _in_turn(target.threads, target.rename_from)
         for tid in batch:
             try:
                 target.threads[tid].name = procfs.comm(tid, self.proc_root)
             except HostError:
                 pass  # gone: the next period drops it
-        target.rename_from = start + len(batch)
 
     def detach_all(self) -> int:
         return sum(self._release(t) for t in list(self.targets.values()))
@@ -388,22 +396,24 @@ class Engine:
         thread names itself after it starts (pthread_setname_np), so the name seen at
         its first listing need not be the one it runs under. Called every rescan_s, a
         read of /proc per left-out thread; threads handed over to someone else stay
-        theirs, and a tid that now names a thread of another process is left alone."""
+        theirs, and a tid that now names a thread of another process is left alone.
+        RENAMES_PER_ROUND threads a round at most, taking turns (``_rename``'s cost)."""
         for target in self.targets.values():
             if target.thread_filter is None:
                 continue
             processes = {target.pid, *target.others}  # as listed last
-            for tid in sorted(target.ignored.difference(self.handed_over)):
+            batch, target.refilter_from = _in_turn(target.ignored.difference(self.handed_over), target.refilter_from)
+            for tid in batch:
                 try:
-                    matches = (procfs.thread_group(tid, self.proc_root) in processes
-                               and target.thread_filter.search(procfs.comm(tid, self.proc_root)) is not None)
+                    matches = (target.thread_filter.search(procfs.comm(tid, self.proc_root)) is not None
+                               and procfs.thread_group(tid, self.proc_root) in processes)
                 except (HostError, ValueError):
                     continue  # gone: the next listing forgets it
                 if not matches or self._manager_of(tid) is not None:
                     continue
                 target.ignored.discard(tid)
                 target.exits.remove(tid)  # _adopt watches it again, or forgets it if it cannot manage it
-                self._adopt(target, tid, now)
+                self._adopt(target, tid, now, new=False)
                 if tid in target.threads:
                     log.info("thread renamed to match the thread filter, adopted", pid=target.pid, tid=tid)
 
@@ -731,7 +741,10 @@ class Engine:
         the thread's original mask."""
         return next((t.pid for t in self.targets.values() if tid in t.threads), None)
 
-    def _adopt(self, target: Target, tid: int, now: float) -> None:
+    def _adopt(self, target: Target, tid: int, now: float, *, new: bool = True) -> None:
+        """Manage ``tid``. ``new``: first seen at this listing, so a mask we set on the
+        thread that created it may be what it carries (``_inherited_original``); a
+        thread left out until now has had its own mask back since, and keeps it."""
         target.exits.add(tid)  # first: the pidfd then names the thread whose start time is read
         try:
             name = procfs.comm(tid, self.proc_root)
@@ -748,7 +761,7 @@ class Engine:
             self.counters.open(tid)
             value = self.counters.read(tid)
             if not target.observe:
-                self.pinner.adopt(tid, start, self._inherited_original(target, tid))
+                self.pinner.adopt(tid, start, self._inherited_original(target, tid) if new else None)
                 self._unsaved.add(tid)
         except ThreadGone:
             self._not_adopted(target, tid)

@@ -78,14 +78,15 @@ def test_relative_socket_and_state_dir_are_named_absolute(tmp_path, workload):
 
 
 def test_a_thread_named_after_attach_is_managed_within_a_rescan(daemon):
-    from tests.daemon.test_engine import NAMED_LATE
+    from tests.daemon.test_engine import start_named_late, tell_to_name
 
-    p = subprocess.Popen([sys.executable, "-c", NAMED_LATE], stdout=subprocess.PIPE)
+    p = start_named_late()
     try:
-        p.stdout.readline()
-        assert daemon.request("attach", pid=p.pid, threads="^worker")["target"]["threads"] == []
-        named = wait_for(lambda: [t["name"] for t in threads_of(daemon, p.pid).values()], timeout=5)
-        assert named == ["worker0"]
+        assert [t["name"] for t in daemon.request("attach", pid=p.pid, threads="^worker")["target"]["threads"]] \
+            == ["worker1"]
+        tell_to_name(p)
+        wait_for(lambda: sorted(t["name"] for t in threads_of(daemon, p.pid).values()) == ["worker0", "worker1"],
+                 timeout=5)
         assert daemon.request("status", pid=p.pid)["targets"][0]["threads_ignored"] == 1
     finally:
         p.kill()

@@ -1011,37 +1011,92 @@ def test_a_period_without_a_reading_does_not_double_the_next_utility() -> None:
 
 
 NAMED_LATE = """
-import threading, time
-def run():
-    time.sleep(0.3)  # named after it starts, as pthread_setname_np is called
+import os, sys, threading, time
+def name(text):
     with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as comm:
-        comm.write("worker0")
+        comm.write(text)
+told = threading.Event()
+asked = []
+def late():  # named when told, as pthread_setname_np is called after a thread starts
+    told.wait()
+    if asked:
+        os.sched_setaffinity(0, {asked[0]})  # its own binding first, on the CPU given
+    name("worker0")
+    print("named", flush=True)
     time.sleep(60)
-threading.Thread(target=run, daemon=True).start()
+def early():
+    name("worker1")
+    time.sleep(60)
+threading.Thread(target=late, daemon=True).start()
+threading.Thread(target=early, daemon=True).start()
+while len(os.listdir("/proc/self/task")) < 3 or "worker1" not in [
+        open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]:
+    time.sleep(0.01)
 print("r", flush=True)
+asked.extend(int(v) for v in sys.stdin.readline().split()[1:])
+told.set()
 time.sleep(60)
 """
+
+
+def start_named_late() -> subprocess.Popen:
+    """A process with worker1 named from the start and a thread that names itself
+    worker0 when told (``name`` on its stdin; ``name N`` binds it to CPU N first)."""
+    p = subprocess.Popen([sys.executable, "-c", NAMED_LATE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline() == "r\n"
+    return p
+
+
+def tell_to_name(p: subprocess.Popen, cpu: int | None = None) -> int:
+    p.stdin.write("name" + ("" if cpu is None else f" {cpu}") + "\n")
+    p.stdin.flush()
+    assert p.stdout.readline() == "named\n"
+    return next(tid for tid in tids_of(p.pid) if procfs.comm(tid) == "worker0")
 
 
 @needs_root
 def test_a_thread_named_after_attach_is_adopted_when_its_name_matches() -> None:
     """--threads was matched once, at a thread's first listing: a thread that named
     itself a moment later was left out for good, whatever attach's warning promised."""
-    p = subprocess.Popen([sys.executable, "-c", NAMED_LATE], stdout=subprocess.PIPE)
-    p.stdout.readline()
+    p = start_named_late()
     engine, counters = _pin_engine()
     try:
         target = engine.attach(p.pid, time.monotonic(), threads="^worker")
-        assert target.threads == {} and len(target.ignored) == 2
-        time.sleep(0.5)
+        assert len(target.threads) == 1 and len(target.ignored) == 2
+        late = tell_to_name(p)
         engine.refilter(time.monotonic())
-        named = [tid for tid in tids_of(p.pid) if procfs.comm(tid) == "worker0"]
-        assert list(target.threads) == named and target.ignored == {p.pid}
+        assert late in target.threads and target.ignored == {p.pid}
         for _ in range(5):
             engine.tick(time.monotonic())
         assert target.current().pinned.all()
         engine.refilter(time.monotonic())  # the main thread's name still does not match
         assert target.ignored == {p.pid}
+    finally:
+        engine.detach_all()
+        counters.close_all()
+        p.kill()
+        p.wait()
+
+
+@needs_root
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_a_thread_adopted_late_keeps_its_own_mask_as_its_original() -> None:
+    """A left-out thread that bound itself to the CPU we gave a managed thread, then
+    took a matching name: its binding was taken for our mask inherited at birth, and
+    detach undid it."""
+    p = start_named_late()
+    engine, counters = _pin_engine()
+    try:
+        target = engine.attach(p.pid, time.monotonic(), threads="^worker")
+        engine.tick(time.monotonic())
+        engine.tick(time.monotonic())
+        cpu = int(target.current().cpu[0])
+        assert cpu >= 0 and target.current().pinned.all()
+        late = tell_to_name(p, cpu)
+        engine.refilter(time.monotonic())
+        assert engine.pinner.records[late].original == {cpu}
+        engine.detach(p.pid)
+        assert os.sched_getaffinity(late) == {cpu}, "its own binding, kept"
     finally:
         engine.detach_all()
         counters.close_all()
@@ -1080,3 +1135,24 @@ def test_an_invalid_thread_filter_is_refused_with_re2s_whole_hint() -> None:
         engine.attach(os.getpid(), time.monotonic(), threads="(?=x)")
     assert e.value.code == "bad_request"
     assert str(e.value).endswith("(patterns are RE2: no back-references or look-arounds)"), str(e.value)
+
+
+@needs_root
+def test_refilter_reads_a_bounded_share_of_names_each_round(monkeypatch) -> None:
+    """A name read is ~100 us with the check of its process: 1000 left-out threads at
+    once would hold a 0.1 s period back. They take turns, RENAMES_PER_ROUND a round."""
+    monkeypatch.setattr(engine_module, "RENAMES_PER_ROUND", 1)
+    p = start_named_late()
+    engine, counters = _pin_engine()
+    try:
+        target = engine.attach(p.pid, time.monotonic(), threads="^worker")
+        late = tell_to_name(p)
+        engine.refilter(time.monotonic())  # the main thread's turn (the lowest tid)
+        assert late not in target.threads
+        engine.refilter(time.monotonic())
+        assert late in target.threads
+    finally:
+        engine.detach_all()
+        counters.close_all()
+        p.kill()
+        p.wait()
