@@ -453,8 +453,12 @@ class Daemon:
             for pid in self._matching(rule):
                 wanted.setdefault(pid, i)
         for pid, target in list(self.engine.targets.items()):
-            if target.rule is not None and (pid not in wanted or not _as_rule_says(target, rules[wanted[pid]])):
+            if target.rule is None:
+                continue
+            if pid not in wanted or not _as_rule_says(target, rules[wanted[pid]]):
                 self.engine.detach(pid, again=pid in wanted)  # restored; attached again below when a rule still wants it
+            else:
+                target.rule = wanted[pid]  # the same settings, perhaps at another place in a reloaded config
         for pid, started in list(self._left_alone.items()):
             if pid not in wanted or self.engine.start_time(pid) != started:
                 del self._left_alone[pid]  # exited: its pid may come back as another process

@@ -574,6 +574,11 @@ def test_config_rule_adopts_by_name_and_releases_when_gone(tmp_path, workload):
             gone.kill()
             gone.wait()
             wait_for(lambda: targets() == {kept.pid})
+            migrations = d.request("status")["targets"][0]["migrations"]
+            d.config.write_text(d.config.read_text().replace("targets:\n", "targets:\n  - name: '^no-such-name$'\n"))
+            d.request("reload")  # the same rule, second now: the target stays, and says so
+            wait_for(lambda: d.request("status")["targets"][0]["rule"] == 1)
+            assert d.request("status")["targets"][0]["migrations"] >= migrations, "not detached and attached again"
             d.config.write_text(d.config.read_text().replace(tag, tag + "-no-longer"))
             d.request("reload")
             wait_for(lambda: targets() == set())
