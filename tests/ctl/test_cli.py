@@ -13,6 +13,7 @@ import threading
 
 import pytest
 
+from parlschedd.host import cgroups
 from tests.conftest import PINNING, needs_root, wait_for
 
 CTL = [sys.executable, "-c", "from parlschedctl.cli import main; main()"]
@@ -106,7 +107,9 @@ def test_config_check(tmp_path):
     r = ctl("config", "check", str(good))
     assert r.returncode == 0 and "ok" in r.stdout and not r.stderr
     rules = tmp_path / "rules.yaml"  # a cgroup this host has, one it has not (yet), a v1 hierarchy it lacks
-    rules.write_text("targets:\n  - cgroup: /\n  - cgroup: /no-such-unit.service\n  - cgroup: 'nosuchctl:/x'\n")
+    v1_only = cgroups.detect_layout() is cgroups.Layout.V1
+    root, absent = ("'cpu:/'", "'cpu:/no-such-unit.service'") if v1_only else ("/", "/no-such-unit.service")
+    rules.write_text(f"targets:\n  - cgroup: {root}\n  - cgroup: {absent}\n  - cgroup: 'nosuchctl:/x'\n")
     r = ctl("config", "check", str(rules))
     assert r.returncode == 0 and "ok" in r.stdout
     assert "targets[0]" not in r.stderr and "targets[1].cgroup: no cgroup" in r.stderr
