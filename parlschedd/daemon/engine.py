@@ -174,6 +174,7 @@ class Engine:
         self._unsaved: set[int] = set()  # tids adopted since the last persist: not pinned before it
         self._single = {c: frozenset({c}) for d in domains for c in d}  # pin masks, made once
         self._whole = [frozenset(d) for d in domains]  # a free thread's mask: its domain
+        self._schedulers_made = 0
         self.read_errors = 0  # periods a live thread was not measured: a failed read, or a PMU group multiplexed out throughout
         self._gone: dict[int, tuple[int, int, int]] = {}  # targets that exited: pid -> (uid, start time, threads)
         # threads someone else re-pinned (_hand_over): tid -> start time; in the state file,
@@ -215,7 +216,7 @@ class Engine:
         except BaseException:
             handle.close()
             raise
-        scheduler = TwoLevelScheduler(self.domains, self.config.learning, self.config.domain_every, stream=pid)
+        scheduler = self._scheduler()
         target = Target(pid, name, owner, observe, pattern, descendants, handle, scheduler,
                         procfs.ThreadExits(self.proc_root, watch=not descendants),  # descendants: listed every period
                         rule=rule, caller=None if uid in (None, 0) else uid,
@@ -240,10 +241,17 @@ class Engine:
         for target in self.targets.values():
             s = target.scheduler
             if (s.params, s.domain_every) != (self.config.learning, self.config.domain_every):
-                target.scheduler = TwoLevelScheduler(self.domains, self.config.learning, self.config.domain_every,
-                                                     stream=target.pid)
+                target.scheduler = self._scheduler()
                 fresh += 1
         return fresh
+
+    def _scheduler(self) -> TwoLevelScheduler:
+        """A scheduler on the config's terms, drawing from a stream of the seed its own:
+        the n-th made since the start, so a seeded config replays the same decisions
+        from run to run for the same attaches, while no two targets share draws."""
+        self._schedulers_made += 1
+        return TwoLevelScheduler(self.domains, self.config.learning, self.config.domain_every,
+                                 stream=self._schedulers_made)
 
     def keep_handed_over(self, saved: object) -> int:
         """After a restart: the threads the last run handed over (a list of ``[tid,
