@@ -54,10 +54,10 @@ class PinRecord:
     start_time: int  # with the tid, the thread's identity (procfs stat field 22)
     original: frozenset[int]  # the mask found at adoption, restored at the end
     current: frozenset[int]  # the mask the thread has, as we set it or the kernel made it of ours
-    # The mask last asked for: by a sched_setaffinity of ours, or before our first the
-    # mask found at adoption (None: not known, current stands for it). The kernel keeps
-    # it (Linux 6.2+: user_cpus_ptr) and gives the thread what its cpuset allows of it,
-    # again each time the cpuset changes, so a grown cpuset gives it back.
+    # The mask our last sched_setaffinity set (None: none yet, so the first pin writes
+    # even a mask the thread already shows). The kernel keeps it (Linux 6.2+:
+    # user_cpus_ptr) and gives the thread what its cpuset allows of it, again each time
+    # the cpuset changes, so a grown cpuset gives it back.
     asked: frozenset[int] | None = None
 
     @property
@@ -87,9 +87,9 @@ class PinRecord:
 
 
 def _due(record: PinRecord, cpus: frozenset[int]) -> bool:
-    """Whether pinning to ``cpus`` needs a write: not when it is what we last asked
-    for and the thread has it, or the part its cpuset allows."""
-    return cpus != record.wanted or not record.current <= cpus
+    """Whether pinning to ``cpus`` needs a write: not when we last asked for it and
+    the thread has it, or the part its cpuset allows."""
+    return record.asked != cpus or not record.current <= cpus
 
 
 AllowedCpus = Callable[[int], "frozenset[int] | None"]
@@ -141,7 +141,7 @@ class Pinner:
         mask = get_affinity(tid)
         self._close_handle(tid)
         self._check_identity(tid, start_time)
-        self._records[tid] = PinRecord(start_time, mask if original is None else original, mask, asked=mask)
+        self._records[tid] = PinRecord(start_time, mask if original is None else original, mask)
 
     def pin(self, tid: int, cpus: frozenset[int]) -> bool:
         """Restrict an adopted thread to ``cpus`` ∩ its allowed CPUs.
@@ -237,8 +237,7 @@ class Pinner:
         ``original`` is the mask to restore, and the mask it has now the one last set.
         Raises KeyError for a tid never adopted, ThreadGone when it is gone."""
         record = self._records[tid]
-        mask = self._guarded(tid, get_affinity)
-        self._records[tid] = PinRecord(record.start_time, original, mask, asked=mask)
+        self._records[tid] = PinRecord(record.start_time, original, self._guarded(tid, get_affinity))
 
     def release(self, tid: int) -> None:
         """Forget a thread without touching its mask: someone else set it since we did,

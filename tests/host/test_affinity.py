@@ -125,7 +125,7 @@ def test_reassign_keeps_the_identity_and_takes_the_mask_now_as_ours(spawn: Calla
     pinner.pin(tid, frozenset({0}))
     os.sched_setaffinity(tid, {1})  # the mask the thread that exec'd carried
     pinner.reassign(tid, frozenset({1}))
-    assert pinner.records[tid] == PinRecord(start, frozenset({1}), frozenset({1}), asked=frozenset({1}))
+    assert pinner.records[tid] == PinRecord(start, frozenset({1}), frozenset({1}))
     assert pinner.pin(tid, frozenset({0})) is True  # ours: no Overridden
     assert pinner.restore(tid) is True
     assert os.sched_getaffinity(tid) == {1}
@@ -410,4 +410,22 @@ def test_a_cpuset_that_grows_back_gives_our_mask_back_not_someone_elses(spawn: C
         pytest.skip("a kernel before 6.2 gives the whole cpuset back, not the mask last asked for")
     assert pinner.drifted([w.tid]) == Drift([], []), "our own mask, given back"
     assert pinner.pin(w.tid, frozenset({0})) is False
+    pinner.restore_all()
+
+
+def test_the_first_pin_writes_even_the_mask_the_thread_shows(spawn: Callable[..., Worker], cpuset: CpusetDir) -> None:
+    """A thread that never set its mask has no request of its own in the kernel: a
+    first pin skipped because the mask drawn was the one it showed left none either,
+    and a grown cpuset then gave it the whole cpuset, taken for someone else's mask."""
+    w = spawn(busy=False)
+    cpuset.set_cpus("0")
+    cpuset.add(w.tid)
+    pinner = Pinner()
+    adopted(pinner, w)
+    assert pinner.pin(w.tid, frozenset({0})) is True, "written, though the thread shows {0}"
+    assert pinner.pin(w.tid, frozenset({0})) is False
+    cpuset.set_cpus("0-1")
+    if os.sched_getaffinity(w.tid) != {0}:
+        pytest.skip("a kernel before 6.2 gives the whole cpuset, not the mask last asked for")
+    assert pinner.drifted([w.tid]) == Drift([], [])
     pinner.restore_all()
