@@ -9,6 +9,7 @@ clock is passed in, so tests drive it.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -41,16 +42,16 @@ def _threads(n: int) -> str:
     return f"{n} thread" if n == 1 else f"{n} threads"
 
 
-def _in_turn(tids: Iterable[int], start: int) -> tuple[list[int], int]:
-    """Up to RENAMES_PER_ROUND of ``tids`` in tid order from the ``start``-th on,
-    wrapping round, and where the next round starts: a bounded share of some
-    per-thread work each round, every thread in turn."""
+def _in_turn(tids: Iterable[int], last: int) -> tuple[list[int], int]:
+    """Up to RENAMES_PER_ROUND of ``tids`` in tid order after ``last`` (the last tid
+    of the round before), wrapping round, and the last of these: a bounded share of
+    some per-thread work each round, every thread in turn however the set changes."""
     ordered = sorted(tids)
     if not ordered:
-        return [], 0
-    start %= len(ordered)
-    batch = (ordered[start:] + ordered[:start])[:RENAMES_PER_ROUND]
-    return batch, start + len(batch)
+        return [], last
+    after = bisect.bisect_right(ordered, last)
+    batch = (ordered[after:] + ordered[:after])[:RENAMES_PER_ROUND]
+    return batch, batch[-1]
 
 
 class EngineError(Exception):
@@ -136,8 +137,8 @@ class Target:
     caller: int | None = None  # the non-root uid that attached it: only its own descendants are managed
     history: History | None = None
     named_at: float = float("-inf")  # when thread names were last re-read
-    rename_from: int = 0  # where the next round of name re-reads starts, in tid order
-    refilter_from: int = 0  # the same, for the names of the threads the filter left out
+    renamed_last: int = 0  # the last tid of the last round of name re-reads (they go in tid order)
+    refiltered_last: int = 0  # the same, for the names of the threads the filter left out
     # per process of the target (its own, and with descendants theirs), by its main tid:
     others: dict[int, set[int]] = field(default_factory=dict)  # its other known threads at the last listing
     ignored_masks: dict[int, frozenset[int]] = field(default_factory=dict)  # an ignored main tid's mask then
@@ -342,7 +343,7 @@ class Engine:
             target.name = procfs.comm(target.pid, self.proc_root)
         except HostError:
             pass  # exited: the next period drops it
-        batch, target.rename_from = _in_turn(target.threads, target.rename_from)
+        batch, target.renamed_last = _in_turn(target.threads, target.renamed_last)
         for tid in batch:
             try:
                 target.threads[tid].name = procfs.comm(tid, self.proc_root)
@@ -410,7 +411,7 @@ class Engine:
             if target.thread_filter is None:
                 continue
             processes = {target.pid, *target.others}  # as listed last
-            batch, target.refilter_from = _in_turn(target.ignored.difference(self.handed_over), target.refilter_from)
+            batch, target.refiltered_last = _in_turn(target.ignored.difference(self.handed_over), target.refiltered_last)
             for tid in batch:
                 try:
                     matches = (target.thread_filter.search(procfs.comm(tid, self.proc_root)) is not None

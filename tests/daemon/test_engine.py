@@ -1165,16 +1165,19 @@ def test_refilter_reads_a_bounded_share_of_names_each_round(monkeypatch) -> None
 
 @needs_root
 def test_with_a_seed_each_target_has_its_own_draws_and_a_rerun_the_same() -> None:
+    """Two runs of the daemon attach the same program twice, other pids each run (as
+    after a reboot): the decisions replay, and the two targets' differ."""
     config = dataclasses.replace(Config(), learning=dataclasses.replace(Config().learning, seed=5))
-    a, b = sleepy(1), sleepy(1)
+    draws, started = [], []
     try:
-        draws = []
-        for _ in range(2):  # two runs of the daemon, the same attaches
+        for _ in range(2):
             engine = Engine(config, [[0]], CounterSet(CounterSource.SCHEDSTAT), Pinner())
-            draws.append([engine.attach(p.pid, time.monotonic(), observe=True).scheduler.rng.random() for p in (a, b)])
+            targets = [sleepy(1), sleepy(1)]
+            started += targets
+            draws.append([engine.attach(p.pid, time.monotonic(), observe=True).scheduler.rng.random() for p in targets])
             engine.detach_all()
         assert draws[0] == draws[1] and draws[0][0] != draws[0][1]
     finally:
-        for p in (a, b):
+        for p in started:
             p.kill()
             p.wait()
