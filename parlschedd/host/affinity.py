@@ -66,24 +66,21 @@ class PinRecord:
         return self.current if self.asked is None else self.asked
 
     def to_json(self) -> dict[str, Any]:
-        saved = {
+        """What a restart needs: the next daemon restores every thread, then adopts it
+        afresh (so ``asked`` is not saved: its first pin writes again)."""
+        return {
             "start_time": self.start_time,
             "original": format_cpulist(self.original),
             "current": format_cpulist(self.current),
         }
-        if self.asked is not None:
-            saved["asked"] = format_cpulist(self.asked)
-        return saved
 
     @classmethod
     def from_json(cls, data: Any) -> PinRecord:
         """The record :meth:`to_json` wrote; ValueError for anything else."""
         if not (isinstance(data, Mapping) and type(data.get("start_time")) is int
-                and isinstance(data.get("original"), str) and isinstance(data.get("current"), str)
-                and isinstance(data.get("asked", ""), str)):
+                and isinstance(data.get("original"), str) and isinstance(data.get("current"), str)):
             raise ValueError(f"not a thread record: {data!r:.80}")
-        asked = parse_cpulist(data["asked"]) if "asked" in data else None
-        return cls(data["start_time"], parse_cpulist(data["original"]), parse_cpulist(data["current"]), asked)
+        return cls(data["start_time"], parse_cpulist(data["original"]), parse_cpulist(data["current"]))
 
 
 def _due(record: PinRecord, cpus: frozenset[int]) -> bool:

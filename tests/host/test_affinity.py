@@ -391,9 +391,9 @@ def test_a_mask_its_cpuset_keeps_part_of_is_not_a_drift(spawn: Callable[..., Wor
 def test_a_cpuset_that_grows_back_gives_our_mask_back_not_someone_elses(spawn: Callable[..., Worker],
                                                                          cpuset: CpusetDir) -> None:
     """The kernel keeps the last mask we set (Linux 6.2+) and gives a thread what its
-    cpuset allows of it each time the cpuset changes. A pin refused meanwhile, or a
-    restart of the daemon, made the mask of a grown cpuset look like someone else's:
-    the thread was handed over for good."""
+    cpuset allows of it each time the cpuset changes. A pin refused meanwhile made the
+    mask of a grown cpuset look like someone else's: the thread was handed over for
+    good."""
     w = spawn(busy=False)
     pinner = Pinner()
     adopted(pinner, w)
@@ -404,7 +404,6 @@ def test_a_cpuset_that_grows_back_gives_our_mask_back_not_someone_elses(spawn: C
     assert pinner.drifted([w.tid]) == Drift([w.tid], [])
     with pytest.raises(InvalidMask):
         pinner.pin(w.tid, frozenset({0}))  # the learner draws the lost CPU again
-    pinner = Pinner.from_json(pinner.to_json())  # and the daemon restarts
     cpuset.set_cpus("0-1")
     if os.sched_getaffinity(w.tid) != {0}:
         pytest.skip("a kernel before 6.2 gives the whole cpuset back, not the mask last asked for")
