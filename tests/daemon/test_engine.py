@@ -1059,13 +1059,25 @@ def tell_to_name(p: subprocess.Popen, cpu: int | None = None) -> int:
     return next(tid for tid in tids_of(p.pid) if procfs.comm(tid) == "worker0")
 
 
+@contextlib.contextmanager
+def _named_late_engine() -> Iterator[tuple[subprocess.Popen, Engine]]:
+    """A pinning engine beside a NAMED_LATE process, both cleaned up after."""
+    p = start_named_late()
+    engine, counters = _pin_engine()
+    try:
+        yield p, engine
+    finally:
+        engine.detach_all()
+        counters.close_all()
+        p.kill()
+        p.wait()
+
+
 @needs_root
 def test_a_thread_named_after_attach_is_adopted_when_its_name_matches() -> None:
     """--threads was matched once, at a thread's first listing: a thread that named
     itself a moment later was left out for good, whatever attach's warning promised."""
-    p = start_named_late()
-    engine, counters = _pin_engine()
-    try:
+    with _named_late_engine() as (p, engine):
         target = engine.attach(p.pid, time.monotonic(), threads="^worker")
         assert len(target.threads) == 1 and len(target.ignored) == 2
         late = tell_to_name(p)
@@ -1076,11 +1088,6 @@ def test_a_thread_named_after_attach_is_adopted_when_its_name_matches() -> None:
         assert target.current().pinned.all()
         engine.refilter(time.monotonic())  # the main thread's name still does not match
         assert target.ignored == {p.pid}
-    finally:
-        engine.detach_all()
-        counters.close_all()
-        p.kill()
-        p.wait()
 
 
 @needs_root
@@ -1089,9 +1096,7 @@ def test_a_thread_adopted_late_keeps_its_own_mask_as_its_original() -> None:
     """A left-out thread that bound itself to the CPU we gave a managed thread, then
     took a matching name: its binding was taken for our mask inherited at birth, and
     detach undid it."""
-    p = start_named_late()
-    engine, counters = _pin_engine()
-    try:
+    with _named_late_engine() as (p, engine):
         target = engine.attach(p.pid, time.monotonic(), threads="^worker")
         engine.tick(time.monotonic())
         engine.tick(time.monotonic())
@@ -1102,11 +1107,6 @@ def test_a_thread_adopted_late_keeps_its_own_mask_as_its_original() -> None:
         assert engine.pinner.records[late].original == {cpu}
         engine.detach(p.pid)
         assert os.sched_getaffinity(late) == {cpu}, "its own binding, kept"
-    finally:
-        engine.detach_all()
-        counters.close_all()
-        p.kill()
-        p.wait()
 
 
 @needs_root
@@ -1147,20 +1147,13 @@ def test_refilter_reads_a_bounded_share_of_names_each_round(monkeypatch) -> None
     """A name read is ~100 us with the check of its process: 1000 left-out threads at
     once would hold a 0.1 s period back. They take turns, RENAMES_PER_ROUND a round."""
     monkeypatch.setattr(engine_module, "RENAMES_PER_ROUND", 1)
-    p = start_named_late()
-    engine, counters = _pin_engine()
-    try:
+    with _named_late_engine() as (p, engine):
         target = engine.attach(p.pid, time.monotonic(), threads="^worker")
         late = tell_to_name(p)
         engine.refilter(time.monotonic())  # the main thread's turn (the lowest tid)
         assert late not in target.threads
         engine.refilter(time.monotonic())
         assert late in target.threads
-    finally:
-        engine.detach_all()
-        counters.close_all()
-        p.kill()
-        p.wait()
 
 
 @needs_root
