@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from parlschedd.energy.cluster import Cluster
-from parlschedd.energy.measurements import energy_rows
 from parlschedd.energy.fitting import (METHODS, DESettings, Fit, GASettings, Problem, Progress, fit_repeated,
                                        predict)
+from parlschedd.energy.measurements import energy_rows
 from parlschedd.energy.model import MASTER_POWER, SUBPOP_SIZES, EnergyParams, TimeParams
 
 

@@ -3,6 +3,7 @@ real affinity checked with os.sched_getaffinity, over the real control socket.""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -538,22 +540,32 @@ def start_rule_daemon(tmp_path: Path, tag: str, more: str = "") -> Daemon:
     return start_daemon(tmp_path)
 
 
+@contextlib.contextmanager
+def rule_daemon(tmp_path: Path, tag: str, *procs: subprocess.Popen) -> Iterator[Daemon]:
+    """``start_rule_daemon``, stopped at the end, and then ``procs`` killed."""
+    try:
+        d = start_rule_daemon(tmp_path, tag)
+        try:
+            yield d
+        finally:
+            d.stop()
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
 def test_a_rule_target_detached_by_hand_stays_detached_until_it_exits(tmp_path):
     """detach of a process a rule matches sticks (the next rescan re-attached it, 0.1 s
     after "detached"); attach by hand takes it back."""
     tag = f"parlsched-detach-{os.getpid()}"
     proc = tagged_sleeper(tag)
-    d = start_rule_daemon(tmp_path, tag)
-    try:
+    with rule_daemon(tmp_path, tag, proc) as d:
         wait_for(lambda: proc.pid in {t["pid"] for t in d.request("status")["targets"]})
         d.request("detach", pid=proc.pid)
         time.sleep(0.5)  # five rescans
         assert proc.pid not in {t["pid"] for t in d.request("status")["targets"]}
         assert d.request("attach", pid=proc.pid)["target"]["pid"] == proc.pid
-    finally:
-        d.stop()
-        proc.kill()
-        proc.wait()
 
 
 def test_config_rule_adopts_by_name_and_releases_when_gone(tmp_path, workload):
@@ -563,32 +575,24 @@ def test_config_rule_adopts_by_name_and_releases_when_gone(tmp_path, workload):
     tag = f"parlsched-test-{os.getpid()}"
     gone, kept = tagged_sleeper(tag), tagged_sleeper(tag)
     before = os.sched_getaffinity(kept.pid)
-    targets = lambda: {t["pid"] for t in d.request("status")["targets"]}  # noqa: E731
-    try:
-        d = start_rule_daemon(tmp_path, tag)
-        try:
-            wait_for(lambda: targets() == {gone.pid, kept.pid})
-            assert w.pid not in targets()
-            assert {t["rule"] for t in d.request("status")["targets"]} == {0}
-            wait_for(lambda: all(t["pinned"] for t in threads_of(d, kept.pid).values()))
-            gone.kill()
-            gone.wait()
-            wait_for(lambda: targets() == {kept.pid})
-            migrations = d.request("status")["targets"][0]["migrations"]
-            d.config.write_text(d.config.read_text().replace("targets:\n", "targets:\n  - name: '^no-such-name$'\n"))
-            d.request("reload")  # the same rule, second now: the target stays, and says so
-            wait_for(lambda: d.request("status")["targets"][0]["rule"] == 1)
-            assert d.request("status")["targets"][0]["migrations"] >= migrations, "not detached and attached again"
-            d.config.write_text(d.config.read_text().replace(tag, tag + "-no-longer"))
-            d.request("reload")
-            wait_for(lambda: targets() == set())
-            assert os.sched_getaffinity(kept.pid) == before
-        finally:
-            d.stop()
-    finally:
-        for p in (gone, kept):
-            p.kill()
-            p.wait()
+    with rule_daemon(tmp_path, tag, gone, kept) as d:
+        targets = lambda: {t["pid"] for t in d.request("status")["targets"]}  # noqa: E731
+        wait_for(lambda: targets() == {gone.pid, kept.pid})
+        assert w.pid not in targets()
+        assert {t["rule"] for t in d.request("status")["targets"]} == {0}
+        wait_for(lambda: all(t["pinned"] for t in threads_of(d, kept.pid).values()))
+        gone.kill()
+        gone.wait()
+        wait_for(lambda: targets() == {kept.pid})
+        migrations = d.request("status")["targets"][0]["migrations"]
+        d.config.write_text(d.config.read_text().replace("targets:\n", "targets:\n  - name: '^no-such-name$'\n"))
+        d.request("reload")  # the same rule, second now: the target stays, and says so
+        wait_for(lambda: d.request("status")["targets"][0]["rule"] == 1)
+        assert d.request("status")["targets"][0]["migrations"] >= migrations, "not detached and attached again"
+        d.config.write_text(d.config.read_text().replace(tag, tag + "-no-longer"))
+        d.request("reload")
+        wait_for(lambda: targets() == set())
+        assert os.sched_getaffinity(kept.pid) == before
 
 
 NAMED_IN_LATIN1 = """
@@ -651,20 +655,12 @@ def test_a_rule_match_whose_attach_hits_a_bug_is_left_alone_and_the_rest_attache
     buggy, fine = tagged_sleeper(tag), tagged_sleeper(tag)
     monkeypatch.setenv("PYTHONPATH", str(inject))
     monkeypatch.setenv("PARLSCHED_FAULT_PID", str(buggy.pid))
-    try:
-        d = start_rule_daemon(tmp_path, tag)
-        try:
-            wait_for(lambda: fine.pid in {t["pid"] for t in d.request("status")["targets"]})
-            time.sleep(0.5)  # five rescans
-            assert buggy.pid not in {t["pid"] for t in d.request("status")["targets"]}
-            assert d.log_text().count("rule match not attached, left alone while it lives") == 1
-            assert d.proc.poll() is None
-        finally:
-            d.stop()
-    finally:
-        for proc in (buggy, fine):
-            proc.kill()
-            proc.wait()
+    with rule_daemon(tmp_path, tag, buggy, fine) as d:
+        wait_for(lambda: fine.pid in {t["pid"] for t in d.request("status")["targets"]})
+        time.sleep(0.5)  # five rescans
+        assert buggy.pid not in {t["pid"] for t in d.request("status")["targets"]}
+        assert d.log_text().count("rule match not attached, left alone while it lives") == 1
+        assert d.proc.poll() is None
 
 
 REQUEST_FAULT = """
