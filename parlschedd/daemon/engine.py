@@ -233,6 +233,11 @@ class Engine:
         log.info("attached", pid=pid, name=name, mode=target.mode, threads=len(target.threads))
         return target
 
+    @property
+    def placements(self) -> frozenset[frozenset[int]]:
+        """Every mask this engine pins a thread to: a CPU alone, a domain whole."""
+        return frozenset([*self._single.values(), *self._whole])
+
     def relearn(self) -> int:
         """After a reload: the targets whose scheduler runs on other learning parameters
         or another T_NUMA / T_CPU ratio than the config's start learning afresh with the
@@ -350,8 +355,10 @@ class Engine:
             except HostError:
                 pass  # gone: the next period drops it
 
-    def detach_all(self) -> int:
-        return sum(self._release(t) for t in list(self.targets.values()))
+    def detach_all(self, keep_hand_overs: bool = False) -> int:
+        """Detach every target; how many threads were restored. ``keep_hand_overs``:
+        the daemon stops, and the next run keeps leaving those threads alone."""
+        return sum(self._release(t, keep_hand_overs) for t in list(self.targets.values()))
 
     # -- the period -------------------------------------------------------------------
 
@@ -836,6 +843,8 @@ class Engine:
                 restored = self.pinner.restore(tid)
             except ThreadGone:
                 pass
+            except Overridden:  # set by someone else since the last rescan_s
+                self._theirs(target, tid, None if record is None else record.start_time)
             except HostError as exc:
                 log.warning("original mask not restored", tid=tid, error=str(exc))
         log.debug("thread dropped", pid=target.pid, tid=tid, restored=restored)
@@ -849,14 +858,19 @@ class Engine:
         until the target is detached, across daemon restarts too."""
         self.pinner.release(tid)
         th = target.threads.pop(tid, None)
-        if th is not None:
-            self.handed_over[tid] = th.start_time
         self.counters.close(tid)
         self._unsaved.discard(tid)
-        target.ignored.add(tid)
         target.stale = True
-        log.info("affinity set outside parlschedd, the thread is left as it was set", pid=target.pid, tid=tid)
+        self._theirs(target, tid, None if th is None else th.start_time)
         self.on_change()
+
+    def _theirs(self, target: Target, tid: int, start: int | None) -> None:
+        """The thread's mask is someone else's: counted as ignored, and kept (by
+        ``start``, its identity) as handed over until it exits or the target is detached."""
+        if start is not None:
+            self.handed_over[tid] = start
+        target.ignored.add(tid)
+        log.info("affinity set outside parlschedd, the thread is left as it was set", pid=target.pid, tid=tid)
 
     def _release(self, target: Target, keep_hand_overs: bool = False) -> int:
         """Restore the target's threads and stop managing it; how many were restored.

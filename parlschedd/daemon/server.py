@@ -245,12 +245,12 @@ class Daemon:
         /run/parlsched (RuntimeDirectoryPreserve=restart) and with it what users
         attached, while ``systemctl stop`` removes it and they are forgotten."""
         notify.notify("STOPPING=1")
-        by_hand, handed_over = self._by_hand(), dict(self.engine.handed_over)
+        by_hand = self._by_hand()
         if self.config.restore_on_exit:
-            restored = self.engine.detach_all()
+            restored = self.engine.detach_all(keep_hand_overs=True)
             report = self.engine.pinner.restore_all()
             log.info("restored", threads=restored + len(report.restored), gone=len(report.gone), failed=len(report.failed))
-        self._save_state(by_hand, handed_over)
+        self._save_state(by_hand)
         self.counters.close_all()
         if self.metrics is not None:
             self.metrics.close()
@@ -346,14 +346,12 @@ class Daemon:
                  "descendants": t.descendants, "uid": t.uid, "caller": t.caller}
                 for t in self.engine.targets.values() if t.rule is None]
 
-    def _save_state(self, targets: list[dict] | None = None, handed_over: dict[int, int] | None = None) -> None:
-        """Write the pinner's records, the hand-attached targets and the threads handed
-        over to someone else (``targets``, ``handed_over``: the ones given, by default
-        those of now)."""
-        handed = self.engine.handed_over if handed_over is None else handed_over
+    def _save_state(self, targets: list[dict] | None = None) -> None:
+        """Write the pinner's records, the hand-attached targets (``targets``: the ones
+        given, by default those of now) and the threads handed over to someone else."""
         state = {"version": STATE_VERSION, "pinner": self.engine.pinner.to_json(),
                  "targets": self._by_hand() if targets is None else targets,
-                 "handed_over": sorted([tid, start] for tid, start in handed.items())}
+                 "handed_over": sorted([tid, start] for tid, start in self.engine.handed_over.items())}
         try:
             self.state_path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
             write_state(self.state_path, state)
@@ -392,16 +390,19 @@ class Daemon:
         try:
             if state.get("version") != STATE_VERSION:
                 raise ValueError(f"version {protocol.clip(repr(state.get('version')))}, this daemon reads {STATE_VERSION}")
-            old = Pinner.from_json(state.get("pinner"), proc_root=self.proc_root)
+            old = Pinner.from_json(state.get("pinner"), proc_root=self.proc_root, placements=self.engine.placements)
         except ValueError as exc:
             self._set_aside(str(exc))
             return []
         if len(old.records) < len(state["pinner"]["threads"]):  # some records skipped: keep them all aside
             self._set_aside("thread records unreadable", copy=True)
+        starts = {tid: record.start_time for tid, record in old.records.items()}
         report = old.restore_all()
-        if report.restored or report.gone or report.failed:
-            log.info("recovered from previous run", restored=len(report.restored), gone=len(report.gone), failed=len(report.failed))
-        self.engine.keep_handed_over(state.get("handed_over", []))
+        if report.restored or report.gone or report.failed or report.kept:
+            log.info("recovered from previous run", restored=len(report.restored), gone=len(report.gone),
+                     failed=len(report.failed), left_as_set_by_someone_else=len(report.kept))
+        saved = state.get("handed_over", [])
+        self.engine.keep_handed_over([*(saved if isinstance(saved, list) else ()), *([t, starts[t]] for t in report.kept)])
         targets = state.get("targets", [])
         if not isinstance(targets, list):
             log.error("state file: the targets attached by hand are not a list, none is attached again",

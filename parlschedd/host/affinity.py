@@ -59,6 +59,9 @@ class PinRecord:
     # user_cpus_ptr) and gives the thread what its cpuset allows of it, again each time
     # the cpuset changes, so a grown cpuset gives it back.
     asked: frozenset[int] | None = None
+    # Read from the last run's state file, which saves a thread's masks at adoption and
+    # not at each pin: ``current`` may be older than the last run's last pin.
+    recovered: bool = False
 
     @property
     def wanted(self) -> frozenset[int]:
@@ -80,13 +83,17 @@ class PinRecord:
         if not (isinstance(data, Mapping) and type(data.get("start_time")) is int
                 and isinstance(data.get("original"), str) and isinstance(data.get("current"), str)):
             raise ValueError(f"not a thread record: {data!r:.80}")
-        return cls(data["start_time"], parse_cpulist(data["original"]), parse_cpulist(data["current"]))
+        return cls(data["start_time"], parse_cpulist(data["original"]), parse_cpulist(data["current"]), recovered=True)
 
 
 def _due(record: PinRecord, cpus: frozenset[int]) -> bool:
     """Whether pinning to ``cpus`` needs a write: not when we last asked for it and
     the thread has it, or the part its cpuset allows."""
     return record.asked != cpus or not record.current <= cpus
+
+
+def _theirs(tid: int, mask: frozenset[int]) -> Overridden:
+    return Overridden(f"tid {tid} was set to CPUs {format_cpulist(mask)} by someone else", tid=tid)
 
 
 AllowedCpus = Callable[[int], "frozenset[int] | None"]
@@ -104,7 +111,10 @@ class Pinner:
 
     ``allowed(tid)`` gives the CPUs the thread may use (default: its cpuset; None when
     unrestricted); ``records`` seeds the state, as :meth:`from_json` does after a
-    restart. Not thread-safe; the daemon loop owns it.
+    restart; ``placements``: the masks a daemon pins threads to (each CPU alone, each
+    domain whole), by which a record of the last run tells its pins from someone
+    else's masks (:meth:`_ours_to_restore`; None: any mask counts as its pin). Not
+    thread-safe; the daemon loop owns it.
     """
 
     def __init__(
@@ -113,10 +123,12 @@ class Pinner:
         allowed: AllowedCpus = cgroups.task_cpus,
         proc_root: str = procfs.PROC_ROOT,
         records: Mapping[int, PinRecord] | None = None,
+        placements: Iterable[frozenset[int]] | None = None,
     ) -> None:
         self._allowed = allowed
         self._proc_root = proc_root
         self._records: dict[int, PinRecord] = dict(records or {})
+        self._placements = None if placements is None else frozenset(placements)
         self._handles: dict[int, procfs.ThreadHandle] = {}  # identity proofs, not state
 
     @property
@@ -249,7 +261,7 @@ class Pinner:
         mask = get_affinity(tid)
         if mask != record.current:
             if self._by_kernel(tid, record, mask) is None:
-                raise Overridden(f"tid {tid} was set to CPUs {format_cpulist(mask)} by someone else", tid=tid)
+                raise _theirs(tid, mask)
             record.current = mask
 
     def _set(self, tid: int, cpus: frozenset[int]) -> None:
@@ -276,11 +288,11 @@ class Pinner:
 
     def restore(self, tid: int) -> bool:
         """Put the original mask back and forget the thread; False (and nothing done)
-        when it was not adopted.
+        when it was not adopted. Overridden (and nothing written) when someone else set
+        the thread's mask since our last pin: it is theirs, as it is to a move.
 
-        The syscall is made even when the record says the mask never changed: a daemon
-        killed between a pin and the next state write recorded the wrong current mask.
-        When the original no longer intersects the cpuset (it shrank), the kernel takes
+        The syscall is made even when the thread shows its original mask: the kernel
+        may hold another request for it (a cpuset narrowed since). When the original no longer intersects the cpuset (it shrank), the kernel takes
         no mask that holds none of the allowed CPUs, so the thread gets the original
         and the allowed set together: it runs where it may now, and on its original
         CPUs again when the cpuset grows back (the kernel keeps a thread's requested
@@ -298,6 +310,9 @@ class Pinner:
 
     def _restore(self, tid: int, record: PinRecord) -> None:
         self._guarded(tid, lambda t: self._check_identity(t, record.start_time))
+        mask = self._guarded(tid, get_affinity)
+        if not self._ours_to_restore(tid, record, mask):
+            raise _theirs(tid, mask)
         try:
             self._guarded(tid, lambda t: set_affinity(t, record.original))
         except InvalidMask:
@@ -308,21 +323,41 @@ class Pinner:
             log.warning("original mask outside cpuset, widening", tid=tid, cpus=format_cpulist(widened))
             self._guarded(tid, lambda t: set_affinity(t, widened))
 
+    def _ours_to_restore(self, tid: int, record: PinRecord, mask: frozenset[int]) -> bool:
+        """Whether ``mask`` is the thread's original or one we set: the mask we last
+        set, or what the kernel made of it (:meth:`_by_kernel`). A record of the last
+        run knows only the mask at adoption, so there any mask a daemon pins to (a CPU
+        alone, a domain whole, or what the thread's cpuset allows of a domain) counts
+        as that run's pin: a mask of another shape someone else set while no daemon ran,
+        but one CPU or a whole domain set so cannot be told from the last run's pin."""
+        if mask in (record.current, record.original):
+            return True
+        if not record.recovered:
+            return self._by_kernel(tid, record, mask) is not None
+        if self._placements is None or mask in self._placements:
+            return True
+        allowed = self._allowed(tid)
+        return allowed is not None and any(mask == p & allowed for p in self._placements)
+
     def restore_all(self) -> RestoreReport:
-        """Restore every adopted thread and report which were restored, gone or failed."""
+        """Restore every adopted thread and report which were restored, gone, kept as
+        someone else set them, or failed."""
         restored: list[int] = []
         gone: list[int] = []
+        kept: list[int] = []
         failed: list[tuple[int, str]] = []
         for tid in sorted(self._records):
             try:
                 self.restore(tid)
             except ThreadGone:
                 gone.append(tid)
+            except Overridden:
+                kept.append(tid)
             except HostError as exc:
                 failed.append((tid, str(exc)))
             else:
                 restored.append(tid)
-        return RestoreReport(tuple(restored), tuple(gone), tuple(failed))
+        return RestoreReport(tuple(restored), tuple(gone), tuple(failed), tuple(kept))
 
     def to_json(self) -> dict[str, Any]:
         """The state as a JSON-ready dict, for :func:`~parlschedd.host.state.write_state`."""

@@ -43,6 +43,7 @@ class RestoreReport:
     restored: tuple[int, ...] = ()
     gone: tuple[int, ...] = ()  # exited, or the tid now names another thread
     failed: tuple[tuple[int, str], ...] = ()  # (tid, reason)
+    kept: tuple[int, ...] = ()  # set by someone else since our last pin: left as they set it
 
 
 class Counters(Protocol):

@@ -349,6 +349,31 @@ def test_a_thread_set_by_someone_else_stays_theirs_across_a_restart(tmp_path, wo
         d2.stop()
 
 
+@pytest.mark.skipif(len(ALL) < 2, reason="needs 2 CPUs")
+def test_a_mask_set_while_the_daemon_was_down_is_left_as_set(tmp_path, workload):
+    """The state file keeps a thread's masks at adoption, not at each pin. After a
+    SIGKILL the next daemon restores a mask the last one could have set (here CPU 1
+    alone: it places threads there only) and leaves another (CPU 0, set meanwhile)."""
+    config = "period_s: 0.05\ndomain_period_s: 0.5\ncpus: [1]\n" + PINNING
+    d = start_daemon(tmp_path, config)
+    w = workload(3)
+    tids = w.all_tids()
+    before = masks(tids)
+    d.request("attach", pid=w.pid)
+    wait_for(lambda: all_pinned(d, w.pid, len(tids)))
+    d.stop(signal.SIGKILL)
+    theirs = w.tids[0]
+    os.sched_setaffinity(theirs, {0})
+    d2 = start_daemon(tmp_path, config)
+    try:
+        assert '"left_as_set_by_someone_else": 1' in d2.log_text()
+        wait_for(lambda: all_pinned(d2, w.pid, len(tids) - 1))
+        assert d2.request("status", pid=w.pid)["targets"][0]["threads_handed_over"] == 1
+    finally:
+        d2.stop()
+    assert masks(tids) == {**before, theirs: {0}}
+
+
 def test_sigint_stops_as_sigterm_does_and_restores(daemon, workload):
     w = workload(2)
     tids = w.all_tids()

@@ -123,6 +123,32 @@ def test_a_move_never_writes_over_a_mask_someone_else_set() -> None:
         target.wait()
 
 
+@needs_root
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_detach_leaves_a_mask_someone_set_since_the_last_rescan() -> None:
+    """A detach (and a stop: the same release) inside rescan_s of someone's new mask
+    would write over it: the restore checks, and hands the thread over instead."""
+    engine, counters = _pin_engine()
+    target = sleepy(2)
+    try:
+        engine.attach(target.pid, time.monotonic())
+        engine.tick(time.monotonic())
+        t = engine.targets[target.pid]
+        theirs, ours = t.current().tids.tolist()[:2]
+        records, managed = engine.pinner.records, len(t.threads)
+        assert len(records[theirs].current) == 1  # pinned
+        mask = frozenset(os.sched_getaffinity(0)) - records[theirs].current
+        original = records[ours].original
+        os.sched_setaffinity(theirs, mask)
+        assert engine.detach(target.pid) == managed - 1
+        assert masks([theirs, ours]) == {theirs: mask, ours: original}
+    finally:
+        engine.detach_all()
+        counters.close_all()
+        target.kill()
+        target.wait()
+
+
 def _engine(source: CounterSource = CounterSource.TASK_CLOCK, **learning: object) -> tuple[Engine, CounterSet]:
     """A real engine on this host's topology with the learning settings given."""
     config = dataclasses.replace(Config(), learning=dataclasses.replace(Config().learning, **learning))

@@ -255,8 +255,41 @@ def test_restore_after_a_crash_between_pin_and_state_write(spawn: Callable[..., 
     tid = adopted(first, worker)
     saved = first.to_json()  # written before the pin; the pin never reached the file
     first.pin(tid, frozenset({1}))
-    Pinner.from_json(saved).restore(tid)
+    Pinner.from_json(saved, placements=[frozenset({0}), frozenset({1}), ALL]).restore(tid)
     assert os.sched_getaffinity(tid) == ALL
+
+
+def test_restore_leaves_a_mask_someone_set_since_our_last_pin(spawn: Callable[..., Worker]) -> None:
+    """Between two rescans only a move checks the mask: detach and shutdown must not
+    write over a mask the program or an administrator set meanwhile."""
+    theirs, also_theirs, ours = spawn(busy=False), spawn(busy=False), spawn(busy=False)
+    pinner = Pinner(allowed=unrestricted)
+    for worker in (theirs, also_theirs, ours):
+        pinner.pin(adopted(pinner, worker), frozenset({1}))
+    os.sched_setaffinity(theirs.tid, {0})
+    os.sched_setaffinity(also_theirs.tid, {0})
+    with pytest.raises(Overridden):
+        pinner.restore(theirs.tid)
+    assert theirs.tid not in pinner.records
+    report = pinner.restore_all()
+    assert (report.restored, report.kept) == ((ours.tid,), (also_theirs.tid,))
+    assert [os.sched_getaffinity(w.tid) for w in (theirs, also_theirs, ours)] == [{0}, {0}, ALL]
+
+
+def test_a_restart_tells_the_last_runs_pins_by_their_shape(spawn: Callable[..., Worker]) -> None:
+    """The state file keeps a thread's mask at adoption, not at each pin: after a
+    restart a mask the last run could have set (here CPU 1 alone: it placed threads on
+    CPU 1 only) is restored, another (CPU 0, set while no daemon ran) is left alone."""
+    pinned, reset = spawn(busy=False), spawn(busy=False)
+    first = Pinner(allowed=unrestricted)
+    tids = [adopted(first, w) for w in (pinned, reset)]
+    saved = first.to_json()
+    for tid in tids:
+        first.pin(tid, frozenset({1}))
+    os.sched_setaffinity(reset.tid, {0})  # an administrator, while the daemon was down
+    report = Pinner.from_json(saved, allowed=unrestricted, placements=[frozenset({1})]).restore_all()
+    assert (report.restored, report.kept) == ((pinned.tid,), (reset.tid,))
+    assert os.sched_getaffinity(pinned.tid) == ALL and os.sched_getaffinity(reset.tid) == {0}
 
 
 def test_a_reused_tid_is_never_touched(spawn: Callable[..., Worker]) -> None:
@@ -293,7 +326,7 @@ def test_state_round_trip() -> None:
     records = {7: PinRecord(123, frozenset({0, 1, 2, 5}), frozenset({2}))}
     data = Pinner(records=records).to_json()
     assert data == {"version": 1, "threads": {"7": {"start_time": 123, "original": "0-2,5", "current": "2"}}}
-    assert Pinner.from_json(data).records == records
+    assert Pinner.from_json(data).records == {7: PinRecord(123, frozenset({0, 1, 2, 5}), frozenset({2}), recovered=True)}
     with pytest.raises(ValueError):
         Pinner.from_json({"version": 99, "threads": {}})
 
@@ -312,7 +345,8 @@ def test_an_unreadable_record_is_skipped_and_the_others_kept() -> None:
     bad = {"x": [], "-3": good, "8": [1, 2], "9": {**good, "start_time": "123"}, "10": {**good, "original": 5},
            "11": {**good, "current": "1-0"}, "99999999999999999999": good, "0": good,
            "13": {**good, "original": "0-999999999999"}, "12": good}  # a tid past the kernel's; a range without end
-    assert Pinner.from_json({"version": 1, "threads": bad}).records == {12: PinRecord(123, frozenset({0, 1}), frozenset({1}))}
+    assert Pinner.from_json({"version": 1, "threads": bad}).records == {12: PinRecord(123, frozenset({0, 1}), frozenset({1}),
+                                                                                           recovered=True)}
 
 
 def test_pin_many_gives_one_outcome_per_move(spawn: Callable[..., Worker], cpuset: CpusetDir) -> None:
