@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -27,6 +28,19 @@ log = structlog.get_logger(__name__)
 STATE_VERSION = 1
 
 T = TypeVar("T")
+
+
+def keeps_asked_mask(release: str) -> bool:
+    """Whether a kernel of ``release`` (uname -r) keeps the mask a thread asked for
+    when its cpuset changes, giving it what the cpuset allows of that mask (Linux 6.2,
+    commit 8f9ea86fdf99 "sched: Always preserve the user requested cpumask"). Before,
+    any update of a cpuset gives each of its tasks the whole cpuset. A release that
+    does not start with MAJOR.MINOR is taken for a modern kernel."""
+    match = re.match(r"(\d+)\.(\d+)", release)
+    return match is None or (int(match[1]), int(match[2])) >= (6, 2)
+
+
+KEEPS_ASKED_MASK = keeps_asked_mask(os.uname().release)
 
 
 def get_affinity(tid: int) -> frozenset[int]:
@@ -57,7 +71,7 @@ class PinRecord:
     # The mask our last sched_setaffinity set (None: none yet, so the first pin writes
     # even a mask the thread already shows). The kernel keeps it (Linux 6.2+:
     # user_cpus_ptr) and gives the thread what its cpuset allows of it, again each time
-    # the cpuset changes, so a grown cpuset gives it back.
+    # the cpuset changes, so a grown cpuset gives it back (before 6.2: the whole cpuset).
     asked: frozenset[int] | None = None
     # Read from the last run's state file, which saves a thread's masks at adoption and
     # not at each pin: ``current`` may be older than the last run's last pin.
@@ -230,15 +244,20 @@ class Pinner:
         """Whether the kernel made ``mask`` of the mask we last asked for: a cgroup v1
         cpuset that changes gives each task what it allows of that mask (True: the
         thread has part or all of ours, a grown cpuset gives it back), or the whole
-        cpuset when it allows none of it (False). None for any other mask: someone set
-        it (taskset, an administrator, the program itself), and it is theirs."""
+        cpuset when it allows none of it (False). Before Linux 6.2 any change of the
+        cpuset gives the whole cpuset, whatever we asked (False too: placed again).
+        None for any other mask: someone set it (taskset, an administrator, the program
+        itself), and it is theirs; before 6.2 a mask someone sets to the whole cpuset
+        cannot be told from the kernel's and is taken for it."""
         allowed = self._allowed(tid)
         if allowed is None:
             return None
         kept = record.wanted & allowed
-        if kept:
-            return True if mask == kept else None
-        return False if mask == allowed else None
+        if kept and mask == kept:
+            return True
+        if mask == allowed and not (kept and KEEPS_ASKED_MASK):
+            return False
+        return None
 
     def reassign(self, tid: int, original: frozenset[int]) -> None:
         """The adopted ``tid`` names another thread of the same identity now (an exec
@@ -295,8 +314,9 @@ class Pinner:
         may hold another request for it (a cpuset narrowed since). When the original no longer intersects the cpuset (it shrank), the kernel takes
         no mask that holds none of the allowed CPUs, so the thread gets the original
         and the allowed set together: it runs where it may now, and on its original
-        CPUs again when the cpuset grows back (the kernel keeps a thread's requested
-        mask across cpuset changes). The exact original cannot be requested then.
+        CPUs again when the cpuset grows back (Linux 6.2+ keeps a thread's requested
+        mask across cpuset changes; before, it gets the whole cpuset). The exact
+        original cannot be requested then.
         """
         record = self._records.get(tid)
         if record is None:

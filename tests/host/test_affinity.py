@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from parlschedd.host import cgroups, procfs
+from parlschedd.host import affinity, cgroups, procfs
 from parlschedd.host.affinity import Pinner, PinRecord, get_affinity, set_affinity
 from parlschedd.host.base import Drift
 from parlschedd.host.errors import AccessDenied, InvalidMask, Overridden, ThreadGone
@@ -462,3 +462,54 @@ def test_the_first_pin_writes_even_the_mask_the_thread_shows(spawn: Callable[...
         pytest.skip("a kernel before 6.2 gives the whole cpuset, not the mask last asked for")
     assert pinner.drifted([w.tid]) == Drift([], [])
     pinner.restore_all()
+
+
+@pytest.mark.parametrize(("release", "keeps"), [
+    ("6.18.44-fc-v1272", True), ("6.2.0", True), ("6.2-rc1", True), ("10.1", True),
+    ("6.1.55-generic", False), ("5.15.0-91-generic", False), ("4.18.0-513.el8.x86_64", False),
+    ("", True), ("6", True), ("unknown", True),
+])
+def test_the_kernel_release_says_whether_a_cpuset_change_keeps_our_mask(release: str, keeps: bool) -> None:
+    """Linux 6.2 and later keep it; a release that cannot be read is taken for one."""
+    assert affinity.keeps_asked_mask(release) is keeps
+
+
+def whole_cpuset_after_a_pin(spawn: Callable[..., Worker], cpuset: CpusetDir) -> tuple[Pinner, int]:
+    """A thread pinned to CPU 0 in a cpuset of CPUs 0-1 that now has the whole cpuset,
+    as a kernel before 6.2 gives it at any update of the cpuset. This host's kernel
+    is later, so that mask is written by hand where the old kernel would write it."""
+    w = spawn(busy=False)
+    cpuset.set_cpus("0-1")
+    cpuset.add(w.tid)
+    pinner = Pinner()
+    adopted(pinner, w)
+    pinner.pin(w.tid, frozenset({0}))
+    cpuset.set_cpus("0-1")  # an update, even to the same CPUs
+    os.sched_setaffinity(w.tid, {0, 1})
+    return pinner, w.tid
+
+
+def test_before_6_2_a_cpuset_change_that_gives_the_whole_cpuset_is_the_kernels(
+        spawn: Callable[..., Worker], cpuset: CpusetDir, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mask we asked for is still allowed, yet the old kernel gave the whole
+    cpuset: that was taken for someone else's mask and the thread handed over for
+    good. The old kernel is mocked (its release, and the mask it writes)."""
+    monkeypatch.setattr(affinity, "KEEPS_ASKED_MASK", False)
+    pinner, tid = whole_cpuset_after_a_pin(spawn, cpuset)
+    assert pinner.drifted([tid]) == Drift([tid], []), "narrowed: to be placed again"
+    assert pinner.records[tid].current == {0, 1}
+    assert pinner.pin(tid, frozenset({0})) is True and os.sched_getaffinity(tid) == {0}
+    pinner.restore_all()
+
+
+def test_from_6_2_the_whole_cpuset_over_a_mask_it_keeps_is_someone_elses(
+        spawn: Callable[..., Worker], cpuset: CpusetDir, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel would have kept our CPU 0: the whole cpuset is a taskset over every
+    CPU, and the thread is theirs."""
+    monkeypatch.setattr(affinity, "KEEPS_ASKED_MASK", True)
+    pinner, tid = whole_cpuset_after_a_pin(spawn, cpuset)
+    assert pinner.drifted([tid]) == Drift([], [tid])
+    with pytest.raises(Overridden):
+        pinner.pin(tid, frozenset({1}))  # a move checks the mask first
+    assert os.sched_getaffinity(tid) == {0, 1}
+    pinner.release(tid)
