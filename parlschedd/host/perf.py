@@ -3,7 +3,8 @@
 One counter *group* per thread (``pid = tid, cpu = -1``: follow the thread on any CPU),
 read with one ``read(2)`` in ``PERF_FORMAT_GROUP`` layout. Each read's interval is
 scaled by its own time_enabled / time_running, which differ when the PMU multiplexes
-more events than it has counters (:func:`scaled_count`). The ABI is include/uapi/linux/perf_event.h; the kernel accepts any attr
+more events than it has counters (one never on the PMU is scaled with the next:
+:func:`scaled_count`). The ABI is include/uapi/linux/perf_event.h; the kernel accepts any attr
 size from VER0 up and ignores zero tails, so the VER6 layout below works on every
 kernel that matters (VER6 is Linux 5.5; older kernels check the extra bytes are zero).
 
@@ -233,22 +234,25 @@ def parse_group_read(data: bytes, n_events: int, read_format: int = GROUP_READ_F
 
 def scaled_count(state: list[float], enabled: int, running: int, value: int) -> float:
     """The count since the counter opened, estimated interval by interval; ``state`` is
-    [enabled, running, value, count] at the previous read ([0, 0, 0, 0.0] at open) and
-    is advanced to this one.
+    [enabled, running, value, count] at the last read that gave a count ([0, 0, 0, 0.0]
+    at open) and is advanced to this one when it gives one.
 
     What a multiplexed counter counted between two reads is scaled by the times of that
     interval (perf_event_open(2): the count is of the time it was running, out of the
     time it was enabled). Scaling the whole life's count by the whole life's ratio
     instead makes the difference of two reads wrong, negative even, when the ratio
     changes (another perf user takes counters). NaN when the counter was enabled but
-    never on the PMU since the previous read: that interval's count is unknown (the
-    next read goes on from here). A thread that did not run moved neither time.
+    never on the PMU since that read: the count is unknown, and ``state`` stays, so the
+    next read scales the whole enabled span since the last count, as perf's own
+    estimate does (moving on dropped the lost interval: the count fell behind for
+    good). A thread that did not run moved neither time.
     """
     d_enabled, d_running = enabled - state[0], running - state[1]
-    if d_running > 0:
-        state[3] += (value - state[2]) * d_enabled / d_running
+    if d_running <= 0:
+        return state[3] if d_enabled == 0 else math.nan
+    state[3] += (value - state[2]) * d_enabled / d_running
     state[0], state[1], state[2] = enabled, running, value
-    return state[3] if d_running > 0 or d_enabled == 0 else math.nan
+    return state[3]
 
 
 def open_group(tid: int, events: tuple[EventSpec, ...], opener: Opener = perf_event_open) -> list[int]:

@@ -143,9 +143,21 @@ def test_each_interval_is_scaled_by_its_own_times() -> None:
 def test_an_interval_enabled_but_never_on_the_pmu_is_unknown() -> None:
     state = [0, 0, 0, 0.0]
     assert scaled_count(state, 1000, 1000, 500) == 500
+    assert scaled_count(state, 1000, 1000, 500) == 500  # did not run: nothing moved, nothing unknown
     assert math.isnan(scaled_count(state, 2000, 1000, 500))  # ran, not counted
-    assert scaled_count(state, 2000, 1000, 500) == 500  # did not run: nothing moved, nothing unknown
-    assert scaled_count(state, 4000, 2000, 600) == 500 + 100 * 2  # the next interval goes on from there
+    assert math.isnan(scaled_count(state, 2000, 1000, 500)), "still unknown since the last count"
+    assert scaled_count(state, 4000, 2000, 600) == 500 + 100 * 3000 / 1000  # the lost interval scaled in too
+
+
+def test_the_next_count_makes_up_for_an_interval_never_on_the_pmu() -> None:
+    """1 instruction per ns over three 1 s periods, on the PMU all, none, then half of
+    the time: the counts are 1e9, 2e9, 3e9. Going on from the unknown interval scaled
+    the third by its own times only (2e9, for good); the daemon's rate over the two
+    periods since the last count was then half the truth."""
+    state = [0, 0, 0, 0.0]
+    counts = [scaled_count(state, 1_000_000_000 * k, running, running)
+              for k, running in ((1, 1_000_000_000), (2, 1_000_000_000), (3, 1_500_000_000))]
+    assert counts[0] == 1e9 and math.isnan(counts[1]) and counts[2] == 3e9
 
 
 @pytest.mark.parametrize(
