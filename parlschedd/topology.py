@@ -1,11 +1,12 @@
 """The machine's CPUs and the domains Level 1 chooses between.
 
 Read from sysfs under an injectable root (tests use fake trees): online CPUs, NUMA
-nodes, last-level-cache groups, packages, and the isolated / nohz_full CPUs, which are
-left out by default because their owners reserved them. The usable CPUs are further
-narrowed to the ones this process may run on (its cpuset and affinity). Domains are
-groupings of usable CPUs (shared/spec/parlsched.md, "Domains"): ``auto`` takes NUMA nodes
-when there are several, else last-level caches, else packages, else one domain.
+nodes, last-level-cache groups, packages, cores, and the isolated / nohz_full CPUs,
+which are left out by default because their owners reserved them. The usable CPUs are
+further narrowed to the ones this process may run on (its cpuset and affinity). Domains
+are groupings of usable CPUs (shared/spec/parlsched.md, "Domains"): ``auto`` takes NUMA
+nodes when there are several, else last-level caches, else packages, else one domain;
+a grouping of one core each is passed over.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class Topology:
     numa: Groups
     llc: Groups
     package: Groups
+    core: Groups  # SMT siblings
     excluded: frozenset[int]  # isolated or nohz_full, left out of ``usable``
 
     def domains(self, spec: str | Sequence[Sequence[int]] = "auto") -> list[list[int]]:
@@ -44,7 +46,7 @@ class Topology:
         if spec == "auto":
             for groups in (self.numa, self.llc, self.package):
                 domains = self._restrict(groups)
-                if len(domains) > 1:
+                if len(domains) > 1 and not self._one_core_each(domains):
                     return domains
             return [list(self.usable)]
         return self._restrict(getattr(self, spec)) or [list(self.usable)]
@@ -53,6 +55,14 @@ class Topology:
         """Those of the config's ``cpus`` left out of ``usable`` (absent, offline,
         isolated or outside the allowed set): threads run on the rest."""
         return sorted(set(cpus or ()) - set(self.usable))
+
+    def _one_core_each(self, domains: list[list[int]]) -> bool:
+        """Whether every domain is a single core (one CPU, or its SMT siblings), as the
+        caches and packages of a guest with a vCPU per socket or of firmware that
+        describes no shared cache make them: Level 2 has no core to choose in such a
+        domain and Level 1 moves one thread a T_NUMA, so ``auto`` passes them over."""
+        core_of = {cpu: i for i, core in enumerate(self.core) for cpu in core}
+        return all(len({core_of[cpu] for cpu in domain}) == 1 for domain in domains)
 
     def _restrict(self, groups: Groups) -> list[list[int]]:
         usable = set(self.usable)
@@ -103,6 +113,7 @@ def read_topology(
         numa=_numa_nodes(base / "node", online),
         llc=_groups(base / "cpu", online, _llc_key),
         package=_groups(base / "cpu", online, _package_key),
+        core=_groups(base / "cpu", online, _core_key),
         excluded=excluded,
     )
 
@@ -144,6 +155,15 @@ def _package_key(cpu_dir: Path) -> str | None:
         return (cpu_dir / "topology" / "physical_package_id").read_text().strip()
     except FileNotFoundError:
         return None
+
+
+def _core_key(cpu_dir: Path) -> frozenset[int] | str:
+    """The CPUs of this CPU's core (its SMT siblings); the CPU alone where sysfs does
+    not say, not one core of every CPU that lacks the file."""
+    try:
+        return parse_cpulist((cpu_dir / "topology" / "thread_siblings_list").read_text())
+    except (FileNotFoundError, ValueError):
+        return cpu_dir.name
 
 
 def _groups(cpu_root: Path, online: frozenset[int], key_of: Callable[[Path], Hashable | None]) -> Groups:

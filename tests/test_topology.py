@@ -8,9 +8,11 @@ import pytest
 from parlschedd.topology import TopologyError, read_topology
 
 
-def fake_sysfs(root: Path, nodes: list[str], llc: list[str], packages: list[int], isolated: str = "", nohz: str = "(null)") -> Path:
+def fake_sysfs(root: Path, nodes: list[str], llc: list[str], packages: list[int], isolated: str = "", nohz: str = "(null)",
+               siblings: list[str] | None = None) -> Path:
     """A sysfs tree: one cpulist per NUMA node, an L3 shared list and a package id per
-    CPU (``llc[i]`` and ``packages[i]`` belong to CPU i)."""
+    CPU (``llc[i]`` and ``packages[i]`` belong to CPU i), and the SMT siblings of each
+    when given (else no thread_siblings_list: a CPU is a core)."""
     cpu = root / "devices/system/cpu"
     cpu.mkdir(parents=True)
     n = len(llc)
@@ -26,6 +28,8 @@ def fake_sysfs(root: Path, nodes: list[str], llc: list[str], packages: list[int]
             (d / "shared_cpu_list").write_text(shared + "\n")
         (cpu / f"cpu{i}/topology").mkdir()
         (cpu / f"cpu{i}/topology/physical_package_id").write_text(f"{packages[i]}\n")
+        if siblings is not None:
+            (cpu / f"cpu{i}/topology/thread_siblings_list").write_text(siblings[i] + "\n")
     for k, cpus in enumerate(nodes):
         d = root / f"devices/system/node/node{k}"
         d.mkdir(parents=True)
@@ -55,6 +59,28 @@ def test_llc_when_one_numa_node(tmp_path):
 def test_one_domain_when_nothing_splits(tmp_path):
     root = fake_sysfs(tmp_path, ["0-1"], ["0-1", "0-1"], [0, 0])
     assert read_topology(root, allowed=range(2)).domains() == [[0, 1]]
+
+
+def test_auto_passes_over_caches_and_packages_of_one_cpu_each(tmp_path):
+    """A guest with one vCPU per socket and no cache shared between vCPUs: a domain
+    per CPU left Level 2 nothing to choose and Level 1 one thread to move a T_NUMA.
+    Asked for by name, such a grouping is still given."""
+    root = fake_sysfs(tmp_path, ["0-3"], ["0", "1", "2", "3"], [0, 1, 2, 3])
+    t = read_topology(root, allowed=range(4))
+    assert t.domains() == [[0, 1, 2, 3]]
+    assert t.domains("llc") == [[0], [1], [2], [3]]
+
+
+def test_auto_passes_over_a_grouping_of_one_core_each_to_the_next(tmp_path):
+    """Two packages of two SMT cores whose caches sysfs shows shared by a core's
+    siblings only (firmware that describes no shared last-level cache): the caches
+    are cores, the packages are the domains."""
+    siblings = ["0,4", "1,5", "2,6", "3,7"] * 2
+    root = fake_sysfs(tmp_path, ["0-7"], siblings, [0, 0, 1, 1, 0, 0, 1, 1], siblings=siblings)
+    t = read_topology(root, allowed=range(8))
+    assert t.domains() == [[0, 1, 4, 5], [2, 3, 6, 7]]
+    one_package = fake_sysfs(tmp_path / "one", ["0-7"], siblings, [0] * 8, siblings=siblings)
+    assert read_topology(one_package, allowed=range(8)).domains() == [list(range(8))]
 
 
 def test_isolated_nohz_and_affinity_narrow_the_usable_cpus(tmp_path):
