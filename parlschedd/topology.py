@@ -129,10 +129,14 @@ def _cpulist_file(path: Path) -> frozenset[int]:
 
 
 def _numa_nodes(node_dir: Path, online: frozenset[int]) -> Groups:
+    """The online CPUs of each NUMA node, then those no node lists in a group of their
+    own (all of them where sysfs shows no node): left out, they were lost to every
+    domain; joined to a node, they would be given a memory locality nothing says they
+    have. CPUs without a cache or package key are grouped together the same way."""
     nodes = sorted(node_dir.glob("node[0-9]*"), key=lambda p: int(p.name[4:]))
     groups = [tuple(sorted(_cpulist_file(n / "cpulist") & online)) for n in nodes]
-    groups = [g for g in groups if g]
-    return tuple(groups) if groups else (tuple(sorted(online)),)
+    unlisted = tuple(sorted(online.difference(*groups)))
+    return tuple(g for g in [*groups, unlisted] if g)
 
 
 def _llc_key(cpu_dir: Path) -> frozenset[int] | None:

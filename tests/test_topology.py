@@ -83,6 +83,14 @@ def test_auto_passes_over_a_grouping_of_one_core_each_to_the_next(tmp_path):
     assert read_topology(one_package, allowed=range(8)).domains() == [list(range(8))]
 
 
+def test_cpus_no_numa_node_lists_are_a_domain_of_their_own(tmp_path):
+    """Online CPUs 6-7 in no node's cpulist were in no domain, though usable."""
+    root = fake_sysfs(tmp_path, ["0-1,4-5", "2-3"], ["0-7"] * 8, [0] * 8)
+    t = read_topology(root, allowed=range(8))
+    assert t.domains() == t.domains("numa") == [[0, 1, 4, 5], [2, 3], [6, 7]]
+    assert read_topology(root, allowed=[0, 1, 6]).domains() == [[0, 1], [6]]
+
+
 def test_isolated_nohz_and_affinity_narrow_the_usable_cpus(tmp_path):
     root = fake_sysfs(tmp_path, ["0-3", "4-7"], ["0-7"] * 8, [0] * 8, isolated="7", nohz="6")
     t = read_topology(root, allowed=[0, 1, 2, 4, 5, 6, 7])
