@@ -31,6 +31,7 @@ from parlschedd.patterns import Pattern, PatternError, compile_pattern
 log = structlog.get_logger("parlschedd.engine")
 
 GONE_KEPT = 64  # exited targets remembered, to say why a later request finds them gone
+RELEASE_LISTINGS = 3  # listings at a release for threads born with our mask (_give_back_born)
 RENAMES_PER_ROUND = 128  # thread names re-read per rescan_s (when status is shown), about 4 ms
 
 
@@ -813,6 +814,10 @@ class Engine:
             target.base_mask = get_affinity(target.pid)
             return None
         mask = get_affinity(tid)
+        return target.base_mask if mask != target.base_mask and mask in self._ours(target) else None
+
+    def _ours(self, target: Target) -> set[frozenset[int]]:
+        """The masks we have set on ``target``'s threads, as they are now."""
         r = target.roster
         free = r.pinned & (r.cpu < 0)
         ours = {self._single[cpu] for cpu in r.cpu[r.pinned & ~free].tolist()}
@@ -820,7 +825,36 @@ class Engine:
         records = self.pinner.records  # a row not pinned (a refused pin) may still carry an earlier pin of ours
         ours.update(rec.current for t in r.tids[~r.pinned].tolist()
                     if (rec := records.get(t)) is not None and rec.current != rec.original)
-        return target.base_mask if mask != target.base_mask and mask in ours else None
+        return ours
+
+    def _give_back_born(self, target: Target, known: set[int], ours: set[frozenset[int]]) -> None:
+        """At a release: the threads born since the last listing of a thread we pinned
+        carry our mask (``ours``), and no period comes to adopt them; they get the
+        target's own mask back, as ``_inherited_original`` gives it. Listed again until
+        none is found: one born of such a thread before it got its mask back has ours
+        too (RELEASE_LISTINGS times at most, against a target that never stops)."""
+        base = target.base_mask
+        ours = ours - {base}
+        if base is None or not ours:
+            return
+        for _ in range(RELEASE_LISTINGS):
+            born = []
+            for pid in self._pids(target):
+                try:
+                    born += [t for t in procfs.list_tids(pid, self.proc_root) if t not in known]
+                except HostError:
+                    continue  # gone
+            known.update(born)
+            given = 0
+            for tid in born:
+                try:
+                    if get_affinity(tid) in ours and self._manager_of(tid) is None:
+                        self._give_back(tid, procfs.thread_start_time(tid, self.proc_root), base)
+                        given += 1
+                except HostError:
+                    pass  # gone
+            if not given:
+                return
 
     def _drop_thread(self, target: Target, tid: int, record: PinRecord | None = None) -> bool:
         """Stop managing ``tid`` and put its original mask back; True when it was
@@ -875,7 +909,10 @@ class Engine:
     def _release(self, target: Target, keep_hand_overs: bool = False) -> int:
         """Restore the target's threads and stop managing it; how many were restored.
         The threads handed over to someone else are theirs to keep as they are."""
+        ours = set() if target.observe else self._ours(target)
+        known = {*target.threads, *target.ignored}
         restored = sum(self._drop_thread(target, tid) for tid in list(target.threads))
+        self._give_back_born(target, known, ours)
         for tid in () if keep_hand_overs else target.ignored:
             self.handed_over.pop(tid, None)
         self.targets.pop(target.pid, None)

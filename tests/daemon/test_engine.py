@@ -587,6 +587,29 @@ def test_a_thread_born_of_a_free_thread_gets_the_targets_own_mask_back(workload)
 
 @needs_root
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+@pytest.mark.parametrize("release", ["detach", "stop"])
+def test_a_thread_born_just_before_a_release_gets_the_targets_own_mask(workload, release) -> None:
+    """A thread born of a thread we pinned after the last listing carries our mask,
+    and no period comes to adopt it: the release lists the target again (it kept our
+    mask for good, and the next daemon took it for the thread's original)."""
+    w = workload(1)
+    for tid in w.all_tids():
+        os.sched_setaffinity(tid, {0})
+    engine, counters = _free_engine()
+    try:
+        engine.attach(w.pid, time.monotonic())
+        whole = frozenset(os.sched_getaffinity(0))
+        _ticks_until(engine, lambda: set(masks(w.all_tids()).values()) == {whole}, "every thread free")
+        born = set(w.command("spawn")) - set(engine.targets[w.pid].threads)
+        assert masks(born) == {tid: whole for tid in born}
+        engine.detach(w.pid) if release == "detach" else engine.detach_all(keep_hand_overs=True)
+        assert set(masks(w.all_tids()).values()) == {frozenset({0})}
+    finally:
+        counters.close_all()
+
+
+@needs_root
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
 def test_a_thread_the_filter_leaves_out_does_not_keep_the_mask_it_inherited(workload) -> None:
     """A thread left out by --threads but created by a pinned thread inherits our pin;
     it gets the target's own mask back at once (it kept the pin for good before)."""
