@@ -55,7 +55,8 @@ def domain_means(rho: FloatArray, alpha: IntArray, n_domains: int) -> FloatArray
         return np.where(counts > 0, sums / counts, np.nan)
 
 
-def better_replies(rho: FloatArray, alpha: IntArray, n_domains: int, gamma: float) -> BoolArray:
+def better_replies(rho: FloatArray, alpha: IntArray, n_domains: int, gamma: float,
+                   open_domains: BoolArray | None = None) -> BoolArray:
     """Step 4: BR_i = {a' : rho_i < gamma * mean rho of the threads in a'}, as a mask.
 
     Two choices the spec leaves open, made here:
@@ -64,12 +65,17 @@ def better_replies(rho: FloatArray, alpha: IntArray, n_domains: int, gamma: floa
     - an empty domain is in every set: nothing is known of it, and an idle NUMA node is
       free capacity. It is still only taken through step 5's rules (an unsatisfied
       thread, or exploration with probability zeta), one thread per step.
-    Threads without an aspiration yet (NaN) get an empty set.
+    Threads without an aspiration yet (NaN) get an empty set. A domain ``open_domains``
+    says is closed (none of its CPUs is one the threads may use: a cpuset bound to
+    another NUMA node) is in no set: J_NUMA is the domains a thread can run in, and a
+    move to a closed one would be refused by the kernel, the thread left where it was.
     """
     means = domain_means(rho, alpha, n_domains)
     with np.errstate(invalid="ignore"):
         br = (rho[:, None] < gamma * means[None, :]) | np.isnan(means)[None, :]
     br &= np.isfinite(rho)[:, None]
+    if open_domains is not None:
+        br &= open_domains[None, :]
     br[np.arange(rho.shape[0]), alpha] = False
     return br
 

@@ -24,8 +24,10 @@ def valid_columns(width: IntArray, columns: int) -> NDArray[np.bool_]:
 
 def uniform(width: IntArray, columns: int) -> FloatArray:
     """The uniform strategy over each thread's domain: the start and the reset on a
-    domain change ("x_i restarts uniform over the cores of the new domain")."""
-    return valid_columns(width, columns) / width[:, None].astype(np.float64)
+    domain change ("x_i restarts uniform over the cores of the new domain"). A width of
+    0 (a domain closed to the threads: no core of theirs) gives a row of zeros, which
+    no thread is ever given."""
+    return valid_columns(width, columns) / np.maximum(width, 1)[:, None].astype(np.float64)
 
 
 def reinforce(x: FloatArray, chosen: IntArray, reward: FloatArray, eps: float) -> FloatArray:

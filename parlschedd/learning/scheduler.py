@@ -4,7 +4,7 @@ Pure code: no I/O, no clock. The daemon and the simulator both call ``step`` onc
 T_CPU period with the utility each thread achieved during the period just ended and get
 back the CPU each thread should run on next. Level 2 (automata) runs every step, Level 1
 (aspiration) every ``domain_every`` steps on the mean utility of that window, and only
-when there is more than one domain (shared/spec/parlsched.md).
+when there is more than one domain the threads may use (shared/spec/parlsched.md).
 """
 
 from __future__ import annotations
@@ -35,6 +35,12 @@ class Placement:
 class TwoLevelScheduler:
     """PaRLSched over a fixed set of domains (lists of CPU ids).
 
+    A domain is given only the CPUs its threads may use (the daemon passes each
+    target's cpuset within each domain), so Level 2 never draws a core the kernel
+    would refuse. A domain left with none is closed: it keeps its index (the caller's
+    domain numbers stay meaningful) but no thread joins it, is moved to it or is ever
+    placed in it; J_NUMA of the spec is the open domains. At least one must be open.
+
     Threads are identified by integer keys chosen by the caller (tids in the daemon).
     A key seen for the first time joins; a key absent from a step has left and is
     forgotten. ``stream`` picks one of the seed's independent random streams (the
@@ -44,8 +50,8 @@ class TwoLevelScheduler:
 
     def __init__(self, domains: Sequence[Sequence[int]], params: LearningParams, domain_every: int,
                  stream: int | None = None) -> None:
-        if not domains or any(len(d) == 0 for d in domains):
-            raise ValueError("every domain needs at least one CPU")
+        if not any(len(d) for d in domains):
+            raise ValueError("at least one domain needs a CPU")
         if domain_every < 1:
             raise ValueError("domain_every must be >= 1")
         self.params = params
@@ -56,7 +62,8 @@ class TwoLevelScheduler:
         self.domain_cpus = np.full((len(domains), width), FREE, dtype=np.int64)  # padding is never drawn
         for a, cpus in enumerate(domains):
             self.domain_cpus[a, : len(cpus)] = cpus
-        self.domain_width = np.array([len(d) + extra for d in domains], dtype=np.int64)
+        self.domain_width = np.array([len(d) + extra if len(d) else 0 for d in domains], dtype=np.int64)
+        self.open = self.domain_width > 0  # a closed domain has no CPU of the threads'
         self._uniform = automata.uniform(self.domain_width, width)  # per domain, for the perturbation
         self._domain_of_cpu = {int(c): a for a, cpus in enumerate(domains) for c in cpus}
         self.periods = 0
@@ -79,6 +86,12 @@ class TwoLevelScheduler:
     @property
     def n_domains(self) -> int:
         return int(self.domain_cpus.shape[0])
+
+    @property
+    def n_open(self) -> int:
+        """The domains threads may be placed in: with one, Level 1 stays quiet (spec,
+        "Domains")."""
+        return int(np.count_nonzero(self.open))
 
     @property
     def cpus(self) -> IntArray:
@@ -121,7 +134,7 @@ class TwoLevelScheduler:
         or with ``free_prior`` on the free action and the rest uniform over the cores."""
         width = self.domain_width[alpha]
         x = automata.uniform(width, self.domain_cpus.shape[1])
-        if self.params.free:  # every domain has a core, so width - 1 >= 1 cores before "free"
+        if self.params.free:  # a thread is only in an open domain, so width - 1 >= 1 cores before "free"
             cores = width - 1
             x = (x > 0) * ((1.0 - self.params.free_prior) / cores)[:, None]
             x[np.arange(alpha.size), cores] = self.params.free_prior
@@ -129,8 +142,9 @@ class TwoLevelScheduler:
 
     def _join_domains(self, new: IntArray, keys: IntArray, ran_on: IntArray | None) -> IntArray:
         """A joining thread starts in the domain it was last seen running in, else in
-        the least populated domain (ties to the lowest index)."""
-        counts = np.bincount(self.alpha, minlength=self.n_domains)
+        the least populated open domain (ties to the lowest index). A CPU outside every
+        domain's given CPUs (one the threads may not use) names no domain."""
+        counts = np.where(self.open, np.bincount(self.alpha, minlength=self.n_domains), np.iinfo(np.int64).max)
         alpha = np.empty(new.size, dtype=np.int64)
         seen = dict(zip(keys.tolist(), ran_on.tolist())) if ran_on is not None else {}
         for i, key in enumerate(new.tolist()):
@@ -187,7 +201,7 @@ class TwoLevelScheduler:
         self.window_n += learned
         self.periods += 1
         mover = None
-        if self.n_domains > 1 and self.periods % self.domain_every == 0:
+        if self.n_open > 1 and self.periods % self.domain_every == 0:
             mover = self._level1()
         return Placement(
             keys=keys,
@@ -220,7 +234,7 @@ class TwoLevelScheduler:
         rho_before = self.rho
         rho_next = np.where(measured, aspiration.update_aspiration(self.rho, mean_u, p.nu), self.rho)
         bench = aspiration.update_benchmarks(rho_next, aspiration.Benchmarks(lower, upper), p.eta)
-        br = aspiration.better_replies(rho_before, self.alpha, self.n_domains, p.gamma)
+        br = aspiration.better_replies(rho_before, self.alpha, self.n_domains, p.gamma, self.open)
         choice = aspiration.choose_mover(rho_next, lower, br, p.zeta, self.rng)
         self.rho, self.bench = rho_next, bench
         self.window_sum[:] = 0.0

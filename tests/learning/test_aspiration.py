@@ -46,6 +46,16 @@ def test_empty_domain_is_a_better_reply_for_everyone():
     assert br[1].tolist() == [False, False, True]
 
 
+def test_a_closed_domain_is_no_better_reply_even_empty():
+    """A domain with no CPU the threads may use (outside their cpuset) is in no set,
+    though it is empty and its mean therefore unknown."""
+    rho = np.array([1.0, 4.0])
+    alpha = np.array([0, 1])  # domains 2 and 3 are empty, 2 is closed
+    br = aspiration.better_replies(rho, alpha, 4, gamma=1.0, open_domains=np.array([True, True, False, True]))
+    assert br[0].tolist() == [False, True, False, True]
+    assert br[1].tolist() == [False, False, False, True]
+
+
 def test_unknown_aspiration_is_ignored_in_means_and_gets_no_replies():
     rho = np.array([1.0, np.nan, 3.0])
     alpha = np.array([0, 0, 1])

@@ -123,6 +123,45 @@ def test_threads_move_towards_the_better_domain():
     assert (s.alpha == 1).sum() >= 3
 
 
+# -- closed domains: none of their CPUs is one the threads may use (a cpuset) -----------
+
+def test_a_closed_domain_is_never_joined_moved_to_or_placed_in():
+    """Three domains, the middle one closed (the target's cpuset leaves it no CPU), as
+    for a container bound to two of three sockets. An empty domain is a better reply
+    for everyone and zeta 0.5 makes threads explore: the closed one still never gets a
+    thread, whether it joins (even from a CPU of that domain, where it ran before the
+    cpuset changed) or moves, while Level 1 goes on moving threads between the two
+    open ones."""
+    closed = [2, 3]
+    s = TwoLevelScheduler([[0, 1], [], [4, 5]], LearningParams(seed=7, zeta=0.5, gamma=1.0), domain_every=2)
+    keys = np.arange(8)
+    p = s.step(keys, np.full(8, np.nan), ran_on=np.array([0, 2, 3, 2, 0, 1, 4, 5]))
+    assert 1 not in p.domains.tolist()
+    rng = np.random.default_rng(0)
+    moves, seen = 0, set()
+    for _ in range(600):
+        u = np.where(p.domains == 2, 2.0, 1.0) * (0.5 + rng.random(8))
+        p = s.step(keys, u)
+        assert 1 not in p.domains.tolist() and not np.isin(p.cpus, closed).any()
+        moves += p.domain_move is not None
+        seen.update(zip(p.domains.tolist(), p.cpus.tolist()))
+    assert moves > 20, "Level 1 goes on between the open domains"
+    assert {d for d, _ in seen} == {0, 2} and {c for _, c in seen} == {0, 1, 4, 5}
+
+
+@pytest.mark.parametrize("free", [False, True], ids=["spec", "free"])
+def test_a_domain_is_drawn_from_only_the_cpus_given_for_it(free):
+    """A cpuset narrower than a domain: the domain is given its allowed CPUs only, and
+    Level 2 draws from those (and "free") alone; with one domain open, Level 1 stays
+    quiet however eager it is."""
+    s = TwoLevelScheduler([[], [3]], LearningParams(seed=1, zeta=1.0, lam=0.5, free=free), domain_every=1)
+    for _ in range(50):
+        p = s.step(np.arange(4), np.ones(4))
+        assert p.domain_move is None and (p.domains == 1).all()
+        assert set(p.cpus.tolist()) <= {3, FREE}
+    assert np.allclose(s.x.sum(axis=1), 1.0)
+
+
 def test_observed_core_is_the_one_reinforced():
     s = TwoLevelScheduler([[0, 1, 2, 3]], LearningParams(seed=0, eps=0.5, lam=0.0), domain_every=10)
     s.step(np.array([1]), np.array([np.nan]))
@@ -135,8 +174,9 @@ def test_bad_input_is_refused():
     s = TwoLevelScheduler([[0]], LearningParams(), domain_every=1)
     with pytest.raises(ValueError):
         s.step(np.array([1, 1]), np.array([1.0, 2.0]))
-    with pytest.raises(ValueError):
-        TwoLevelScheduler([[0], []], LearningParams(), domain_every=1)
+    for domains in ([], [[], []]):
+        with pytest.raises(ValueError, match="a CPU"):
+            TwoLevelScheduler(domains, LearningParams(), domain_every=1)
     with pytest.raises(ValueError, match="eps"):
         LearningParams(eps=0.0)
 
