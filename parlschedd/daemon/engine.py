@@ -4,7 +4,8 @@ Each ``tick``: refresh every target's threads when any may have come or gone (ad
 new ones, drop exited ones; see ``_unchanged``), read counters into utilities (counter
 delta / monotonic time delta), step the target's TwoLevelScheduler, and pin the
 threads whose CPU changed. The chain is counters -> rates -> scheduler -> pin plan; the
-clock is passed in, so tests drive it.
+clock is passed in, so tests drive it. Each target's scheduler works on the CPUs its
+cpuset allows in each domain, read at attach and every rescan_s (``_follow_cpuset``).
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from parlschedd.config import Config
 from parlschedd.daemon import protocol
 from parlschedd.daemon.exec_watch import ExecWatch, Masks, carried, original_after_exec
 from parlschedd.daemon.history import History
-from parlschedd.host import procfs
-from parlschedd.host.affinity import PinRecord, get_affinity
+from parlschedd.host import cgroups, procfs
+from parlschedd.host.affinity import AllowedCpus, PinRecord, get_affinity
 from parlschedd.host.base import Actuator, Counters, CounterSource
+from parlschedd.host.cpulist import format_cpulist
 from parlschedd.host.errors import HostError, Overridden, ThreadGone, TooManyFiles
 from parlschedd.learning.scheduler import TwoLevelScheduler
 from parlschedd.patterns import Pattern, PatternError, compile_pattern
@@ -33,6 +35,8 @@ log = structlog.get_logger("parlschedd.engine")
 GONE_KEPT = 64  # exited targets remembered, to say why a later request finds them gone
 RELEASE_LISTINGS = 3  # listings at a release for threads born with our mask (_give_back_born)
 RENAMES_PER_ROUND = 128  # thread names re-read per rescan_s (when status is shown), about 4 ms
+
+DomainCpus = tuple[tuple[int, ...], ...]  # per domain (the engine's indices), some of its CPUs
 
 
 def _not_yours(pid: int, owner: int, uid: int) -> EngineError:
@@ -134,6 +138,7 @@ class Target:
     migrations: int = 0  # affinity changes made
     most_threads: int = 0  # the most threads managed at once: what an exit is described by
     base_mask: frozenset[int] | None = None  # the main thread's mask at attach
+    cpus: DomainCpus = ()  # each domain's CPUs its cpuset allows, as last read: its scheduler's domains
     rule: int | None = None  # index of the config rule that matched, None if attached by hand
     caller: int | None = None  # the non-root uid that attached it: only its own descendants are managed
     history: History | None = None
@@ -164,9 +169,11 @@ class Engine:
 
     def __init__(self, config: Config, domains: list[list[int]], counters: Counters, pinner: Actuator,
                  proc_root: str = procfs.PROC_ROOT, on_change: Callable[[], None] = lambda: None,
-                 persist: Callable[[], bool] = lambda: True) -> None:
+                 persist: Callable[[], bool] = lambda: True, allowed: AllowedCpus = cgroups.task_cpus) -> None:
         self.config = config
         self.domains = domains
+        self.allowed = allowed  # the CPUs a process's cpuset allows (None: unrestricted)
+        self._every_cpu: DomainCpus = tuple(tuple(d) for d in domains)  # a target's without a cpuset
         self.counters = counters
         self.pinner = pinner
         self.proc_root = proc_root
@@ -218,10 +225,11 @@ class Engine:
         except BaseException:
             handle.close()
             raise
-        scheduler = self._scheduler()
-        target = Target(pid, name, owner, observe, pattern, descendants, handle, scheduler,
+        cpus = self._cpuset_domains(pid)
+        cpus = self._every_cpu if cpus is None else cpus  # unreadable: as before cpusets were read; the rescan retries
+        target = Target(pid, name, owner, observe, pattern, descendants, handle, self._scheduler(pid, cpus),
                         procfs.ThreadExits(self.proc_root, watch=not descendants),  # descendants: listed every period
-                        rule=rule, caller=None if uid in (None, 0) else uid,
+                        cpus=cpus, rule=rule, caller=None if uid in (None, 0) else uid,
                         history=History(self.config.history_periods, now))
         self.targets[pid] = target
         self._gone.pop(pid, None)  # a reused pid: the exit recorded is another process's
@@ -248,17 +256,56 @@ class Engine:
         for target in self.targets.values():
             s = target.scheduler
             if (s.params, s.domain_every) != (self.config.learning, self.config.domain_every):
-                target.scheduler = self._scheduler()
+                target.scheduler = self._scheduler(target.pid, target.cpus)
                 fresh += 1
         return fresh
 
-    def _scheduler(self) -> TwoLevelScheduler:
-        """A scheduler on the config's terms, drawing from a stream of the seed its own:
-        the n-th made since the start, so a seeded config replays the same decisions
-        from run to run for the same attaches, while no two targets share draws."""
+    def _scheduler(self, pid: int, cpus: DomainCpus) -> TwoLevelScheduler:
+        """A scheduler on the config's terms over ``cpus``, the target's CPUs in each
+        domain (``_cpuset_domains``), drawing from a stream of the seed its own: the
+        n-th made since the start, so a seeded config replays the same decisions from
+        run to run for the same attaches, while no two targets share draws. A domain
+        without such a CPU is closed to it (Level 1 never moves a thread there: every
+        pin would be refused and the thread's utility credited to a domain it never
+        runs in). With none in any domain, every CPU of every domain, as before
+        cpusets were read, and a warning: pins are refused where the cpuset is not."""
+        if not any(cpus):
+            log.warning("the target's cpuset has none of the daemon's CPUs; its scheduler uses every domain",
+                        pid=pid, domains=self.domains)
+            cpus = self._every_cpu
         self._schedulers_made += 1
-        return TwoLevelScheduler(self.domains, self.config.learning, self.config.domain_every,
+        return TwoLevelScheduler(cpus, self.config.learning, self.config.domain_every,
                                  stream=self._schedulers_made)
+
+    def _cpuset_domains(self, pid: int) -> DomainCpus | None:
+        """Each domain's CPUs that process ``pid``'s cpuset allows, in the domains'
+        order (a domain outside it has none); None when the cpuset cannot be read
+        (the process exited: its period drops it). A cpuset bounds what the kernel
+        lets a thread run on, so a pin elsewhere fails with EINVAL. Read for the
+        process, not each thread: its threads share its cpuset unless someone moves
+        one alone (v1, or v2 threaded cgroups), and the pin refused then still
+        credits the period to the core the thread ran on."""
+        try:
+            allowed = self.allowed(pid)
+        except (HostError, ValueError) as exc:  # ValueError: a cpuset file that is not a CPU list
+            log.debug("cpuset not read", pid=pid, error=str(exc))
+            return None
+        if allowed is None:
+            return self._every_cpu
+        return tuple(tuple(c for c in d if c in allowed) for d in self.domains)
+
+    def _follow_cpuset(self, target: Target) -> None:
+        """A target whose cpuset allows other CPUs of the domains than when its
+        scheduler was made learns afresh on the new ones: domains open or close, and a
+        domain's cores are its automata's columns. Logged once per change; a change
+        outside the daemon's CPUs changes nothing."""
+        cpus = self._cpuset_domains(target.pid)
+        if cpus is None or cpus == target.cpus:
+            return
+        log.info("cpuset changed, learning afresh on the CPUs it allows", pid=target.pid,
+                 cpus=[format_cpulist(d) for d in cpus])
+        target.cpus = cpus
+        target.scheduler = self._scheduler(target.pid, cpus)
 
     def keep_handed_over(self, saved: object) -> int:
         """After a restart: the threads the last run handed over (a list of ``[tid,
@@ -389,11 +436,13 @@ class Engine:
                 log.exception("period failed for target", pid=target.pid)
 
     def resync(self, now: float) -> None:
-        """Notice the pinned threads whose mask changed under us. Those the kernel
-        narrowed (a cpuset that shrank) count as unpinned, so the next period pins them
-        again inside what is now allowed, and ``status`` never shows a CPU the thread
-        is not on. Those someone else re-pinned are left to them (``_hand_over``)."""
+        """Notice a target's cpuset that changed (``_follow_cpuset``), and the pinned
+        threads whose mask changed under us. Those the kernel narrowed (a cpuset that
+        shrank) count as unpinned, so the next period pins them again inside what is
+        now allowed, and ``status`` never shows a CPU the thread is not on. Those
+        someone else re-pinned are left to them (``_hand_over``)."""
         for target in self.targets.values():
+            self._follow_cpuset(target)
             if target.observe:
                 continue
             r = target.current()

@@ -949,6 +949,29 @@ def test_free_threads_get_their_whole_domain_and_are_restored(tmp_path, workload
         d.stop()
 
 
+@pytest.mark.skipif(len(ALL) < 2, reason="needs 2 CPUs")
+def test_a_target_bound_to_one_domain_is_never_moved_to_another(tmp_path, workload, cpuset):
+    """This machine has one NUMA node: the config's domains make its two CPUs two
+    sockets, and a real cgroup v1 cpuset of CPU 1 binds the target to the second, as a
+    container bound to one node. Level 1 every other period and eager (zeta 1): the
+    other domain, empty, is a better reply for every thread, but none of its CPUs is
+    the target's, so no thread is moved there and no pin is refused (before, each
+    Level 1 step sent a thread there and the kernel refused its pins)."""
+    d = start_daemon(tmp_path, "period_s: 0.05\ndomain_period_s: 0.1\ndomains: [[0], [1]]\n"
+                     "learning: {free: false, zeta: 1.0, gamma: 1.0}\n")
+    try:
+        w = workload(3)
+        (cpuset / "cgroup.procs").write_text(str(w.pid))
+        (cpuset / "cpuset.cpus").write_text("1")
+        d.request("attach", pid=w.pid)
+        wait_for(lambda: all_pinned(d, w.pid, len(w.all_tids())))
+        time.sleep(1.0)  # 10 Level 1 steps
+        assert {t["domain"] for t in threads_of(d, w.pid).values()} == {1}
+        assert "pin refused" not in d.log_text()
+    finally:
+        d.stop()
+
+
 def test_a_socket_path_that_is_not_a_socket_is_left_alone(tmp_path):
     """A mistyped --socket naming a file must not delete it: the daemon refuses to start."""
     precious = tmp_path / "parlschedd.yaml.bak"

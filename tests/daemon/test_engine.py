@@ -668,21 +668,23 @@ def test_a_tid_reused_inside_the_target_is_adopted_as_the_new_thread(workload) -
 @needs_root
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
 def test_a_core_outside_the_cpuset_loses_ground_to_the_core_the_thread_runs_on(workload, cpuset) -> None:
-    """A real cgroup v1 cpuset holds the target on CPU 1 while the learner may draw
-    CPU 0: the kernel refuses those pins and the thread runs on CPU 1, and the engine
-    tells the scheduler so. Each period's utility is then credited to CPU 1, where it
-    was earned, and CPU 0's probability falls from 1/2 (x0 about 0.5 * 0.95^k with
-    eps 0.05) for every worker. Credited to the core drawn, the refused core earned as
-    much as CPU 1 and the strategies drifted either way: two of three workers ended on
-    CPU 0 (x0 = 1.0) in a run before the engine passed this on. The main thread sleeps,
-    earns nothing and keeps its 1/2 either way. Nothing runs outside the cpuset, and
-    detach restores the masks. Each thread's refusal is a warning once, not at each
-    pinned-refused-pinned turn (the main thread's went on for as long as it lived)."""
+    """A real cgroup v1 cpuset holds the workers alone on CPU 1 (v1 places each task
+    on its own), while the process's, which the engine reads, allows both CPUs: the
+    learner may draw CPU 0, the kernel refuses those pins and the thread runs on CPU 1,
+    and the engine tells the scheduler so. Each period's utility is then credited to
+    CPU 1, where it was earned, and CPU 0's probability falls from 1/2 (x0 about
+    0.5 * 0.95^k with eps 0.05) for every worker. Credited to the core drawn, the
+    refused core earned as much as CPU 1 and the strategies drifted either way: two of
+    three workers ended on CPU 0 (x0 = 1.0) in a run before the engine passed this on.
+    No worker runs outside the cpuset, and detach restores the masks. Each thread's
+    refusal is a warning once, not at each pinned-refused-pinned turn (one thread's
+    went on for as long as it lived)."""
     w = workload(3)
-    (cpuset / "cgroup.procs").write_text(str(w.pid))
+    for tid in w.tids:
+        (cpuset / "tasks").write_text(str(tid))
     (cpuset / "cpuset.cpus").write_text("1")
     base = masks(w.all_tids())
-    assert set(base.values()) == {frozenset({1})}
+    assert {base[tid] for tid in w.tids} == {frozenset({1})} and len(base[w.pid]) == 2
     engine, counters = _pin_engine()
     try:
         target = engine.attach(w.pid, time.monotonic())
@@ -691,9 +693,9 @@ def test_a_core_outside_the_cpuset_loses_ground_to_the_core_the_thread_runs_on(w
                 time.sleep(0.02)
                 engine.tick(time.monotonic())
                 engine.resync(time.monotonic())
-                assert set(masks(w.all_tids()).values()) == {frozenset({1})}
+                assert set(masks(w.tids).values()) == {frozenset({1})}
         warned = [e["tid"] for e in logs if e["event"] == "pin refused" and e["log_level"] == "warning"]
-        assert warned and len(warned) == len(set(warned)), warned
+        assert warned and len(warned) == len(set(warned)) and set(warned) <= set(w.tids), warned
         s = target.scheduler
         rows = np.searchsorted(s.keys, w.tids)  # the workers: the main thread waits on stdin and earns nothing
         core0 = np.argmax(s.domain_cpus[s.alpha[rows]] == 0, axis=1)  # CPU 0's column in each worker's row
@@ -1223,3 +1225,107 @@ def test_with_a_seed_each_target_has_its_own_draws_and_a_rerun_the_same() -> Non
         for p in started:
             p.kill()
             p.wait()
+
+
+def _two_socket_engine() -> tuple[Engine, CounterSet]:
+    """This machine has one NUMA node: its two CPUs stand in for a two-socket box, one
+    domain each. Level 1 every 2 periods and eager (zeta 1: every thread wants a better
+    reply each time; gamma 1), every thread pinned to a core."""
+    learning = dataclasses.replace(Config().learning, free=False, zeta=1.0, gamma=1.0)
+    config = dataclasses.replace(Config(), period_s=0.02, domain_period_s=0.04, learning=learning)
+    counters = CounterSet(CounterSource.TASK_CLOCK)
+    return Engine(config, [[0], [1]], counters, Pinner()), counters
+
+
+@needs_root
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_level1_never_moves_a_thread_into_a_domain_outside_the_cpuset(workload, cpuset) -> None:
+    """A container bound to one socket: a real cgroup v1 cpuset of CPU 1 holds the
+    target in the second of two simulated domains (``_two_socket_engine``). The other
+    domain has no CPU the target may use, so it is closed to the target's scheduler:
+    never a better reply (an empty domain is one for every thread otherwise). Before,
+    Level 1 sent a thread there at its first step, the kernel refused every pin
+    (EINVAL), the thread stayed on CPU 1 while the scheduler credited its utility to
+    domain 0, and the moves went on at every Level 1 step."""
+    w = workload(3)
+    (cpuset / "cgroup.procs").write_text(str(w.pid))
+    (cpuset / "cpuset.cpus").write_text("1")
+    engine, counters = _two_socket_engine()
+    try:
+        target = engine.attach(w.pid, time.monotonic())
+        with structlog.testing.capture_logs() as logs:
+            for _ in range(30):  # 15 Level 1 steps
+                time.sleep(0.02)
+                engine.tick(time.monotonic())
+                engine.resync(time.monotonic())
+        assert not [e for e in logs if e["event"] == "pin refused"]
+        assert (target.scheduler.alpha == 1).all() and (target.current().domain == 1).all()
+        assert target.current().pinned.all() and set(masks(w.all_tids()).values()) == {frozenset({1})}
+    finally:
+        engine.detach_all()
+        counters.close_all()
+
+
+@needs_root
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_a_cpuset_that_changes_while_attached_is_learned_afresh_once(workload, cpuset) -> None:
+    """The same simulated two-socket box (``_two_socket_engine``); the target's real v1
+    cpuset first allows both domains, then shrinks to the second, then grows back. At
+    the rescan after each change its scheduler starts afresh on what is allowed now,
+    logged once, not at every rescan; while only domain 1 is open no thread is moved
+    to domain 0 and no pin is refused."""
+    w = workload(3)
+    (cpuset / "cgroup.procs").write_text(str(w.pid))
+    engine, counters = _two_socket_engine()
+
+    def periods(n: int) -> None:
+        for _ in range(n):
+            time.sleep(0.02)
+            engine.tick(time.monotonic())
+            engine.resync(time.monotonic())
+
+    try:
+        target = engine.attach(w.pid, time.monotonic())
+        first = target.scheduler
+        periods(10)
+        assert target.scheduler is first and target.cpus == ((0,), (1,))
+        with structlog.testing.capture_logs() as logs:
+            (cpuset / "cpuset.cpus").write_text("1")
+            engine.resync(time.monotonic())  # the rescan that follows
+            periods(20)
+        assert [e["cpus"] for e in logs if e["event"].startswith("cpuset changed")] == [["", "1"]]
+        assert not [e for e in logs if e["event"] == "pin refused"]
+        assert target.cpus == ((), (1,)) and (target.current().domain == 1).all()
+        with structlog.testing.capture_logs() as logs:
+            (cpuset / "cpuset.cpus").write_text("0-1")
+            engine.resync(time.monotonic())
+            periods(3)
+        assert [e["cpus"] for e in logs if e["event"].startswith("cpuset changed")] == [["0", "1"]]
+        assert target.cpus == ((0,), (1,)) and target.scheduler.n_open == 2
+    finally:
+        engine.detach_all()
+        counters.close_all()
+
+
+def test_a_cpuset_with_none_of_the_daemons_cpus_falls_back_to_every_domain() -> None:
+    """The kernel keeps a cpuset non-empty, but the daemon's CPUs (its config's cpus)
+    may miss it: the target's scheduler then uses every domain, as before cpusets were
+    read (pins outside the cpuset are refused and credited where the thread ran), with
+    a warning once, not at each rescan. The cpuset is injected (this machine's CPUs are
+    all the daemon's); observe mode: nothing is pinned."""
+    p = sleepy(2)
+    engine = Engine(Config(), [[0], [1]], CounterSet(CounterSource.SCHEDSTAT), Pinner(),
+                    allowed=lambda pid: frozenset({5}))
+    try:
+        with structlog.testing.capture_logs() as logs:
+            target = engine.attach(p.pid, time.monotonic(), observe=True)
+            for _ in range(3):
+                engine.tick(time.monotonic())
+                engine.resync(time.monotonic())
+        assert [e["event"] for e in logs if e["log_level"] == "warning"] == [
+            "the target's cpuset has none of the daemon's CPUs; its scheduler uses every domain"]
+        assert target.cpus == ((), ()) and target.scheduler.n_open == 2
+    finally:
+        engine.detach_all()
+        p.kill()
+        p.wait()
