@@ -251,7 +251,8 @@ class Engine:
         """After a reload: the targets whose scheduler runs on other learning parameters
         or another T_NUMA / T_CPU ratio than the config's start learning afresh with the
         new ones (what they learned is on the old terms); their threads stay where
-        they are until the next period places them. Returns how many."""
+        they are until the next period places them, each in the domain it runs in
+        (``_ran_elsewhere``). Returns how many."""
         fresh = 0
         for target in self.targets.values():
             s = target.scheduler
@@ -297,8 +298,9 @@ class Engine:
     def _follow_cpuset(self, target: Target) -> None:
         """A target whose cpuset allows other CPUs of the domains than when its
         scheduler was made learns afresh on the new ones: domains open or close, and a
-        domain's cores are its automata's columns. Logged once per change; a change
-        outside the daemon's CPUs changes nothing."""
+        domain's cores are its automata's columns. Its threads join the domains they
+        run in (``_ran_elsewhere``). Logged once per change; a change outside the
+        daemon's CPUs changes nothing."""
         cpus = self._cpuset_domains(target.pid)
         if cpus is None or cpus == target.cpus:
             return
@@ -553,10 +555,13 @@ class Engine:
         credits the period's utility to that core, not to the one it drew (spec, Level
         2, step 1: the utility "on the core it ran on"), so a refused core loses ground
         to the cores the thread may use instead of being drawn as often as before; a
-        new thread joins the domain it runs in."""
-        if not target.observe and not target.exec_watches and r.pinned.all():
+        new thread joins the domain it runs in, and so does every thread of a scheduler
+        made afresh (a cpuset that changed, a reload), rather than being dealt out
+        over the domains again."""
+        fresh = target.scheduler.periods == 0
+        if not target.observe and not target.exec_watches and not fresh and r.pinned.all():
             return None
-        if target.observe:
+        if target.observe or fresh:
             rows = np.arange(r.tids.size)
         else:  # a watched main thread is left where it is meanwhile
             rows = np.flatnonzero(~r.pinned | np.isin(r.tids, list(target.exec_watches)))

@@ -1273,7 +1273,9 @@ def test_a_cpuset_that_changes_while_attached_is_learned_afresh_once(workload, c
     cpuset first allows both domains, then shrinks to the second, then grows back. At
     the rescan after each change its scheduler starts afresh on what is allowed now,
     logged once, not at every rescan; while only domain 1 is open no thread is moved
-    to domain 0 and no pin is refused."""
+    to domain 0 and no pin is refused. When domain 0 opens again, the threads stay in
+    domain 1 where they run (dealt out over the domains again, half went to domain 0
+    at once) until Level 1 moves them one at a time."""
     w = workload(3)
     (cpuset / "cgroup.procs").write_text(str(w.pid))
     engine, counters = _two_socket_engine()
@@ -1299,6 +1301,8 @@ def test_a_cpuset_that_changes_while_attached_is_learned_afresh_once(workload, c
         with structlog.testing.capture_logs() as logs:
             (cpuset / "cpuset.cpus").write_text("0-1")
             engine.resync(time.monotonic())
+            engine.tick(time.monotonic())  # the new scheduler's first period: no Level 1 yet
+            assert (target.current().domain == 1).all()
             periods(3)
         assert [e["cpus"] for e in logs if e["event"].startswith("cpuset changed")] == [["0", "1"]]
         assert target.cpus == ((0,), (1,)) and target.scheduler.n_open == 2
