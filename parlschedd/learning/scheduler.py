@@ -64,6 +64,7 @@ class TwoLevelScheduler:
             self.domain_cpus[a, : len(cpus)] = cpus
         self.domain_width = np.array([len(d) + extra if len(d) else 0 for d in domains], dtype=np.int64)
         self.open = self.domain_width > 0  # a closed domain has no CPU of the threads'
+        self.n_open = int(np.count_nonzero(self.open))  # with one, Level 1 stays quiet (spec, "Domains")
         self._uniform = automata.uniform(self.domain_width, width)  # per domain, for the perturbation
         self._domain_of_cpu = {int(c): a for a, cpus in enumerate(domains) for c in cpus}
         self.periods = 0
@@ -86,12 +87,6 @@ class TwoLevelScheduler:
     @property
     def n_domains(self) -> int:
         return int(self.domain_cpus.shape[0])
-
-    @property
-    def n_open(self) -> int:
-        """The domains threads may be placed in: with one, Level 1 stays quiet (spec,
-        "Domains")."""
-        return int(np.count_nonzero(self.open))
 
     @property
     def cpus(self) -> IntArray:
