@@ -73,7 +73,9 @@ def load_params(path: str | Path) -> Fitted:
         baseline = BaselineModel.from_dict(cluster, doc["baseline"])
     except ClusterError as exc:
         raise ParamsError(str(exc)) from exc
-    except (KeyError, TypeError, ValueError, OverflowError) as exc:
+    except KeyError as exc:  # str() of a KeyError is the bare key
+        raise ParamsError(f"{source}: malformed parameters: missing key {exc} (write the file with `model fit --out`)") from exc
+    except (TypeError, ValueError, OverflowError) as exc:
         raise ParamsError(f"{source}: malformed parameters: {exc}") from exc
     extra = {k: v for k, v in doc.items() if k not in {"format", "cluster", "model", "baseline"}}
     return Fitted(cluster, model, baseline, extra)

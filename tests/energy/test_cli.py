@@ -184,6 +184,9 @@ def test_inputs_a_review_broke_give_one_line_errors_or_valid_json(params, tmp_pa
         for command in ("predict", "recommend"):
             r = CliRunner().invoke(cli, ["model", command, "--params", str(broken)])
             assert r.exit_code == 1 and f"{broken}: malformed parameters" in r.output, (value, r.output)
+    broken.write_text(json.dumps({k: v for k, v in doc.items() if k != "cluster"}))
+    r = CliRunner().invoke(cli, ["model", "predict", "--params", str(broken)])
+    assert r.exit_code == 1 and f"{broken}: malformed parameters: missing key 'cluster'" in r.output, r.output
     r = CliRunner().invoke(cli, ["model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(MEASUREMENTS_CSV),
                                  "--seed", "-1"])
     assert r.exit_code == 2 and "--seed" in r.output
