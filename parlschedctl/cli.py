@@ -158,8 +158,9 @@ def run(sock: str, observe: bool, cmd: tuple[str, ...]) -> None:
     lost = attached = False
     managed: set[int] = set()
     try:
-        client.request(sock, "attach", pid=proc.pid, observe=observe, descendants=True)
+        last = client.request(sock, "attach", pid=proc.pid, observe=observe, descendants=True)["target"]
         attached = True
+        managed.update(t["tid"] for t in last.get("threads", []))
         live = sys.stderr.isatty()
         while proc.poll() is None:
             try:
