@@ -452,7 +452,8 @@ def detect_source(
                 probe.open(tid)
                 probe.check_counting(tid)
             except HostError as exc:
-                why[source] = str(exc)
+                why[source] = str(exc) + (" (no such event: no PMU, or the PMU lacks it)"
+                                          if exc.errno == errno.ENOENT else "")
                 continue
             return source
     raise Unsupported("no counter source works: perf_event_open refused and no schedstat")

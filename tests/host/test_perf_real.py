@@ -92,7 +92,9 @@ def test_detect_source_falls_through() -> None:
             return no_pmu(attr, *args)
         return perf.perf_event_open(attr, *args)
 
-    assert detect_source(opener=only_software) == CounterSource.TASK_CLOCK
+    skipped: dict = {}
+    assert detect_source(opener=only_software, skipped=skipped) == CounterSource.TASK_CLOCK
+    assert skipped[CounterSource.INSTRUCTIONS].endswith("ENOENT (no such event: no PMU, or the PMU lacks it)")
 
 
 def test_a_counter_that_opens_but_never_counts_is_skipped() -> None:
