@@ -2,8 +2,10 @@
 
 Read from sysfs under an injectable root (tests use fake trees): online CPUs, NUMA
 nodes, last-level-cache groups, packages, cores, and the isolated / nohz_full CPUs,
-which are left out by default because their owners reserved them. The usable CPUs are
-further narrowed to the ones this process may run on (its cpuset and affinity). Domains
+which are left out unless the config names them, because their owners reserved them.
+The daemon's own affinity does not narrow them: a service confined to housekeeping CPUs
+(systemd's CPUAffinity=, a slice's AllowedCPUs=) still places threads anywhere, and
+each target's own cpuset bounds its choices (daemon/engine.py). Domains
 are groupings of usable CPUs (shared/spec/parlsched.md, "Domains"): ``auto`` takes NUMA
 nodes when there are several, else last-level caches, else packages, else one domain;
 a grouping of one core each is passed over.
@@ -88,22 +90,22 @@ def read_topology(
     sysfs: str | os.PathLike[str] = "/sys",
     allowed: Iterable[int] | None = None,
     cpus: Iterable[int] | None = None,
-    include_excluded: bool = False,
 ) -> Topology:
     """Discover the topology.
 
-    allowed: CPUs this process may use (default: its affinity, which the kernel keeps
-             within its cpuset); ``cpus``: the config's further restriction.
+    allowed: CPUs threads may be placed on (default: every online CPU); ``cpus``: the
+             config's further restriction, which alone may name isolated or nohz_full
+             CPUs (an application reserved them for is what the daemon places there).
     """
     base = Path(sysfs) / "devices" / "system"
     online = _cpulist_file(base / "cpu" / "online")
     if not online:
         raise TopologyError(f"no online CPUs found under {base / 'cpu' / 'online'}")
     excluded = _cpulist_file(base / "cpu" / "isolated") | _cpulist_file(base / "cpu" / "nohz_full")
-    usable = set(online) & set(os.sched_getaffinity(0) if allowed is None else allowed)
-    if not include_excluded:
+    usable = set(online) if allowed is None else set(online) & set(allowed)
+    if cpus is None:
         usable -= excluded
-    if cpus is not None:
+    else:
         usable &= set(cpus)
     if not usable:
         raise TopologyError("no usable CPUs: online, allowed, not isolated and in the config's cpus")

@@ -96,8 +96,20 @@ def test_isolated_nohz_and_affinity_narrow_the_usable_cpus(tmp_path):
     t = read_topology(root, allowed=[0, 1, 2, 4, 5, 6, 7])
     assert t.usable == (0, 1, 2, 4, 5)
     assert t.domains() == [[0, 1, 2], [4, 5]]
-    assert read_topology(root, allowed=range(8), include_excluded=True).usable == tuple(range(8))
     assert read_topology(root, allowed=range(8), cpus=[1, 2]).usable == (1, 2)
+    assert read_topology(root, allowed=range(8), cpus=[1, 6, 7]).usable == (1, 6, 7)  # named: opted in
+
+
+def test_the_daemons_own_affinity_does_not_narrow_the_usable_cpus(tmp_path):
+    """A service confined to housekeeping CPUs (CPUAffinity=, AllowedCPUs=) dragged
+    every target onto them; each target's cpuset bounds it instead (the engine)."""
+    root = fake_sysfs(tmp_path, ["0-3", "4-7"], ["0-7"] * 8, [0] * 8, isolated="7")
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {0})
+    try:
+        assert read_topology(root).usable == tuple(range(7))
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def test_a_domain_left_without_usable_cpus_disappears(two_socket):
