@@ -670,20 +670,27 @@ class Engine:
         process are gone since the last listing: an exec between that listing and now,
         if the mask is one we set on one of them (then it is handled as such, True).
         Else someone else set it (False). Runs only when a mask is found changed."""
-        others = target.others.get(main)
-        if not others:
-            return False
-        try:
-            if others & set(procfs.list_tids(main, self.proc_root)):
-                return False
-            mask = get_affinity(main)
-        except HostError:
-            return False
-        went = self._masks_that_went(target, others)
-        if not carried(went, mask):
+        went = self._exec_went(target, main)
+        if went is None:
             return False
         self._main_replaced(target, main, went, now)
         return True
+
+    def _exec_went(self, target: Target, main: int) -> dict[int, Masks] | None:
+        """The masks of the threads that went with an exec that carried one of our
+        masks onto ``main`` (the others of its process all gone since the last listing,
+        and ``main`` showing a mask we set on one of them); None when there was none."""
+        others = target.others.get(main)
+        if not others:
+            return None
+        try:
+            if others & set(procfs.list_tids(main, self.proc_root)):
+                return None
+            mask = get_affinity(main)
+        except HostError:
+            return None
+        went = self._masks_that_went(target, others)
+        return went if carried(went, mask) else None
 
     def _masks_that_went(self, target: Target, others: set[int]) -> dict[int, Masks]:
         """The (original, last set) masks of those of ``others`` we had adopted: kept in
@@ -871,7 +878,9 @@ class Engine:
         return target.base_mask if mask != target.base_mask and mask in self._ours(target) else None
 
     def _ours(self, target: Target) -> set[frozenset[int]]:
-        """The masks we have set on ``target``'s threads, as they are now."""
+        """The masks we have set on ``target``'s threads, as they are now, and what the
+        target's cpuset makes of them (a thread born of a free thread whose domain is
+        wider than the cpuset inherits the narrowed mask)."""
         r = target.roster
         free = r.pinned & (r.cpu < 0)
         ours = {self._single[cpu] for cpu in r.cpu[r.pinned & ~free].tolist()}
@@ -879,6 +888,9 @@ class Engine:
         records = self.pinner.records  # a row not pinned (a refused pin) may still carry an earlier pin of ours
         ours.update(rec.current for t in r.tids[~r.pinned].tolist()
                     if (rec := records.get(t)) is not None and rec.current != rec.original)
+        if target.cpus != self._every_cpu:
+            allowed = frozenset(c for cpus in target.cpus for c in cpus)
+            ours.update(narrowed for m in list(ours) if (narrowed := m & allowed))
         return ours
 
     def _give_back_born(self, target: Target, known: set[int], ours: set[frozenset[int]]) -> None:
@@ -965,6 +977,8 @@ class Engine:
         The threads handed over to someone else are theirs to keep as they are."""
         ours = set() if target.observe else self._ours(target)
         known = {*target.threads, *target.ignored}
+        for main in [] if target.observe else [m for m in target.others if m in target.threads]:
+            self._settle_exec(target, main)
         restored = sum(self._drop_thread(target, tid) for tid in list(target.threads))
         self._give_back_born(target, known, ours)
         for tid in () if keep_hand_overs else target.ignored:
@@ -974,6 +988,21 @@ class Engine:
         target.exits.close()
         self.on_change()
         return restored
+
+    def _settle_exec(self, target: Target, main: int) -> None:
+        """At a release: a main thread that an exec since the last listing left with a
+        mask we set on the thread that exec'd gets that thread's original to restore
+        (as ``_main_replaced`` gives it), instead of being left with our mask as one
+        someone else set."""
+        went = self._exec_went(target, main)
+        if went is None:
+            return
+        try:
+            _, original = self._carried_original(target, main, went)
+            if original is not None:
+                self.pinner.reassign(main, original)
+        except HostError:
+            pass  # gone
 
     def _drop_target(self, target: Target, why: str) -> None:
         self._gone[target.pid] = (target.uid, target.handle.start_time, target.most_threads)

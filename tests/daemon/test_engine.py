@@ -860,6 +860,22 @@ def test_an_exec_from_any_thread_leaves_the_main_thread_counted_and_restored(who
 
 @needs_root
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+@pytest.mark.parametrize("release", ["detach", "stop"])
+def test_an_exec_just_before_a_release_is_told_too(release: str) -> None:
+    """An exec from the thread that is not main, then a detach or a stop before the
+    next period: the main tid carries our pin of that thread, which the release took
+    for someone else's mask (left pinned for good, and saved as handed over)."""
+    with _exec_case("other") as (p, engine):
+        original = os.sched_getaffinity(p.other)
+        engine.attach(p.pid, time.monotonic())
+        _pinned_apart(engine, p)
+        p.go()
+        engine.detach(p.pid) if release == "detach" else engine.detach_all(keep_hand_overs=True)
+        assert os.sched_getaffinity(p.pid) == original and not engine.handed_over
+
+
+@needs_root
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
 def test_an_exec_between_a_periods_listing_and_its_reads_is_told_too() -> None:
     """The exec lands after a period listed the threads and before it read them: the
     thread that went is dropped by the reads (schedstat: its tid is gone) or by a pin,
