@@ -32,7 +32,7 @@ from parlschedd.daemon.engine import Engine, EngineError, Target
 from parlschedd.host import cgroups, procfs
 from parlschedd.host.affinity import Pinner
 from parlschedd.host.base import CounterSource
-from parlschedd.host.cpulist import format_cpulist
+from parlschedd.host.cpulist import format_cpulist, parse_cpulist
 from parlschedd.host.errors import HostError, ThreadGone
 from parlschedd.host.perf import CounterSet, detect_source, raise_fd_limit
 from parlschedd.host.privileges import CAP_SYS_NICE, effective_capabilities, group_id, perfmon_capable
@@ -352,7 +352,8 @@ class Daemon:
         given, by default those of now) and the threads handed over to someone else."""
         state = {"version": STATE_VERSION, "pinner": self.engine.pinner.to_json(),
                  "targets": self._by_hand() if targets is None else targets,
-                 "handed_over": sorted([tid, start] for tid, start in self.engine.handed_over.items())}
+                 "handed_over": sorted([tid, start] for tid, start in self.engine.handed_over.items()),
+                 "placements": sorted(format_cpulist(p) for p in self.engine.placements)}
         try:
             self.state_path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
             write_state(self.state_path, state)
@@ -391,7 +392,7 @@ class Daemon:
         try:
             if state.get("version") != STATE_VERSION:
                 raise ValueError(f"version {protocol.clip(repr(state.get('version')))}, this daemon reads {STATE_VERSION}")
-            old = Pinner.from_json(state.get("pinner"), proc_root=self.proc_root, placements=self.engine.placements)
+            old = Pinner.from_json(state.get("pinner"), proc_root=self.proc_root, placements=_placements(state, self.engine))
         except ValueError as exc:
             self._set_aside(str(exc))
             return []
@@ -834,6 +835,24 @@ class Daemon:
             },
             "targets": [self.engine.describe(t, time.monotonic()) for t in targets],
         }
+
+
+def _placements(state: dict, engine: Engine) -> frozenset[frozenset[int]] | None:
+    """The masks the run that wrote ``state`` pinned threads to, and this one's (a
+    restart may run on other domains or CPUs: the last run's pins must still count as
+    pins); None (every mask counts as a pin) when the file does not say or cannot be
+    read (written before it kept them)."""
+    saved = state.get("placements")
+    if saved is None:
+        return None
+    try:
+        if not isinstance(saved, list) or not all(isinstance(p, str) for p in saved):
+            raise ValueError(f"not a list of CPU lists: {saved!r:.80}")
+        return frozenset(map(parse_cpulist, saved)) | engine.placements
+    except ValueError as exc:
+        log.warning("state file: the last run's placements are unreadable, every saved thread is restored",
+                    error=str(exc))
+        return None
 
 
 def _as_rule_says(target: Target, rule: config_mod.TargetRule) -> bool:

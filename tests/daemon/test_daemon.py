@@ -302,7 +302,7 @@ def test_a_bad_entry_of_the_state_file_costs_only_itself(tmp_path, workload):
     good = {"start_time": procfs.thread_start_time(tid), "original": format_cpulist(ALL), "current": str(min(ALL))}
     state = {"version": 1, "pinner": {"version": 1, "threads": {str(tid): good, "1": "0-1", "x": good,
                                                           "99999999999999999999": good, "7": {**good, "original": "0-9999999999"}}},
-             "targets": {"pid": w.pid}, "handed_over": "none"}
+             "targets": {"pid": w.pid}, "handed_over": "none", "placements": ["0", 1]}
     (tmp_path / "state").mkdir()
     (tmp_path / "state" / "state.json").write_text(json.dumps(state))
     d = start_daemon(tmp_path)
@@ -311,6 +311,7 @@ def test_a_bad_entry_of_the_state_file_costs_only_itself(tmp_path, workload):
         assert d.request("status")["targets"] == []
         log = d.log_text()
         assert "a thread's saved mask is unreadable, skipped" in log and "none is attached again" in log
+        assert "the last run's placements are unreadable, every saved thread is restored" in log
         [aside] = (tmp_path / "state").glob("state.json.unusable-*")  # a copy: the skipped records are not lost
         assert json.loads(aside.read_text()) == state and "state file unusable, part of it ignored" in log
     finally:
@@ -372,6 +373,28 @@ def test_a_mask_set_while_the_daemon_was_down_is_left_as_set(tmp_path, workload)
     finally:
         d2.stop()
     assert masks(tids) == {**before, theirs: {0}}
+
+
+@pytest.mark.skipif(len(ALL) < 2, reason="needs 2 CPUs")
+def test_a_restart_on_other_cpus_still_restores_the_last_runs_pins(tmp_path, workload):
+    """The state file names the masks its run pinned to: a restart whose config
+    places threads elsewhere (``cpus: [0]``) still tells the last run's pin on CPU 1
+    from someone else's mask, and restores it (it was kept, pinned for good)."""
+    d = start_daemon(tmp_path)
+    w = workload(3)
+    tids = w.all_tids()
+    before = masks(tids)
+    d.request("attach", pid=w.pid)
+    wait_for(lambda: all_pinned(d, w.pid, len(tids)) and {1} in masks(tids).values())
+    d.stop(signal.SIGKILL)
+    (tmp_path / "parlschedd.yaml").write_text("period_s: 0.05\ncpus: [0]\n" + PINNING)
+    d2 = start_daemon(tmp_path)
+    try:
+        assert "\"left_as_set_by_someone_else\": 0" in d2.log_text()
+        wait_for(lambda: all_pinned(d2, w.pid, len(tids)))
+    finally:
+        d2.stop()
+    assert masks(tids) == before
 
 
 def test_sigint_stops_as_sigterm_does_and_restores(daemon, workload):
