@@ -9,10 +9,12 @@ when nothing is left, which is reported as InvalidMask.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
 
@@ -41,6 +43,16 @@ def keeps_asked_mask(release: str) -> bool:
 
 
 KEEPS_ASKED_MASK = keeps_asked_mask(os.uname().release)
+
+
+@functools.cache
+def possible_cpus(sysfs: str = "/sys") -> frozenset[int]:
+    """Every CPU this kernel may ever bring online (the largest mask a thread can ask
+    for); the CPUs counted by os.cpu_count where sysfs does not say."""
+    try:
+        return parse_cpulist(Path(sysfs, "devices/system/cpu/possible").read_text())
+    except (OSError, ValueError):
+        return frozenset(range(os.cpu_count() or 1))
 
 
 def get_affinity(tid: int) -> frozenset[int]:
@@ -164,7 +176,23 @@ class Pinner:
         mask = get_affinity(tid)
         self._close_handle(tid)
         self._check_identity(tid, start_time)
-        self._records[tid] = PinRecord(start_time, mask if original is None else original, mask)
+        self._records[tid] = PinRecord(start_time, self._as_asked(tid, mask) if original is None else original, mask)
+
+    def _as_asked(self, tid: int, mask: frozenset[int]) -> frozenset[int]:
+        """The original to restore for a thread found with ``mask``. A mask that is the
+        whole of the thread's cpuset is most likely no one's request: the thread
+        follows its cpuset. Restoring that snapshot would be a request (the kernel
+        keeps one, Linux 6.2+), so a cpuset that grows later would leave the thread
+        on the CPUs of the moment, where a thread never pinned gets the new ones; every
+        possible CPU, which the kernel narrows to the cpuset, is restored instead. A
+        thread that asked for exactly its cpuset is taken for one that follows it."""
+        possible = possible_cpus()
+        if mask >= possible:
+            return mask
+        try:
+            return possible if mask == self._allowed(tid) else mask
+        except (HostError, ValueError):  # an unreadable cpuset: the mask as found
+            return mask
 
     def pin(self, tid: int, cpus: frozenset[int]) -> bool:
         """Restrict an adopted thread to ``cpus`` ∩ its allowed CPUs.

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from parlschedd.host import affinity, cgroups, procfs
-from parlschedd.host.affinity import Pinner, PinRecord, get_affinity, set_affinity
+from parlschedd.host.affinity import Pinner, PinRecord, get_affinity, possible_cpus, set_affinity
 from parlschedd.host.base import Drift
 from parlschedd.host.errors import AccessDenied, InvalidMask, Overridden, ThreadGone
 from parlschedd.host.state import read_state, write_state
@@ -174,7 +174,7 @@ def test_pin_inside_a_real_cpuset(spawn: Callable[..., Worker], cpuset: CpusetDi
     assert cgroups.task_cpus(worker.tid) == frozenset({1})
     pinner = Pinner()
     tid = adopted(pinner, worker)
-    assert pinner.records[tid].original == {1}
+    assert pinner.records[tid].original == possible_cpus()  # it follows its cpuset: every CPU, narrowed by it
     with pytest.raises(InvalidMask):
         pinner.pin(tid, frozenset({0}))
     assert os.sched_getaffinity(tid) == {1}
@@ -304,6 +304,24 @@ def test_a_reused_tid_is_never_touched(spawn: Callable[..., Worker]) -> None:
     pinner = Pinner.from_json(old)
     assert pinner.restore_all().gone == (stranger.tid,)
     assert os.sched_getaffinity(stranger.tid) == {1}
+
+
+def test_a_thread_adopted_in_a_narrowed_cpuset_follows_it_again_after_restore(
+        spawn: Callable[..., Worker], cpuset: CpusetDir) -> None:
+    """A thread that never asked for a mask has its cpuset's: restoring that snapshot
+    as a request left it on those CPUs when the cpuset grew (the kernel keeps the
+    last request), where a thread never adopted gets the new ones. One that asked for
+    a mask narrower than its cpuset gets that back (test_restore_after_the_cpuset_shrank)."""
+    follows, untouched = spawn(busy=False), spawn(busy=False)
+    cpuset.set_cpus("0")
+    for w in (follows, untouched):
+        cpuset.add(w.tid)
+    pinner = Pinner()
+    pinner.pin(adopted(pinner, follows), frozenset({0}))
+    assert pinner.restore_all().restored == (follows.tid,)
+    assert os.sched_getaffinity(follows.tid) == {0}
+    cpuset.set_cpus("0-1")
+    assert [os.sched_getaffinity(w.tid) for w in (follows, untouched)] == [{0, 1}, {0, 1}]
 
 
 def test_restore_when_the_original_left_the_cpuset(spawn: Callable[..., Worker]) -> None:
