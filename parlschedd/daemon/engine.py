@@ -567,6 +567,9 @@ class Engine:
             rows = np.flatnonzero(~r.pinned | np.isin(r.tids, list(target.exec_watches)))
         ran = np.full(r.tids.size, -1, dtype=np.int64)
         ran[rows] = [self._running_on(tid) for tid in r.tids[rows].tolist()]
+        if fresh and not target.observe:  # one pinned to a core runs there: /proc's last CPU may predate the pin
+            on_core = r.pinned & (r.cpu >= 0)
+            ran[on_core] = r.cpu[on_core]
         return ran
 
     def _running_on(self, tid: int) -> int:
