@@ -49,6 +49,7 @@ MAX_PENDING = 4 * 1024 * 1024  # reply bytes a client may leave unread, request 
 MAX_STATUS_VIEWS = 256  # cached status replies kept in one period (see _status_reply)
 PARTS_TTL_S = 30.0  # the rest of a long reply is dropped when its client is idle this long
 STATE_VERSION = 1
+SUN_PATH_MAX = 108  # sockaddr_un.sun_path (unix(7)); Python binds a path of up to this many bytes
 
 
 class StartupError(Exception):
@@ -504,6 +505,9 @@ class Daemon:
 
     def _open_socket(self, gid: int | None) -> None:
         path = self.socket_path
+        if len(os.fsencode(path)) > SUN_PATH_MAX:  # before any directory is made for it
+            raise StartupError(f"cannot use control socket path {path}: {len(os.fsencode(path))} bytes, a Unix "
+                               f"socket's path holds at most {SUN_PATH_MAX} (choose a shorter --socket)")
         try:
             Path(path).parent.mkdir(parents=True, exist_ok=True, mode=0o755)
             found = os.lstat(path) if os.path.lexists(path) else None

@@ -1008,6 +1008,18 @@ def test_a_socket_path_that_is_not_a_socket_is_left_alone(tmp_path):
     assert precious.read_text() == "keep me\n"
 
 
+def test_a_socket_path_too_long_makes_no_directory(tmp_path):
+    """The length was found by bind, after the socket's missing parents were made (as
+    root, and left behind): checked first now."""
+    (tmp_path / "cfg.yaml").write_text("period_s: 0.05\n")
+    sock = tmp_path / "made" / ("s" * 120)
+    proc = subprocess.run([sys.executable, "-m", "parlschedd", "--config", str(tmp_path / "cfg.yaml"),
+                           "--socket", str(sock), "--state-dir", str(tmp_path / "state")],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1 and "choose a shorter --socket" in proc.stderr, proc.stderr
+    assert not (tmp_path / "made").exists()
+
+
 @pytest.mark.parametrize("case", ["state dir under a file", "state dir is a file", "state dir refuses files",
                                   "no such socket group"])
 def test_an_unusable_state_dir_or_socket_group_stops_the_start(tmp_path, case):
