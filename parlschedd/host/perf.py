@@ -8,8 +8,8 @@ more events than it has counters (one never on the PMU is scaled with the next:
 size from VER0 up and ignores zero tails, so the VER6 layout below works on every
 kernel that matters (VER6 is Linux 5.5; older kernels check the extra bytes are zero).
 
-File descriptors: ``perf:task-clock`` costs one fd per thread, ``perf:instructions``
-two (instructions leader + task-clock member). EMFILE/ENFILE raise
+File descriptors: either perf source costs one fd per thread (a group of one event:
+the leader's own times scale it). EMFILE/ENFILE raise
 :class:`~parlschedd.host.errors.TooManyFiles` from :meth:`CounterSet.open`, with nothing
 leaked; the set never silently switches source, because utilities from different
 sources are not comparable. The daemon should call :func:`raise_fd_limit` at start and,
@@ -126,7 +126,7 @@ TASK_CLOCK = EventSpec("task-clock", PERF_TYPE_SOFTWARE, PERF_COUNT_SW_TASK_CLOC
 # The group opened per thread for each perf source; the first event is the leader and
 # the value read() returns.
 GROUPS: Mapping[CounterSource, tuple[EventSpec, ...]] = {
-    CounterSource.INSTRUCTIONS: (INSTRUCTIONS, TASK_CLOCK),
+    CounterSource.INSTRUCTIONS: (INSTRUCTIONS,),
     CounterSource.TASK_CLOCK: (TASK_CLOCK,),
 }
 
@@ -376,8 +376,7 @@ class CounterSet:
 
     def read_group(self, tid: int) -> GroupRead:
         """The raw read of a perf source's group: every member's count in the order of
-        ``GROUPS[source]`` (for instructions: instructions, task-clock ns) and the
-        group's times."""
+        ``GROUPS[source]`` and the group's times."""
         fds = self._fds[tid]
         if not fds:
             raise ValueError(f"{self.source.value} counts no perf group")
@@ -474,7 +473,7 @@ def core_pmus(sysfs: str = "/sys") -> list[str]:
 def raise_fd_limit() -> int:
     """Raise the soft RLIMIT_NOFILE to the hard limit and return it.
 
-    Counters need one or two fds per managed thread, and the daemon two thread pidfds
+    Counters need one fd per managed thread (none with schedstat), and the daemon two thread pidfds
     more (the pinner's identity proof, the engine's exit watch): well above the usual
     soft limit of 1024 for a daemon managing many threads.
     """
