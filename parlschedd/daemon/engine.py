@@ -23,7 +23,7 @@ from parlschedd.daemon import protocol
 from parlschedd.daemon.exec_watch import ExecWatch, Masks, carried, original_after_exec
 from parlschedd.daemon.history import History
 from parlschedd.host import cgroups, procfs
-from parlschedd.host.affinity import AllowedCpus, PinRecord, get_affinity
+from parlschedd.host.affinity import AllowedCpus, PinRecord, as_asked, get_affinity, possible_cpus
 from parlschedd.host.base import Actuator, Counters, CounterSource
 from parlschedd.host.cpulist import format_cpulist
 from parlschedd.host.errors import HostError, Overridden, ThreadGone, TooManyFiles
@@ -138,6 +138,8 @@ class Target:
     migrations: int = 0  # affinity changes made
     most_threads: int = 0  # the most threads managed at once: what an exit is described by
     base_mask: frozenset[int] | None = None  # the main thread's mask at attach
+    base_original: frozenset[int] | None = None  # what a thread given base_mask back gets (affinity.as_asked)
+    cpuset: frozenset[int] | None = None  # what the process's cpuset allowed at attach (None: all, or unread)
     cpus: DomainCpus = ()  # each domain's CPUs its cpuset allows, as last read: its scheduler's domains
     rule: int | None = None  # index of the config rule that matched, None if attached by hand
     caller: int | None = None  # the non-root uid that attached it: only its own descendants are managed
@@ -780,7 +782,7 @@ class Engine:
         """The main tid's mask now, and the original of the thread that went with that
         mask last set (``original_after_exec``; None: none went with it)."""
         mask = get_affinity(main)
-        return mask, original_after_exec(went, mask, target.base_mask or mask)
+        return mask, original_after_exec(went, mask, target.base_original or mask)
 
     def _forget_reused(self, target: Target, tid: int) -> None:
         """``tid``'s thread exited and the tid is listed again: a new thread took it, and
@@ -842,7 +844,8 @@ class Engine:
             self.counters.open(tid)
             value = self.counters.read(tid)
             if not target.observe:
-                self.pinner.adopt(tid, start, self._inherited_original(target, tid) if new else None)
+                original = self._inherited_original(target, tid) if new else None
+                self.pinner.adopt(tid, start, original, cpuset=possible_cpus() if target.cpuset is None else target.cpuset)
                 self._unsaved.add(tid)
         except ThreadGone:
             self._not_adopted(target, tid)
@@ -876,9 +879,14 @@ class Engine:
         restore instead of ours."""
         if target.base_mask is None:
             target.base_mask = get_affinity(target.pid)
+            try:
+                target.cpuset = self.allowed(target.pid)
+            except (HostError, ValueError):
+                pass  # unread: each thread's is read at its adoption
+            target.base_original = as_asked(target.base_mask, target.cpuset)
             return None
         mask = get_affinity(tid)
-        return target.base_mask if mask != target.base_mask and mask in self._ours(target) else None
+        return target.base_original if mask != target.base_mask and mask in self._ours(target) else None
 
     def _ours(self, target: Target) -> set[frozenset[int]]:
         """The masks we have set on ``target``'s threads, as they are now, and what the
@@ -904,7 +912,7 @@ class Engine:
         too (RELEASE_LISTINGS times at most, against a target that never stops)."""
         base = target.base_mask
         ours = ours - {base}
-        if base is None or not ours:
+        if base is None or target.base_original is None or not ours:
             return
         for _ in range(RELEASE_LISTINGS):
             born = []
@@ -918,7 +926,7 @@ class Engine:
             for tid in born:
                 try:
                     if get_affinity(tid) in ours and self._manager_of(tid) is None:
-                        self._give_back(tid, procfs.thread_start_time(tid, self.proc_root), base)
+                        self._give_back(tid, procfs.thread_start_time(tid, self.proc_root), target.base_original)
                         given += 1
                 except HostError:
                     pass  # gone
@@ -994,15 +1002,16 @@ class Engine:
 
     def _settle_exec(self, target: Target, main: int) -> None:
         """At a release: a main thread that an exec since the last listing left with a
-        mask we set on the thread that exec'd gets that thread's original to restore
-        (as ``_main_replaced`` gives it), instead of being left with our mask as one
-        someone else set."""
-        went = self._exec_went(target, main)
+        mask we set on the thread that exec'd (not the one we last set on main) gets
+        that thread's original to restore (as ``_main_replaced`` gives it), instead of
+        being left with our mask as one someone else set."""
+        record = self.pinner.records.get(main)
+        went = None if record is None else self._exec_went(target, main)
         if went is None:
             return
-        try:
-            _, original = self._carried_original(target, main, went)
-            if original is not None:
+        try:  # a mask as last set: threads that ended, or an exec from main itself (as _after_the_others_went)
+            mask, original = self._carried_original(target, main, went)
+            if original is not None and mask != record.current:
                 self.pinner.reassign(main, original)
         except HostError:
             pass  # gone

@@ -25,8 +25,8 @@ import structlog.testing
 from parlschedd.config import Config
 from parlschedd.daemon import engine as engine_module
 from parlschedd.daemon.engine import Engine, Roster, ThreadState
-from parlschedd.host.affinity import Pinner
-from parlschedd.host import procfs
+from parlschedd.host.affinity import Pinner, possible_cpus
+from parlschedd.host import cgroups, procfs
 from parlschedd.host.base import CounterSource
 from parlschedd.host.errors import HostError
 from parlschedd.host.perf import CounterSet
@@ -876,6 +876,29 @@ def test_an_exec_just_before_a_release_is_told_too(release: str) -> None:
 
 @needs_root
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_a_release_after_threads_merely_ended_gives_main_its_own_original() -> None:
+    """The thread that is not main (original CPU 1) ends, no exec, and a detach comes
+    before the next period: main shows the mask we set on it, which the ended thread
+    had too (one CPU to place on); that is no exec's doing, and main gets its own
+    original back (it got the ended thread's, CPU 1)."""
+    p = Execs("none")
+    learning = dataclasses.replace(Config().learning, free=False)
+    engine = Engine(dataclasses.replace(Config(), learning=learning), [[0]], CounterSet(CounterSource.SCHEDSTAT), Pinner())
+    try:
+        os.sched_setaffinity(p.other, {1})
+        original = os.sched_getaffinity(p.pid)
+        engine.attach(p.pid, time.monotonic())
+        _ticks_until(engine, lambda: set(masks([p.pid, p.other]).values()) == {frozenset({0})}, "both on CPU 0")
+        p.go()
+        engine.detach(p.pid)
+        assert os.sched_getaffinity(p.pid) == original
+    finally:
+        engine.detach_all()
+        p.close()
+
+
+@needs_root
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
 def test_an_exec_between_a_periods_listing_and_its_reads_is_told_too() -> None:
     """The exec lands after a period listed the threads and before it read them: the
     thread that went is dropped by the reads (schedstat: its tid is gone) or by a pin,
@@ -1251,6 +1274,31 @@ def _two_socket_engine() -> tuple[Engine, CounterSet]:
     config = dataclasses.replace(Config(), period_s=0.02, domain_period_s=0.04, learning=learning)
     counters = CounterSet(CounterSource.TASK_CLOCK)
     return Engine(config, [[0], [1]], counters, Pinner()), counters
+
+
+@needs_root
+def test_attach_reads_a_targets_cpuset_once_not_per_thread(workload, cpuset) -> None:
+    """Every thread of a target in a narrowed cpuset has the cpuset as its mask; the
+    pinner read the cpuset (two files) for each to tell whether it follows it: 220 us
+    a thread, 0.2 s of the loop at the attach of 1000. The engine reads it once."""
+    w = workload(8)
+    (cpuset / "cpuset.cpus").write_text("1")
+    (cpuset / "cgroup.procs").write_text(str(w.pid))
+    asked = []
+
+    def counted(tid: int) -> frozenset[int] | None:
+        asked.append(tid)
+        return cgroups.task_cpus(tid)
+
+    counters = CounterSet(CounterSource.TASK_CLOCK)
+    engine = Engine(Config(), [[0, 1]], counters, Pinner(allowed=counted))
+    try:
+        target = engine.attach(w.pid, time.monotonic())
+        assert len(target.threads) == 9 and asked == []
+        assert {r.original for r in engine.pinner.records.values()} == {possible_cpus()}  # they follow the cpuset
+    finally:
+        engine.detach_all()
+        counters.close_all()
 
 
 @needs_root
