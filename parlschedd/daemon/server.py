@@ -393,7 +393,7 @@ class Daemon:
         try:
             if state.get("version") != STATE_VERSION:
                 raise ValueError(f"version {protocol.clip(repr(state.get('version')))}, this daemon reads {STATE_VERSION}")
-            old = Pinner.from_json(state.get("pinner"), proc_root=self.proc_root, placements=_placements(state, self.engine))
+            old = Pinner.from_json(state.get("pinner"), proc_root=self.proc_root, placements=_placements(state))
         except ValueError as exc:
             self._set_aside(str(exc))
             return []
@@ -841,18 +841,18 @@ class Daemon:
         }
 
 
-def _placements(state: dict, engine: Engine) -> frozenset[frozenset[int]] | None:
-    """The masks the run that wrote ``state`` pinned threads to, and this one's (a
-    restart may run on other domains or CPUs: the last run's pins must still count as
-    pins); None (every mask counts as a pin) when the file does not say or cannot be
-    read (written before it kept them)."""
+def _placements(state: dict) -> frozenset[frozenset[int]] | None:
+    """The masks the run that wrote ``state`` pinned threads to, by which its records
+    are judged (not this run's: it may run on other domains or CPUs, and a mask only
+    it would set was set by someone else); None (every mask counts as a pin) when the
+    file does not say or cannot be read (written before it kept them)."""
     saved = state.get("placements")
     if saved is None:
         return None
     try:
         if not isinstance(saved, list) or not all(isinstance(p, str) for p in saved):
             raise ValueError(f"not a list of CPU lists: {saved!r:.80}")
-        return frozenset(map(parse_cpulist, saved)) | engine.placements
+        return frozenset(map(parse_cpulist, saved))
     except ValueError as exc:
         log.warning("state file: the last run's placements are unreadable, every saved thread is restored",
                     error=str(exc))

@@ -55,6 +55,19 @@ def possible_cpus(sysfs: str = "/sys") -> frozenset[int]:
         return frozenset(range(os.cpu_count() or 1))
 
 
+def as_asked(mask: frozenset[int], cpuset: frozenset[int] | None) -> frozenset[int]:
+    """The original to restore for a thread found with ``mask`` in ``cpuset`` (None:
+    unrestricted). A mask that is the whole of the thread's cpuset is most likely no
+    one's request: the thread follows its cpuset. Restoring that snapshot would be a
+    request (the kernel keeps one, Linux 6.2+), so a cpuset that grows later would
+    leave the thread on the CPUs of the moment, where a thread never pinned gets the
+    new ones; every possible CPU, which the kernel narrows to the cpuset, is restored
+    instead. A thread that asked for exactly its cpuset cannot be told from one that
+    follows it (the kernel does not show a request), and comes back wider when the
+    cpuset grows."""
+    return possible_cpus() if cpuset is not None and mask == cpuset else mask
+
+
 def get_affinity(tid: int) -> frozenset[int]:
     """The CPUs thread ``tid`` may run on."""
     with translated("sched_getaffinity", tid=tid):
@@ -162,8 +175,11 @@ class Pinner:
         """Read-only view of the adopted threads."""
         return MappingProxyType(self._records)
 
-    def adopt(self, tid: int, start_time: int, original: frozenset[int] | None = None) -> None:
-        """Save the thread's current mask as its original, once per (tid, start_time).
+    def adopt(self, tid: int, start_time: int, original: frozenset[int] | None = None,
+              cpuset: frozenset[int] | None = None) -> None:
+        """Save the thread's current mask as its original (:func:`as_asked`), once per
+        (tid, start_time); ``cpuset``: the CPUs its cpuset allows, when the caller has
+        read them (else they are read here if they matter).
 
         The mask is read before the identity check, so a thread replaced in between is
         caught rather than recorded under the wrong identity. ``original`` overrides the
@@ -176,23 +192,20 @@ class Pinner:
         mask = get_affinity(tid)
         self._close_handle(tid)
         self._check_identity(tid, start_time)
-        self._records[tid] = PinRecord(start_time, self._as_asked(tid, mask) if original is None else original, mask)
+        self._records[tid] = PinRecord(start_time, self._as_asked(tid, mask, cpuset) if original is None else original,
+                                       mask)
 
-    def _as_asked(self, tid: int, mask: frozenset[int]) -> frozenset[int]:
-        """The original to restore for a thread found with ``mask``. A mask that is the
-        whole of the thread's cpuset is most likely no one's request: the thread
-        follows its cpuset. Restoring that snapshot would be a request (the kernel
-        keeps one, Linux 6.2+), so a cpuset that grows later would leave the thread
-        on the CPUs of the moment, where a thread never pinned gets the new ones; every
-        possible CPU, which the kernel narrows to the cpuset, is restored instead. A
-        thread that asked for exactly its cpuset is taken for one that follows it."""
-        possible = possible_cpus()
-        if mask >= possible:
+    def _as_asked(self, tid: int, mask: frozenset[int], cpuset: frozenset[int] | None) -> frozenset[int]:
+        """:func:`as_asked` of the thread's mask; its cpuset is read here unless the
+        caller gives it (``cpuset``; the engine reads it once per process)."""
+        if mask >= possible_cpus():
             return mask
-        try:
-            return possible if mask == self._allowed(tid) else mask
-        except (HostError, ValueError):  # an unreadable cpuset: the mask as found
-            return mask
+        if cpuset is None:
+            try:
+                cpuset = self._allowed(tid)
+            except (HostError, ValueError):  # an unreadable cpuset: the mask as found
+                return mask
+        return as_asked(mask, cpuset)
 
     def pin(self, tid: int, cpus: frozenset[int]) -> bool:
         """Restrict an adopted thread to ``cpus`` ∩ its allowed CPUs.

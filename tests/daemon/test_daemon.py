@@ -397,6 +397,26 @@ def test_a_restart_on_other_cpus_still_restores_the_last_runs_pins(tmp_path, wor
     assert masks(tids) == before
 
 
+@pytest.mark.skipif(len(ALL) < 2, reason="needs 2 CPUs")
+def test_a_restart_judges_the_last_runs_records_by_its_placements_only(tmp_path, workload):
+    """The last run placed on CPU 0 only; CPU 1 alone, set while no daemon ran, is not
+    its pin, even though the next run (every CPU) would pin there: left as set."""
+    d = start_daemon(tmp_path, "period_s: 0.05\ncpus: [0]\n" + PINNING)
+    w = workload(3)
+    d.request("attach", pid=w.pid)
+    wait_for(lambda: all_pinned(d, w.pid, len(w.all_tids())))
+    d.stop(signal.SIGKILL)
+    theirs = w.tids[0]
+    os.sched_setaffinity(theirs, {1})
+    (tmp_path / "parlschedd.yaml").write_text("period_s: 0.05\n" + PINNING)
+    d2 = start_daemon(tmp_path)
+    try:
+        assert '"left_as_set_by_someone_else": 1' in d2.log_text()
+    finally:
+        d2.stop()
+    assert os.sched_getaffinity(theirs) == {1}
+
+
 def test_sigint_stops_as_sigterm_does_and_restores(daemon, workload):
     w = workload(2)
     tids = w.all_tids()
