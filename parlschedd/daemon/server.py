@@ -149,7 +149,7 @@ class Daemon:
         self.counters = CounterSet(source, proc_root=self.proc_root)
         self.engine = Engine(self.config, self.domains, self.counters, Pinner(proc_root=self.proc_root),
                              proc_root=self.proc_root, on_change=self._mark_dirty, persist=self._persist,
-                             allowed=lambda pid: cgroups.task_cpus(pid, self.cgroup_root, self.proc_root))
+                             allowed=cgroups.CpusetReader(self.cgroup_root, self.proc_root))
         self._check_state_dir()
         gid = self._socket_gid()  # both checked before _recover changes any thread
         saved = self._recover()

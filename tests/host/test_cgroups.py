@@ -118,6 +118,24 @@ def test_task_cpus_on_v2(tmp_path: Path) -> None:
     assert cgroups.task_cpus(12, str(root), str(proc)) == frozenset({2, 3})
 
 
+def test_the_cpuset_reader_finds_a_file_once_and_follows_changes(tmp_path: Path) -> None:
+    """The daemon reads each target's cpuset every rescan_s: the file is found by a walk
+    of the hierarchy once, then only read, until the process moves to another cgroup."""
+    root, proc = tmp_path / "cg", tmp_path / "proc"
+    v2_tree(root)
+    proc_cgroup(proc, 12, "0::/app.slice/inner\n")
+    read = cgroups.CpusetReader(str(root), str(proc))
+    assert read(12) == cgroups.task_cpus(12, str(root), str(proc)) == frozenset({2, 3})
+    write(root / "app.slice" / "cpuset.cpus.effective", "2\n")  # the cpuset narrowed: read again
+    (root / "cgroup.controllers").unlink()  # the hierarchy can no longer be walked: the file is not looked for
+    assert read(12) == frozenset({2})
+    write(root / "cgroup.controllers", "cpuset\n")
+    proc_cgroup(proc, 12, "0::/\n")  # moved to the root
+    assert read(12) == frozenset(range(8))
+    with pytest.raises(ThreadGone):
+        read(99)
+
+
 def test_smoke_on_this_host() -> None:
     layout = cgroups.detect_layout()
     lines = cgroups.memberships(os.getpid())
