@@ -139,7 +139,9 @@ class Target:
     most_threads: int = 0  # the most threads managed at once: what an exit is described by
     base_mask: frozenset[int] | None = None  # the main thread's mask at attach
     base_original: frozenset[int] | None = None  # what a thread given base_mask back gets (affinity.as_asked)
-    cpuset: frozenset[int] | None = None  # what the process's cpuset allowed at attach (None: all, or unread)
+    # (what the process's cpuset allows, None: every CPU) as last read (attach, every
+    # rescan_s); None: not read. Its own threads' adoptions take it (pinner.adopt).
+    cpuset: tuple[frozenset[int] | None] | None = None
     cpus: DomainCpus = ()  # each domain's CPUs its cpuset allows, as last read: its scheduler's domains
     rule: int | None = None  # index of the config rule that matched, None if attached by hand
     caller: int | None = None  # the non-root uid that attached it: only its own descendants are managed
@@ -227,11 +229,11 @@ class Engine:
         except BaseException:
             handle.close()
             raise
-        cpus = self._cpuset_domains(pid)
-        cpus = self._every_cpu if cpus is None else cpus  # unreadable: as before cpusets were read; the rescan retries
+        cpuset = self._read_cpuset(pid)
+        cpus = self._every_cpu if cpuset is None else self._cpuset_domains(cpuset[0])  # unread: the rescan retries
         target = Target(pid, name, owner, observe, pattern, descendants, handle, self._scheduler(pid, cpus),
                         procfs.ThreadExits(self.proc_root, watch=not descendants),  # descendants: listed every period
-                        cpus=cpus, rule=rule, caller=None if uid in (None, 0) else uid,
+                        cpuset=cpuset, cpus=cpus, rule=rule, caller=None if uid in (None, 0) else uid,
                         history=History(self.config.history_periods, now))
         self.targets[pid] = target
         self._gone.pop(pid, None)  # a reused pid: the exit recorded is another process's
@@ -280,19 +282,22 @@ class Engine:
         return TwoLevelScheduler(cpus, self.config.learning, self.config.domain_every,
                                  stream=self._schedulers_made)
 
-    def _cpuset_domains(self, pid: int) -> DomainCpus | None:
-        """Each domain's CPUs that process ``pid``'s cpuset allows, in the domains'
-        order (a domain outside it has none); None when the cpuset cannot be read
-        (the process exited: its period drops it). A cpuset bounds what the kernel
-        lets a thread run on, so a pin elsewhere fails with EINVAL. Read for the
+    def _read_cpuset(self, pid: int) -> tuple[frozenset[int] | None] | None:
+        """(the CPUs process ``pid``'s cpuset allows, None: every CPU), or None when it
+        cannot be read (the process exited: its period drops it). Read for the
         process, not each thread: its threads share its cpuset unless someone moves
-        one alone (v1, or v2 threaded cgroups), and the pin refused then still
-        credits the period to the core the thread ran on."""
+        one alone (v1, or v2 threaded cgroups), and a pin refused then still credits
+        the period to the core the thread ran on."""
         try:
-            allowed = self.allowed(pid)
+            return (self.allowed(pid),)
         except (HostError, ValueError) as exc:  # ValueError: a cpuset file that is not a CPU list
             log.debug("cpuset not read", pid=pid, error=str(exc))
             return None
+
+    def _cpuset_domains(self, allowed: frozenset[int] | None) -> DomainCpus:
+        """Each domain's CPUs that ``allowed`` holds, in the domains' order (a domain
+        outside it has none): a cpuset bounds what the kernel lets a thread run on, so
+        a pin elsewhere fails with EINVAL."""
         if allowed is None:
             return self._every_cpu
         return tuple(tuple(c for c in d if c in allowed) for d in self.domains)
@@ -303,8 +308,12 @@ class Engine:
         domain's cores are its automata's columns. Its threads join the domains they
         run in (``_ran_elsewhere``). Logged once per change; a change outside the
         daemon's CPUs changes nothing."""
-        cpus = self._cpuset_domains(target.pid)
-        if cpus is None or cpus == target.cpus:
+        cpuset = self._read_cpuset(target.pid)
+        if cpuset is None:
+            return
+        target.cpuset = cpuset
+        cpus = self._cpuset_domains(cpuset[0])
+        if cpus == target.cpus:
             return
         log.info("cpuset changed, learning afresh on the CPUs it allows", pid=target.pid,
                  cpus=[format_cpulist(d) for d in cpus])
@@ -475,15 +484,16 @@ class Engine:
             batch, target.refiltered_last = _in_turn(target.ignored.difference(self.handed_over), target.refiltered_last)
             for tid in batch:
                 try:
-                    matches = (target.thread_filter.search(procfs.comm(tid, self.proc_root)) is not None
-                               and procfs.thread_group(tid, self.proc_root) in processes)
+                    group = procfs.thread_group(tid, self.proc_root)
+                    matches = (group in processes
+                               and target.thread_filter.search(procfs.comm(tid, self.proc_root)) is not None)
                 except (HostError, ValueError):
                     continue  # gone: the next listing forgets it
                 if not matches or self._manager_of(tid) is not None:
                     continue
                 target.ignored.discard(tid)
                 target.exits.remove(tid)  # _adopt watches it again, or forgets it if it cannot manage it
-                self._adopt(target, tid, now, new=False)
+                self._adopt(target, tid, now, new=False, process=group)
                 if tid in target.threads:
                     log.info("thread renamed to match the thread filter, adopted", pid=target.pid, tid=tid)
 
@@ -612,7 +622,7 @@ class Engine:
                 self._forget_reused(target, tid)
             for tid in sorted(set(tids).difference(target.threads, target.ignored)):
                 if self._manager_of(tid) is None:  # one target per thread: its saved mask is the real original
-                    self._adopt(target, tid, now)
+                    self._adopt(target, tid, now, process=pid)
             seen.update(tids)
         for tid in set(target.threads).difference(seen):
             self._drop_thread(target, tid)
@@ -824,7 +834,7 @@ class Engine:
         the thread's original mask."""
         return next((t.pid for t in self.targets.values() if tid in t.threads), None)
 
-    def _adopt(self, target: Target, tid: int, now: float, *, new: bool = True) -> None:
+    def _adopt(self, target: Target, tid: int, now: float, *, new: bool = True, process: int | None = None) -> None:
         """Manage ``tid``. ``new``: first seen at this listing, so a mask we set on the
         thread that created it may be what it carries (``_inherited_original``); a
         thread left out until now has had its own mask back since, and keeps it."""
@@ -845,7 +855,7 @@ class Engine:
             value = self.counters.read(tid)
             if not target.observe:
                 original = self._inherited_original(target, tid) if new else None
-                self.pinner.adopt(tid, start, original, cpuset=possible_cpus() if target.cpuset is None else target.cpuset)
+                self.pinner.adopt(tid, start, original, cpuset=self._cpuset_of(target, process))
                 self._unsaved.add(tid)
         except ThreadGone:
             self._not_adopted(target, tid)
@@ -863,6 +873,16 @@ class Engine:
         target.stale = True
         self.on_change()
 
+    @staticmethod
+    def _cpuset_of(target: Target, process: int | None) -> frozenset[int] | None:
+        """What the pinner needs of the cpuset of a thread of ``process`` (its
+        ``adopt``): the target's, read once a rescan, for a thread of the target's own
+        process; None (the pinner reads the thread's own) for a descendant's, which may
+        be in another cpuset, or when the target's could not be read."""
+        if process != target.pid or target.cpuset is None:
+            return None
+        return possible_cpus() if target.cpuset[0] is None else target.cpuset[0]
+
     def _give_back(self, tid: int, start: int, original: frozenset[int]) -> None:
         """Put ``original`` on a thread that is not ours to place but carries a mask we
         set, through the pinner so that the tid's identity is checked before the write."""
@@ -879,11 +899,7 @@ class Engine:
         restore instead of ours."""
         if target.base_mask is None:
             target.base_mask = get_affinity(target.pid)
-            try:
-                target.cpuset = self.allowed(target.pid)
-            except (HostError, ValueError):
-                pass  # unread: each thread's is read at its adoption
-            target.base_original = as_asked(target.base_mask, target.cpuset)
+            target.base_original = as_asked(target.base_mask, None if target.cpuset is None else target.cpuset[0])
             return None
         mask = get_affinity(tid)
         return target.base_original if mask != target.base_mask and mask in self._ours(target) else None

@@ -527,6 +527,28 @@ def test_a_descendant_that_stops_being_managed_alive_gets_its_masks_back(how: st
 
 @needs_root
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_a_descendant_in_a_cpuset_of_its_own_is_judged_by_its_own(cpuset) -> None:
+    """The target's cpuset, read once for its process, was taken for every thread's:
+    a descendant's thread following a narrower cpuset of its own ({1}) was saved with
+    that snapshot as a request, and no longer followed its cpuset after a detach."""
+    engine, counters = _pin_engine()
+    tree = Tree()
+    try:
+        (cpuset / "cpuset.cpus").write_text("1")
+        (cpuset / "cgroup.procs").write_text(str(tree.grandchild))
+        theirs = tids_of(tree.grandchild)
+        engine.attach(tree.parent.pid, time.monotonic(), descendants=True)
+        target = engine.targets[tree.parent.pid]
+        _ticks_until(engine, lambda: set(theirs) <= set(target.threads), "the grandchild's threads adopted")
+        assert {engine.pinner.records[tid].original for tid in theirs} == {possible_cpus()}
+    finally:
+        engine.detach_all()
+        tree.close()
+        counters.close_all()
+
+
+@needs_root
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
 def test_no_thread_is_pinned_before_its_original_is_persisted(workload) -> None:
     """The engine asks the daemon to write the originals of the threads it adopted
     before it pins them: a SIGKILL between the pin and the write would leave them
