@@ -136,6 +136,21 @@ def test_the_cpuset_reader_finds_a_file_once_and_follows_changes(tmp_path: Path)
         read(99)
 
 
+def test_the_cpuset_reader_looks_again_for_a_nearer_file_and_a_gone_one(tmp_path: Path) -> None:
+    """cgroup v2: the controller enabled on a nearer ancestor (systemd's AllowedCPUs=)
+    gives a process a nearer file without a move; seen within REFIND_EVERY checks. A
+    file gone (the controller left that cgroup) is looked for again at once."""
+    root, proc = tmp_path / "cg", tmp_path / "proc"
+    v2_tree(root)
+    proc_cgroup(proc, 12, "0::/app.slice/inner\n")
+    read = cgroups.CpusetReader(str(root), str(proc))
+    assert read(12) == frozenset({2, 3})
+    write(root / "app.slice" / "inner" / "cpuset.cpus.effective", "3\n")
+    assert [read(12) for _ in range(read.REFIND_EVERY + 1)][-1] == frozenset({3})
+    (root / "app.slice" / "inner" / "cpuset.cpus.effective").unlink()
+    assert read(12) == frozenset({2, 3})
+
+
 def test_smoke_on_this_host() -> None:
     layout = cgroups.detect_layout()
     lines = cgroups.memberships(os.getpid())
