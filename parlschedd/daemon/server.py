@@ -850,8 +850,8 @@ def _placements(state: dict) -> frozenset[frozenset[int]] | None:
     if saved is None:
         return None
     try:
-        if not isinstance(saved, list) or not all(isinstance(p, str) for p in saved):
-            raise ValueError(f"not a list of CPU lists: {saved!r:.80}")
+        if not isinstance(saved, list) or not saved or not all(isinstance(p, str) for p in saved):
+            raise ValueError(f"not a list of CPU lists: {saved!r:.80}")  # empty: no run pins to nothing
         return frozenset(map(parse_cpulist, saved))
     except ValueError as exc:
         log.warning("state file: the last run's placements are unreadable, every saved thread is restored",

@@ -19,6 +19,7 @@ import pytest
 
 from parlschedctl import client
 from parlschedd.daemon.protocol import MAX_LINE
+from parlschedd.daemon.server import _placements
 from tests.conftest import PINNING, as_user, needs_root, start_daemon, wait_for
 from tests.reliability.helpers import sleepy
 
@@ -300,3 +301,14 @@ def test_a_client_that_sends_requests_faster_than_they_are_served_is_closed(slow
     assert slow.request("ping")["version"]
     rss_kb = int(next(line.split()[1] for line in open(f"/proc/{slow.proc.pid}/status") if line.startswith("VmRSS")))
     assert rss_kb < 200 * 1024, f"daemon RSS {rss_kb} kB"
+
+
+@pytest.mark.parametrize("saved, expected", [
+    (["0", "1", "0-1"], {frozenset({0}), frozenset({1}), frozenset({0, 1})}),
+    (None, None),  # a file written before placements were kept: every saved thread is restored
+    ([], None),  # no run pins to nothing: unreadable, not "every mask is someone else's"
+    (["0", 1], None),
+    ("0-1", None),
+])
+def test_the_last_runs_placements_as_the_state_file_says_them(saved, expected) -> None:
+    assert _placements({"placements": saved} if saved is not None else {}) == expected
