@@ -586,34 +586,13 @@ def test_no_thread_is_pinned_before_its_original_is_persisted(workload) -> None:
 
 @needs_root
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
-def test_a_thread_born_of_a_free_thread_gets_the_targets_own_mask_back(workload) -> None:
+@pytest.mark.parametrize("release", ["detach a period later", "detach", "stop"])
+def test_a_thread_born_of_a_free_thread_gets_the_targets_own_mask_back(workload, release) -> None:
     """A free thread's mask is its whole domain, wider than a target run under
     ``taskset -c 0``; a thread it creates inherits that mask, which is ours, so the
-    target's own is what detach restores (it restored the domain before)."""
-    w = workload(1)
-    for tid in w.all_tids():
-        os.sched_setaffinity(tid, {0})
-    engine, counters = _free_engine()
-    try:
-        engine.attach(w.pid, time.monotonic())
-        whole = frozenset(os.sched_getaffinity(0))
-        _ticks_until(engine, lambda: set(masks(w.all_tids()).values()) == {whole}, "every thread free")
-        born = set(w.command("spawn")) - set(masks(w.all_tids()))
-        engine.tick(time.monotonic())
-        assert born <= set(engine.targets[w.pid].threads)
-        engine.detach(w.pid)
-        assert set(masks(w.all_tids()).values()) == {frozenset({0})}
-    finally:
-        counters.close_all()
-
-
-@needs_root
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
-@pytest.mark.parametrize("release", ["detach", "stop"])
-def test_a_thread_born_just_before_a_release_gets_the_targets_own_mask(workload, release) -> None:
-    """A thread born of a thread we pinned after the last listing carries our mask,
-    and no period comes to adopt it: the release lists the target again (it kept our
-    mask for good, and the next daemon took it for the thread's original)."""
+    target's own is what detach restores (it restored the domain before). Born after
+    the last listing, no period comes to adopt it: the release lists the target again
+    (it kept our mask for good, and the next daemon took it for the thread's original)."""
     w = workload(1)
     for tid in w.all_tids():
         os.sched_setaffinity(tid, {0})
@@ -624,7 +603,10 @@ def test_a_thread_born_just_before_a_release_gets_the_targets_own_mask(workload,
         _ticks_until(engine, lambda: set(masks(w.all_tids()).values()) == {whole}, "every thread free")
         born = set(w.command("spawn")) - set(engine.targets[w.pid].threads)
         assert masks(born) == {tid: whole for tid in born}
-        engine.detach(w.pid) if release == "detach" else engine.detach_all(keep_hand_overs=True)
+        if release == "detach a period later":
+            engine.tick(time.monotonic())
+            assert born <= set(engine.targets[w.pid].threads)
+        engine.detach_all(keep_hand_overs=True) if release == "stop" else engine.detach(w.pid)
         assert set(masks(w.all_tids()).values()) == {frozenset({0})}
     finally:
         counters.close_all()
