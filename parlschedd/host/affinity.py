@@ -196,16 +196,19 @@ class Pinner:
                                        mask)
 
     def _as_asked(self, tid: int, mask: frozenset[int], cpuset: frozenset[int] | None) -> frozenset[int]:
-        """:func:`as_asked` of the thread's mask; its cpuset is read here unless the
-        caller gives it (``cpuset``; the engine reads it once per process)."""
-        if mask >= possible_cpus():
+        """:func:`as_asked` of the thread's mask. ``cpuset``: its process's, as the
+        caller last read it (the engine, once a rescan): a mask equal to it is taken as
+        following it; any other mask narrower than every CPU has the thread's own read
+        here (the caller's may be older than a change, or another process's)."""
+        possible = possible_cpus()
+        if mask >= possible:
             return mask
-        if cpuset is None:
-            try:
-                cpuset = self._allowed(tid)
-            except (HostError, ValueError):  # an unreadable cpuset: the mask as found
-                return mask
-        return as_asked(mask, cpuset)
+        if cpuset is not None and mask == cpuset:
+            return possible
+        try:
+            return as_asked(mask, self._allowed(tid))
+        except (HostError, ValueError):  # an unreadable cpuset: the mask as found
+            return mask
 
     def pin(self, tid: int, cpus: frozenset[int]) -> bool:
         """Restrict an adopted thread to ``cpus`` ∩ its allowed CPUs.

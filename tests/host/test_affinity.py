@@ -324,6 +324,18 @@ def test_a_thread_adopted_in_a_narrowed_cpuset_follows_it_again_after_restore(
     assert [os.sched_getaffinity(w.tid) for w in (follows, untouched)] == [{0, 1}, {0, 1}]
 
 
+def test_a_cpuset_given_by_the_caller_that_is_out_of_date_is_checked(
+        spawn: Callable[..., Worker], cpuset: CpusetDir) -> None:
+    """The engine gives the cpuset it last read (once a rescan); one that changed since
+    made a thread following the new cpuset look as if it asked for it."""
+    worker = spawn(busy=False)
+    cpuset.set_cpus("1")
+    cpuset.add(worker.tid)
+    pinner = Pinner()
+    pinner.adopt(worker.tid, procfs.thread_start_time(worker.tid), cpuset=ALL)  # read before the cpuset shrank
+    assert pinner.records[worker.tid].original == possible_cpus()
+
+
 def test_restore_when_the_original_left_the_cpuset(spawn: Callable[..., Worker]) -> None:
     widened, stuck = spawn(busy=False), spawn(busy=False)
     records = {
