@@ -160,7 +160,9 @@ def _read_cpus(file: Path) -> frozenset[int]:
 
 def task_cpus(task_id: int, root: str = CGROUP_ROOT, proc_root: str = PROC_ROOT) -> frozenset[int] | None:
     """The CPUs a process or thread may use by its cpuset, or None when unrestricted."""
-    found = _task_cpus_file(memberships(task_id, proc_root), root)
+    lines = memberships(task_id, proc_root)
+    with translated("find cpuset", tid=task_id):  # a path too long for the kernel: an OSError from exists()
+        found = _task_cpus_file(lines, root)
     return None if found is None else _read_cpus(found)
 
 
@@ -217,7 +219,8 @@ class CpusetReader:
         return parse_cpulist(text.decode())
 
     def _find(self, raw: bytes) -> Path | None:
-        return _task_cpus_file(parse_proc_cgroup(raw.decode(errors="backslashreplace")), self.root)
+        with translated("find cpuset"):  # a path too long for the kernel: an OSError from exists()
+            return _task_cpus_file(parse_proc_cgroup(raw.decode(errors="backslashreplace")), self.root)
 
 
 def _read_raw(path: str | Path) -> bytes:

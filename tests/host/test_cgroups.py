@@ -151,6 +151,18 @@ def test_the_cpuset_reader_looks_again_for_a_nearer_file_and_a_gone_one(tmp_path
     assert read(12) == frozenset({2, 3})
 
 
+def test_a_cgroup_path_too_long_for_the_kernel_is_a_host_error(tmp_path: Path) -> None:
+    """exists() raised the OSError (ENAMETOOLONG) through the daemon's rescan, for
+    every target, while one sat in such a cgroup (a delegated user can make one)."""
+    root, proc = tmp_path / "cg", tmp_path / "proc"
+    v2_tree(root)
+    proc_cgroup(proc, 12, "0::/" + "/".join(["d" * 200] * 25) + "\n")
+    with pytest.raises(HostError):
+        cgroups.task_cpus(12, str(root), str(proc))
+    with pytest.raises(HostError):
+        cgroups.CpusetReader(str(root), str(proc))(12)
+
+
 def test_smoke_on_this_host() -> None:
     layout = cgroups.detect_layout()
     lines = cgroups.memberships(os.getpid())
