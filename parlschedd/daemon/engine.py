@@ -308,10 +308,9 @@ class Engine:
         domain's cores are its automata's columns. Its threads join the domains they
         run in (``_ran_elsewhere``). Logged once per change; a change outside the
         daemon's CPUs changes nothing."""
-        cpuset = self._read_cpuset(target.pid)
+        cpuset = target.cpuset = self._read_cpuset(target.pid)  # unread: the pinner reads each thread's
         if cpuset is None:
             return
-        target.cpuset = cpuset
         cpus = self._cpuset_domains(cpuset[0])
         if cpus == target.cpus:
             return
@@ -454,21 +453,31 @@ class Engine:
         shrank) count as unpinned, so the next period pins them again inside what is
         now allowed, and ``status`` never shows a CPU the thread is not on. Those
         someone else re-pinned are left to them (``_hand_over``)."""
-        for target in self.targets.values():
-            self._follow_cpuset(target)
-            if target.observe:
-                continue
-            r = target.current()
-            rows = np.flatnonzero(r.pinned)
-            drift = self.pinner.drifted(r.tids[rows].tolist())
-            if drift.narrowed:
-                log.info("cpuset narrowed pinned threads, placing them inside it", pid=target.pid, tids=drift.narrowed)
-                rows = np.flatnonzero(np.isin(r.tids, drift.narrowed))
-                r.pinned[rows] = False
-                r.cpu[rows] = -1
-            for tid in drift.overridden:
-                if not self._exec_carried(target, tid, now):
-                    self._hand_over(target, tid)
+        self._each_target(self._resync, now)
+
+    def _each_target(self, step: Callable[[Target, float], None], now: float) -> None:
+        """``step`` for every target; a bug costs that target's turn, not the others'."""
+        for target in list(self.targets.values()):
+            try:
+                step(target, now)
+            except Exception:
+                log.exception("rescan failed for target", pid=target.pid, step=step.__name__)
+
+    def _resync(self, target: Target, now: float) -> None:
+        self._follow_cpuset(target)
+        if target.observe:
+            return
+        r = target.current()
+        rows = np.flatnonzero(r.pinned)
+        drift = self.pinner.drifted(r.tids[rows].tolist())
+        if drift.narrowed:
+            log.info("cpuset narrowed pinned threads, placing them inside it", pid=target.pid, tids=drift.narrowed)
+            rows = np.flatnonzero(np.isin(r.tids, drift.narrowed))
+            r.pinned[rows] = False
+            r.cpu[rows] = -1
+        for tid in drift.overridden:
+            if not self._exec_carried(target, tid, now):
+                self._hand_over(target, tid)
 
     def refilter(self, now: float) -> None:
         """Adopt the threads a thread filter left out whose name matches it now: a
@@ -477,25 +486,27 @@ class Engine:
         read of /proc per left-out thread; threads handed over to someone else stay
         theirs, and a tid that now names a thread of another process is left alone.
         RENAMES_PER_ROUND threads a round at most, taking turns (``_rename``'s cost)."""
-        for target in self.targets.values():
-            if target.thread_filter is None:
+        self._each_target(self._refilter, now)
+
+    def _refilter(self, target: Target, now: float) -> None:
+        if target.thread_filter is None:
+            return
+        processes = {target.pid, *target.others}  # as listed last
+        batch, target.refiltered_last = _in_turn(target.ignored.difference(self.handed_over), target.refiltered_last)
+        for tid in batch:
+            try:
+                group = procfs.thread_group(tid, self.proc_root)
+                matches = (group in processes
+                           and target.thread_filter.search(procfs.comm(tid, self.proc_root)) is not None)
+            except (HostError, ValueError):
+                continue  # gone: the next listing forgets it
+            if not matches or self._manager_of(tid) is not None:
                 continue
-            processes = {target.pid, *target.others}  # as listed last
-            batch, target.refiltered_last = _in_turn(target.ignored.difference(self.handed_over), target.refiltered_last)
-            for tid in batch:
-                try:
-                    group = procfs.thread_group(tid, self.proc_root)
-                    matches = (group in processes
-                               and target.thread_filter.search(procfs.comm(tid, self.proc_root)) is not None)
-                except (HostError, ValueError):
-                    continue  # gone: the next listing forgets it
-                if not matches or self._manager_of(tid) is not None:
-                    continue
-                target.ignored.discard(tid)
-                target.exits.remove(tid)  # _adopt watches it again, or forgets it if it cannot manage it
-                self._adopt(target, tid, now, new=False, process=group)
-                if tid in target.threads:
-                    log.info("thread renamed to match the thread filter, adopted", pid=target.pid, tid=tid)
+            target.ignored.discard(tid)
+            target.exits.remove(tid)  # _adopt watches it again, or forgets it if it cannot manage it
+            self._adopt(target, tid, now, new=False, process=group)
+            if tid in target.threads:
+                log.info("thread renamed to match the thread filter, adopted", pid=target.pid, tid=tid)
 
     def _step(self, target: Target, now: float) -> None:
         """counters -> rates -> scheduler -> pins, for one target's period."""

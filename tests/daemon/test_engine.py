@@ -1281,6 +1281,33 @@ def _two_socket_engine() -> tuple[Engine, CounterSet]:
 
 
 @needs_root
+def test_a_rescan_that_fails_for_one_target_goes_on_for_the_others(workload) -> None:
+    """One target's cpuset read hitting a bug stopped the rescan for every target (the
+    daemon's loop caught it whole): the others' cpusets, drift and filters waited."""
+    broken, fine = workload(1), workload(1)
+    narrowed = {fine.pid: frozenset({0})}
+
+    def allowed(pid: int) -> frozenset[int] | None:
+        if pid == broken.pid and len(engine.targets) == 2:
+            raise RuntimeError("a bug")
+        return narrowed.get(pid)
+
+    counters = CounterSet(CounterSource.SCHEDSTAT)
+    engine = Engine(Config(), [[0], [1]], counters, Pinner(), allowed=lambda pid: allowed(pid))
+    try:
+        engine.attach(broken.pid, time.monotonic())
+        target = engine.attach(fine.pid, time.monotonic())
+        narrowed[fine.pid] = frozenset({1})
+        with structlog.testing.capture_logs() as logs:
+            engine.resync(time.monotonic())
+        assert target.cpus == ((), (1,))
+        assert [e["pid"] for e in logs if e["event"] == "rescan failed for target"] == [broken.pid]
+    finally:
+        engine.detach_all()
+        counters.close_all()
+
+
+@needs_root
 def test_attach_reads_a_targets_cpuset_once_not_per_thread(workload, cpuset) -> None:
     """Every thread of a target in a narrowed cpuset has the cpuset as its mask; the
     pinner read the cpuset (two files) for each to tell whether it follows it: 220 us
