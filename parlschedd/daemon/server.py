@@ -852,7 +852,10 @@ def _placements(state: dict) -> frozenset[frozenset[int]] | None:
     try:
         if not isinstance(saved, list) or not saved or not all(isinstance(p, str) for p in saved):
             raise ValueError(f"not a list of CPU lists: {saved!r:.80}")  # empty: no run pins to nothing
-        return frozenset(map(parse_cpulist, saved))
+        placements = frozenset(map(parse_cpulist, saved))
+        if frozenset() in placements:
+            raise ValueError("an empty CPU list")  # no pin is to no CPU
+        return placements
     except ValueError as exc:
         log.warning("state file: the last run's placements are unreadable, every saved thread is restored",
                     error=str(exc))

@@ -308,6 +308,7 @@ def test_a_client_that_sends_requests_faster_than_they_are_served_is_closed(slow
     (None, None),  # a file written before placements were kept: every saved thread is restored
     ([], None),  # no run pins to nothing: unreadable, not "every mask is someone else's"
     (["0", 1], None),
+    (["0", ""], None),  # a pin to no CPU: unreadable too
     ("0-1", None),
 ])
 def test_the_last_runs_placements_as_the_state_file_says_them(saved, expected) -> None:
