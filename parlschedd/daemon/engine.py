@@ -23,7 +23,7 @@ from parlschedd.daemon import protocol
 from parlschedd.daemon.exec_watch import ExecWatch, Masks, carried, original_after_exec
 from parlschedd.daemon.history import History
 from parlschedd.host import cgroups, procfs
-from parlschedd.host.affinity import AllowedCpus, PinRecord, as_asked, get_affinity, possible_cpus
+from parlschedd.host.affinity import AllowedCpus, PinRecord, as_asked, get_affinity
 from parlschedd.host.base import Actuator, Counters, CounterSource
 from parlschedd.host.cpulist import format_cpulist
 from parlschedd.host.errors import HostError, Overridden, ThreadGone, TooManyFiles
@@ -139,9 +139,9 @@ class Target:
     most_threads: int = 0  # the most threads managed at once: what an exit is described by
     base_mask: frozenset[int] | None = None  # the main thread's mask at attach
     base_original: frozenset[int] | None = None  # what a thread given base_mask back gets (affinity.as_asked)
-    # (what the process's cpuset allows, None: every CPU) as last read (attach, every
-    # rescan_s); None: not read. Its own threads' adoptions take it (pinner.adopt).
-    cpuset: tuple[frozenset[int] | None] | None = None
+    # what the process's cpuset allows, as last read (attach, every rescan_s; None:
+    # every CPU, or unread): its own threads' adoptions take it (pinner.adopt)
+    cpuset: frozenset[int] | None = None
     cpus: DomainCpus = ()  # each domain's CPUs its cpuset allows, as last read: its scheduler's domains
     rule: int | None = None  # index of the config rule that matched, None if attached by hand
     caller: int | None = None  # the non-root uid that attached it: only its own descendants are managed
@@ -229,11 +229,11 @@ class Engine:
         except BaseException:
             handle.close()
             raise
-        cpuset = self._read_cpuset(pid)
-        cpus = self._every_cpu if cpuset is None else self._cpuset_domains(cpuset[0])  # unread: the rescan retries
+        read = self._read_cpuset(pid)
+        cpus = self._every_cpu if read is None else self._cpuset_domains(read[0])  # unread: the rescan retries
         target = Target(pid, name, owner, observe, pattern, descendants, handle, self._scheduler(pid, cpus),
                         procfs.ThreadExits(self.proc_root, watch=not descendants),  # descendants: listed every period
-                        cpuset=cpuset, cpus=cpus, rule=rule, caller=None if uid in (None, 0) else uid,
+                        cpuset=None if read is None else read[0], cpus=cpus, rule=rule, caller=None if uid in (None, 0) else uid,
                         history=History(self.config.history_periods, now))
         self.targets[pid] = target
         self._gone.pop(pid, None)  # a reused pid: the exit recorded is another process's
@@ -308,10 +308,11 @@ class Engine:
         domain's cores are its automata's columns. Its threads join the domains they
         run in (``_ran_elsewhere``). Logged once per change; a change outside the
         daemon's CPUs changes nothing."""
-        cpuset = target.cpuset = self._read_cpuset(target.pid)  # unread: the pinner reads each thread's
-        if cpuset is None:
+        read = self._read_cpuset(target.pid)
+        target.cpuset = None if read is None else read[0]  # unread: the pinner reads each thread's
+        if read is None:
             return
-        cpus = self._cpuset_domains(cpuset[0])
+        cpus = self._cpuset_domains(read[0])
         if cpus == target.cpus:
             return
         log.info("cpuset changed, learning afresh on the CPUs it allows", pid=target.pid,
@@ -866,7 +867,8 @@ class Engine:
             value = self.counters.read(tid)
             if not target.observe:
                 original = self._inherited_original(target, tid) if new else None
-                self.pinner.adopt(tid, start, original, cpuset=self._cpuset_of(target, process))
+                # a descendant's thread may be in another cpuset: the pinner reads its own
+                self.pinner.adopt(tid, start, original, cpuset=target.cpuset if process == target.pid else None)
                 self._unsaved.add(tid)
         except ThreadGone:
             self._not_adopted(target, tid)
@@ -884,16 +886,6 @@ class Engine:
         target.stale = True
         self.on_change()
 
-    @staticmethod
-    def _cpuset_of(target: Target, process: int | None) -> frozenset[int] | None:
-        """What the pinner needs of the cpuset of a thread of ``process`` (its
-        ``adopt``): the target's, read once a rescan, for a thread of the target's own
-        process; None (the pinner reads the thread's own) for a descendant's, which may
-        be in another cpuset, or when the target's could not be read."""
-        if process != target.pid or target.cpuset is None:
-            return None
-        return possible_cpus() if target.cpuset[0] is None else target.cpuset[0]
-
     def _give_back(self, tid: int, start: int, original: frozenset[int]) -> None:
         """Put ``original`` on a thread that is not ours to place but carries a mask we
         set, through the pinner so that the tid's identity is checked before the write."""
@@ -910,7 +902,7 @@ class Engine:
         restore instead of ours."""
         if target.base_mask is None:
             target.base_mask = get_affinity(target.pid)
-            target.base_original = as_asked(target.base_mask, None if target.cpuset is None else target.cpuset[0])
+            target.base_original = as_asked(target.base_mask, target.cpuset)
             return None
         mask = get_affinity(tid)
         return target.base_original if mask != target.base_mask and mask in self._ours(target) else None

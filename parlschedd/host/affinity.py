@@ -355,10 +355,11 @@ class Pinner:
         the thread's mask since our last pin: it is theirs, as it is to a move.
 
         The syscall is made even when the thread shows its original mask: the kernel
-        may hold another request for it (a cpuset narrowed since). When the original no longer intersects the cpuset (it shrank), the kernel takes
-        no mask that holds none of the allowed CPUs, so the thread gets the original
-        and the allowed set together: it runs where it may now, and on its original
-        CPUs again when the cpuset grows back (Linux 6.2+ keeps a thread's requested
+        may hold another request for it (a cpuset narrowed since). When the original no
+        longer intersects the cpuset (it shrank), the kernel takes no mask that holds
+        none of the allowed CPUs, so the thread gets the original and the allowed set
+        together: it runs where it may now, and on its original CPUs again when the
+        cpuset grows back (Linux 6.2+ keeps a thread's requested
         mask across cpuset changes; before, it gets the whole cpuset). The exact
         original cannot be requested then.
         """

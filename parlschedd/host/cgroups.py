@@ -155,7 +155,7 @@ def cpus_file(path: str, controllers: tuple[str, ...] = (), root: str = CGROUP_R
 
 def _read_cpus(file: Path) -> frozenset[int]:
     with translated(f"read {file.name}"):
-        return parse_cpulist(file.read_text())
+        return parse_cpulist(_read_raw(file).decode())
 
 
 def task_cpus(task_id: int, root: str = CGROUP_ROOT, proc_root: str = PROC_ROOT) -> frozenset[int] | None:
