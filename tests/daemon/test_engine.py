@@ -131,20 +131,19 @@ def test_detach_leaves_a_mask_someone_set_since_the_last_rescan() -> None:
     engine, counters = _pin_engine()
     target = sleepy(2)
     try:
-        engine.attach(target.pid, time.monotonic())
-        engine.tick(time.monotonic())
-        t = engine.targets[target.pid]
-        theirs, ours = t.current().tids.tolist()[:2]
-        records, managed = engine.pinner.records, len(t.threads)
-        assert len(records[theirs].current) == 1  # pinned
-        mask = frozenset(os.sched_getaffinity(0)) - records[theirs].current
-        original = records[ours].original
-        os.sched_setaffinity(theirs, mask)
-        assert engine.detach(target.pid) == managed - 1
-        assert masks([theirs, ours]) == {theirs: mask, ours: original}
+        with _released(engine, counters):
+            engine.attach(target.pid, time.monotonic())
+            engine.tick(time.monotonic())
+            t = engine.targets[target.pid]
+            theirs, ours = t.current().tids.tolist()[:2]
+            records, managed = engine.pinner.records, len(t.threads)
+            assert len(records[theirs].current) == 1  # pinned
+            mask = frozenset(os.sched_getaffinity(0)) - records[theirs].current
+            original = records[ours].original
+            os.sched_setaffinity(theirs, mask)
+            assert engine.detach(target.pid) == managed - 1
+            assert masks([theirs, ours]) == {theirs: mask, ours: original}
     finally:
-        engine.detach_all()
-        counters.close_all()
         target.kill()
         target.wait()
 
@@ -807,6 +806,16 @@ def _exec_case(who: str, program: str = "", *, child: bool = False,
         p.close()
 
 
+@contextlib.contextmanager
+def _released(engine: Engine, counters: CounterSet) -> Iterator[Engine]:
+    """The engine, every target detached and every counter closed after."""
+    try:
+        yield engine
+    finally:
+        engine.detach_all()
+        counters.close_all()
+
+
 def _ticks(engine: Engine, n: int = 10) -> None:
     for _ in range(n):
         time.sleep(0.05)
@@ -1294,7 +1303,7 @@ def test_a_rescan_that_fails_for_one_target_goes_on_for_the_others(workload) -> 
 
     counters = CounterSet(CounterSource.SCHEDSTAT)
     engine = Engine(Config(), [[0], [1]], counters, Pinner(), allowed=lambda pid: allowed(pid))
-    try:
+    with _released(engine, counters):
         engine.attach(broken.pid, time.monotonic())
         target = engine.attach(fine.pid, time.monotonic())
         narrowed[fine.pid] = frozenset({1})
@@ -1302,9 +1311,6 @@ def test_a_rescan_that_fails_for_one_target_goes_on_for_the_others(workload) -> 
             engine.resync(time.monotonic())
         assert target.cpus == ((), (1,))
         assert [e["pid"] for e in logs if e["event"] == "rescan failed for target"] == [broken.pid]
-    finally:
-        engine.detach_all()
-        counters.close_all()
 
 
 @needs_root
@@ -1323,13 +1329,10 @@ def test_attach_reads_a_targets_cpuset_once_not_per_thread(workload, cpuset) -> 
 
     counters = CounterSet(CounterSource.TASK_CLOCK)
     engine = Engine(Config(), [[0, 1]], counters, Pinner(allowed=counted))
-    try:
+    with _released(engine, counters):
         target = engine.attach(w.pid, time.monotonic())
         assert len(target.threads) == 9 and asked == []
         assert {r.original for r in engine.pinner.records.values()} == {possible_cpus()}  # they follow the cpuset
-    finally:
-        engine.detach_all()
-        counters.close_all()
 
 
 @needs_root
@@ -1346,7 +1349,7 @@ def test_level1_never_moves_a_thread_into_a_domain_outside_the_cpuset(workload, 
     (cpuset / "cgroup.procs").write_text(str(w.pid))
     (cpuset / "cpuset.cpus").write_text("1")
     engine, counters = _two_socket_engine()
-    try:
+    with _released(engine, counters):
         target = engine.attach(w.pid, time.monotonic())
         with structlog.testing.capture_logs() as logs:
             for _ in range(30):  # 15 Level 1 steps
@@ -1356,9 +1359,6 @@ def test_level1_never_moves_a_thread_into_a_domain_outside_the_cpuset(workload, 
         assert not [e for e in logs if e["event"] == "pin refused"]
         assert (target.scheduler.alpha == 1).all() and (target.current().domain == 1).all()
         assert target.current().pinned.all() and set(masks(w.all_tids()).values()) == {frozenset({1})}
-    finally:
-        engine.detach_all()
-        counters.close_all()
 
 
 @needs_root
@@ -1381,7 +1381,7 @@ def test_a_cpuset_that_changes_while_attached_is_learned_afresh_once(workload, c
             engine.tick(time.monotonic())
             engine.resync(time.monotonic())
 
-    try:
+    with _released(engine, counters):
         target = engine.attach(w.pid, time.monotonic())
         first = target.scheduler
         periods(10)
@@ -1401,9 +1401,6 @@ def test_a_cpuset_that_changes_while_attached_is_learned_afresh_once(workload, c
             periods(3)
         assert [e["cpus"] for e in logs if e["event"].startswith("cpuset changed")] == [["0", "1"]]
         assert target.cpus == ((0,), (1,)) and target.scheduler.n_open == 2
-    finally:
-        engine.detach_all()
-        counters.close_all()
 
 
 def test_a_cpuset_with_none_of_the_daemons_cpus_falls_back_to_every_domain() -> None:
