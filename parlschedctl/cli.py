@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import importlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -117,7 +118,8 @@ def status(sock: str, pid: int | None, as_json: bool) -> None:
 @click.pass_obj
 @talks_to_daemon
 def top(sock: str, interval: float | None, iterations: int | None) -> None:
-    """Live view of status, refreshed every period (Ctrl-C to quit)."""
+    """Live view of status, refreshed every period (Ctrl-C to quit; a reader that
+    stops reading, like ``| head``, ends it as well, with exit code 0)."""
     n = 0
     try:
         while iterations is None or n < iterations:
@@ -129,6 +131,8 @@ def top(sock: str, interval: float | None, iterations: int | None) -> None:
             time.sleep(interval or reply["daemon"]["period_s"])
     except KeyboardInterrupt:
         pass
+    except BrokenPipeError:  # the reader left: the view's end, not an error (click's own handling exits 1)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush has nowhere to fail
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})

@@ -158,6 +158,17 @@ def test_attach_status_detach_through_the_cli(daemon, workload):
     assert ctl("reload", socket=daemon.socket).returncode == 0
 
 
+def test_top_ends_quietly_when_its_reader_leaves(daemon):
+    """``parlschedctl top | head`` exited 1 (click's code for EPIPE): a reader that
+    stops reading is how a piped live view ends, like Ctrl-C."""
+    proc = subprocess.Popen([*CTL, "top", "--interval", "0.02"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "PARLSCHED_SOCKET": daemon.socket})
+    assert proc.stdout.readline().startswith(b"parlschedd")
+    proc.stdout.close()
+    assert proc.wait(timeout=30) == 0
+    assert proc.stderr.read() == b""
+
+
 @needs_root
 def test_a_reload_says_which_keys_wait_for_a_restart(daemon):
     """The socket and the metrics listener are set up once, at start: a reload that
