@@ -242,7 +242,7 @@ def config_check(path: str) -> None:
     """Validate a config file; print every error with its key path."""
     from parlschedd.config import ConfigError, load, split_cgroup
     from parlschedd.host.cgroups import cgroup_dir
-    from parlschedd.host.cpulist import format_cpulist
+    from parlschedd.cpulist import format_cpulist
     from parlschedd.host.errors import HostError
     from parlschedd.host.privileges import group_id
     from parlschedd.topology import TopologyError, read_topology

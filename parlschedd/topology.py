@@ -18,7 +18,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from parlschedd.host.cpulist import parse_cpulist
+from parlschedd.cpulist import parse_cpulist
 
 DOMAIN_MODES = ("auto", "numa", "llc", "package")
 

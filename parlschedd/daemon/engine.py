@@ -25,7 +25,7 @@ from parlschedd.daemon.history import History
 from parlschedd.host import cgroups, procfs
 from parlschedd.host.affinity import AllowedCpus, PinRecord, as_asked, get_affinity
 from parlschedd.host.base import Actuator, Counters, CounterSource
-from parlschedd.host.cpulist import format_cpulist
+from parlschedd.cpulist import format_cpulist
 from parlschedd.host.errors import HostError, Overridden, ThreadGone, TooManyFiles
 from parlschedd.learning.scheduler import TwoLevelScheduler
 from parlschedd.patterns import Pattern, PatternError, compile_pattern

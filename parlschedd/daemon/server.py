@@ -32,7 +32,7 @@ from parlschedd.daemon.engine import Engine, EngineError, Target
 from parlschedd.host import cgroups, procfs
 from parlschedd.host.affinity import Pinner
 from parlschedd.host.base import CounterSource
-from parlschedd.host.cpulist import format_cpulist, parse_cpulist
+from parlschedd.cpulist import format_cpulist, parse_cpulist
 from parlschedd.host.errors import HostError, ThreadGone
 from parlschedd.host.perf import CounterSet, detect_source, raise_fd_limit
 from parlschedd.host.privileges import CAP_SYS_NICE, effective_capabilities, group_id, perfmon_capable

@@ -11,7 +11,6 @@ The daemon imports from here only; the modules behind it are one concept each:
 ``procfs``   /proc readers with an injectable root: threads, start times, uids,
              cmdline, children/descendants, schedstat, ``ProcessHandle`` (pidfd).
 ``cgroups``  cgroup v1/v2/hybrid layout, membership, member processes, cpusets.
-``cpulist``  The kernel's "0-3,8" CPU list format.
 ``affinity`` sched_{get,set}affinity and ``Pinner`` (save, set, restore).
 ``state``    Atomic JSON state files.
 ``privileges`` The daemon's effective capabilities (CAP_SYS_NICE, CAP_PERFMON).
@@ -47,7 +46,6 @@ from parlschedd.host.cgroups import (
     memberships,
     task_cpus,
 )
-from parlschedd.host.cpulist import format_cpulist, parse_cpulist
 from parlschedd.host.errors import (
     AccessDenied,
     HostError,
@@ -107,11 +105,9 @@ __all__ = [
     "detect_layout",
     "detect_source",
     "effective_cpus",
-    "format_cpulist",
     "get_affinity",
     "list_threads",
     "memberships",
-    "parse_cpulist",
     "pidfd_open",
     "process_start_time",
     "process_uids",

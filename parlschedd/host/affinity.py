@@ -22,7 +22,7 @@ import structlog
 
 from parlschedd.host import cgroups, procfs
 from parlschedd.host.base import Drift, RestoreReport
-from parlschedd.host.cpulist import format_cpulist, parse_cpulist
+from parlschedd.cpulist import format_cpulist, parse_cpulist
 from parlschedd.host.errors import HostError, InvalidMask, Overridden, ThreadGone, as_host_error, translated
 
 log = structlog.get_logger(__name__)

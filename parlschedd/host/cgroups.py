@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from parlschedd.host.cpulist import parse_cpulist
+from parlschedd.cpulist import parse_cpulist
 from parlschedd.host.errors import HostError, translated
 from parlschedd.host.procfs import PROC_ROOT
 

@@ -20,7 +20,7 @@ import pytest
 
 from parlschedctl import client
 from parlschedd.host import procfs
-from parlschedd.host.cpulist import format_cpulist
+from parlschedd.cpulist import format_cpulist
 from tests.conftest import PINNING, Daemon, as_user, needs_root, start_daemon, threads_of, wait_for
 
 pytestmark = needs_root

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from parlschedd.host.cpulist import format_cpulist
+from parlschedd.cpulist import format_cpulist
 
 pytestmark = pytest.mark.e2e
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from parlschedd.host.cpulist import format_cpulist, parse_cpulist
+from parlschedd.cpulist import format_cpulist, parse_cpulist
 
 
 @pytest.mark.parametrize(
