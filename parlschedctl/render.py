@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from parlschedd.cpulist import format_cpulist
+
 
 def printable(name: str) -> str:
     """A process or thread name as a terminal may show it: any user names its threads,
@@ -32,7 +34,8 @@ def status_table(reply: dict[str, Any]) -> str:
     for t in reply["targets"]:
         left = _not_managed(t.get("threads_ignored", 0), t.get("threads_handed_over", 0))
         rule = "" if t.get("rule") is None else f", config rule {t['rule']}"
-        lines.append(f"\n{t['pid']} {printable(t['name'])} ({t['mode']}{rule}, {len(t['threads'])} threads{left})")
+        cpus = "" if t.get("cpus", d["cpus"]) == d["cpus"] else f", cpuset: cpus {format_cpulist(t['cpus'])}"
+        lines.append(f"\n{t['pid']} {printable(t['name'])} ({t['mode']}{rule}{cpus}, {len(t['threads'])} threads{left})")
         lines.append(f"  {'TID':>8} {'NAME':<16} {'CPU':>4} {'DOM':>4} {'UTILITY':>12} PINNED")
         for th in t["threads"]:
             util = "-" if th["utility"] is None else f"{th['utility']:.4g}"

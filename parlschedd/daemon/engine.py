@@ -277,10 +277,14 @@ class Engine:
         if not any(cpus):
             log.warning("the target's cpuset has none of the daemon's CPUs; its scheduler uses every domain",
                         pid=pid, domains=self.domains)
-            cpus = self._every_cpu
         self._schedulers_made += 1
-        return TwoLevelScheduler(cpus, self.config.learning, self.config.domain_every,
+        return TwoLevelScheduler(self._placed_on(cpus), self.config.learning, self.config.domain_every,
                                  stream=self._schedulers_made)
+
+    def _placed_on(self, cpus: DomainCpus) -> DomainCpus:
+        """The CPUs a target's scheduler places threads on, given its cpuset's in each
+        domain: those, or every CPU of every domain when the cpuset has none of ours."""
+        return cpus if any(cpus) else self._every_cpu
 
     def _read_cpuset(self, pid: int) -> tuple[frozenset[int] | None] | None:
         """(the CPUs process ``pid``'s cpuset allows, None: every CPU), or None when it
@@ -1057,6 +1061,7 @@ class Engine:
         return {
             "pid": target.pid, "name": target.name, "mode": target.mode, "uid": target.uid,
             "rule": target.rule,  # the index of the config rule that attached it; None: attached by a client
+            "cpus": sorted(c for d in self._placed_on(target.cpus) for c in d),  # where its cpuset lets it be placed
             "migrations": target.migrations, "threads_ignored": len(target.ignored),
             "threads_handed_over": sum(tid in self.handed_over for tid in target.ignored),
             "threads": [

@@ -7,7 +7,7 @@ from parlschedctl.render import printable, status_table
 
 def _reply(process: str, thread: str) -> dict:
     daemon = {"version": "x", "pid": 1, "uptime_s": 1.0, "counter_source": "perf:task-clock", "period_s": 0.1,
-              "domain_period_s": 4.0, "loop": {"mean_ms": 0.5, "max_ms": 1.0}, "domains": [[0, 1]]}
+              "domain_period_s": 4.0, "loop": {"mean_ms": 0.5, "max_ms": 1.0}, "domains": [[0, 1]], "cpus": [0, 1]}
     thread_row = {"tid": 12, "name": thread, "cpu": 1, "domain": 0, "utility": 0.5, "pinned": True}
     return {"daemon": daemon, "targets": [{"pid": 11, "name": process, "mode": "pin", "threads": [thread_row]}]}
 
@@ -53,3 +53,13 @@ def test_threads_not_managed_are_counted_in_the_header() -> None:
     assert "11 app (pin, 1 threads)\n" in status_table(reply) + "\n"
     reply["targets"][0]["rule"] = 0  # attached by the config's first rule, not by a client
     assert "11 app (pin, config rule 0, 1 threads)\n" in status_table(reply) + "\n"
+
+
+def test_a_target_confined_by_its_cpuset_shows_its_cpus_in_the_header() -> None:
+    """A container bound to some CPUs: status said nothing of it, and a target whose
+    threads never left CPU 1 looked like a scheduler that never moved them."""
+    reply = _reply("app", "worker")
+    reply["targets"][0]["cpus"] = [0, 1]
+    assert "11 app (pin, 1 threads)\n" in status_table(reply) + "\n"
+    reply["targets"][0]["cpus"] = [1]
+    assert "11 app (pin, cpuset: cpus 1, 1 threads)\n" in status_table(reply) + "\n"

@@ -1393,6 +1393,7 @@ def test_a_cpuset_that_changes_while_attached_is_learned_afresh_once(workload, c
         assert [e["cpus"] for e in logs if e["event"].startswith("cpuset changed")] == [["", "1"]]
         assert not [e for e in logs if e["event"] == "pin refused"]
         assert target.cpus == ((), (1,)) and (target.current().domain == 1).all()
+        assert engine.describe(target)["cpus"] == [1]  # status shows where the cpuset lets it be placed
         with structlog.testing.capture_logs() as logs:
             (cpuset / "cpuset.cpus").write_text("0-1")
             engine.resync(time.monotonic())
@@ -1401,6 +1402,7 @@ def test_a_cpuset_that_changes_while_attached_is_learned_afresh_once(workload, c
             periods(3)
         assert [e["cpus"] for e in logs if e["event"].startswith("cpuset changed")] == [["0", "1"]]
         assert target.cpus == ((0,), (1,)) and target.scheduler.n_open == 2
+        assert engine.describe(target)["cpus"] == [0, 1]
 
 
 def test_a_cpuset_with_none_of_the_daemons_cpus_falls_back_to_every_domain() -> None:
@@ -1421,6 +1423,7 @@ def test_a_cpuset_with_none_of_the_daemons_cpus_falls_back_to_every_domain() -> 
         assert [e["event"] for e in logs if e["log_level"] == "warning"] == [
             "the target's cpuset has none of the daemon's CPUs; its scheduler uses every domain"]
         assert target.cpus == ((), ()) and target.scheduler.n_open == 2
+        assert engine.describe(target)["cpus"] == [0, 1]  # what its scheduler uses, not the empty cpuset share
     finally:
         engine.detach_all()
         p.kill()
