@@ -1011,6 +1011,7 @@ def test_a_target_bound_to_one_domain_is_never_moved_to_another(tmp_path, worklo
         time.sleep(1.0)  # 10 Level 1 steps
         assert {t["domain"] for t in threads_of(d, w.pid).values()} == {1}
         assert "pin refused" not in d.log_text()
+        assert d.request("status", pid=w.pid)["targets"][0]["cpus"] == [1]
     finally:
         d.stop()
 
