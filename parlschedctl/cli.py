@@ -266,6 +266,11 @@ def config_check(path: str) -> None:
         if unusable := topology.unusable(cfg.cpus):
             click.echo(f"{path}: warning: cpus: {format_cpulist(unusable)} not usable on this host (absent, offline, "
                        f"isolated or not allowed); parlschedd runs on {format_cpulist(topology.usable)}", err=True)
+    if cfg.metrics is not None:
+        from parlschedd.daemon.metrics import cannot_listen
+
+        if problem := cannot_listen(cfg.metrics):
+            click.echo(f"{path}: warning: metrics: {problem}; parlschedd refuses to start with it here", err=True)
     for i, rule in enumerate(cfg.targets):  # valid, but matching nothing here now (a unit may create it later)
         if rule.cgroup is None:
             continue

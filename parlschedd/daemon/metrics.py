@@ -8,6 +8,7 @@ one series with ``tid="other"``.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -80,8 +81,8 @@ class Metrics:
         self.server = None
 
     def listen(self, address: str) -> None:
-        host, _, port = address.rpartition(":")
-        self.server, self.thread = start_http_server(int(port), addr=host or "127.0.0.1", registry=self.registry)
+        host, port = _host_port(address)
+        self.server, self.thread = start_http_server(port, addr=host, registry=self.registry)
 
     @property
     def port(self) -> int | None:
@@ -92,3 +93,24 @@ class Metrics:
             self.server.shutdown()
             self.server.server_close()
             self.server = None
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    """The config's ``host:port`` (validated by config.py); no host: loopback only."""
+    host, _, port = address.rpartition(":")
+    return host or "127.0.0.1", int(port)
+
+
+def cannot_listen(address: str) -> str | None:
+    """Why the daemon could not listen on ``address`` on this host, or None: the host
+    resolves to an address of this machine (bound with port 0, so a daemon already
+    listening on the port is not taken for a problem). For ``config check``, which
+    otherwise passed configs whose daemon then refused to start."""
+    host, _ = _host_port(address)
+    try:
+        family, kind, proto, _, where = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.bind(where)
+    except OSError as exc:  # gaierror: a name that does not resolve; EADDRNOTAVAIL: not this machine's
+        return f"cannot listen on {host}: {exc.strerror}"
+    return None

@@ -141,6 +141,27 @@ def test_config_check(tmp_path):
     assert "warning: cpus: 4094-4095 not usable on this host" in r.stderr and "parlschedd runs on 0\n" in r.stderr
 
 
+def test_config_check_warns_of_a_metrics_address_the_daemon_cannot_listen_on(tmp_path):
+    """Valid host:port, but a name that does not resolve (.invalid never does, RFC 6761)
+    or an address not of this machine (192.0.2.0/24, TEST-NET-1): the check said ok and
+    the daemon then refused to start. A port in use is not one: a running daemon holds
+    its own (the check binds port 0)."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        for address, said in [("nosuchhost.invalid:9177", "cannot listen on nosuchhost.invalid: "),
+                              ("192.0.2.1:9177", "cannot listen on 192.0.2.1: Cannot assign requested address"),
+                              (f"127.0.0.1:{busy.getsockname()[1]}", None), (":9177", None)]:
+            path = tmp_path / "metrics.yaml"
+            path.write_text(f"metrics: '{address}'\n")
+            r = ctl("config", "check", str(path))
+            assert r.returncode == 0 and "ok" in r.stdout
+            if said is None:
+                assert not r.stderr, address
+            else:
+                assert f"{path}: warning: metrics: {said}" in r.stderr and "refuses to start" in r.stderr
+
+
 @needs_root
 def test_attach_status_detach_through_the_cli(daemon, workload):
     w = workload(2)
