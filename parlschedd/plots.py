@@ -37,7 +37,7 @@ def save_figure(fig: plt.Figure, path: str | Path) -> None:
         plt.close(fig)
 
 
-def running_average(t: np.ndarray, u: np.ndarray) -> np.ndarray:
+def running_average(u: np.ndarray) -> np.ndarray:
     """Cumulative mean of the measured values (NaN periods skipped)."""
     ok = np.isfinite(u)
     n = np.cumsum(ok)
@@ -66,7 +66,8 @@ def placement_changes(samples: list[dict]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def plot_history(history: dict, out: str | Path, max_threads: int = 32) -> Path:
-    """Draw the figure for a ``history`` reply of the daemon into ``out`` (PNG)."""
+    """Draw the figure for a ``history`` reply of the daemon into ``out``, in the format
+    its suffix names (``figure_format``; PNG without one)."""
     samples = history["samples"]
     if not samples:
         raise ValueError("the history is empty: the target has not run a period yet")
@@ -81,9 +82,9 @@ def plot_history(history: dict, out: str | Path, max_threads: int = 32) -> Path:
     fig, (ax, ax_cpu) = plt.subplots(2, 1, figsize=(10, 7), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
     shown = tids[:max_threads]
     for tid in shown:
-        ax.plot(t, running_average(t, util[:, col[tid]]), lw=0.8, alpha=0.7)
+        ax.plot(t, running_average(util[:, col[tid]]), lw=0.8, alpha=0.7)
     total = np.nanmean(util, axis=1) if util.size else util
-    ax.plot(t, running_average(t, total), color="black", lw=2.2, label="whole target (mean per thread)")
+    ax.plot(t, running_average(total), color="black", lw=2.2, label="whole target (mean per thread)")
     moves, domain_moved = placement_changes(samples)
     for k in np.flatnonzero(domain_moved):
         ax.axvline(t[k + 1], color="tab:red", lw=0.8, ls="--")

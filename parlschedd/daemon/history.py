@@ -1,7 +1,8 @@
 """A bounded in-memory history of each target: one sample per period.
 
 A ring (deque with maxlen) of per-period samples, each a few small numpy arrays, so
-memory is bounded by capacity x threads x 20 bytes whatever the run length. Served over
+memory is bounded by capacity x (threads x 12 bytes + the arrays' fixed few hundred)
+whatever the run length. Served over
 the socket (``history``) for ``parlschedctl plot``.
 """
 

@@ -1,10 +1,12 @@
 """The seam between the scheduler and the world: what it measures and what it moves.
 
-The daemon's loop talks only to a :class:`Counters` and an :class:`Actuator`. The real
-ones (:class:`~parlschedd.host.perf.CounterSet`, :class:`~parlschedd.host.affinity.Pinner`)
-call the kernel; the simulator's (``parlschedd.sim``) implement the model. Both raise
+The engine measures through a :class:`Counters` and moves through an :class:`Actuator`;
+the real ones (:class:`~parlschedd.host.perf.CounterSet`,
+:class:`~parlschedd.host.affinity.Pinner`) call the kernel. The simulator (``parlschedd.sim``) does not
+go through this seam: it drives the same :class:`~parlschedd.learning.scheduler.TwoLevelScheduler`
+with the utilities of its model. Both real adapters raise
 :class:`~parlschedd.host.errors.ThreadGone` for a thread that no longer exists, which the
-loop treats as "drop this thread", never as a failure.
+engine treats as "drop this thread", never as a failure.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Host errors and the one place where OSError becomes one of them.
 
-Callers of the host layer handle four situations, never errno values:
+Callers of the host layer handle these situations, never errno values:
 
 * ``ThreadGone``: the thread or process no longer exists (it exited, or was reaped).
   This is ordinary control flow for a scheduler of other programs' threads.

@@ -18,7 +18,8 @@ from parlschedd.arrays import FloatArray, IntArray
 
 
 def valid_columns(width: IntArray, columns: int) -> NDArray[np.bool_]:
-    """Mask of the columns that are real cores of each thread's domain."""
+    """Mask of each thread's valid columns: its domain's cores, and "free" when the
+    scheduler has it (``width`` counts it)."""
     return np.arange(columns)[None, :] < width[:, None]
 
 
