@@ -129,11 +129,6 @@ def lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
             return
 
 
-def parts(reply: bytes) -> list[bytes]:
-    """``lines`` of one reply made whole."""
-    return list(lines([reply]))
-
-
 def clip(text: str, limit: int = 80) -> str:
     """A value from a request, shortened for the error message that repeats it."""
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 
 from parlschedd.cpulist import parse_cpulist
@@ -22,14 +21,6 @@ from parlschedd.host.errors import HostError, translated
 from parlschedd.host.procfs import PROC_ROOT
 
 CGROUP_ROOT = "/sys/fs/cgroup"
-
-
-class Layout(StrEnum):
-    """Which cgroup versions the host mounts."""
-
-    V1 = "v1"
-    V2 = "v2"
-    HYBRID = "hybrid"  # v1 controllers, v2 (usually without controllers) at unified/
 
 
 @dataclass(frozen=True)
@@ -47,20 +38,6 @@ class Membership:
     @property
     def is_v2(self) -> bool:
         return self.hierarchy_id == 0 and not self.controllers
-
-
-def detect_layout(root: str = CGROUP_ROOT) -> Layout:
-    """v2 when ``<root>`` is itself cgroup2 (it has cgroup.controllers), hybrid when
-    ``<root>/unified`` is, v1 when ``<root>`` only holds v1 hierarchies."""
-    base = Path(root)
-    if (base / "cgroup.controllers").exists():
-        return Layout.V2
-    if (base / "unified" / "cgroup.controllers").exists():
-        return Layout.HYBRID
-    with translated("list cgroup hierarchies"):
-        if any(entry.is_dir() for entry in base.iterdir()):
-            return Layout.V1
-    raise HostError(f"no cgroup hierarchy under {root}")
 
 
 def parse_proc_cgroup(text: str) -> list[Membership]:
@@ -125,12 +102,6 @@ def cgroup_procs(path: str, controllers: tuple[str, ...] = (), root: str = CGROU
                 continue  # removed while walking
         pids.update(int(v) for v in text.split())
     return sorted(pids)
-
-
-def effective_cpus(path: str, controllers: tuple[str, ...] = (), root: str = CGROUP_ROOT) -> frozenset[int] | None:
-    """The CPUs cpuset grants cgroup ``path``, or None when no cpuset applies."""
-    found = cpus_file(path, controllers, root)
-    return None if found is None else _read_cpus(found)
 
 
 def cpus_file(path: str, controllers: tuple[str, ...] = (), root: str = CGROUP_ROOT) -> Path | None:

@@ -46,14 +46,6 @@ class Stat:
 
 
 @dataclass(frozen=True)
-class ThreadInfo:
-    """One thread of a process; ``(tid, start_time)`` identifies it across tid reuse."""
-
-    tid: int
-    comm: str
-
-
-@dataclass(frozen=True)
 class Schedstat:
     """``/proc/<id>/schedstat`` (Documentation/scheduler/sched-stats.rst)."""
 
@@ -135,19 +127,6 @@ def thread_schedstat(tid: int, root: str = PROC_ROOT) -> Schedstat:
     return parse_schedstat(_read(os.path.join(_thread_dir(root, tid), "schedstat"), tid=tid))
 
 
-def list_threads(pid: int, root: str = PROC_ROOT) -> list[ThreadInfo]:
-    """The threads of ``pid``, ascending by tid; threads that exit while listing are
-    skipped, and a vanished process raises ThreadGone."""
-    threads: list[ThreadInfo] = []
-    for tid in list_tids(pid, root):
-        try:
-            comm = _read(os.path.join(root, str(pid), "task", str(tid), "comm"), tid=tid).rstrip("\n")
-        except ThreadGone:
-            continue
-        threads.append(ThreadInfo(tid, comm))
-    return threads
-
-
 def comm(pid: int, root: str = PROC_ROOT) -> str:
     """The process name (``/proc/<pid>/comm``, at most 15 bytes)."""
     return _read(os.path.join(root, str(pid), "comm"), pid=pid).rstrip("\n")
@@ -168,11 +147,6 @@ def thread_group(tid: int, root: str = PROC_ROOT) -> int:
     """The pid of the process that ``tid`` is a thread of (``Tgid:``; ``tid`` itself
     for a process's main thread). /proc/<tid> resolves for any thread, listed or not."""
     return int(status_field(_read(os.path.join(root, str(tid), "status"), tid=tid), "Tgid")[0])
-
-
-def children(pid: int, root: str = PROC_ROOT) -> list[int]:
-    """Direct children of ``pid``, ascending."""
-    return sorted(_children_lookup(pid, root)(pid))
 
 
 def descendants(pid: int, root: str = PROC_ROOT) -> list[int]:

@@ -6,7 +6,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parlschedd.daemon.protocol import MAX_LINE, Framed, ProtocolError, clip, encode, lines, ok, parse_request, parts
+from parlschedd.daemon.protocol import MAX_LINE, Framed, ProtocolError, clip, encode, lines, ok, parse_request
+
+
+def parts(reply: bytes) -> list[bytes]:
+    """``lines`` of one whole reply, as a client receives them."""
+    return list(lines([reply]))
 
 
 def test_valid_requests():

@@ -16,7 +16,7 @@ import pytest
 from parlschedd.host import procfs
 from parlschedd.host.errors import ThreadGone
 from tests.conftest import wait_for
-from parlschedd.host.procfs import Schedstat, ThreadInfo, Uids
+from parlschedd.host.procfs import Schedstat, Uids
 
 from .conftest import FakeProc, Worker, stat_line
 
@@ -45,7 +45,8 @@ def test_fake_tree_threads_and_identity(fake_proc: FakeProc) -> None:
     (fake_proc.root / "100" / "task" / "103").mkdir()  # exited while being listed
     root = str(fake_proc.root)
 
-    assert procfs.list_threads(100, root) == [ThreadInfo(100, "app"), ThreadInfo(101, NASTY), ThreadInfo(102, "worker")]
+    assert procfs.list_tids(100, root) == [100, 101, 102, 103]  # listed; its files went with it
+    assert [procfs.thread_stat(t, root).comm for t in (100, 101, 102)] == ["app", NASTY, "worker"]
     assert procfs.thread_start_time(101, root) == 510
     assert procfs.process_start_time(100, root) == 500
     assert procfs.thread_schedstat(101, root) == Schedstat(42, 5, 7)
@@ -61,7 +62,7 @@ def test_fake_tree_threads_and_identity(fake_proc: FakeProc) -> None:
 def test_fake_tree_vanished_process(fake_proc: FakeProc) -> None:
     fake_proc.root.mkdir()
     root = str(fake_proc.root)
-    for call in (procfs.list_threads, procfs.process_start_time, procfs.comm, procfs.children):
+    for call in (procfs.list_tids, procfs.process_start_time, procfs.comm, procfs.descendants):
         with pytest.raises(ThreadGone) as info:
             call(4242, root)
         assert info.value.pid == 4242
@@ -90,18 +91,16 @@ def test_children_and_descendants(fake_proc: FakeProc, children_files: bool) -> 
         fake_proc.set_children(11, 11, [13])
         fake_proc.set_children(13, 13, [14])
     root = str(fake_proc.root)
-    assert procfs.children(10, root) == [11, 12]
-    assert procfs.children(14, root) == []
     assert procfs.descendants(10, root) == [11, 12, 13, 14]
+    assert procfs.descendants(11, root) == [13, 14] and procfs.descendants(14, root) == []
     assert procfs.descendants(20, root) == []
 
 
 def test_real_threads_of_this_process(spawn: Callable[..., Worker]) -> None:
     worker = spawn(busy=False)
     Path(f"/proc/self/task/{worker.tid}/comm").write_text(NASTY)
-    threads = procfs.list_threads(os.getpid())
-    assert ThreadInfo(worker.tid, NASTY) in threads
-    assert os.getpid() in {t.tid for t in threads}  # not first: tids wrap at pid_max (32768 here)
+    tids = procfs.list_tids(os.getpid())
+    assert worker.tid in tids and os.getpid() in tids  # not first: tids wrap at pid_max (32768 here)
     assert procfs.thread_stat(worker.tid).comm == NASTY
     assert procfs.thread_start_time(worker.tid) >= procfs.process_start_time(os.getpid())
     assert procfs.process_uids(os.getpid()).real == os.getuid()
@@ -116,16 +115,16 @@ def test_real_descendants_of_a_process_tree() -> None:
     try:
         deadline = time.monotonic() + 5
         def execed() -> bool:  # a child is listed from fork on, but named "sleep" only after exec
-            kids = procfs.children(shell.pid)
+            kids = procfs.descendants(shell.pid)
             return len(kids) == 2 and all(procfs.comm(p) == "sleep" for p in kids)
 
         while not execed() and time.monotonic() < deadline:
             time.sleep(0.01)
-        grandchildren = procfs.children(shell.pid)
+        grandchildren = procfs.descendants(shell.pid)
         assert len(grandchildren) == 2
         assert procfs.cmdline(shell.pid) == ["sh", "-c", "sleep 30 & sleep 30 & wait"]
         assert all(procfs.comm(p) == "sleep" for p in grandchildren)
-        assert shell.pid in procfs.children(os.getpid())
+        assert shell.pid in procfs.descendants(os.getpid())
         assert set(grandchildren) | {shell.pid} <= set(procfs.descendants(os.getpid()))
     finally:
         for pid in procfs.descendants(shell.pid):
