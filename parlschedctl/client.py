@@ -9,7 +9,7 @@ import socket
 import stat
 from typing import Any
 
-DEFAULT_SOCKET = "/run/parlsched/parlschedd.sock"
+from parlschedd.daemon.protocol import DEFAULT_SOCKET
 
 
 class Unreachable(Exception):

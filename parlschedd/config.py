@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from parlschedd.daemon.protocol import DEFAULT_SOCKET
 from parlschedd.learning.normalize import MODES as NORMALISE_MODES
 from parlschedd.learning.params import RANGES as LEARNING_RANGES, REWARDS, LearningParams
 from parlschedd.patterns import PatternError, compile_pattern
@@ -24,7 +25,6 @@ from parlschedd.topology import DOMAIN_MODES
 
 UTILITIES = ("auto", "instructions", "task-clock", "schedstat")
 DEFAULT_PATH = Path("/etc/parlsched/parlschedd.yaml")
-DEFAULT_SOCKET = "/run/parlsched/parlschedd.sock"
 
 
 class ConfigError(ValueError):

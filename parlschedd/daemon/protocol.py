@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+DEFAULT_SOCKET = "/run/parlsched/parlschedd.sock"  # where the daemon listens and clients ask, unless told
 MAX_LINE = 64 * 1024
 # A part's text is ASCII JSON (``encode`` escapes the rest), which at most doubles when
 # encoded as a string (each quote and backslash gains a backslash); 64 bytes for the envelope.
