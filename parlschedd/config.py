@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from parlschedd.daemon.protocol import DEFAULT_SOCKET
+from parlschedd.keypaths import Collector, KeyPathError
 from parlschedd.learning.normalize import MODES as NORMALISE_MODES
 from parlschedd.learning.params import RANGES as LEARNING_RANGES, REWARDS, LearningParams
 from parlschedd.patterns import PatternError, compile_pattern
@@ -27,12 +28,8 @@ UTILITIES = ("auto", "instructions", "task-clock", "schedstat")
 DEFAULT_PATH = Path("/etc/parlsched/parlschedd.yaml")
 
 
-class ConfigError(ValueError):
+class ConfigError(KeyPathError):
     """A config that cannot be used; ``errors`` lists (key path, message) pairs."""
-
-    def __init__(self, source: str, errors: list[tuple[str, str]]) -> None:
-        self.source, self.errors = source, errors
-        super().__init__(f"{source}: " + "; ".join(f"{k}: {m}" for k, m in errors))
 
 
 @dataclass(frozen=True)
@@ -141,14 +138,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 _UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _UniqueKeyLoader.construct_yaml_int)
 
 
-class _Checker:
-    """Collects errors with their key paths while converting raw YAML values."""
-
-    def __init__(self) -> None:
-        self.errors: list[tuple[str, str]] = []
-
-    def fail(self, path: str, message: str) -> None:
-        self.errors.append((path, message))
+class _Checker(Collector):
+    """The config's typed getters: a bad value is an error, and its default stands in."""
 
     def number(self, raw: Mapping[str, Any], key: str, path: str, default: float, lo: float,
                hi: float | None = None, lo_inclusive: bool = False) -> float:
@@ -207,22 +198,22 @@ class _Checker:
             return None
         return tuple(value)
 
-    def mapping(self, raw: Any, path: str, known: set[str]) -> Mapping[str, Any]:
+    def section(self, raw: Any, path: str, known: set[str]) -> Mapping[str, Any]:
+        """The mapping at ``path`` ("" the top level); an empty section (null) is all
+        defaults, and a key not in ``known`` an error."""
         if raw is None:
             return {}
-        if not isinstance(raw, Mapping):
-            self.fail(path or "(top level)", f"must be a mapping, got {type(raw).__name__}")
-            return {}
-        for key in raw:
+        section = self.mapping(raw, path or "(top level)")
+        for key in section:
             if key not in known:
                 self.fail(f"{path}.{key}" if path else str(key), f"unknown key; expected one of {', '.join(sorted(known))}")
-        return raw
+        return section
 
 
 def from_mapping(raw: Any, source: str = "<config>") -> Config:
     """Validate a parsed YAML document into a Config; raise ConfigError listing all errors."""
     c = _Checker()
-    top = c.mapping(raw, "", {f.name for f in fields(Config)})
+    top = c.section(raw, "", {f.name for f in fields(Config)})
     valid = len(c.errors)
     period = c.number(top, "period_s", "period_s", 0.1, 0.0)
     domain_period = c.number(top, "domain_period_s", "domain_period_s", 4.0, 0.0)
@@ -273,7 +264,7 @@ def from_mapping(raw: Any, source: str = "<config>") -> Config:
 
 def _learning(c: _Checker, raw: Any) -> LearningParams:
     names = {_LEARNING_KEYS.get(f.name, f.name): f.name for f in fields(LearningParams)}
-    m = c.mapping(raw, "learning", set(names))
+    m = c.section(raw, "learning", set(names))
     defaults = DAEMON_LEARNING
     values: dict[str, Any] = {}
     for key, attr in names.items():
@@ -306,7 +297,7 @@ def _targets(c: _Checker, raw: Any) -> tuple[TargetRule, ...]:
     known = {f.name for f in fields(TargetRule)}
     for i, item in enumerate(raw):
         path = f"targets[{i}]"
-        m = c.mapping(item, path, known)
+        m = c.section(item, path, known)
         name = c.regex(m.get("name"), f"{path}.name")
         cgroup = m.get("cgroup")
         if cgroup is not None and not _valid_cgroup(cgroup):
@@ -344,7 +335,7 @@ def split_cgroup(value: str) -> tuple[tuple[str, ...], str]:
 
 
 def _socket(c: _Checker, raw: Any) -> SocketConfig:
-    m = c.mapping(raw, "socket", {"path", "group", "mode"})
+    m = c.section(raw, "socket", {"path", "group", "mode"})
     path = m.get("path", DEFAULT_SOCKET)
     if not isinstance(path, str) or not path.startswith("/"):
         c.fail("socket.path", f"must be an absolute path, got {_shown(path)}")

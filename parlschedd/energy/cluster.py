@@ -19,13 +19,11 @@ from typing import Any
 import numpy as np
 import yaml
 
+from parlschedd.keypaths import Collector, KeyPathError
 
-class ClusterError(ValueError):
+
+class ClusterError(KeyPathError):
     """A cluster file that cannot be used; ``errors`` lists (key path, message) pairs."""
-
-    def __init__(self, source: str, errors: list[tuple[str, str]]) -> None:
-        self.source, self.errors = source, errors
-        super().__init__(f"{source}: " + "; ".join(f"{k}: {m}" for k, m in errors))
 
 
 @dataclass(frozen=True)
@@ -103,17 +101,9 @@ def _yaml12_float(value: Any) -> Any:
     return value
 
 
-class _Reader:
-    """Typed getters that record errors under a key path instead of raising at once."""
-
-    def __init__(self) -> None:
-        self.errors: list[tuple[str, str]] = []
-
-    def mapping(self, value: Any, path: str) -> Mapping[str, Any]:
-        if isinstance(value, Mapping):
-            return value
-        self.errors.append((path, f"must be a mapping, got {type(value).__name__}"))
-        return {}
+class _Reader(Collector):
+    """The cluster's typed getters: a missing or wrong value is an error, and None or the
+    default stands in for it."""
 
     def number(self, data: Mapping[str, Any], key: str, path: str, *, integer: bool = False,
                low: float | None = None, high: float | None = None, above: float | None = None,
@@ -122,27 +112,27 @@ class _Reader:
         where = f"{path}.{key}" if path else key
         if key not in data:
             if required:
-                self.errors.append((where, "is required"))
+                self.fail(where, "is required")
             return None
         value = _yaml12_float(data[key]) if not integer else data[key]
         kind = "an integer" if integer else "a number"
         ok = isinstance(value, int) if integer else isinstance(value, int | float)
         if isinstance(value, bool) or not ok or not math.isfinite(value):
-            self.errors.append((where, f"must be {kind}, got {value!r}"))
+            self.fail(where, f"must be {kind}, got {value!r}")
             return None
         if (low is not None and value < low) or (high is not None and value > high):
             bounds = f">= {low}" if high is None else f"in [{low}, {high}]"
-            self.errors.append((where, f"must be {kind} {bounds}, got {value!r}"))
+            self.fail(where, f"must be {kind} {bounds}, got {value!r}")
             return None
         if above is not None and value <= above:
-            self.errors.append((where, f"must be {kind} > {above:g}, got {value!r}"))
+            self.fail(where, f"must be {kind} > {above:g}, got {value!r}")
             return None
         return int(value) if integer else float(value)
 
     def text(self, data: Mapping[str, Any], key: str, path: str, default: str) -> str:
         value = data.get(key, default)
         if not isinstance(value, str) or not value:
-            self.errors.append((f"{path}.{key}", f"must be a non-empty string, got {value!r}"))
+            self.fail(f"{path}.{key}", f"must be a non-empty string, got {value!r}")
             return default
         return value
 
@@ -150,25 +140,25 @@ class _Reader:
 def _run(r: _Reader, data: Mapping[str, Any]) -> RunSettings | None:
     run = r.mapping(data.get("run"), "run") if "run" in data else None
     if run is None:
-        r.errors.append(("run", "is required"))
+        r.fail("run", "is required")
         return None
     n = r.number(run, "individuals", "run", integer=True, low=1)
     g = r.number(run, "generations", "run", integer=True, low=1)
     ngm = r.number(run, "global_migrations", "run", integer=True, low=1)
     alpha = r.number(run, "crossover_probability", "run", low=0.0, high=1.0)
     if alpha == 0.0:  # eq. 1 divides by it: a GA that never crosses over is not the one modelled
-        r.errors.append(("run.crossover_probability", "must be in (0, 1], got 0"))
+        r.fail("run.crossover_probability", "must be in (0, 1], got 0")
         alpha = None
     span = run.get("subpopulations", [1, 32])
     ok_span = (isinstance(span, list) and len(span) == 2 and all(isinstance(v, int) and v >= 1 for v in span)
                and span[0] <= span[1])
     if not ok_span:
-        r.errors.append(("run.subpopulations", f"must be [low, high] with 1 <= low <= high, got {span!r}"))
+        r.fail("run.subpopulations", f"must be [low, high] with 1 <= low <= high, got {span!r}")
     if g is not None and ngm is not None and g % ngm:
-        r.errors.append(("run.global_migrations", f"must divide generations ({g}), got {ngm}"))
+        r.fail("run.global_migrations", f"must divide generations ({g}), got {ngm}")
     if ok_span and n is not None and span[1] > n:
-        r.errors.append(("run.subpopulations", f"must not go above run.individuals ({n}): each subpopulation "
-                                               f"needs at least one individual, got {span!r}"))
+        r.fail("run.subpopulations", f"must not go above run.individuals ({n}): each subpopulation "
+                                     f"needs at least one individual, got {span!r}")
         ok_span = False
     if None in (n, g, ngm, alpha) or not ok_span:
         return None
@@ -190,7 +180,7 @@ def _device(r: _Reader, raw: Any, path: str, index: int) -> Device | None:
 def _nodes(r: _Reader, data: Mapping[str, Any]) -> tuple[Node, ...]:
     raw = data.get("nodes")
     if not isinstance(raw, list) or not raw:
-        r.errors.append(("nodes", "must be a non-empty list of worker nodes"))
+        r.fail("nodes", "must be a non-empty list of worker nodes")
         return ()
     nodes = []
     for i, raw_node in enumerate(raw):
@@ -198,7 +188,7 @@ def _nodes(r: _Reader, data: Mapping[str, Any]) -> tuple[Node, ...]:
         node = r.mapping(raw_node, path)
         devices = node.get("devices")
         if not isinstance(devices, list) or not devices:
-            r.errors.append((f"{path}.devices", "must be a non-empty list of devices"))
+            r.fail(f"{path}.devices", "must be a non-empty list of devices")
             continue
         built = [_device(r, dev, f"{path}.devices[{j}]", j) for j, dev in enumerate(devices)]
         _unique(r, [d.name for d in built if d], f"{path}.devices", "device")
@@ -211,7 +201,7 @@ def _unique(r: _Reader, names: list[str], path: str, what: str) -> None:
     """Fitted parameters are keyed by node and device name: a repeated name would
     merge two sets into one and leave a params file that matches no cluster."""
     for name in sorted({n for n in names if names.count(n) > 1}):
-        r.errors.append((path, f"the {what} name {name!r} appears {names.count(name)} times; names must be unique"))
+        r.fail(path, f"the {what} name {name!r} appears {names.count(name)} times; names must be unique")
 
 
 def parse_cluster(data: Any, source: str = "<cluster>") -> Cluster:
@@ -227,7 +217,9 @@ def parse_cluster(data: Any, source: str = "<cluster>") -> Cluster:
     freq = r.number(master, "frequency_hz", "master", low=1.0, required=False)
     nodes = _nodes(r, top) if top else ()
     known = {"run", "master", "switch", "nodes"}
-    r.errors.extend((k, "unknown key") for k in top if k not in known)
+    for key in top:
+        if key not in known:
+            r.fail(key, "unknown key")
     if r.errors:
         raise ClusterError(source, r.errors)
     return Cluster(run, master_tdp, switch_tdp, nodes, threads, freq)

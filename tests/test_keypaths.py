@@ -1,0 +1,21 @@
+"""The core both YAML readers share: one error class, errors collected by key path."""
+
+from parlschedd.config import ConfigError
+from parlschedd.energy.cluster import ClusterError
+from parlschedd.keypaths import Collector, KeyPathError
+
+
+def test_both_readers_raise_the_one_error_class():
+    """A caller may catch either name, or KeyPathError for both; the text is the same."""
+    for error in (ConfigError, ClusterError):
+        exc = error("f.yaml", [("a.b", "must be x"), ("c", "is required")])
+        assert isinstance(exc, KeyPathError) and isinstance(exc, ValueError)
+        assert exc.source == "f.yaml" and exc.errors == [("a.b", "must be x"), ("c", "is required")]
+        assert str(exc) == "f.yaml: a.b: must be x; c: is required"
+
+
+def test_a_value_that_is_not_a_mapping_is_an_error_and_reads_as_empty():
+    c = Collector()
+    assert c.mapping({"k": 1}, "s") == {"k": 1} and c.errors == []
+    assert c.mapping([1], "s") == {}
+    assert c.errors == [("s", "must be a mapping, got list")]
