@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from parlschedd.daemon.protocol import DEFAULT_SOCKET
-from parlschedd.keypaths import Collector, KeyPathError
+from parlschedd.keypaths import Collector, KeyPathError, yaml12_number
 from parlschedd.learning.normalize import MODES as NORMALISE_MODES
 from parlschedd.learning.params import RANGES as LEARNING_RANGES, REWARDS, LearningParams
 from parlschedd.patterns import PatternError, compile_pattern
@@ -91,11 +91,6 @@ class Config:
 _LEARNING_KEYS = {"lam": "lambda"}
 
 
-def _looks_numeric(text: str) -> bool:
-    """Exponent notation without a dot (1e-3), which YAML 1.1 loads as a string."""
-    return re.fullmatch(r"[-+]?\d+[eE][-+]?\d+", text.strip()) is not None
-
-
 def _shown(value: Any) -> str:
     """A value as the user wrote it in YAML (true, null, [0, 1]), strings quoted."""
     if isinstance(value, str):
@@ -143,10 +138,9 @@ class _Checker(Collector):
 
     def number(self, raw: Mapping[str, Any], key: str, path: str, default: float, lo: float,
                hi: float | None = None, lo_inclusive: bool = False) -> float:
-        value = raw.get(key, default)
+        value = yaml12_number(raw.get(key, default))
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            hint = " (YAML reads 1e-3 as text: write 1.0e-3)" if isinstance(value, str) and _looks_numeric(value) else ""
-            self.fail(path, f"must be a number, got {_shown(value)}{hint}")
+            self.fail(path, f"must be a number, got {_shown(value)}")
             return default
         if not math.isfinite(value):
             self.fail(path, f"must be a finite number, got {_shown(value)}")

@@ -10,8 +10,13 @@ needs and raises its subclass of :class:`KeyPathError` at the end.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
+
+# YAML 1.2's decimal numbers (its core schema). PyYAML follows YAML 1.1, whose floats need
+# a dot, and a sign in an exponent, and so loads 1e-3, 2.1e9 and 706.0e6 as text.
+_YAML12_NUMBER = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
 
 
 class KeyPathError(ValueError):
@@ -38,3 +43,17 @@ class Collector:
             return value
         self.fail(path, f"must be a mapping, got {type(value).__name__}")
         return {}
+
+
+def yaml12_number(value: Any) -> Any:
+    """``value``, or the float it is where it is text that YAML 1.2 reads as a number.
+
+    Nobody who writes ``eps: 1e-3`` means text, and YAML 1.2 tools read it as a number;
+    both readers pass each real-number field through this, so they accept the same
+    numbers. The document is parsed already, so a quoted ``'1e-3'`` is a number too: in a
+    field that takes only numbers it can mean nothing else. Other text (``fast``, ``nan``,
+    ``1_000``) is left for the field's own error.
+    """
+    if isinstance(value, str) and _YAML12_NUMBER.fullmatch(value):
+        return float(value)
+    return value

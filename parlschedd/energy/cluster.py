@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from parlschedd.keypaths import Collector, KeyPathError
+from parlschedd.keypaths import Collector, KeyPathError, yaml12_number
 
 
 class ClusterError(KeyPathError):
@@ -90,17 +90,6 @@ class Cluster:
         return np.array([d.tdp_w for d in self.devices], dtype=float)
 
 
-def _yaml12_float(value: Any) -> Any:
-    """PyYAML follows YAML 1.1, which reads ``2.1e9`` (no sign in the exponent) as a
-    string; YAML 1.2 and every user mean a number, so such strings are converted."""
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
-
-
 class _Reader(Collector):
     """The cluster's typed getters: a missing or wrong value is an error, and None or the
     default stands in for it."""
@@ -114,7 +103,7 @@ class _Reader(Collector):
             if required:
                 self.fail(where, "is required")
             return None
-        value = _yaml12_float(data[key]) if not integer else data[key]
+        value = data[key] if integer else yaml12_number(data[key])
         kind = "an integer" if integer else "a number"
         ok = isinstance(value, int) if integer else isinstance(value, int | float)
         if isinstance(value, bool) or not ok or not math.isfinite(value):

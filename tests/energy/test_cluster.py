@@ -75,6 +75,26 @@ def test_unreadable_and_invalid_yaml(tmp_path):
         load_cluster(broken)
 
 
+def test_a_number_yaml_1_1_loads_as_text_is_the_number_meant(tmp_path):
+    """The daemon's config has the same rule (tests/test_config.py): text that YAML 1.2
+    reads as a number (1e-3, 2.1e9; PyYAML, YAML 1.1, loads them as text) is that number.
+    Other text is refused, also what float() took before (1_000, ' 80', infinity)."""
+    written = {"frequency_hz: 1000000000.0": "frequency_hz: 1e9", "frequency_hz: 2000000000.0": "frequency_hz: 2.0e9",
+               "tdp_w: 60": "tdp_w: 6E1", "tdp_w: 4\n": "tdp_w: 4.0e+0\n"}
+    text = yaml.safe_dump(TINY)
+    for number, exponent in written.items():
+        assert number in text
+        text = text.replace(number, exponent)
+    path = tmp_path / "exponents.yaml"
+    path.write_text(text)
+    assert load_cluster(path) == parse_cluster(TINY)
+    for raw in ("fast", "nan", "1_000", " 80", "infinity"):
+        bad = copy.deepcopy(TINY)
+        bad["master"]["tdp_w"] = raw
+        with pytest.raises(ClusterError) as err:
+            parse_cluster(bad)
+        assert err.value.errors == [("master.tdp_w", f"must be a number, got {raw!r}")]
+
 
 def test_names_crossover_and_span_that_would_break_a_fit_later_are_refused():
     """Each passed validation before: repeated names merged two parameter sets into one
