@@ -135,69 +135,114 @@ def top(sock: str, interval: float | None, iterations: int | None) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush has nowhere to fail
 
 
-@cli.command(context_settings={"ignore_unknown_options": True})
+# Sent to run alone (a supervisor, a closed ssh session, kill), they are passed on to CMD,
+# so that CMD never runs on orphaned, still pinned, with no summary. SIGINT is not: Ctrl-C
+# reaches CMD through the terminal's process group, and passing it on would send it twice.
+RELAYED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM)
+
+
+class _Relay:
+    """Passes RELAYED signals on to CMD; one that comes before CMD exists is kept and
+    passed on as soon as it does (installed before the fork, so none is missed)."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.pending: list[int] = []
+        for sig in RELAYED:
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        if self.proc is None:
+            self.pending.append(signum)
+        else:
+            self.proc.send_signal(signum)
+
+    def started(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+        while self.pending:
+            proc.send_signal(self.pending.pop(0))
+
+
+def _say(text: str, nl: bool = True) -> None:
+    """A message of run's on stderr, where one that cannot be written (a closed pipe, a
+    full disk) is lost rather than turning CMD's exit code into run's failure."""
+    try:
+        click.echo(text, nl=nl, err=True)
+    except OSError:
+        pass
+
+
+def _signal_name(number: int) -> str:
+    """SIGKILL, SIGRTMIN+3: Python names only the first and last real-time signals."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        rtmin = int(signal.SIGRTMIN)
+        return f"SIGRTMIN+{number - rtmin}" if rtmin < number < signal.SIGRTMAX else f"signal {number}"
+
+
+@cli.command(context_settings={"allow_interspersed_args": False})
 @click.option("--observe", is_flag=True, help="Measure and learn without pinning.")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_obj
 @talks_to_daemon
 def run(sock: str, observe: bool, cmd: tuple[str, ...]) -> None:
     """Start CMD, attach it, wait for it, print a summary, exit with CMD's exit code
-    (128 + N when a signal N killed it; 127 when CMD is not found, 126 when it cannot run)."""
-    if cmd[0].startswith("-"):  # options after CMD are CMD's; one before it is a typo, not a program
-        raise click.UsageError(f"no such option: {cmd[0]} (run takes --observe; put CMD after --)")
+    (128 + N when a signal N killed it; 127 when CMD is not found, 126 when it cannot run).
+    Everything from CMD on is CMD's, options too."""
     client.request(sock, "ping")
     started = time.monotonic()
+    relay = _Relay()
     try:
         proc = subprocess.Popen(cmd)
     except OSError as exc:  # the shell's and env(1)'s codes: 127 not found, 126 not runnable
-        click.echo(f"parlschedctl: cannot start {cmd[0]}: {exc.strerror}", err=True)
+        _say(f"parlschedctl: cannot start {cmd[0]}: {exc.strerror}")
         sys.exit(127 if isinstance(exc, FileNotFoundError) else 126)
-    # Ctrl-C reaches CMD (same process group); we stay to report how it ended, as time(1) does.
-    # SIGTERM and SIGHUP sent to us alone (a supervisor, a closed ssh session) are passed on,
-    # so CMD never runs on orphaned, still pinned, with no summary.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, lambda signum, frame: proc.send_signal(signum))
+    relay.started(proc)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # after the fork: CMD must not inherit it ignored
     last: dict[str, Any] = {}
-    lost = attached = False
+    ending = ""  # why the summary is not of CMD's end, if it is not
     managed: set[int] = set()
     try:
         last = client.request(sock, "attach", pid=proc.pid, observe=observe, descendants=True)["target"]
-        attached = True
         managed.update(t["tid"] for t in last.get("threads", []))
         live = sys.stderr.isatty()
         while proc.poll() is None:
             try:
                 last = client.request(sock, "status", pid=proc.pid)["targets"][0]
             except client.Refused:
-                pass
+                if proc.poll() is None:  # it runs, and is not attached: a client detached it
+                    ending = "detached before the end"
+                    _say(("\r\033[K" if live else "") + f"parlschedctl: {cmd[0]} was detached; waiting for it")
+                    break
+                continue  # it ended, and the daemon dropped it: the loop's end
             managed.update(t["tid"] for t in last.get("threads", []))
             if live and last:
-                click.echo("\r\033[K" + progress_line(last, time.monotonic() - started), nl=False, err=True)
+                _say("\r\033[K" + progress_line(last, time.monotonic() - started), nl=False)
             time.sleep(0.2)
         if live:
-            click.echo("\r\033[K", nl=False, err=True)
+            _say("\r\033[K", nl=False)
     except client.Refused as exc:
         ended = exc.code == "no_such_process" and proc.poll() is not None
-        click.echo(f"parlschedctl: not managed: {f'{cmd[0]} ended before it could be attached' if ended else exc}", err=True)
+        _say(f"parlschedctl: not managed: {f'{cmd[0]} ended before it could be attached' if ended else exc}")
+        ending = "never attached"
     except client.Unreachable as exc:
-        lost = True
-        click.echo(("\r\033[K" if sys.stderr.isatty() else "") + f"parlschedctl: lost the daemon ({exc}); waiting for {cmd[0]}", err=True)
+        ending = "the daemon stopped before the end"
+        _say(("\r\033[K" if sys.stderr.isatty() else "") + f"parlschedctl: lost the daemon ({exc}); waiting for {cmd[0]}")
     code = proc.wait()
     wall = time.monotonic() - started
-    how = f"exited {code}" if code >= 0 else f"was killed by {signal.Signals(-code).name}"
-    click.echo(f"parlschedctl: {cmd[0]} {how} after {wall:.2f} s{_run_summary(attached, observe, lost, managed, last)}",
-               err=True)
+    how = f"exited {code}" if code >= 0 else f"was killed by {_signal_name(-code)}"
+    _say(f"parlschedctl: {cmd[0]} {how} after {wall:.2f} s{_run_summary(ending, observe, managed, last)}")
     sys.exit(code if code >= 0 else 128 - code)
 
 
-def _run_summary(attached: bool, observe: bool, lost: bool, managed: set[int], last: dict[str, Any]) -> str:
+def _run_summary(ending: str, observe: bool, managed: set[int], last: dict[str, Any]) -> str:
     """'; managed 4 threads (at the end ...)' for run's last line; '' when never attached."""
-    if not attached:
+    if ending == "never attached":
         return ""
     said = f"; {'observed' if observe else 'managed'} {len(managed)} thread{'' if len(managed) == 1 else 's'}"
-    if lost:
-        return said + " (the daemon stopped before the end)"
+    if ending:
+        return f"{said} ({ending})"
     return said if observe else said + f" (at the end {placements(last.get('threads', []))})"
 
 

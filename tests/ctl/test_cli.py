@@ -81,7 +81,7 @@ def test_usage_error_exits_2(tmp_path):
     assert ctl("attach", "4194304").returncode == 2  # PID_MAX_LIMIT itself: pids stay below it
     assert ctl("attach", "4194303", socket=str(tmp_path / "none.sock")).returncode == 3  # a pid: asks the daemon
     r = ctl("run", "--json", "--", "true", socket=str(tmp_path / "none.sock"))
-    assert r.returncode == 2 and "no such option: --json" in r.stderr  # not a program named --json
+    assert r.returncode == 2 and "No such option '--json'" in r.stderr  # not a program named --json
 
 
 def test_daemon_commands_do_not_load_the_models_libraries(tmp_path):
@@ -250,18 +250,65 @@ def test_run_waits_for_cmd_when_the_daemon_goes_away(daemon, tmp_path):
 
 
 @needs_root
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
-def test_run_passes_sigterm_and_sighup_on_to_cmd(daemon, sig):
-    """A signal sent to run alone (a supervisor, a closed ssh session) reaches CMD, and
-    run still waits, reports and exits as CMD did; before, run died and left CMD running
-    orphaned, still pinned."""
-    proc = run_in_background(daemon, "exec sleep 30")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
+                                 signal.SIGALRM])
+def test_run_passes_signals_on_to_cmd(daemon, sig):
+    """A signal sent to run alone (a supervisor, a closed ssh session, kill) reaches CMD,
+    and run still waits, reports and exits as CMD did; before, run died and left CMD
+    running orphaned, still pinned (SIGQUIT, SIGUSR1, SIGUSR2 and SIGALRM until now)."""
+    proc = run_in_background(daemon, "ulimit -c 0; exec sleep 30")  # no core file of SIGQUIT
     target = json.loads(ctl("status", "--json", socket=daemon.socket).stdout)["targets"][0]["pid"]
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 128 + sig, err
     assert f"sh was killed by {sig.name}" in err
     wait_for(lambda: not os.path.exists(f"/proc/{target}"))
+
+
+@needs_root
+def test_run_names_a_real_time_signal_that_killed_cmd(daemon):
+    """Python names only SIGRTMIN and SIGRTMAX: run ended in a traceback and exit 1."""
+    r = ctl("run", "--", "sh", "-c", "kill -s RTMIN+3 $$", socket=daemon.socket)
+    assert r.returncode == 128 + signal.SIGRTMIN + 3, r.stderr
+    assert "sh was killed by SIGRTMIN+3" in r.stderr
+
+
+@needs_root
+def test_run_keeps_cmds_exit_code_when_its_messages_cannot_be_written(daemon):
+    """A log that is full or gone (stderr on /dev/full, a closed pipe) lost CMD's exit
+    code: the summary's write failed, and run exited 1 as if the daemon refused."""
+    with open("/dev/full", "w") as full:
+        for cmd in (["sh", "-c", "exit 7"], ["/no/such/program"]):
+            r = subprocess.run([*CTL, "run", "--", *cmd], stderr=full, env={**os.environ, "PARLSCHED_SOCKET": daemon.socket},
+                               timeout=60)
+            assert r.returncode == (7 if cmd[0] == "sh" else 127)
+
+
+@needs_root
+def test_run_says_cmd_was_detached_before_its_end(daemon, tmp_path):
+    """A client detached CMD while it ran: the summary gave the placements of the last
+    poll before the detach as CMD's end."""
+    go = tmp_path / "go"
+    proc = run_in_background(daemon, f"for i in $(seq 600); do [ -e {go} ] && break; sleep 0.05; done; exit 3")
+    target = json.loads(ctl("status", "--json", socket=daemon.socket).stdout)["targets"][0]["pid"]
+    assert ctl("detach", str(target), socket=daemon.socket).returncode == 0
+    said = proc.stderr.readline()  # run's next poll finds it detached
+    go.touch()
+    _, err = proc.communicate(timeout=30)
+    assert said == "parlschedctl: sh was detached; waiting for it\n", said + err
+    assert proc.returncode == 3, err
+    assert re.search(r"sh exited 3 after [\d.]+ s; managed \d+ threads? \(detached before the end\)\n", err), err
+
+
+@needs_root
+def test_options_after_cmd_are_cmds(daemon):
+    """``run sh -c '...' x --observe``: --observe was taken as run's own, and
+    ``run ls -h`` showed run's help; an option before CMD is still run's."""
+    r = ctl("run", "sh", "-c", "echo \"[$1]\"", "x", "--observe", socket=daemon.socket)
+    assert r.returncode == 0 and r.stdout == "[--observe]\n", r.stderr
+    assert "managed" in r.stderr or "not managed" in r.stderr  # run's own summary: not observe's "observed"
+    assert "observed" not in r.stderr
+    assert ctl("run", "--bogus", socket=daemon.socket).returncode == 2
 
 
 @needs_root
