@@ -371,13 +371,14 @@ class Engine:
             return _not_yours(pid, owner, uid)
         message = f"process {pid} is not attached"
         gone = self._gone.get(pid)
-        manager_pid = self._manager_of(pid)
+        hint = self._thread_hint(pid)
+        manager_pid = None if hint else self._manager_of(pid)  # a thread is managed with its process
         manager = None if manager_pid is None else self.targets[manager_pid]
         if gone is not None and uid in (None, 0, gone[0]) and self.start_time(pid) in (None, gone[1]):
             message += f": it exited, and parlschedd dropped it ({_threads(gone[2])} managed at most)"
         elif manager is not None and uid in (None, 0, manager.uid):
             message += f"; it is managed as a descendant of {manager.pid}; detach {manager.pid} to release it"
-        return EngineError("not_attached", message + self._thread_hint(pid))
+        return EngineError("not_attached", message + hint)
 
     def _owner(self, pid: int) -> int | None:
         try:

@@ -214,6 +214,10 @@ def test_refusals_and_empty_attaches_say_why(daemon, workload, tmp_path):
     for cmd, *rest in (("attach",), ("detach",), ("status",), ("plot", *plot)):
         r = ctl(cmd, str(thread), *rest, socket=daemon.socket)
         assert r.returncode == 1 and f"{thread} is a thread of process {w.pid}" in r.stderr, (cmd, r.stderr)
+    assert ctl("attach", str(w.pid), socket=daemon.socket).returncode == 0
+    r = ctl("detach", str(thread), socket=daemon.socket)  # managed, as a thread: not "as a descendant"
+    assert r.returncode == 1 and f"{thread} is a thread of process {w.pid}" in r.stderr and "descendant" not in r.stderr
+    assert ctl("detach", str(w.pid), socket=daemon.socket).returncode == 0
     r = ctl("attach", str(w.pid), "--threads", "^no-such-name$", socket=daemon.socket)
     assert r.returncode == 0, r.stderr  # attached: a thread of that name may still come
     assert "0 threads" in r.stdout and "no thread name" in r.stderr and "3 left out" in r.stderr
