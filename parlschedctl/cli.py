@@ -119,16 +119,31 @@ def status(sock: str, pid: int | None, as_json: bool) -> None:
 @talks_to_daemon
 def top(sock: str, interval: float | None, iterations: int | None) -> None:
     """Live view of status, refreshed every period (Ctrl-C to quit; a reader that
-    stops reading, like ``| head``, ends it as well, with exit code 0)."""
+    stops reading, like ``| head``, ends it as well, with exit code 0). A daemon that
+    goes away once the view is up (a restart) is waited for; the view's last refresh
+    failing exits 3."""
     n = 0
+    lost = False
+    period = 0.1  # until the daemon says its own
     try:
         while iterations is None or n < iterations:
-            reply = client.request(sock, "status")
+            n += 1
+            try:
+                reply = client.request(sock, "status")
+            except client.Unreachable as exc:
+                if n == 1 or n == iterations:
+                    raise
+                if not lost:
+                    click.echo(f"parlschedctl: lost the daemon ({exc}); waiting for it", err=True)
+                lost = True
+                time.sleep(interval or period)
+                continue
+            lost = False
+            period = reply["daemon"]["period_s"]
             if sys.stdout.isatty():
                 click.clear()
             click.echo(status_table(reply))
-            n += 1
-            time.sleep(interval or reply["daemon"]["period_s"])
+            time.sleep(interval or period)
     except KeyboardInterrupt:
         pass
     except BrokenPipeError:  # the reader left: the view's end, not an error (click's own handling exits 1)

@@ -14,7 +14,8 @@ import threading
 import pytest
 
 from parlschedd.host import cgroups
-from tests.conftest import PINNING, needs_root, wait_for
+from parlschedd import __version__
+from tests.conftest import PINNING, needs_root, start_daemon, wait_for
 
 CTL = [sys.executable, "-c", "from parlschedctl.cli import main; main()"]
 
@@ -188,6 +189,34 @@ def test_top_ends_quietly_when_its_reader_leaves(daemon):
     proc.stdout.close()
     assert proc.wait(timeout=30) == 0
     assert proc.stderr.read() == b""
+
+
+def test_top_waits_for_a_restarted_daemon(tmp_path):
+    """A restart under a running view (systemctl restart) ended top with exit 3; it
+    says the daemon is lost once, waits, and shows the new daemon when it is back."""
+    first = start_daemon(tmp_path)
+    proc = subprocess.Popen([*CTL, "top", "--interval", "0.05"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "PARLSCHED_SOCKET": first.socket})
+    second = None
+    try:
+        assert proc.stdout.readline().startswith(f"parlschedd {__version__} pid {first.proc.pid} ")
+        first.stop()
+        assert proc.stderr.readline().startswith("parlschedctl: lost the daemon (")
+        second = start_daemon(tmp_path)
+        while not (line := proc.stdout.readline()).startswith(f"parlschedd {__version__} pid {second.proc.pid} "):
+            assert line, "top ended"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+        assert "lost the daemon" not in proc.stderr.read()  # said once, not at each retry
+    finally:
+        proc.kill()
+        if second is not None:
+            second.stop()
+
+
+def test_top_exits_3_when_there_is_no_daemon_to_show(daemon):
+    daemon.stop()
+    assert ctl("top", "--iterations", "1", socket=daemon.socket).returncode == 3
 
 
 @needs_root
