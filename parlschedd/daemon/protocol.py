@@ -46,9 +46,11 @@ def parse_request(line: bytes) -> Request:
     if len(line) > MAX_LINE:
         raise ProtocolError("bad_request", f"request line longer than {MAX_LINE} bytes")
     try:
-        obj = json.loads(line.decode("utf-8"))
+        obj = json.loads(line.decode("utf-8"), object_pairs_hook=_unique_keys)
     except UnicodeDecodeError:
         raise ProtocolError("bad_request", "request is not valid UTF-8") from None
+    except _RepeatedKey as exc:
+        raise ProtocolError("bad_request", f"field {clip(repr(exc.key))} given twice") from None
     except (ValueError, RecursionError):
         raise ProtocolError("bad_request", "request is not a JSON object on one line") from None
     if not isinstance(obj, dict):
@@ -67,7 +69,7 @@ def parse_request(line: bytes) -> Request:
         if value is None and not schema[key][1]:
             continue
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise ProtocolError("bad_request", f"{cmd}: field {key!r} must be {kind.__name__}, got {type(value).__name__}")
+            raise ProtocolError("bad_request", f"{cmd}: field {key!r} must be {_json_type(kind)}, got {_json_type(type(value))}")
         if kind is int and not 0 < value < 2**31:
             raise ProtocolError("bad_request", f"{cmd}: field {key!r} out of range")
         args[key] = value
@@ -75,6 +77,32 @@ def parse_request(line: bytes) -> Request:
     if missing:
         raise ProtocolError("bad_request", f"{cmd}: missing field {missing[0]!r}")
     return Request(cmd, args)
+
+
+class _RepeatedKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all different: of ``{"cmd":"ping","cmd":"reload"}``
+    json keeps the last, so a request would do what a reader of its start does not see."""
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise _RepeatedKey(key)
+        obj[key] = value
+    return obj
+
+
+_JSON_TYPES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "an array",
+               dict: "an object", type(None): "null"}
+
+
+def _json_type(kind: type) -> str:
+    """A type by its JSON name, as the client wrote it (not Python's NoneType)."""
+    return _JSON_TYPES.get(kind, kind.__name__)
 
 
 def ok(**fields: Any) -> bytes:

@@ -189,8 +189,10 @@ def raw_exchange(path: str, payload: bytes) -> list[dict]:
     (b"[1, 2]\n", "object"),
     (b'{"cmd": "format_disk"}\n', "unknown command"),
     (b'{"cmd": "attach"}\n', "missing field"),
-    (b'{"cmd": "attach", "pid": "1"}\n', "must be int"),
-    (b'{"cmd": "attach", "pid": true}\n', "must be int"),
+    (b'{"cmd": "attach", "pid": "1"}\n', "field 'pid' must be an integer, got a string"),
+    (b'{"cmd": "attach", "pid": true}\n', "must be an integer, got a boolean"),
+    (b'{"cmd": "attach", "pid": null}\n', "must be an integer, got null"),
+    (b'{"cmd": "ping", "cmd": "reload"}\n', "field 'cmd' given twice"),
     (b'{"cmd": "attach", "pid": 1, "rm": 1}\n', "unknown field"),
     (b"[" * 60000 + b"\n", "JSON"),
 ])
