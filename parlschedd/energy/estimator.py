@@ -135,8 +135,7 @@ class EnergyTimeModel:
         n_time = len(cluster.devices) + 2
         tp = TimeParams.from_vector(vector[:n_time])
         ep = EnergyParams.from_vector(vector[n_time:]) if with_energy else None
-        nrmse_e = d.get("nrmse_energy")
-        model._set_best(Fit(tp, ep, float(d["nrmse_time"]), float("nan") if nrmse_e is None else nrmse_e, 0.0))
+        model._set_best(Fit(tp, ep, _nan_if_none(d["nrmse_time"]), _nan_if_none(d.get("nrmse_energy")), 0.0))
         model.problem_ = Problem(cluster, np.array([], dtype=int), np.array([]), None, model.rounding,
                                  model.master_power)
         return model
@@ -144,3 +143,9 @@ class EnergyTimeModel:
 
 def _none_if_nan(x: float) -> float | None:
     return None if x is None or np.isnan(x) else float(x)
+
+
+def _nan_if_none(x: float | None) -> float:
+    """An NRMSE as ``to_dict`` wrote it: null where it is undefined (energy not fitted, or
+    measurements without spread: all runtimes equal), read back as NaN."""
+    return float("nan") if x is None else float(x)

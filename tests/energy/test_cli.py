@@ -328,3 +328,18 @@ def test_a_fit_with_no_more_configurations_than_parameters_is_called_underdeterm
     assert r.exit_code == 0, r.output
     assert "3 configurations with energy for 14 energy parameters; the fit is underdetermined" in r.output
     assert "for 8 time parameters" not in r.output
+
+
+def test_a_fit_to_runtimes_without_spread_is_a_file_the_other_commands_read(tmp_path):
+    """Equal runtimes have no NRMSE (eq. 15 divides by their spread): fit wrote it as
+    null, and predict, recommend and validate refused the file ("malformed parameters")."""
+    data, fitted = tmp_path / "flat.csv", tmp_path / "flat.json"
+    data.write_text("nsp,time_s_mean\n4,300\n8,300\n")
+    assert run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(data), "--out", str(fitted),
+               *QUICK).exit_code == 0
+    assert json.loads(fitted.read_text())["model"]["nrmse_time"] is None
+    for command in (["predict"], ["recommend"], ["validate", "--data", str(data)]):
+        r = run("model", *command, "--params", str(fitted))
+        assert r.exit_code == 0, r.output
+    predicted = json.loads(run("model", "predict", "--params", str(fitted), "--nsp", "4,8", "--json").output)
+    assert [p["time_s"] for p in predicted["predictions"]] == pytest.approx([300, 300])
