@@ -104,6 +104,10 @@ def test_failures_exit_1_with_the_file_named(tmp_path, params):
     bad.write_text("nsp,time_s_mean\n1,x\n")
     r = CliRunner().invoke(cli, ["model", "validate", "--params", str(params), "--data", str(bad)])
     assert r.exit_code == 1 and f"{bad}:2: column time_s_mean: not a number" in r.output
+    cut = tmp_path / "cut.csv"  # cut off in a row, as an interrupted copy leaves it: validate took it, exit 0
+    cut.write_bytes(MEASUREMENTS_CSV.read_bytes()[:1500])
+    r = CliRunner().invoke(cli, ["model", "validate", "--params", str(params), "--data", str(cut)])
+    assert r.exit_code == 1 and f"{cut}:13: 12 cells for 15 columns" in r.output, r.output
     r = CliRunner().invoke(cli, ["model", "predict", "--params", str(bad)])
     assert r.exit_code == 1 and "not valid JSON" in r.output
 
