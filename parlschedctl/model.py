@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +33,21 @@ from parlschedctl.outputs import check_figure, check_writable
 FAILURES = (ClusterError, MeasurementsError, ParamsError, MeasureError, ValueError, OSError)
 
 
+_NSP_PART = re.compile(r"([0-9]+)(?:-([0-9]+))?")
+
+
+def _nsp_part(part: str) -> tuple[int, int] | None:
+    """(N, M) of one part of --nsp, ``N-M`` or ``N`` (N-N) in ASCII digits; None for
+    anything else rather than a guess at what was meant: an open range "1-" has no end
+    to take (it was read as 1), and "+3", "1_000" or other scripts' digits, which int()
+    takes, are not how a count is written on a command line."""
+    m = _NSP_PART.fullmatch(part.strip())
+    try:
+        return (int(m[1]), int(m[2] or m[1])) if m else None
+    except ValueError:  # more digits than int() converts (sys.get_int_max_str_digits())
+        return None
+
+
 class NspRange(click.ParamType):
     """NSp values: ``1-32``, ``8`` or a comma list of both, e.g. ``1,2,4-8``."""
 
@@ -42,11 +58,10 @@ class NspRange(click.ParamType):
             return value
         found: set[int] = set()
         for part in str(value).split(","):
-            low, _, high = part.strip().partition("-")
-            try:
-                a, b = int(low), int(high or low)
-            except ValueError:
+            bounds = _nsp_part(part)
+            if bounds is None:
                 self.fail(f"{part!r} is not N or N-M (e.g. 1-32)", param, ctx)
+            a, b = bounds
             if a < 1 or b < a:
                 self.fail(f"{part!r}: need 1 <= N <= M", param, ctx)
             if b > MAX_NSP:

@@ -129,6 +129,14 @@ def test_usage_errors_exit_2(params):
 def test_nsp_range_type():
     t = NspRange()
     assert t.convert("1-3,8,2", None, None) == (1, 2, 3, 8)
+    assert t.convert(" 1-2 , 4", None, None) == (1, 2, 4)
+
+
+@pytest.mark.parametrize("part", ["1-", "+3", "1_000", "\u0663", "1-\u0664", "-3", "1--3", "1 - 3", "", "9" * 5000])
+def test_nsp_is_n_or_n_m_in_ascii_digits_and_nothing_else(params, part):
+    """int() read "1-" as 1 and took "+3", "1_000" and other scripts' digits."""
+    r = CliRunner().invoke(cli, ["model", "predict", "--params", str(params), "--nsp", f"2,{part}"])
+    assert r.exit_code == 2 and f"{part!r} is not N or N-M (e.g. 1-32)" in r.output, r.output
 
 
 def test_measure_then_fit_time_only(tmp_path):
