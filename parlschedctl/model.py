@@ -71,6 +71,10 @@ class NspRange(click.ParamType):
 
 
 NSP = NspRange()
+# What the commands read is opened by the loaders, which name the file in their error,
+# exit 1, whether it is missing or unreadable; click's own check (readable=True, its
+# default) made an unreadable file alone a usage error, exit 2.
+INPUT = click.Path(dir_okay=False, readable=False)
 NEAR_BEST = 0.01  # recommend: candidates predicted this close to the best are named beside it
 # Far above any GA's split of its population (the paper's: 1-32); the simulated
 # distribution (Algorithm 1) of every NSp up to it takes seconds, its cost growing with
@@ -166,9 +170,8 @@ def model() -> None:
 
 
 @model.command()
-@click.option("--cluster", "cluster_path", required=True, type=click.Path(dir_okay=False),
-              help="Cluster description (YAML).")
-@click.option("--data", "data_path", required=True, type=click.Path(dir_okay=False), help="Measurements (CSV).")
+@click.option("--cluster", "cluster_path", required=True, type=INPUT, help="Cluster description (YAML).")
+@click.option("--data", "data_path", required=True, type=INPUT, help="Measurements (CSV).")
 @click.option("--method", type=click.Choice(METHODS), default="de", show_default=True,
               help="de: differential evolution (fast); ga: the paper's two-phase GA.")
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
@@ -254,7 +257,7 @@ def _fit_text(est: EnergyTimeModel, s: dict[str, Any], out_path: str | None) -> 
 
 
 @model.command()
-@click.option("--params", "params_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--params", "params_path", required=True, type=INPUT)
 @click.option("--nsp", type=NSP, default=None, help="NSp values (default: the cluster's run.subpopulations).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @fails_cleanly
@@ -274,8 +277,8 @@ def _cell(x: float | None) -> str:
 
 
 @model.command()
-@click.option("--params", "params_path", required=True, type=click.Path(dir_okay=False))
-@click.option("--data", "data_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--params", "params_path", required=True, type=INPUT)
+@click.option("--data", "data_path", required=True, type=INPUT)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @fails_cleanly
 def validate(params_path: str, data_path: str, as_json: bool) -> None:
@@ -323,8 +326,8 @@ def _per_nsp_table(models: dict[str, Any]) -> list[str]:
 
 
 @model.command()
-@click.option("--params", "params_path", required=True, type=click.Path(dir_okay=False))
-@click.option("--data", "data_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--params", "params_path", required=True, type=INPUT)
+@click.option("--data", "data_path", required=True, type=INPUT)
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="PNG file to write.")
 @fails_cleanly
 def plot(params_path: str, data_path: str, out_path: str) -> None:
@@ -341,7 +344,7 @@ def plot(params_path: str, data_path: str, out_path: str) -> None:
 
 
 @model.command()
-@click.option("--params", "params_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--params", "params_path", required=True, type=INPUT)
 @click.option("--objective", "goal", type=click.Choice(OBJECTIVES), default="time", show_default=True,
               help="Minimise runtime, energy, or the energy-delay product.")
 @click.option("--nsp", type=NSP, default=None, help="Candidates (default: the cluster's run.subpopulations).")
@@ -375,8 +378,8 @@ def recommend(params_path: str, goal: str, nsp: tuple[int, ...] | None, as_json:
 @click.option("--nsp", type=NSP, required=True, help="Configurations to run, e.g. 1-32.")
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="CSV to write.")
-@click.option("--powercap-root", type=click.Path(file_okay=False), default=str(POWERCAP_ROOT),
-              show_default=True, help="Where RAPL's powercap zones live.")
+@click.option("--powercap-root", type=click.Path(file_okay=False, readable=False),  # unreadable: no zones, as absent
+              default=str(POWERCAP_ROOT), show_default=True, help="Where RAPL's powercap zones live.")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 @fails_cleanly
 def measure_cmd(nsp: tuple[int, ...], repeat: int, out_path: str, powercap_root: str, cmd: tuple[str, ...]) -> None:

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
+import shutil
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -355,3 +360,69 @@ def test_a_fit_to_runtimes_without_spread_is_a_file_the_other_commands_read(tmp_
         assert r.exit_code == 0, r.output
     predicted = json.loads(run("model", "predict", "--params", str(fitted), "--nsp", "4,8", "--json").output)
     assert [p["time_s"] for p in predicted["predictions"]] == pytest.approx([300, 300])
+
+
+NOBODY = 65534
+
+
+def run_unprivileged(*args: str) -> tuple[int, str]:
+    """Exit code and output of the CLI in a forked child that cannot read a file of mode
+    000: as root (who reads every file) it drops to nobody first. What `model plot`
+    imports when it runs is imported here: nobody may not read the Python library (it
+    is under /root where pyenv installs it)."""
+    importlib.import_module("parlschedd.energy.plot")
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: never returns into pytest
+        try:
+            os.close(r)
+            if os.geteuid() == 0:
+                os.setgroups([])
+                os.setgid(NOBODY)
+                os.setuid(NOBODY)
+            result = CliRunner().invoke(cli, list(args))
+            os.write(w, json.dumps([result.exit_code, result.output]).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    return tuple(json.loads(data))
+
+
+def test_an_unreadable_input_fails_naming_the_file_as_a_missing_one_does(params):
+    """click's readable check made an unreadable input a usage error (exit 2, and no
+    request was made) while a missing one failed (exit 1)."""
+    tmp = Path(tempfile.mkdtemp(prefix="parlsched-unreadable-"))  # outside pytest's 0700 tmp dirs
+    try:
+        tmp.chmod(0o755)
+        ok = {".yaml": tmp / "c.yaml", ".csv": tmp / "m.csv", ".json": tmp / "p.json"}
+        bad = {ext: tmp / f"unreadable{ext}" for ext in ok}
+        for ext, source in ((".yaml", CLUSTER_YAML), (".csv", MEASUREMENTS_CSV), (".json", params)):
+            for path, mode in ((ok[ext], 0o644), (bad[ext], 0o000)):
+                shutil.copyfile(source, path)
+                path.chmod(mode)
+        out = tmp / "out"  # where nobody may write
+        out.mkdir()
+        out.chmod(0o777)
+        figure = str(out / "f.png")
+        for args, unreadable in (
+                (["fit", "--cluster", bad[".yaml"], "--data", ok[".csv"]], bad[".yaml"]),
+                (["fit", "--cluster", ok[".yaml"], "--data", bad[".csv"]], bad[".csv"]),
+                (["predict", "--params", bad[".json"]], bad[".json"]),
+                (["validate", "--params", bad[".json"], "--data", ok[".csv"]], bad[".json"]),
+                (["validate", "--params", ok[".json"], "--data", bad[".csv"]], bad[".csv"]),
+                (["plot", "--params", bad[".json"], "--data", ok[".csv"], "--out", figure], bad[".json"]),
+                (["plot", "--params", ok[".json"], "--data", bad[".csv"], "--out", figure], bad[".csv"]),
+                (["recommend", "--params", bad[".json"]], bad[".json"])):
+            code, output = run_unprivileged("model", *map(str, args))
+            assert code == 1 and f"{unreadable}: " in output and "cannot read: Permission denied" in output, \
+                (args, output)
+        closed = tmp / "powercap"  # measure: no readable zones, as when the root is absent
+        closed.mkdir(mode=0o000)
+        code, output = run_unprivileged("model", "measure", "--nsp", "1", "--out", str(out / "m.csv"),
+                                        "--powercap-root", str(closed), "--", "true")
+        assert code == 0 and f"no readable RAPL zones under {closed}" in output, output
+    finally:
+        shutil.rmtree(tmp)
