@@ -157,7 +157,10 @@ def progress_printer(label: str, quiet: bool) -> Callable[[int, int], None] | No
 
 
 def _floats(a: np.ndarray) -> list[float | None]:
-    return [round(float(v), 6) if np.isfinite(v) else None for v in a]
+    """Values for the JSON document and the text made from it: None where not finite (an
+    energy not fitted, an NRMSE undefined). Not rounded: the text rounds what it shows,
+    and JSON is read by programs, which get what the model computed."""
+    return [float(v) if np.isfinite(v) else None for v in a]
 
 
 def _emit(as_json: bool, document: dict[str, Any], text: str) -> None:

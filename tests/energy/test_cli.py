@@ -250,6 +250,17 @@ def test_measure_leaves_the_options_after_cmd_to_cmd(tmp_path):
     assert r.exit_code == 2 and "No such option '--repeats'" in r.output
 
 
+def test_json_gives_times_and_energies_alike_unrounded(params):
+    """Energies were rounded to 6 decimals and times were not: recommend's time was not
+    predict's for the same NSp, and fit's NRMSE of energy not the one in its own model."""
+    doc = json.loads(params.read_text())
+    assert doc["fit"]["nrmse"]["energy"] == doc["model"]["nrmse_energy"]
+    best = json.loads(run("model", "recommend", "--params", str(params), "--objective", "energy", "--json").output)
+    predicted = {p["nsp"]: p for p in
+                 json.loads(run("model", "predict", "--params", str(params), "--json").output)["predictions"]}
+    assert (best["time_s"], best["energy_wh"]) == (predicted[best["nsp"]]["time_s"], predicted[best["nsp"]]["energy_wh"])
+
+
 def test_recommend_names_the_candidates_the_model_cannot_tell_from_the_best(params):
     doc = json.loads(run("model", "recommend", "--params", str(params), "--json").output)
     predicted = {p["nsp"]: p["time_s"] for p in
