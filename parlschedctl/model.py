@@ -225,7 +225,7 @@ def fit(cluster_path: str, data_path: str, method: str, repeat: int, seed: int |
                        "energy": _floats(np.array([np.mean([f.nrmse_energy for f in reps])]))[0]},
         "baseline_nrmse": {"time": float(nrmse(bt, m.time_s)),
                            "energy": None if energy is None else float(nrmse(be[rows], energy[rows]))},
-        "fit_seconds": round(sum(f.seconds for f in reps), 3),
+        "fit_seconds": round(sum(est.repetition_seconds_), 3),
     }
     if loo:
         problem = Problem.from_measurements(cluster, m, rounding=rounding, master_power=master_power)

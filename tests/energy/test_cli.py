@@ -39,6 +39,8 @@ def test_fit_json_and_file(params):
     doc = json.loads(params.read_text())
     assert doc["format"] == "parlsched-energy-time/1" and len(doc["model"]["parameters"]) == 22
     assert len(doc["model"]["repetitions"]) == 2 and doc["fit"]["baseline_nrmse"]["time"] > 0
+    seconds = [r["seconds"] for r in doc["model"]["repetitions"]]
+    assert all(s > 0 for s in seconds) and doc["fit"]["fit_seconds"] == pytest.approx(sum(seconds), abs=2e-3)
 
 
 def test_fit_json_to_stdout_with_ga(tmp_path):
