@@ -25,10 +25,10 @@ from pathlib import Path
 import numpy as np
 
 from parlschedd.energy.baseline import BaselineModel
-from parlschedd.energy.cluster import load_cluster
-from parlschedd.energy.estimator import parameter_names
-from parlschedd.energy.fitting import Problem, fit_repeated, leave_one_out
-from parlschedd.energy.measurements import load_measurements
+from parlschedd.energy.cluster import Cluster, load_cluster
+from parlschedd.energy.estimator import EnergyTimeModel, parameter_names
+from parlschedd.energy.fitting import Problem, leave_one_out
+from parlschedd.energy.measurements import Measurements, load_measurements
 from parlschedd.energy.metrics import nrmse
 from shared import ENERGY_DATA as DATA
 
@@ -43,26 +43,29 @@ def clocked(fn, *args, **kwargs):
     return out, time.perf_counter() - wall, time.process_time() - cpu
 
 
-def repeated(problem: Problem, method: str, repeat: int, seed: int) -> dict:
-    reps, wall, cpu = clocked(fit_repeated, problem, method, repeat, seed,
-                              lambda done, total: print(f"  {method} ({problem.master_power}) fit {done}/{total}",
-                                                        file=sys.stderr, flush=True))
+def repeated(cluster: Cluster, m: Measurements, method: str, master_power: str, repeat: int, seed: int) -> dict:
+    """The fits as `model fit --repeat` makes them: the estimator, which also times each."""
+    model = EnergyTimeModel(cluster, method, repeat, seed, master_power=master_power)
+    _, wall, cpu = clocked(model.fit, m.nsp, m.time_s, m.energy_wh,
+                           progress=lambda done, total: print(f"  {method} ({master_power}) fit {done}/{total}",
+                                                              file=sys.stderr, flush=True))
+    reps = model.repetitions_
     t = np.array([f.nrmse_time for f in reps.fits])
     e = np.array([f.nrmse_energy for f in reps.fits])
     best = reps.fits[reps.best]
-    one = np.array([f.seconds for f in reps.fits])
+    one = np.array(model.repetition_seconds_)
     return {
-        "method": method, "master_power": problem.master_power, "repeat": repeat, "seed": seed,
+        "method": method, "master_power": master_power, "repeat": repeat, "seed": seed,
         "best": {"nrmse_time": best.nrmse_time, "nrmse_energy": best.nrmse_energy},
         "mean": {"nrmse_time": float(t.mean()), "nrmse_energy": float(e.mean())},
         "std": {"nrmse_time": float(t.std(ddof=1)), "nrmse_energy": float(e.std(ddof=1))},
         "min_time": float(t.min()), "min_energy": float(e.min()),
-        "best_parameters": dict(zip(parameter_names(problem.cluster), best.vector.tolist(), strict=True)),
-        "rsd_percent": dict(zip(parameter_names(problem.cluster), reps.rsd.tolist(), strict=True)),
+        "best_parameters": dict(zip(parameter_names(cluster), best.vector.tolist(), strict=True)),
+        "rsd_percent": dict(zip(parameter_names(cluster), reps.rsd.tolist(), strict=True)),
         "one_fit_wall_s": {"median": float(np.median(one)), "max": float(one.max())},
         "all_fits_wall_s": wall, "all_fits_cpu_s": cpu,
-        "repetitions": [{"nrmse_time": f.nrmse_time, "nrmse_energy": f.nrmse_energy, "seconds": f.seconds}
-                        for f in reps.fits],
+        "repetitions": [{"nrmse_time": f.nrmse_time, "nrmse_energy": f.nrmse_energy, "seconds": s}
+                        for f, s in zip(reps.fits, model.repetition_seconds_, strict=True)],
     }
 
 
@@ -77,9 +80,8 @@ def main() -> None:
     cluster = load_cluster(DATA / "cluster-hpmoon.yaml")
     m = load_measurements(DATA / "hpmoon_v3_measurements.csv")
     problem = Problem.from_measurements(cluster, m)
-    runs = [repeated(problem, method, args.repeat, args.seed) for method in args.methods.split(",")]
-    variant = Problem.from_measurements(cluster, m, master_power="whole-run")
-    runs.append(repeated(variant, "de", args.repeat, args.seed))
+    runs = [repeated(cluster, m, method, "migration", args.repeat, args.seed) for method in args.methods.split(",")]
+    runs.append(repeated(cluster, m, "de", "whole-run", args.repeat, args.seed))
 
     base = BaselineModel(cluster).fit(m.nsp, m.time_s, m.energy_wh)
     bt, be = base.predict(m.nsp)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +33,21 @@ from parlschedctl.outputs import check_figure, check_writable
 FAILURES = (ClusterError, MeasurementsError, ParamsError, MeasureError, ValueError, OSError)
 
 
+_NSP_PART = re.compile(r"([0-9]+)(?:-([0-9]+))?")
+
+
+def _nsp_part(part: str) -> tuple[int, int] | None:
+    """(N, M) of one part of --nsp, ``N-M`` or ``N`` (N-N) in ASCII digits; None for
+    anything else rather than a guess at what was meant: an open range "1-" has no end
+    to take (it was read as 1), and "+3", "1_000" or other scripts' digits, which int()
+    takes, are not how a count is written on a command line."""
+    m = _NSP_PART.fullmatch(part.strip())
+    try:
+        return (int(m[1]), int(m[2] or m[1])) if m else None
+    except ValueError:  # more digits than int() converts (sys.get_int_max_str_digits())
+        return None
+
+
 class NspRange(click.ParamType):
     """NSp values: ``1-32``, ``8`` or a comma list of both, e.g. ``1,2,4-8``."""
 
@@ -42,11 +58,10 @@ class NspRange(click.ParamType):
             return value
         found: set[int] = set()
         for part in str(value).split(","):
-            low, _, high = part.strip().partition("-")
-            try:
-                a, b = int(low), int(high or low)
-            except ValueError:
+            bounds = _nsp_part(part)
+            if bounds is None:
                 self.fail(f"{part!r} is not N or N-M (e.g. 1-32)", param, ctx)
+            a, b = bounds
             if a < 1 or b < a:
                 self.fail(f"{part!r}: need 1 <= N <= M", param, ctx)
             if b > MAX_NSP:
@@ -56,6 +71,10 @@ class NspRange(click.ParamType):
 
 
 NSP = NspRange()
+# What the commands read is opened by the loaders, which name the file in their error,
+# exit 1, whether it is missing or unreadable; click's own check (readable=True, its
+# default) made an unreadable file alone a usage error, exit 2.
+INPUT = click.Path(dir_okay=False, readable=False)
 NEAR_BEST = 0.01  # recommend: candidates predicted this close to the best are named beside it
 # Far above any GA's split of its population (the paper's: 1-32); the simulated
 # distribution (Algorithm 1) of every NSp up to it takes seconds, its cost growing with
@@ -138,7 +157,10 @@ def progress_printer(label: str, quiet: bool) -> Callable[[int, int], None] | No
 
 
 def _floats(a: np.ndarray) -> list[float | None]:
-    return [round(float(v), 6) if np.isfinite(v) else None for v in a]
+    """Values for the JSON document and the text made from it: None where not finite (an
+    energy not fitted, an NRMSE undefined). Not rounded: the text rounds what it shows,
+    and JSON is read by programs, which get what the model computed."""
+    return [float(v) if np.isfinite(v) else None for v in a]
 
 
 def _emit(as_json: bool, document: dict[str, Any], text: str) -> None:
@@ -151,9 +173,8 @@ def model() -> None:
 
 
 @model.command()
-@click.option("--cluster", "cluster_path", required=True, type=click.Path(dir_okay=False),
-              help="Cluster description (YAML).")
-@click.option("--data", "data_path", required=True, type=click.Path(dir_okay=False), help="Measurements (CSV).")
+@click.option("--cluster", "cluster_path", required=True, type=INPUT, help="Cluster description (YAML).")
+@click.option("--data", "data_path", required=True, type=INPUT, help="Measurements (CSV).")
 @click.option("--method", type=click.Choice(METHODS), default="de", show_default=True,
               help="de: differential evolution (fast); ga: the paper's two-phase GA.")
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
@@ -204,7 +225,7 @@ def fit(cluster_path: str, data_path: str, method: str, repeat: int, seed: int |
                        "energy": _floats(np.array([np.mean([f.nrmse_energy for f in reps])]))[0]},
         "baseline_nrmse": {"time": float(nrmse(bt, m.time_s)),
                            "energy": None if energy is None else float(nrmse(be[rows], energy[rows]))},
-        "fit_seconds": round(sum(f.seconds for f in reps), 3),
+        "fit_seconds": round(sum(est.repetition_seconds_), 3),
     }
     if loo:
         problem = Problem.from_measurements(cluster, m, rounding=rounding, master_power=master_power)
@@ -239,7 +260,7 @@ def _fit_text(est: EnergyTimeModel, s: dict[str, Any], out_path: str | None) -> 
 
 
 @model.command()
-@click.option("--params", "params_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--params", "params_path", required=True, type=INPUT)
 @click.option("--nsp", type=NSP, default=None, help="NSp values (default: the cluster's run.subpopulations).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @fails_cleanly
@@ -259,8 +280,8 @@ def _cell(x: float | None) -> str:
 
 
 @model.command()
-@click.option("--params", "params_path", required=True, type=click.Path(dir_okay=False))
-@click.option("--data", "data_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--params", "params_path", required=True, type=INPUT)
+@click.option("--data", "data_path", required=True, type=INPUT)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @fails_cleanly
 def validate(params_path: str, data_path: str, as_json: bool) -> None:
@@ -308,8 +329,8 @@ def _per_nsp_table(models: dict[str, Any]) -> list[str]:
 
 
 @model.command()
-@click.option("--params", "params_path", required=True, type=click.Path(dir_okay=False))
-@click.option("--data", "data_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--params", "params_path", required=True, type=INPUT)
+@click.option("--data", "data_path", required=True, type=INPUT)
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="PNG file to write.")
 @fails_cleanly
 def plot(params_path: str, data_path: str, out_path: str) -> None:
@@ -326,7 +347,7 @@ def plot(params_path: str, data_path: str, out_path: str) -> None:
 
 
 @model.command()
-@click.option("--params", "params_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--params", "params_path", required=True, type=INPUT)
 @click.option("--objective", "goal", type=click.Choice(OBJECTIVES), default="time", show_default=True,
               help="Minimise runtime, energy, or the energy-delay product.")
 @click.option("--nsp", type=NSP, default=None, help="Candidates (default: the cluster's run.subpopulations).")
@@ -360,8 +381,8 @@ def recommend(params_path: str, goal: str, nsp: tuple[int, ...] | None, as_json:
 @click.option("--nsp", type=NSP, required=True, help="Configurations to run, e.g. 1-32.")
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="CSV to write.")
-@click.option("--powercap-root", type=click.Path(file_okay=False), default=str(POWERCAP_ROOT),
-              show_default=True, help="Where RAPL's powercap zones live.")
+@click.option("--powercap-root", type=click.Path(file_okay=False, readable=False),  # unreadable: no zones, as absent
+              default=str(POWERCAP_ROOT), show_default=True, help="Where RAPL's powercap zones live.")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 @fails_cleanly
 def measure_cmd(nsp: tuple[int, ...], repeat: int, out_path: str, powercap_root: str, cmd: tuple[str, ...]) -> None:

@@ -198,9 +198,7 @@ class _Checker(Collector):
         if raw is None:
             return {}
         section = self.mapping(raw, path or "(top level)")
-        for key in section:
-            if key not in known:
-                self.fail(f"{path}.{key}" if path else str(key), f"unknown key; expected one of {', '.join(sorted(known))}")
+        self.only_known(section, path, known)
         return section
 
 

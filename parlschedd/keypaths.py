@@ -11,7 +11,7 @@ needs and raises its subclass of :class:`KeyPathError` at the end.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 # YAML 1.2's decimal numbers (its core schema). PyYAML follows YAML 1.1, whose floats need
@@ -43,6 +43,13 @@ class Collector:
             return value
         self.fail(path, f"must be a mapping, got {type(value).__name__}")
         return {}
+
+    def only_known(self, section: Mapping[Any, Any], path: str, known: Collection[str]) -> None:
+        """An error for every key of ``section`` (at ``path``, "" the top level) not in
+        ``known``: a misspelt key would otherwise be ignored, and its value with it."""
+        for key in section:
+            if key not in known:
+                self.fail(f"{path}.{key}" if path else str(key), f"unknown key; expected one of {', '.join(sorted(known))}")
 
 
 def yaml12_number(value: Any) -> Any:

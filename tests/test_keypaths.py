@@ -19,3 +19,10 @@ def test_a_value_that_is_not_a_mapping_is_an_error_and_reads_as_empty():
     assert c.mapping({"k": 1}, "s") == {"k": 1} and c.errors == []
     assert c.mapping([1], "s") == {}
     assert c.errors == [("s", "must be a mapping, got list")]
+
+
+def test_every_unknown_key_is_an_error_naming_its_path_and_the_keys_expected():
+    c = Collector()
+    c.only_known({"a": 1, "b": 2, "zz": 3}, "s", {"a", "b", "c"})
+    c.only_known({"top": 1}, "", {"s"})
+    assert c.errors == [("s.zz", "unknown key; expected one of a, b, c"), ("top", "unknown key; expected one of s")]

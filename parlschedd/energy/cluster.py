@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +131,7 @@ def _run(r: _Reader, data: Mapping[str, Any]) -> RunSettings | None:
     if run is None:
         r.fail("run", "is required")
         return None
+    r.only_known(run, "run", _keys(RunSettings))
     n = r.number(run, "individuals", "run", integer=True, low=1)
     g = r.number(run, "generations", "run", integer=True, low=1)
     ngm = r.number(run, "global_migrations", "run", integer=True, low=1)
@@ -158,6 +159,7 @@ def _device(r: _Reader, raw: Any, path: str, index: int) -> Device | None:
     d = r.mapping(raw, path)
     if not d:
         return None
+    r.only_known(d, path, _keys(Device))
     cu = r.number(d, "compute_units", path, integer=True, low=1)
     f = r.number(d, "frequency_hz", path, low=1.0)
     tdp = r.number(d, "tdp_w", path, above=0.0)  # the power parameters' bounds are fractions of it
@@ -175,6 +177,7 @@ def _nodes(r: _Reader, data: Mapping[str, Any]) -> tuple[Node, ...]:
     for i, raw_node in enumerate(raw):
         path = f"nodes[{i}]"
         node = r.mapping(raw_node, path)
+        r.only_known(node, path, _keys(Node))
         devices = node.get("devices")
         if not isinstance(devices, list) or not devices:
             r.fail(f"{path}.devices", "must be a non-empty list of devices")
@@ -184,6 +187,11 @@ def _nodes(r: _Reader, data: Mapping[str, Any]) -> tuple[Node, ...]:
         nodes.append(Node(r.text(node, "name", path, f"node{i + 1}"), tuple(d for d in built if d)))
     _unique(r, [n.name for n in nodes], "nodes", "node")
     return tuple(nodes)
+
+
+def _keys(section: type) -> set[str]:
+    """The keys of a section of the file: the fields of the dataclass it is read into."""
+    return {f.name for f in fields(section)}
 
 
 def _unique(r: _Reader, names: list[str], path: str, what: str) -> None:
@@ -200,15 +208,14 @@ def parse_cluster(data: Any, source: str = "<cluster>") -> Cluster:
     run = _run(r, top) if top else None
     master = r.mapping(top.get("master", {}), "master")
     switch = r.mapping(top.get("switch", {}), "switch")
+    r.only_known(master, "master", {"tdp_w", "cpu_threads", "frequency_hz"})
+    r.only_known(switch, "switch", {"tdp_w"})
     master_tdp = r.number(master, "tdp_w", "master", above=0.0)
     switch_tdp = r.number(switch, "tdp_w", "switch", above=0.0)
     threads = r.number(master, "cpu_threads", "master", integer=True, low=1, required=False)
     freq = r.number(master, "frequency_hz", "master", low=1.0, required=False)
     nodes = _nodes(r, top) if top else ()
-    known = {"run", "master", "switch", "nodes"}
-    for key in top:
-        if key not in known:
-            r.fail(key, "unknown key")
+    r.only_known(top, "", {"run", "master", "switch", "nodes"})
     if r.errors:
         raise ClusterError(source, r.errors)
     return Cluster(run, master_tdp, switch_tdp, nodes, threads, freq)

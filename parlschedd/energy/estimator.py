@@ -6,19 +6,21 @@
 
 ``__init__`` only stores its arguments; ``fit`` runs the two-phase fitting of
 fitting.py ``repeat`` times and keeps the best repetition (closest to (0, 0) in
-(NRMSE_T, NRMSE_E)), with the RSD of every parameter (eq. 17) over the repetitions.
+(NRMSE_T, NRMSE_E)), with the RSD of every parameter (eq. 17) over the repetitions and
+the wall-clock time of each (fitting.py, pure, reads no clock).
 """
 
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import numpy as np
 
 from parlschedd.energy.cluster import Cluster
-from parlschedd.energy.fitting import (METHODS, DESettings, Fit, GASettings, Problem, Progress, fit_repeated,
-                                       predict)
+from parlschedd.energy.fitting import (METHODS, DESettings, Fit, GASettings, Problem, Progress, Repeated, best_of,
+                                       predict, repetitions)
 from parlschedd.energy.measurements import energy_rows
 from parlschedd.energy.model import MASTER_POWER, SUBPOP_SIZES, EnergyParams, TimeParams
 
@@ -76,13 +78,25 @@ class EnergyTimeModel:
                 raise ValueError("energy_wh must have the shape of nsp")
             energy_wh = energy_wh if energy_rows(energy_wh) is not None else None
         self.problem_ = Problem(self.cluster, nsp, time_s, energy_wh, self.rounding, self.master_power)
-        self.repetitions_ = fit_repeated(self.problem_, self.method, self.repeat, self.random_state, progress,
-                                         **self.settings())
+        self.repetitions_, self.repetition_seconds_ = self._repeat(progress)
         best = self.repetitions_.fits[self.repetitions_.best]
         self._set_best(best)
         names = parameter_names(self.cluster, best.energy_params is not None)
         self.rsd_ = dict(zip(names, self.repetitions_.rsd.tolist(), strict=True))
         return self
+
+    def _repeat(self, progress: Progress | None) -> tuple[Repeated, tuple[float, ...]]:
+        """The ``repeat`` fits and the wall-clock seconds of each, reported as each ends."""
+        fits, seconds = [], []
+        started = time.perf_counter()
+        for fit in repetitions(self.problem_, self.method, self.repeat, self.random_state, **self.settings()):
+            ended = time.perf_counter()
+            fits.append(fit)
+            seconds.append(ended - started)
+            started = ended
+            if progress:
+                progress(len(fits), self.repeat)
+        return best_of(fits), tuple(seconds)
 
     def _set_best(self, best: Fit) -> None:
         self.fit_ = best
@@ -106,6 +120,7 @@ class EnergyTimeModel:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready parameters and fit summary (``from_dict`` reads it back)."""
         reps = self.repetitions_.fits if hasattr(self, "repetitions_") else (self.fit_,)
+        seconds = getattr(self, "repetition_seconds_", (0.0,))  # (0.0,): read from a file, not fitted here
         return {
             "method": self.method, "repeat": self.repeat, "random_state": self.random_state,
             "rounding": self.rounding, "master_power": self.master_power, "generations": self.generations,
@@ -113,7 +128,7 @@ class EnergyTimeModel:
             "nrmse_time": self.nrmse_time_, "nrmse_energy": _none_if_nan(self.nrmse_energy_),
             "rsd_percent": {k: _none_if_nan(v) for k, v in getattr(self, "rsd_", {}).items()},
             "repetitions": [{"nrmse_time": f.nrmse_time, "nrmse_energy": _none_if_nan(f.nrmse_energy),
-                             "seconds": round(f.seconds, 3)} for f in reps],
+                             "seconds": round(s, 3)} for f, s in zip(reps, seconds, strict=True)],
             "best_repetition": self.repetitions_.best if hasattr(self, "repetitions_") else 0,
         }
 
@@ -135,8 +150,7 @@ class EnergyTimeModel:
         n_time = len(cluster.devices) + 2
         tp = TimeParams.from_vector(vector[:n_time])
         ep = EnergyParams.from_vector(vector[n_time:]) if with_energy else None
-        nrmse_e = d.get("nrmse_energy")
-        model._set_best(Fit(tp, ep, float(d["nrmse_time"]), float("nan") if nrmse_e is None else nrmse_e, 0.0))
+        model._set_best(Fit(tp, ep, _nan_if_none(d["nrmse_time"]), _nan_if_none(d.get("nrmse_energy"))))
         model.problem_ = Problem(cluster, np.array([], dtype=int), np.array([]), None, model.rounding,
                                  model.master_power)
         return model
@@ -144,3 +158,9 @@ class EnergyTimeModel:
 
 def _none_if_nan(x: float) -> float | None:
     return None if x is None or np.isnan(x) else float(x)
+
+
+def _nan_if_none(x: float | None) -> float:
+    """An NRMSE as ``to_dict`` wrote it: null where it is undefined (energy not fitted, or
+    measurements without spread: all runtimes equal), read back as NaN."""
+    return float("nan") if x is None else float(x)

@@ -29,14 +29,15 @@ device is given work in all of them, so it cannot be slower without over-predict
 [0, 1.5 TDP].
 
 Everything here is pure: arrays in, arrays out; seeds make every run reproducible.
-Progress is reported through an optional callback, never printed.
+Progress is reported through an optional callback, never printed, and no clock is
+read: a caller that times the fits (the estimator) takes them one by one from
+``repetitions``.
 """
 
 from __future__ import annotations
 
 import random
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -119,7 +120,6 @@ class Fit:
     energy_params: EnergyParams | None
     nrmse_time: float
     nrmse_energy: float
-    seconds: float
 
     @property
     def vector(self) -> np.ndarray:
@@ -314,7 +314,6 @@ def fit_once(p: Problem, method: str = "de", seed: int | None = None,
     """One two-phase fit (phase 2 only when energies were measured)."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
-    started = time.perf_counter()
     s_time, s_energy = _seeds(seed, 2)
     tb = time_bounds(p)
     if method == "ga":
@@ -337,19 +336,28 @@ def fit_once(p: Problem, method: str = "de", seed: int | None = None,
                                          de.energy_individuals, de.energy_generations, de.tol, polish=True))
         ep = EnergyParams.from_vector(x_e)
         nrmse_e = float(nrmse(energy(p.cluster, t, tp, ep, p.master_power)[rows], p.energy_wh[rows]))
-    return Fit(tp, ep, float(nrmse(t.runtime, p.time_s)), nrmse_e, time.perf_counter() - started)
+    return Fit(tp, ep, float(nrmse(t.runtime, p.time_s)), nrmse_e)
+
+
+def repetitions(p: Problem, method: str = "de", repeat: int = 1, seed: int | None = None,
+                **settings: GASettings | DESettings) -> Iterator[Fit]:
+    """``repeat`` independent fits, each with its own seed drawn from ``seed``, made one
+    at a time as they are asked for, so that a caller can report or time each."""
+    for s in _seeds(seed, repeat):
+        yield fit_once(p, method, s, **settings)
+
+
+def best_of(fits: Sequence[Fit]) -> Repeated:
+    """The repetitions, the best of them (closest to (0, 0) in (NRMSE_T, NRMSE_E)) and
+    the RSD of every parameter over them."""
+    distance = fit_distance(np.array([f.nrmse_time for f in fits]), np.array([f.nrmse_energy for f in fits]))
+    return Repeated(tuple(fits), int(np.argmin(distance)), rsd(np.array([f.vector for f in fits])))
 
 
 def fit_repeated(p: Problem, method: str = "de", repeat: int = 1, seed: int | None = None,
-                 progress: Progress | None = None, **settings: GASettings | DESettings) -> Repeated:
-    """``repeat`` independent fits; the best is closest to (0, 0) in (NRMSE_T, NRMSE_E)."""
-    fits = []
-    for r, s in enumerate(_seeds(seed, repeat)):
-        fits.append(fit_once(p, method, s, **settings))
-        if progress:
-            progress(r + 1, repeat)
-    distance = fit_distance(np.array([f.nrmse_time for f in fits]), np.array([f.nrmse_energy for f in fits]))
-    return Repeated(tuple(fits), int(np.argmin(distance)), rsd(np.array([f.vector for f in fits])))
+                 **settings: GASettings | DESettings) -> Repeated:
+    """``repeat`` independent fits and the best of them."""
+    return best_of(list(repetitions(p, method, repeat, seed, **settings)))
 
 
 def predict(p: Problem, f: Fit, nsp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

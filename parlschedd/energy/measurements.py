@@ -17,6 +17,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -154,9 +155,16 @@ def load_measurements(path: str | Path) -> Measurements:
     if repeated := sorted({c for c in header if header.count(c) > 1}):  # DictReader keeps only the last
         raise MeasurementsError(source, 1, f"column(s) {', '.join(repeated)} appear more than once")
     for line, row in enumerate(rows, start=2):
-        if None in row:
-            raise MeasurementsError(source, line, f"{len(header) + len(row[None])} cells for {len(header)} columns")
+        if (cells := _cells(row, len(header))) != len(header):
+            raise MeasurementsError(source, line, f"{cells} cells for {len(header)} columns")
     return parse_measurements(rows, header, source)
+
+
+def _cells(row: dict[str | None, Any], columns: int) -> int:
+    """The cells of a row as DictReader gave it: a missing one is None, extra ones are a
+    list under the key None. A short row is refused as a long one is, not read as empty
+    cells: it is most often a file cut off (a copy or a measurement interrupted)."""
+    return columns - sum(v is None for v in row.values()) + len(row.get(None, ()))
 
 
 def write_measurements(path: str | Path, nsp: np.ndarray, time_reps: np.ndarray, energy_reps: np.ndarray) -> None:

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
+import shutil
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -34,6 +39,8 @@ def test_fit_json_and_file(params):
     doc = json.loads(params.read_text())
     assert doc["format"] == "parlsched-energy-time/1" and len(doc["model"]["parameters"]) == 22
     assert len(doc["model"]["repetitions"]) == 2 and doc["fit"]["baseline_nrmse"]["time"] > 0
+    seconds = [r["seconds"] for r in doc["model"]["repetitions"]]
+    assert all(s > 0 for s in seconds) and doc["fit"]["fit_seconds"] == pytest.approx(sum(seconds), abs=2e-3)
 
 
 def test_fit_json_to_stdout_with_ga(tmp_path):
@@ -104,6 +111,10 @@ def test_failures_exit_1_with_the_file_named(tmp_path, params):
     bad.write_text("nsp,time_s_mean\n1,x\n")
     r = CliRunner().invoke(cli, ["model", "validate", "--params", str(params), "--data", str(bad)])
     assert r.exit_code == 1 and f"{bad}:2: column time_s_mean: not a number" in r.output
+    cut = tmp_path / "cut.csv"  # cut off in a row, as an interrupted copy leaves it: validate took it, exit 0
+    cut.write_bytes(MEASUREMENTS_CSV.read_bytes()[:1500])
+    r = CliRunner().invoke(cli, ["model", "validate", "--params", str(params), "--data", str(cut)])
+    assert r.exit_code == 1 and f"{cut}:13: 12 cells for 15 columns" in r.output, r.output
     r = CliRunner().invoke(cli, ["model", "predict", "--params", str(bad)])
     assert r.exit_code == 1 and "not valid JSON" in r.output
 
@@ -125,6 +136,14 @@ def test_usage_errors_exit_2(params):
 def test_nsp_range_type():
     t = NspRange()
     assert t.convert("1-3,8,2", None, None) == (1, 2, 3, 8)
+    assert t.convert(" 1-2 , 4", None, None) == (1, 2, 4)
+
+
+@pytest.mark.parametrize("part", ["1-", "+3", "1_000", "\u0663", "1-\u0664", "-3", "1--3", "1 - 3", "", "9" * 5000])
+def test_nsp_is_n_or_n_m_in_ascii_digits_and_nothing_else(params, part):
+    """int() read "1-" as 1 and took "+3", "1_000" and other scripts' digits."""
+    r = CliRunner().invoke(cli, ["model", "predict", "--params", str(params), "--nsp", f"2,{part}"])
+    assert r.exit_code == 2 and f"{part!r} is not N or N-M (e.g. 1-32)" in r.output, r.output
 
 
 def test_measure_then_fit_time_only(tmp_path):
@@ -233,6 +252,17 @@ def test_measure_leaves_the_options_after_cmd_to_cmd(tmp_path):
     assert r.exit_code == 2 and "No such option '--repeats'" in r.output
 
 
+def test_json_gives_times_and_energies_alike_unrounded(params):
+    """Energies were rounded to 6 decimals and times were not: recommend's time was not
+    predict's for the same NSp, and fit's NRMSE of energy not the one in its own model."""
+    doc = json.loads(params.read_text())
+    assert doc["fit"]["nrmse"]["energy"] == doc["model"]["nrmse_energy"]
+    best = json.loads(run("model", "recommend", "--params", str(params), "--objective", "energy", "--json").output)
+    predicted = {p["nsp"]: p for p in
+                 json.loads(run("model", "predict", "--params", str(params), "--json").output)["predictions"]}
+    assert (best["time_s"], best["energy_wh"]) == (predicted[best["nsp"]]["time_s"], predicted[best["nsp"]]["energy_wh"])
+
+
 def test_recommend_names_the_candidates_the_model_cannot_tell_from_the_best(params):
     doc = json.loads(run("model", "recommend", "--params", str(params), "--json").output)
     predicted = {p["nsp"]: p["time_s"] for p in
@@ -328,3 +358,84 @@ def test_a_fit_with_no_more_configurations_than_parameters_is_called_underdeterm
     assert r.exit_code == 0, r.output
     assert "3 configurations with energy for 14 energy parameters; the fit is underdetermined" in r.output
     assert "for 8 time parameters" not in r.output
+
+
+def test_a_fit_to_runtimes_without_spread_is_a_file_the_other_commands_read(tmp_path):
+    """Equal runtimes have no NRMSE (eq. 15 divides by their spread): fit wrote it as
+    null, and predict, recommend and validate refused the file ("malformed parameters")."""
+    data, fitted = tmp_path / "flat.csv", tmp_path / "flat.json"
+    data.write_text("nsp,time_s_mean\n4,300\n8,300\n")
+    assert run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(data), "--out", str(fitted),
+               *QUICK).exit_code == 0
+    assert json.loads(fitted.read_text())["model"]["nrmse_time"] is None
+    for command in (["predict"], ["recommend"], ["validate", "--data", str(data)]):
+        r = run("model", *command, "--params", str(fitted))
+        assert r.exit_code == 0, r.output
+    predicted = json.loads(run("model", "predict", "--params", str(fitted), "--nsp", "4,8", "--json").output)
+    assert [p["time_s"] for p in predicted["predictions"]] == pytest.approx([300, 300])
+
+
+NOBODY = 65534
+
+
+def run_unprivileged(*args: str) -> tuple[int, str]:
+    """Exit code and output of the CLI in a forked child that cannot read a file of mode
+    000: as root (who reads every file) it drops to nobody first. What `model plot`
+    imports when it runs is imported here: nobody may not read the Python library (it
+    is under /root where pyenv installs it)."""
+    importlib.import_module("parlschedd.energy.plot")
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: never returns into pytest
+        try:
+            os.close(r)
+            if os.geteuid() == 0:
+                os.setgroups([])
+                os.setgid(NOBODY)
+                os.setuid(NOBODY)
+            result = CliRunner().invoke(cli, list(args))
+            os.write(w, json.dumps([result.exit_code, result.output]).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    return tuple(json.loads(data))
+
+
+def test_an_unreadable_input_fails_naming_the_file_as_a_missing_one_does(params):
+    """click's readable check made an unreadable input a usage error (exit 2, and no
+    request was made) while a missing one failed (exit 1)."""
+    tmp = Path(tempfile.mkdtemp(prefix="parlsched-unreadable-"))  # outside pytest's 0700 tmp dirs
+    try:
+        tmp.chmod(0o755)
+        ok = {".yaml": tmp / "c.yaml", ".csv": tmp / "m.csv", ".json": tmp / "p.json"}
+        bad = {ext: tmp / f"unreadable{ext}" for ext in ok}
+        for ext, source in ((".yaml", CLUSTER_YAML), (".csv", MEASUREMENTS_CSV), (".json", params)):
+            for path, mode in ((ok[ext], 0o644), (bad[ext], 0o000)):
+                shutil.copyfile(source, path)
+                path.chmod(mode)
+        out = tmp / "out"  # where nobody may write
+        out.mkdir()
+        out.chmod(0o777)
+        figure = str(out / "f.png")
+        for args, unreadable in (
+                (["fit", "--cluster", bad[".yaml"], "--data", ok[".csv"]], bad[".yaml"]),
+                (["fit", "--cluster", ok[".yaml"], "--data", bad[".csv"]], bad[".csv"]),
+                (["predict", "--params", bad[".json"]], bad[".json"]),
+                (["validate", "--params", bad[".json"], "--data", ok[".csv"]], bad[".json"]),
+                (["validate", "--params", ok[".json"], "--data", bad[".csv"]], bad[".csv"]),
+                (["plot", "--params", bad[".json"], "--data", ok[".csv"], "--out", figure], bad[".json"]),
+                (["plot", "--params", ok[".json"], "--data", bad[".csv"], "--out", figure], bad[".csv"]),
+                (["recommend", "--params", bad[".json"]], bad[".json"])):
+            code, output = run_unprivileged("model", *map(str, args))
+            assert code == 1 and f"{unreadable}: " in output and "cannot read: Permission denied" in output, \
+                (args, output)
+        closed = tmp / "powercap"  # measure: no readable zones, as when the root is absent
+        closed.mkdir(mode=0o000)
+        code, output = run_unprivileged("model", "measure", "--nsp", "1", "--out", str(out / "m.csv"),
+                                        "--powercap-root", str(closed), "--", "true")
+        assert code == 0 and f"no readable RAPL zones under {closed}" in output, output
+    finally:
+        shutil.rmtree(tmp)

@@ -43,7 +43,28 @@ def test_every_error_is_reported_with_its_key_path(tmp_path):
     assert "must be a number, got 'fast'" in keys["nodes[0].devices[0].frequency_hz"]
     assert "must be a number" in keys["nodes[0].devices[1].tdp_w"]
     assert keys["switch.tdp_w"] == "is required"
-    assert keys["colour"] == "unknown key"
+    assert keys["colour"] == "unknown key; expected one of master, nodes, run, switch"
+
+
+def test_a_misspelt_key_anywhere_is_an_error_with_its_key_path():
+    """Only the top level was checked: subpopulation: [1, 8] left the default [1, 32] in
+    force, and a misspelt key in master or in a device was dropped without a word."""
+    bad = copy.deepcopy(TINY)
+    bad["run"]["subpopulation"] = bad["run"].pop("subpopulations")
+    bad["master"]["cpu_thread"] = 8
+    bad["switch"]["tdp"] = 5
+    bad["nodes"][0]["device"] = []
+    bad["nodes"][0]["devices"][1]["frequency"] = 3e9
+    with pytest.raises(ClusterError) as err:
+        parse_cluster(bad)
+    assert [e for e in err.value.errors if e[1].startswith("unknown key")] == [
+        ("run.subpopulation", "unknown key; expected one of crossover_probability, generations, global_migrations, "
+                              "individuals, subpopulations"),
+        ("master.cpu_thread", "unknown key; expected one of cpu_threads, frequency_hz, tdp_w"),
+        ("switch.tdp", "unknown key; expected one of tdp_w"),
+        ("nodes[0].device", "unknown key; expected one of devices, name"),
+        ("nodes[0].devices[1].frequency", "unknown key; expected one of compute_units, frequency_hz, kind, name, tdp_w"),
+    ]
 
 
 def test_a_tdp_of_zero_is_refused_where_it_would_break_the_fit():

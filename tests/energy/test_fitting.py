@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 
 import numpy as np
 import pytest
@@ -81,6 +82,26 @@ def test_estimator_repetitions_rsd_and_round_trip(hpmoon, measured):
     assert t.shape == e.shape == (3,)
     again = EnergyTimeModel.from_dict(hpmoon, est.to_dict())
     np.testing.assert_allclose(again.predict(np.array([1, 16, 32]))[1], e)
+
+
+def test_the_fitting_core_reads_no_clock_and_the_estimator_times_each_repetition(hpmoon, problem, measured,
+                                                                                monkeypatch):
+    """fitting.py says it is pure, yet timed each fit itself (Fit.seconds). The
+    estimator, which runs the repetitions, times them: `fit` shows fit_seconds and each
+    repetition's "seconds" from it."""
+
+    def no_clock() -> float:
+        raise AssertionError("the pure fitting core read the clock")
+
+    monkeypatch.setattr(time, "perf_counter", no_clock)
+    for method, settings in (("ga", {"ga": QUICK_GA}), ("de", {"de": QUICK_DE})):
+        fit_repeated(problem, method, 2, 0, **settings)
+    ticks = iter(range(0, 100, 2))  # every repetition takes 2 s by this clock
+    monkeypatch.setattr(time, "perf_counter", lambda: float(next(ticks)))
+    est = EnergyTimeModel(hpmoon, "de", repeat=3, random_state=1, generations=5)
+    est.fit(measured.nsp, measured.time_s, measured.energy_wh)
+    assert est.repetition_seconds_ == (2.0, 2.0, 2.0)
+    assert [r["seconds"] for r in est.to_dict()["repetitions"]] == [2.0, 2.0, 2.0]
 
 
 def test_time_only_fit(hpmoon, measured):

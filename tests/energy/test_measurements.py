@@ -34,6 +34,7 @@ def write(tmp_path, text):
     ("nsp,time_s_mean\n0,10\n", ":2:", "column nsp: must be an integer >= 1"),
     ("nsp,time_s_mean\n1,-3\n", ":2:", "must be a positive number"),
     ("nsp,time_s_mean\n1,10,4\n", ":2:", "3 cells for 2 columns"),
+    ("nsp,time_s_r1,time_s_r2,time_s_mean\n1,10,12,11\n2,5,6\n", ":3:", "3 cells for 4 columns"),
     ("nsp,time_s_mean,colour\n1,10,red\n", ":1:", "unknown column(s) colour"),
     ("nsp,energy_wh_mean\n1,10\n", ":1:", "no time column"),
     ("nsp,time_s_r1\n1,\n", ":2:", "no runtime measured"),
