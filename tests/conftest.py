@@ -11,8 +11,9 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -145,26 +146,19 @@ def threads_of(d: Daemon, pid: int) -> dict[int, dict]:
     return {t["tid"]: t for t in targets[0]["threads"]}
 
 
-def as_user(uid: int, socket_path: str, cmd: str, timeout: float = 10.0, **args) -> dict:
-    """The request made by a forked child that dropped to ``uid`` (gid the same, no
-    supplementary groups): {"refused": code} / {"unreachable": msg} / the reply."""
-    from parlschedctl import client
-
+def in_child_as(uid: int, fn: Callable[[], Any]) -> Any:
+    """What ``fn()`` returns (JSON-able) when run in a forked child that dropped to
+    ``uid`` (gid the same, no supplementary groups) if it was root."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # child: never returns into pytest
         try:
             os.close(r)
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-            try:
-                out = client.request(socket_path, cmd, timeout=timeout, **args)
-            except client.Refused as e:
-                out = {"refused": e.code}
-            except client.Unreachable as e:
-                out = {"unreachable": str(e)}
-            os.write(w, json.dumps(out).encode())
+            if os.geteuid() == 0:
+                os.setgroups([])
+                os.setgid(uid)
+                os.setuid(uid)
+            os.write(w, json.dumps(fn()).encode())
         finally:
             os._exit(0)
     os.close(w)
@@ -172,6 +166,20 @@ def as_user(uid: int, socket_path: str, cmd: str, timeout: float = 10.0, **args)
         data = f.read()
     os.waitpid(pid, 0)
     return json.loads(data)
+
+
+def as_user(uid: int, socket_path: str, cmd: str, timeout: float = 10.0, **args) -> dict:
+    """The request made by a child as ``uid`` (``in_child_as``): {"refused": code} /
+    {"unreachable": msg} / the reply."""
+    def request() -> dict:
+        try:
+            return client.request(socket_path, cmd, timeout=timeout, **args)
+        except client.Refused as e:
+            return {"refused": e.code}
+        except client.Unreachable as e:
+            return {"unreachable": str(e)}
+
+    return in_child_as(uid, request)
 
 
 CPUSET = Path("/sys/fs/cgroup/cpuset")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -15,6 +14,7 @@ from click.testing import CliRunner
 
 from parlschedctl.cli import cli
 from parlschedctl.model import NspRange
+from tests.conftest import in_child_as
 from tests.energy.conftest import CLUSTER_YAML, MEASUREMENTS_CSV
 from tests.energy.test_measure import SLEEP, fake_powercap
 
@@ -384,24 +384,12 @@ def run_unprivileged(*args: str) -> tuple[int, str]:
     imports when it runs is imported here: nobody may not read the Python library (it
     is under /root where pyenv installs it)."""
     importlib.import_module("parlschedd.energy.plot")
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: never returns into pytest
-        try:
-            os.close(r)
-            if os.geteuid() == 0:
-                os.setgroups([])
-                os.setgid(NOBODY)
-                os.setuid(NOBODY)
-            result = CliRunner().invoke(cli, list(args))
-            os.write(w, json.dumps([result.exit_code, result.output]).encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    with os.fdopen(r, "rb") as f:
-        data = f.read()
-    os.waitpid(pid, 0)
-    return tuple(json.loads(data))
+
+    def invoke() -> list:
+        result = CliRunner().invoke(cli, list(args))
+        return [result.exit_code, result.output]
+
+    return tuple(in_child_as(NOBODY, invoke))
 
 
 def test_an_unreadable_input_fails_naming_the_file_as_a_missing_one_does(params):
