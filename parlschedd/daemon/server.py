@@ -28,7 +28,8 @@ import structlog
 from parlschedd import __version__, config as config_mod
 from parlschedd.config import Config, ConfigError
 from parlschedd.daemon import notify, protocol
-from parlschedd.daemon.engine import Engine, EngineError, Target
+from parlschedd.daemon.engine import Engine, EngineError
+from parlschedd.daemon.rules import RuleMatcher
 from parlschedd.host import cgroups, procfs
 from parlschedd.host.affinity import Pinner
 from parlschedd.host.base import CounterSource
@@ -37,12 +38,10 @@ from parlschedd.host.errors import HostError, ThreadGone
 from parlschedd.host.perf import CounterSet, detect_source, raise_fd_limit
 from parlschedd.host.privileges import CAP_SYS_NICE, effective_capabilities, group_id, perfmon_capable
 from parlschedd.host.state import StateDirBusy, lock_dir, read_state, write_state
-from parlschedd.patterns import Pattern, compile_pattern
 from parlschedd.topology import read_topology
 
 log = structlog.get_logger("parlschedd")
 MAX_CLIENTS = 256
-CMDLINE_MATCHED = 4096  # bytes of a command line that name rules look at
 MAX_LINES_PER_TURN = 64  # requests of one client handled before others get a turn
 ACCEPT_PAUSE_S = 0.1  # after accept() fails (EMFILE), stop listening this long
 MAX_PENDING = 4 * 1024 * 1024  # reply bytes a client may leave unread, request bytes it may have waiting
@@ -110,10 +109,7 @@ class Daemon:
         self.selector = selectors.DefaultSelector()
         self._dirty = False
         self._lock: int | None = None  # the state dir's lock, held while we run
-        # rule matches not attached again while they live (pid -> start time): detached
-        # by hand, or their attach failed on a bug (retried each rescan, it would log a
-        # traceback every rescan_s and hold up the rest)
-        self._left_alone: dict[int, int] = {}
+        self.rules = RuleMatcher(proc_root, cgroup_root)
         self._listen_paused_until = 0.0
         self._deadline = float("inf")  # of the next tick; requests wait for it once passed
         self._status_views: dict[tuple[int, int | None], tuple[float, protocol.Framed]] = {}
@@ -166,7 +162,7 @@ class Daemon:
         now = time.monotonic()
         for t in saved:
             self._reattach(t, now)
-        self._rescan(now)
+        self.rules.rescan(self.engine, self.config.targets, now)
         self.engine.forget_unclaimed_hand_overs()
         self._save_state()
         log.info("started", version=__version__, socket=os.path.abspath(self.socket_path),
@@ -213,7 +209,7 @@ class Daemon:
             if now >= next_rescan:
                 next_rescan = now + self.config.rescan_s
                 try:
-                    self._rescan(now)
+                    self.rules.rescan(self.engine, self.config.targets, now)
                     self.engine.resync(now)
                     self.engine.refilter(now)
                 except Exception as exc:  # /proc unreadable, out of fds: the periods go on
@@ -300,7 +296,7 @@ class Daemon:
             log.warning("applied but for what takes effect at the next restart", keys=self.restart_pending)
         relearning = self.engine.relearn()
         log.info("reloaded", config=self.config_path, targets_learning_afresh=relearning)
-        self._rescan(time.monotonic())
+        self.rules.rescan(self.engine, self.config.targets, time.monotonic())
         self._status_views.clear()  # period_s and the like, and what the rules attached
         return []
 
@@ -445,53 +441,6 @@ class Daemon:
             log.info("previous target not re-attached", target=saved, reason=str(exc))
         except Exception:  # a bug: that target, not the daemon's start
             log.exception("previous target not re-attached", target=saved)
-
-    # -- config rules -----------------------------------------------------------------
-
-    def _rescan(self, now: float) -> None:
-        rules = self.config.targets
-        if not rules and not any(t.rule is not None for t in self.engine.targets.values()):
-            return
-        wanted: dict[int, int] = {}
-        for i, rule in enumerate(rules):
-            for pid in self._matching(rule):
-                wanted.setdefault(pid, i)
-        for pid, target in list(self.engine.targets.items()):
-            if target.rule is None:
-                continue
-            if pid not in wanted or not _as_rule_says(target, rules[wanted[pid]]):
-                self.engine.detach(pid, again=pid in wanted)  # restored; attached again below when a rule still wants it
-            else:
-                target.rule = wanted[pid]  # the same settings, perhaps at another place in a reloaded config
-        for pid, started in list(self._left_alone.items()):
-            if pid not in wanted or self.engine.start_time(pid) != started:
-                del self._left_alone[pid]  # exited: its pid may come back as another process
-        for pid, i in wanted.items():
-            if pid in self.engine.targets or pid in self._left_alone or pid == os.getpid():
-                continue
-            rule = rules[i]
-            try:
-                self.engine.attach(pid, now, observe=rule.observe, threads=rule.threads,
-                                   descendants=rule.descendants, rule=i)
-            except (EngineError, HostError) as exc:  # one process that could not be attached, not the rescan
-                log.debug("rule match not attached", pid=pid, reason=str(exc))
-            except Exception:  # a bug: that process, once, not the rescan
-                log.exception("rule match not attached, left alone while it lives", pid=pid)
-                self._left_alone[pid] = self.engine.start_time(pid) or 0
-
-    def _matching(self, rule: config_mod.TargetRule) -> set[int]:
-        pids: set[int] | None = None
-        if rule.cgroup is not None:
-            controllers, path = config_mod.split_cgroup(rule.cgroup)
-            try:
-                pids = set(cgroups.cgroup_procs(path, controllers, self.cgroup_root))
-            except HostError:
-                pids = set()
-        if rule.name is not None:
-            pattern = compile_pattern(rule.name)
-            candidates = pids if pids is not None else _all_pids(self.proc_root)
-            pids = {p for p in candidates if _name_matches(pattern, p, self.proc_root)}
-        return pids or set()
 
     # -- socket -----------------------------------------------------------------------
 
@@ -749,14 +698,14 @@ class Daemon:
                 raise EngineError("bad_request", f"process {a['pid']} is parlschedd itself")
             target = self.engine.attach(a["pid"], now, observe=a.get("observe", False), threads=a.get("threads"),
                                         descendants=a.get("descendants", False), uid=uid)
-            self._left_alone.pop(a["pid"], None)
+            self.rules.left_alone.pop(a["pid"], None)
             self._save_state()
             return {"target": self.engine.describe(target)}
         if request.cmd == "detach":
             target = self.engine.targets.get(a["pid"])
             restored = self.engine.detach(a["pid"], uid=uid)
             if target is not None and target.rule is not None:  # else the next rescan attaches it again
-                self._left_alone[target.pid] = target.handle.start_time
+                self.rules.left_alone[target.pid] = target.handle.start_time
                 log.info("detached by hand: the config rules leave it alone until it exits", pid=target.pid,
                          rule=f"targets[{target.rule}]")
             self._save_state()
@@ -861,21 +810,3 @@ def _placements(state: dict) -> frozenset[frozenset[int]] | None:
                     error=str(exc))
         return None
 
-
-def _as_rule_says(target: Target, rule: config_mod.TargetRule) -> bool:
-    """Whether a rule's target is managed as ``rule`` says (a reload may change it)."""
-    threads = target.thread_filter.pattern if target.thread_filter else None
-    return (target.observe, threads, target.descendants) == (rule.observe, rule.threads, rule.descendants)
-
-
-def _all_pids(proc_root: str) -> set[int]:
-    return {int(p) for p in os.listdir(proc_root) if p.isdigit()}
-
-
-def _name_matches(pattern: Pattern, pid: int, proc_root: str) -> bool:
-    try:
-        if pattern.search(procfs.comm(pid, proc_root)):
-            return True
-        return bool(pattern.search(" ".join(procfs.cmdline(pid, proc_root))[:CMDLINE_MATCHED]))
-    except HostError:
-        return False
