@@ -30,6 +30,7 @@ from parlschedd.config import Config, ConfigError
 from parlschedd.daemon import notify, protocol
 from parlschedd.daemon.engine import Engine, EngineError
 from parlschedd.daemon.rules import RuleMatcher
+from parlschedd.daemon.status import StatusViews
 from parlschedd.host import cgroups, procfs
 from parlschedd.host.affinity import Pinner
 from parlschedd.host.base import CounterSource
@@ -45,7 +46,6 @@ MAX_CLIENTS = 256
 MAX_LINES_PER_TURN = 64  # requests of one client handled before others get a turn
 ACCEPT_PAUSE_S = 0.1  # after accept() fails (EMFILE), stop listening this long
 MAX_PENDING = 4 * 1024 * 1024  # reply bytes a client may leave unread, request bytes it may have waiting
-MAX_STATUS_VIEWS = 256  # cached status replies kept in one period (see _status_reply)
 PARTS_TTL_S = 30.0  # the rest of a long reply is dropped when its client is idle this long
 STATE_VERSION = 1
 SUN_PATH_MAX = 108  # sockaddr_un.sun_path (unix(7)); Python binds a path of up to this many bytes
@@ -112,8 +112,7 @@ class Daemon:
         self.rules = RuleMatcher(proc_root, cgroup_root)
         self._listen_paused_until = 0.0
         self._deadline = float("inf")  # of the next tick; requests wait for it once passed
-        self._status_views: dict[tuple[int, int | None], tuple[float, protocol.Framed]] = {}
-        self._status_asked: set[tuple[int, int | None]] = set()  # views asked this period
+        self.status_views = StatusViews()
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -230,7 +229,7 @@ class Daemon:
             if deadline <= time.monotonic():  # overran: skip the missed periods
                 deadline = time.monotonic() + period
             self._deadline = deadline
-            self._new_status_period()
+            self.status_views.new_period(self.status, self._past_deadline)
             self._drop_stale_parts(now)
             if watchdog and now >= next_watchdog:
                 threads = sum(len(t.threads) for t in self.engine.targets.values())
@@ -297,7 +296,7 @@ class Daemon:
         relearning = self.engine.relearn()
         log.info("reloaded", config=self.config_path, targets_learning_afresh=relearning)
         self.rules.rescan(self.engine, self.config.targets, time.monotonic())
-        self._status_views.clear()  # period_s and the like, and what the rules attached
+        self.status_views.clear()  # period_s and the like, and what the rules attached
         return []
 
     def _waiting_for_restart(self, new: Config) -> list[str]:
@@ -329,7 +328,7 @@ class Daemon:
         """The engine attached, adopted or dropped a target or a thread: state and status
         change (attach and detach included: the engine reports them too)."""
         self._dirty = True
-        self._status_views.clear()
+        self.status_views.clear()
 
     def _persist(self) -> bool:
         """The engine's call before it pins threads it has just adopted: their original
@@ -651,7 +650,7 @@ class Daemon:
                 client.parts = left
                 return part
             if request.cmd == "status":
-                replies = self._status_reply(client.uid, request.args.get("pid"))
+                replies = self.status_views.reply(client.uid, request.args.get("pid"), self.status)
             elif request.cmd == "history":
                 replies = protocol.lines(self._history(request.args, client.uid))
             else:
@@ -719,60 +718,9 @@ class Daemon:
             return {"restart_pending": self.restart_pending}
         raise EngineError("bad_request", f"unhandled command {request.cmd}")
 
-    def _status_reply(self, uid: int, pid: int | None) -> Iterator[bytes]:
-        """The encoded reply to ``status`` (its lines, ``protocol.lines``), built at
-        most once per period per view.
-
-        status is read far more often than what it shows changes: 50 clients polling a
-        daemon that manages 1024 threads ask for the same ~100 KB description about 500
-        times a second, while it changes once a period (T_CPU). Building and encoding
-        it for every request held the period loop back by hundreds of ms (issue 7).
-        So the bytes are kept per view, (uid, pid filter): a non-root uid has views of
-        its own and never gets root's, whose targets it may not see. The views are
-        dropped at every tick and whenever what status shows changes between ticks:
-        reload, and what the engine reports through ``_mark_dirty``: a target attached
-        (by hand or by a rule), a thread adopted or dropped, a target detached. Views asked for in a period are built again right
-        after the next tick (``_new_status_period``); no others are kept, and at most
-        MAX_STATUS_VIEWS. Refusals (an unknown pid) are not kept.
-
-        ``daemon.uptime_s`` and ``daemon.loop`` are those of the moment the view was
-        built; ``daemon.snapshot_age_ms`` says how long ago that was.
-        """
-        built, framed = self._status_view(uid, pid)
-        if len(self._status_asked) < MAX_STATUS_VIEWS:
-            self._status_asked.add((uid, pid))
-        return framed.lines(b',"snapshot_age_ms":%.3f' % ((time.monotonic() - built) * 1e3))
-
-    def _status_view(self, uid: int, pid: int | None) -> tuple[float, protocol.Framed]:
-        """(built at, the reply around its snapshot_age_ms, ready to send) of a view."""
-        cached = self._status_views.get((uid, pid))
-        if cached is None:
-            status = self.status(uid, pid)
-            if len(self._status_views) >= MAX_STATUS_VIEWS:
-                self._status_views.clear()
-            # '{"ok":true,"daemon":{...' + age + '},"targets":[...]}\n', encoded once
-            head = b'{"ok":true,"daemon":' + protocol.encode(status["daemon"])[:-2]
-            tail = b"}," + protocol.encode({"targets": status["targets"]})[1:]
-            cached = self._status_views[(uid, pid)] = (time.monotonic(), protocol.Framed.of(head, tail))
-        return cached
-
-    def _new_status_period(self) -> None:
-        """After a tick: drop every view, and build again at once those asked for in
-        the period that ended (their clients poll, so they will ask again). Built
-        lazily, a view first asked late in a period (clients that poll every T_CPU
-        ask just before the next tick) would hold that tick back by the whole build,
-        tens of ms for 1024 threads; built now, it is done before anyone waits."""
-        asked, self._status_asked = self._status_asked, set()
-        self._status_views.clear()
-        for uid, pid in asked:
-            if self._past_deadline():
-                return
-            try:
-                self._status_view(uid, pid)
-            except Exception:  # the pid is gone, or a bug: _handle answers and logs it when asked
-                pass
-
     def status(self, uid: int, pid: int | None = None) -> dict:
+        """What ``status`` shows ``uid``: the daemon, and the targets that uid may see
+        (root: all), only ``pid``'s when it is given; kept encoded by ``StatusViews``."""
         targets = [t for t in self.engine.targets.values() if uid == 0 or t.uid == uid]
         if pid is not None:
             targets = [t for t in targets if t.pid == pid]
