@@ -19,7 +19,7 @@ import pytest
 
 from parlschedctl import client
 from parlschedd.daemon.protocol import MAX_LINE
-from parlschedd.daemon.server import _placements
+from parlschedd.daemon.statefile import _placements
 from tests.conftest import PINNING, as_user, needs_root, start_daemon, wait_for
 from tests.reliability.helpers import sleepy
 
