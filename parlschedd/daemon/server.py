@@ -1,4 +1,6 @@
-"""The daemon process: control socket, period loop, signals, state file.
+"""The daemon process: control socket, period loop, signals, requests. It composes the
+engine (engine.py), the config rules' matches (rules.py), the state file
+(statefile.py) and the cache of status replies (status.py).
 
 A single thread runs everything: a selector waits for socket traffic until the next
 period's deadline, then the engine ticks. Deadlines advance by whole periods from the
@@ -11,7 +13,6 @@ from __future__ import annotations
 
 import os
 import selectors
-import shutil
 import signal
 import socket
 import stat
@@ -28,27 +29,24 @@ import structlog
 from parlschedd import __version__, config as config_mod
 from parlschedd.config import Config, ConfigError
 from parlschedd.daemon import notify, protocol
-from parlschedd.daemon.engine import Engine, EngineError, Target
+from parlschedd.daemon.engine import Engine, EngineError
+from parlschedd.daemon.rules import RuleMatcher
+from parlschedd.daemon.statefile import StateDirUnusable, StateFile, by_hand, reattach
+from parlschedd.daemon.status import StatusViews
 from parlschedd.host import cgroups, procfs
 from parlschedd.host.affinity import Pinner
 from parlschedd.host.base import CounterSource
-from parlschedd.cpulist import format_cpulist, parse_cpulist
-from parlschedd.host.errors import HostError, ThreadGone
+from parlschedd.cpulist import format_cpulist
 from parlschedd.host.perf import CounterSet, detect_source, raise_fd_limit
 from parlschedd.host.privileges import CAP_SYS_NICE, effective_capabilities, group_id, perfmon_capable
-from parlschedd.host.state import StateDirBusy, lock_dir, read_state, write_state
-from parlschedd.patterns import Pattern, compile_pattern
 from parlschedd.topology import read_topology
 
 log = structlog.get_logger("parlschedd")
 MAX_CLIENTS = 256
-CMDLINE_MATCHED = 4096  # bytes of a command line that name rules look at
 MAX_LINES_PER_TURN = 64  # requests of one client handled before others get a turn
 ACCEPT_PAUSE_S = 0.1  # after accept() fails (EMFILE), stop listening this long
 MAX_PENDING = 4 * 1024 * 1024  # reply bytes a client may leave unread, request bytes it may have waiting
-MAX_STATUS_VIEWS = 256  # cached status replies kept in one period (see _status_reply)
 PARTS_TTL_S = 30.0  # the rest of a long reply is dropped when its client is idle this long
-STATE_VERSION = 1
 SUN_PATH_MAX = 108  # sockaddr_un.sun_path (unix(7)); Python binds a path of up to this many bytes
 
 
@@ -100,7 +98,7 @@ class Daemon:
         self.config, self.config_path = config, config_path
         self._started_with = config  # socket and metrics are set up from it, once
         self.restart_pending: list[str] = []  # keys of the config file that wait for a restart
-        self.socket_path, self.state_path = socket_path, Path(state_dir) / "state.json"
+        self.socket_path, self.statefile = socket_path, StateFile(state_dir)
         self.sysfs, self.proc_root, self.cgroup_root = sysfs, proc_root, cgroup_root
         self.started = time.monotonic()
         self.should_exit = False
@@ -108,16 +106,10 @@ class Daemon:
         self.stats = LoopStats()
         self.clients: dict[int, Client] = {}
         self.selector = selectors.DefaultSelector()
-        self._dirty = False
-        self._lock: int | None = None  # the state dir's lock, held while we run
-        # rule matches not attached again while they live (pid -> start time): detached
-        # by hand, or their attach failed on a bug (retried each rescan, it would log a
-        # traceback every rescan_s and hold up the rest)
-        self._left_alone: dict[int, int] = {}
+        self.rules = RuleMatcher(proc_root, cgroup_root)
         self._listen_paused_until = 0.0
         self._deadline = float("inf")  # of the next tick; requests wait for it once passed
-        self._status_views: dict[tuple[int, int | None], tuple[float, protocol.Framed]] = {}
-        self._status_asked: set[tuple[int, int | None]] = set()  # views asked this period
+        self.status_views = StatusViews()
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -150,9 +142,12 @@ class Daemon:
         self.engine = Engine(self.config, self.domains, self.counters, Pinner(proc_root=self.proc_root),
                              proc_root=self.proc_root, on_change=self._mark_dirty, persist=self._persist,
                              allowed=cgroups.CpusetReader(self.cgroup_root, self.proc_root))
-        self._check_state_dir()
-        gid = self._socket_gid()  # both checked before _recover changes any thread
-        saved = self._recover()
+        try:
+            self.statefile.lock()
+        except StateDirUnusable as exc:
+            raise StartupError(str(exc)) from None
+        gid = self._socket_gid()  # both checked before recover changes any thread
+        saved = self.statefile.recover(self.engine, self.proc_root)
         self.metrics = self._start_metrics()
         self._open_socket(gid)
         self._wake_r, self._wake_w = socket.socketpair()
@@ -165,12 +160,12 @@ class Daemon:
         signal.signal(signal.SIGHUP, self.handle_reload)
         now = time.monotonic()
         for t in saved:
-            self._reattach(t, now)
-        self._rescan(now)
+            reattach(self.engine, t, now, self.proc_root)
+        self.rules.rescan(self.engine, self.config.targets, now)
         self.engine.forget_unclaimed_hand_overs()
-        self._save_state()
+        self.statefile.save(self.engine)
         log.info("started", version=__version__, socket=os.path.abspath(self.socket_path),
-                 state_dir=os.path.abspath(self.state_path.parent), domains=self.domains,
+                 state_dir=os.path.abspath(self.statefile.path.parent), domains=self.domains,
                  counter_source=source.value, period_s=self.config.period_s)
         notify.notify(f"READY=1\nSTATUS=managing 0 threads\nMAINPID={os.getpid()}")
 
@@ -213,15 +208,15 @@ class Daemon:
             if now >= next_rescan:
                 next_rescan = now + self.config.rescan_s
                 try:
-                    self._rescan(now)
+                    self.rules.rescan(self.engine, self.config.targets, now)
                     self.engine.resync(now)
                     self.engine.refilter(now)
                 except Exception as exc:  # /proc unreadable, out of fds: the periods go on
                     log.error("rescan failed", error=f"{type(exc).__name__}: {exc}")
             try:
                 self.engine.tick(now)
-                if self._dirty:
-                    self._save_state()
+                if self.statefile.dirty:
+                    self.statefile.save(self.engine)
             except Exception as exc:  # out of fds, a full disk, a bug: log, keep serving
                 log.error("period failed", error=f"{type(exc).__name__}: {exc}")
             self._resume_listening(now)
@@ -234,7 +229,7 @@ class Daemon:
             if deadline <= time.monotonic():  # overran: skip the missed periods
                 deadline = time.monotonic() + period
             self._deadline = deadline
-            self._new_status_period()
+            self.status_views.new_period(self.status, self._past_deadline)
             self._drop_stale_parts(now)
             if watchdog and now >= next_watchdog:
                 threads = sum(len(t.threads) for t in self.engine.targets.values())
@@ -247,12 +242,12 @@ class Daemon:
         /run/parlsched (RuntimeDirectoryPreserve=restart) and with it what users
         attached, while ``systemctl stop`` removes it and they are forgotten."""
         notify.notify("STOPPING=1")
-        by_hand = self._by_hand()
+        hand_attached = by_hand(self.engine)
         if self.config.restore_on_exit:
             restored = self.engine.detach_all(keep_hand_overs=True)
             report = self.engine.pinner.restore_all()
             log.info("restored", threads=restored + len(report.restored), gone=len(report.gone), failed=len(report.failed))
-        self._save_state(by_hand)
+        self.statefile.save(self.engine, hand_attached)
         self.counters.close_all()
         if self.metrics is not None:
             self.metrics.close()
@@ -263,8 +258,7 @@ class Daemon:
             os.unlink(self.socket_path)
         except FileNotFoundError:
             pass
-        if self._lock is not None:
-            os.close(self._lock)  # last: the state file is final
+        self.statefile.unlock()  # last: the state file is final
         log.info("stopped")
 
     def reload(self) -> list[str]:
@@ -300,8 +294,8 @@ class Daemon:
             log.warning("applied but for what takes effect at the next restart", keys=self.restart_pending)
         relearning = self.engine.relearn()
         log.info("reloaded", config=self.config_path, targets_learning_afresh=relearning)
-        self._rescan(time.monotonic())
-        self._status_views.clear()  # period_s and the like, and what the rules attached
+        self.rules.rescan(self.engine, self.config.targets, time.monotonic())
+        self.status_views.clear()  # period_s and the like, and what the rules attached
         return []
 
     def _waiting_for_restart(self, new: Config) -> list[str]:
@@ -327,171 +321,19 @@ class Daemon:
         log.info("metrics listening", address=self.config.metrics, port=metrics.port)
         return metrics
 
-    # -- state ------------------------------------------------------------------------
+    # -- the engine's calls -----------------------------------------------------------
 
     def _mark_dirty(self) -> None:
         """The engine attached, adopted or dropped a target or a thread: state and status
         change (attach and detach included: the engine reports them too)."""
-        self._dirty = True
-        self._status_views.clear()
+        self.statefile.dirty = True
+        self.status_views.clear()
 
     def _persist(self) -> bool:
         """The engine's call before it pins threads it has just adopted: their original
         masks go to the state file first; False when the file could not be written."""
-        self._save_state()
-        return not self._dirty
-
-    def _by_hand(self) -> list[dict]:
-        """The targets attached by a client (not by a config rule), as the state keeps them."""
-        return [{"pid": t.pid, "start_time": t.handle.start_time, "observe": t.observe,
-                 "threads": t.thread_filter.pattern if t.thread_filter else None,
-                 "descendants": t.descendants, "uid": t.uid, "caller": t.caller}
-                for t in self.engine.targets.values() if t.rule is None]
-
-    def _save_state(self, targets: list[dict] | None = None) -> None:
-        """Write the pinner's records, the hand-attached targets (``targets``: the ones
-        given, by default those of now) and the threads handed over to someone else."""
-        state = {"version": STATE_VERSION, "pinner": self.engine.pinner.to_json(),
-                 "targets": self._by_hand() if targets is None else targets,
-                 "handed_over": sorted([tid, start] for tid, start in self.engine.handed_over.items()),
-                 "placements": sorted(format_cpulist(p) for p in self.engine.placements)}
-        try:
-            self.state_path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-            write_state(self.state_path, state)
-        except OSError as exc:  # kept dirty: written again next period
-            log.error("state file not written", path=str(self.state_path), error=str(exc))
-            return
-        self._dirty = False
-
-    def _check_state_dir(self) -> None:
-        """Refuse to start without a state dir to write in, or one another daemon uses:
-        the saved masks there are what a restart after SIGKILL restores. Its lock file,
-        held until we exit, proves both."""
-        where = self.state_path.parent
-        try:
-            where.mkdir(parents=True, exist_ok=True, mode=0o755)
-            self._lock = lock_dir(where)
-        except StateDirBusy as exc:
-            raise StartupError(f"{exc}: two daemons on one state dir would each restore the other's threads and "
-                               "overwrite its saved masks; stop that one, or choose another --state-dir") from None
-        except OSError as exc:
-            reason = "it or a parent is not a directory" if isinstance(exc, FileExistsError) else exc.strerror or str(exc)
-            raise StartupError(f"cannot use state dir {where}: {reason} (the original masks of pinned threads "
-                               "are kept there; choose another --state-dir)") from None
-
-    def _recover(self) -> list[dict]:
-        """After a crash: put every thread the last run pinned back on its original
-        mask. After a crash or a clean stop: return the targets attached by hand, to
-        attach again, and keep leaving alone the threads it handed over."""
-        try:
-            state = read_state(self.state_path)
-        except (OSError, ValueError) as exc:
-            self._set_aside(f"unreadable: {exc}")
-            return []
-        if state is None:
-            return []
-        try:
-            if state.get("version") != STATE_VERSION:
-                raise ValueError(f"version {protocol.clip(repr(state.get('version')))}, this daemon reads {STATE_VERSION}")
-            old = Pinner.from_json(state.get("pinner"), proc_root=self.proc_root, placements=_placements(state))
-        except ValueError as exc:
-            self._set_aside(str(exc))
-            return []
-        if len(old.records) < len(state["pinner"]["threads"]):  # some records skipped: keep them all aside
-            self._set_aside("thread records unreadable", copy=True)
-        starts = {tid: record.start_time for tid, record in old.records.items()}
-        report = old.restore_all()
-        if report.restored or report.gone or report.failed or report.kept:
-            log.info("recovered from previous run", restored=len(report.restored), gone=len(report.gone),
-                     failed=len(report.failed), left_as_set_by_someone_else=len(report.kept))
-        saved = state.get("handed_over", [])
-        self.engine.keep_handed_over([*(saved if isinstance(saved, list) else ()), *([t, starts[t]] for t in report.kept)])
-        targets = state.get("targets", [])
-        if not isinstance(targets, list):
-            log.error("state file: the targets attached by hand are not a list, none is attached again",
-                      targets=protocol.clip(repr(targets)))
-            return []
-        return [t for t in targets if isinstance(t, dict)]
-
-    def _set_aside(self, why: str, copy: bool = False) -> None:
-        """A state file this daemon cannot use (``copy``: not all of it) is kept under
-        another name, one per occurrence, not overwritten by the next save: the
-        original masks it may hold stay for an administrator to restore."""
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-        aside = self.state_path.with_name(f"{self.state_path.name}.unusable-{stamp}-{os.getpid()}")
-        try:
-            if copy:
-                shutil.copy2(self.state_path, aside)
-            else:
-                os.replace(self.state_path, aside)
-        except OSError as exc:
-            log.error("state file unusable, ignoring it; it will be overwritten", path=str(self.state_path), why=why,
-                      error=str(exc))
-            return
-        what = "part of it ignored" if copy else "ignoring it"
-        log.error(f"state file unusable, {what}; kept for an administrator", path=str(aside), why=why)
-
-    def _reattach(self, saved: dict, now: float) -> None:
-        try:
-            pid = int(saved["pid"])
-            if procfs.process_start_time(pid, self.proc_root) != saved["start_time"]:
-                return
-            self.engine.attach(pid, now, observe=bool(saved.get("observe")), threads=saved.get("threads"),
-                               descendants=bool(saved.get("descendants")), uid=saved.get("caller"))
-            log.info("re-attached from the last run", pid=pid)
-        except ThreadGone:  # not the errno of the read that found it gone
-            log.info("previous target not re-attached", target=saved, reason="it has exited")
-        except (KeyError, ValueError, TypeError, HostError, EngineError) as exc:
-            log.info("previous target not re-attached", target=saved, reason=str(exc))
-        except Exception:  # a bug: that target, not the daemon's start
-            log.exception("previous target not re-attached", target=saved)
-
-    # -- config rules -----------------------------------------------------------------
-
-    def _rescan(self, now: float) -> None:
-        rules = self.config.targets
-        if not rules and not any(t.rule is not None for t in self.engine.targets.values()):
-            return
-        wanted: dict[int, int] = {}
-        for i, rule in enumerate(rules):
-            for pid in self._matching(rule):
-                wanted.setdefault(pid, i)
-        for pid, target in list(self.engine.targets.items()):
-            if target.rule is None:
-                continue
-            if pid not in wanted or not _as_rule_says(target, rules[wanted[pid]]):
-                self.engine.detach(pid, again=pid in wanted)  # restored; attached again below when a rule still wants it
-            else:
-                target.rule = wanted[pid]  # the same settings, perhaps at another place in a reloaded config
-        for pid, started in list(self._left_alone.items()):
-            if pid not in wanted or self.engine.start_time(pid) != started:
-                del self._left_alone[pid]  # exited: its pid may come back as another process
-        for pid, i in wanted.items():
-            if pid in self.engine.targets or pid in self._left_alone or pid == os.getpid():
-                continue
-            rule = rules[i]
-            try:
-                self.engine.attach(pid, now, observe=rule.observe, threads=rule.threads,
-                                   descendants=rule.descendants, rule=i)
-            except (EngineError, HostError) as exc:  # one process that could not be attached, not the rescan
-                log.debug("rule match not attached", pid=pid, reason=str(exc))
-            except Exception:  # a bug: that process, once, not the rescan
-                log.exception("rule match not attached, left alone while it lives", pid=pid)
-                self._left_alone[pid] = self.engine.start_time(pid) or 0
-
-    def _matching(self, rule: config_mod.TargetRule) -> set[int]:
-        pids: set[int] | None = None
-        if rule.cgroup is not None:
-            controllers, path = config_mod.split_cgroup(rule.cgroup)
-            try:
-                pids = set(cgroups.cgroup_procs(path, controllers, self.cgroup_root))
-            except HostError:
-                pids = set()
-        if rule.name is not None:
-            pattern = compile_pattern(rule.name)
-            candidates = pids if pids is not None else _all_pids(self.proc_root)
-            pids = {p for p in candidates if _name_matches(pattern, p, self.proc_root)}
-        return pids or set()
+        self.statefile.save(self.engine)
+        return not self.statefile.dirty
 
     # -- socket -----------------------------------------------------------------------
 
@@ -702,7 +544,7 @@ class Daemon:
                 client.parts = left
                 return part
             if request.cmd == "status":
-                replies = self._status_reply(client.uid, request.args.get("pid"))
+                replies = self.status_views.reply(client.uid, request.args.get("pid"), self.status)
             elif request.cmd == "history":
                 replies = protocol.lines(self._history(request.args, client.uid))
             else:
@@ -749,17 +591,17 @@ class Daemon:
                 raise EngineError("bad_request", f"process {a['pid']} is parlschedd itself")
             target = self.engine.attach(a["pid"], now, observe=a.get("observe", False), threads=a.get("threads"),
                                         descendants=a.get("descendants", False), uid=uid)
-            self._left_alone.pop(a["pid"], None)
-            self._save_state()
+            self.rules.left_alone.pop(a["pid"], None)
+            self.statefile.save(self.engine)
             return {"target": self.engine.describe(target)}
         if request.cmd == "detach":
             target = self.engine.targets.get(a["pid"])
             restored = self.engine.detach(a["pid"], uid=uid)
             if target is not None and target.rule is not None:  # else the next rescan attaches it again
-                self._left_alone[target.pid] = target.handle.start_time
+                self.rules.left_alone[target.pid] = target.handle.start_time
                 log.info("detached by hand: the config rules leave it alone until it exits", pid=target.pid,
                          rule=f"targets[{target.rule}]")
-            self._save_state()
+            self.statefile.save(self.engine)
             return {"pid": a["pid"], "restored": restored}
         if request.cmd == "reload":
             if uid != 0:
@@ -770,60 +612,9 @@ class Daemon:
             return {"restart_pending": self.restart_pending}
         raise EngineError("bad_request", f"unhandled command {request.cmd}")
 
-    def _status_reply(self, uid: int, pid: int | None) -> Iterator[bytes]:
-        """The encoded reply to ``status`` (its lines, ``protocol.lines``), built at
-        most once per period per view.
-
-        status is read far more often than what it shows changes: 50 clients polling a
-        daemon that manages 1024 threads ask for the same ~100 KB description about 500
-        times a second, while it changes once a period (T_CPU). Building and encoding
-        it for every request held the period loop back by hundreds of ms (issue 7).
-        So the bytes are kept per view, (uid, pid filter): a non-root uid has views of
-        its own and never gets root's, whose targets it may not see. The views are
-        dropped at every tick and whenever what status shows changes between ticks:
-        reload, and what the engine reports through ``_mark_dirty``: a target attached
-        (by hand or by a rule), a thread adopted or dropped, a target detached. Views asked for in a period are built again right
-        after the next tick (``_new_status_period``); no others are kept, and at most
-        MAX_STATUS_VIEWS. Refusals (an unknown pid) are not kept.
-
-        ``daemon.uptime_s`` and ``daemon.loop`` are those of the moment the view was
-        built; ``daemon.snapshot_age_ms`` says how long ago that was.
-        """
-        built, framed = self._status_view(uid, pid)
-        if len(self._status_asked) < MAX_STATUS_VIEWS:
-            self._status_asked.add((uid, pid))
-        return framed.lines(b',"snapshot_age_ms":%.3f' % ((time.monotonic() - built) * 1e3))
-
-    def _status_view(self, uid: int, pid: int | None) -> tuple[float, protocol.Framed]:
-        """(built at, the reply around its snapshot_age_ms, ready to send) of a view."""
-        cached = self._status_views.get((uid, pid))
-        if cached is None:
-            status = self.status(uid, pid)
-            if len(self._status_views) >= MAX_STATUS_VIEWS:
-                self._status_views.clear()
-            # '{"ok":true,"daemon":{...' + age + '},"targets":[...]}\n', encoded once
-            head = b'{"ok":true,"daemon":' + protocol.encode(status["daemon"])[:-2]
-            tail = b"}," + protocol.encode({"targets": status["targets"]})[1:]
-            cached = self._status_views[(uid, pid)] = (time.monotonic(), protocol.Framed.of(head, tail))
-        return cached
-
-    def _new_status_period(self) -> None:
-        """After a tick: drop every view, and build again at once those asked for in
-        the period that ended (their clients poll, so they will ask again). Built
-        lazily, a view first asked late in a period (clients that poll every T_CPU
-        ask just before the next tick) would hold that tick back by the whole build,
-        tens of ms for 1024 threads; built now, it is done before anyone waits."""
-        asked, self._status_asked = self._status_asked, set()
-        self._status_views.clear()
-        for uid, pid in asked:
-            if self._past_deadline():
-                return
-            try:
-                self._status_view(uid, pid)
-            except Exception:  # the pid is gone, or a bug: _handle answers and logs it when asked
-                pass
-
     def status(self, uid: int, pid: int | None = None) -> dict:
+        """What ``status`` shows ``uid``: the daemon, and the targets that uid may see
+        (root: all), only ``pid``'s when it is given; kept encoded by ``StatusViews``."""
         targets = [t for t in self.engine.targets.values() if uid == 0 or t.uid == uid]
         if pid is not None:
             targets = [t for t in targets if t.pid == pid]
@@ -840,42 +631,3 @@ class Daemon:
             "targets": [self.engine.describe(t, time.monotonic()) for t in targets],
         }
 
-
-def _placements(state: dict) -> frozenset[frozenset[int]] | None:
-    """The masks the run that wrote ``state`` pinned threads to, by which its records
-    are judged (not this run's: it may run on other domains or CPUs, and a mask only
-    it would set was set by someone else); None (every mask counts as a pin) when the
-    file does not say or cannot be read (written before it kept them)."""
-    saved = state.get("placements")
-    if saved is None:
-        return None
-    try:
-        if not isinstance(saved, list) or not saved or not all(isinstance(p, str) for p in saved):
-            raise ValueError(f"not a list of CPU lists: {saved!r:.80}")  # empty: no run pins to nothing
-        placements = frozenset(map(parse_cpulist, saved))
-        if frozenset() in placements:
-            raise ValueError("an empty CPU list")  # no pin is to no CPU
-        return placements
-    except ValueError as exc:
-        log.warning("state file: the last run's placements are unreadable, every saved thread is restored",
-                    error=str(exc))
-        return None
-
-
-def _as_rule_says(target: Target, rule: config_mod.TargetRule) -> bool:
-    """Whether a rule's target is managed as ``rule`` says (a reload may change it)."""
-    threads = target.thread_filter.pattern if target.thread_filter else None
-    return (target.observe, threads, target.descendants) == (rule.observe, rule.threads, rule.descendants)
-
-
-def _all_pids(proc_root: str) -> set[int]:
-    return {int(p) for p in os.listdir(proc_root) if p.isdigit()}
-
-
-def _name_matches(pattern: Pattern, pid: int, proc_root: str) -> bool:
-    try:
-        if pattern.search(procfs.comm(pid, proc_root)):
-            return True
-        return bool(pattern.search(" ".join(procfs.cmdline(pid, proc_root))[:CMDLINE_MATCHED]))
-    except HostError:
-        return False

@@ -1,4 +1,4 @@
-"""parlschedd/daemon/server.py: the per-period status snapshot and the period deadline.
+"""parlschedd/daemon/server.py and status.py: the per-period status snapshot and the period deadline.
 
 A real daemon on a real socket with real target processes. Most tests use a period of
 30 s, so that no tick falls inside the test: whatever status shows that changed was
@@ -19,7 +19,7 @@ import pytest
 
 from parlschedctl import client
 from parlschedd.daemon.protocol import MAX_LINE
-from parlschedd.daemon.server import _placements
+from parlschedd.daemon.statefile import _placements
 from tests.conftest import PINNING, as_user, needs_root, start_daemon, wait_for
 from tests.reliability.helpers import sleepy
 

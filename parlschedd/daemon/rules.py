@@ -1,0 +1,93 @@
+"""The config rules (``targets:``): which processes they match, attached and detached
+as those come and go (at start, every ``rescan_s`` and at a reload), and the matches
+they leave alone."""
+
+from __future__ import annotations
+
+import os
+
+import structlog
+
+from parlschedd import config as config_mod
+from parlschedd.daemon.engine import Engine, EngineError, Target
+from parlschedd.host import cgroups, procfs
+from parlschedd.host.errors import HostError
+from parlschedd.patterns import Pattern, compile_pattern
+
+log = structlog.get_logger("parlschedd")
+CMDLINE_MATCHED = 4096  # bytes of a command line that name rules look at
+
+
+class RuleMatcher:
+    """Attaches what the rules match and detaches what they no longer match; reads
+    processes under ``proc_root`` and cgroups under ``cgroup_root``."""
+
+    def __init__(self, proc_root: str, cgroup_root: str) -> None:
+        self.proc_root, self.cgroup_root = proc_root, cgroup_root
+        # rule matches not attached again while they live (pid -> start time): detached
+        # by hand, or their attach failed on a bug (retried each rescan, it would log a
+        # traceback every rescan_s and hold up the rest)
+        self.left_alone: dict[int, int] = {}
+
+    def rescan(self, engine: Engine, rules: tuple[config_mod.TargetRule, ...], now: float) -> None:
+        if not rules and not any(t.rule is not None for t in engine.targets.values()):
+            return
+        wanted: dict[int, int] = {}
+        for i, rule in enumerate(rules):
+            for pid in self.matching(rule):
+                wanted.setdefault(pid, i)
+        for pid, target in list(engine.targets.items()):
+            if target.rule is None:
+                continue
+            if pid not in wanted or not _as_rule_says(target, rules[wanted[pid]]):
+                engine.detach(pid, again=pid in wanted)  # restored; attached again below when a rule still wants it
+            else:
+                target.rule = wanted[pid]  # the same settings, perhaps at another place in a reloaded config
+        for pid, started in list(self.left_alone.items()):
+            if pid not in wanted or engine.start_time(pid) != started:
+                del self.left_alone[pid]  # exited: its pid may come back as another process
+        for pid, i in wanted.items():
+            if pid in engine.targets or pid in self.left_alone or pid == os.getpid():
+                continue
+            rule = rules[i]
+            try:
+                engine.attach(pid, now, observe=rule.observe, threads=rule.threads,
+                              descendants=rule.descendants, rule=i)
+            except (EngineError, HostError) as exc:  # one process that could not be attached, not the rescan
+                log.debug("rule match not attached", pid=pid, reason=str(exc))
+            except Exception:  # a bug: that process, once, not the rescan
+                log.exception("rule match not attached, left alone while it lives", pid=pid)
+                self.left_alone[pid] = engine.start_time(pid) or 0
+
+    def matching(self, rule: config_mod.TargetRule) -> set[int]:
+        pids: set[int] | None = None
+        if rule.cgroup is not None:
+            controllers, path = config_mod.split_cgroup(rule.cgroup)
+            try:
+                pids = set(cgroups.cgroup_procs(path, controllers, self.cgroup_root))
+            except HostError:
+                pids = set()
+        if rule.name is not None:
+            pattern = compile_pattern(rule.name)
+            candidates = pids if pids is not None else _all_pids(self.proc_root)
+            pids = {p for p in candidates if _name_matches(pattern, p, self.proc_root)}
+        return pids or set()
+
+
+def _as_rule_says(target: Target, rule: config_mod.TargetRule) -> bool:
+    """Whether a rule's target is managed as ``rule`` says (a reload may change it)."""
+    threads = target.thread_filter.pattern if target.thread_filter else None
+    return (target.observe, threads, target.descendants) == (rule.observe, rule.threads, rule.descendants)
+
+
+def _all_pids(proc_root: str) -> set[int]:
+    return {int(p) for p in os.listdir(proc_root) if p.isdigit()}
+
+
+def _name_matches(pattern: Pattern, pid: int, proc_root: str) -> bool:
+    try:
+        if pattern.search(procfs.comm(pid, proc_root)):
+            return True
+        return bool(pattern.search(" ".join(procfs.cmdline(pid, proc_root))[:CMDLINE_MATCHED]))
+    except HostError:
+        return False

@@ -1,0 +1,175 @@
+"""The daemon's state file, ``state.json`` in the state dir: what it keeps (the original
+masks of the threads pinned, the targets attached by hand, the threads handed over,
+the masks this run pins to), its writing, and the recovery from it at the next start,
+after a crash or a restart. The atomic file I/O and the state dir's lock are
+:mod:`parlschedd.host.state`'s."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import structlog
+
+from parlschedd.cpulist import format_cpulist, parse_cpulist
+from parlschedd.daemon import protocol
+from parlschedd.daemon.engine import Engine, EngineError
+from parlschedd.host import procfs
+from parlschedd.host.affinity import Pinner
+from parlschedd.host.errors import HostError, ThreadGone
+from parlschedd.host.state import StateDirBusy, lock_dir, read_state, write_state
+
+log = structlog.get_logger("parlschedd")
+STATE_VERSION = 1
+
+
+class StateDirUnusable(Exception):
+    """The state dir cannot be used; the message is the one-line reason, and what to do."""
+
+
+class StateFile:
+    """``state.json`` in ``state_dir``. ``dirty``: what it should hold changed since
+    it was last written (set by the daemon when the engine reports a change, cleared
+    by a ``save`` that wrote it)."""
+
+    def __init__(self, state_dir: str | os.PathLike[str]) -> None:
+        self.path = Path(state_dir) / "state.json"
+        self.dirty = False
+        self._lock: int | None = None  # the state dir's lock, held while we run
+
+    def lock(self) -> None:
+        """Refuse to start without a state dir to write in, or one another daemon uses:
+        the saved masks there are what a restart after SIGKILL restores. Its lock file,
+        held until ``unlock``, proves both. StateDirUnusable when it cannot be used."""
+        where = self.path.parent
+        try:
+            where.mkdir(parents=True, exist_ok=True, mode=0o755)
+            self._lock = lock_dir(where)
+        except StateDirBusy as exc:
+            raise StateDirUnusable(f"{exc}: two daemons on one state dir would each restore the other's threads and "
+                                   "overwrite its saved masks; stop that one, or choose another --state-dir") from None
+        except OSError as exc:
+            reason = "it or a parent is not a directory" if isinstance(exc, FileExistsError) else exc.strerror or str(exc)
+            raise StateDirUnusable(f"cannot use state dir {where}: {reason} (the original masks of pinned threads "
+                                   "are kept there; choose another --state-dir)") from None
+
+    def unlock(self) -> None:
+        """Give up the state dir's lock: once the file is final, at the daemon's exit."""
+        if self._lock is not None:
+            os.close(self._lock)
+
+    def save(self, engine: Engine, targets: list[dict] | None = None) -> None:
+        """Write the pinner's records, the hand-attached targets (``targets``: the ones
+        given, by default those of now) and the threads handed over to someone else."""
+        state = {"version": STATE_VERSION, "pinner": engine.pinner.to_json(),
+                 "targets": by_hand(engine) if targets is None else targets,
+                 "handed_over": sorted([tid, start] for tid, start in engine.handed_over.items()),
+                 "placements": sorted(format_cpulist(p) for p in engine.placements)}
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+            write_state(self.path, state)
+        except OSError as exc:  # kept dirty: written again next period
+            log.error("state file not written", path=str(self.path), error=str(exc))
+            return
+        self.dirty = False
+
+    def recover(self, engine: Engine, proc_root: str) -> list[dict]:
+        """After a crash: put every thread the last run pinned back on its original
+        mask. After a crash or a clean stop: return the targets attached by hand, to
+        attach again (``reattach``), and keep leaving alone the threads it handed over."""
+        try:
+            state = read_state(self.path)
+        except (OSError, ValueError) as exc:
+            self._set_aside(f"unreadable: {exc}")
+            return []
+        if state is None:
+            return []
+        try:
+            if state.get("version") != STATE_VERSION:
+                raise ValueError(f"version {protocol.clip(repr(state.get('version')))}, this daemon reads {STATE_VERSION}")
+            old = Pinner.from_json(state.get("pinner"), proc_root=proc_root, placements=_placements(state))
+        except ValueError as exc:
+            self._set_aside(str(exc))
+            return []
+        if len(old.records) < len(state["pinner"]["threads"]):  # some records skipped: keep them all aside
+            self._set_aside("thread records unreadable", copy=True)
+        starts = {tid: record.start_time for tid, record in old.records.items()}
+        report = old.restore_all()
+        if report.restored or report.gone or report.failed or report.kept:
+            log.info("recovered from previous run", restored=len(report.restored), gone=len(report.gone),
+                     failed=len(report.failed), left_as_set_by_someone_else=len(report.kept))
+        saved = state.get("handed_over", [])
+        engine.keep_handed_over([*(saved if isinstance(saved, list) else ()), *([t, starts[t]] for t in report.kept)])
+        targets = state.get("targets", [])
+        if not isinstance(targets, list):
+            log.error("state file: the targets attached by hand are not a list, none is attached again",
+                      targets=protocol.clip(repr(targets)))
+            return []
+        return [t for t in targets if isinstance(t, dict)]
+
+    def _set_aside(self, why: str, copy: bool = False) -> None:
+        """A state file this daemon cannot use (``copy``: not all of it) is kept under
+        another name, one per occurrence, not overwritten by the next save: the
+        original masks it may hold stay for an administrator to restore."""
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        aside = self.path.with_name(f"{self.path.name}.unusable-{stamp}-{os.getpid()}")
+        try:
+            if copy:
+                shutil.copy2(self.path, aside)
+            else:
+                os.replace(self.path, aside)
+        except OSError as exc:
+            log.error("state file unusable, ignoring it; it will be overwritten", path=str(self.path), why=why,
+                      error=str(exc))
+            return
+        what = "part of it ignored" if copy else "ignoring it"
+        log.error(f"state file unusable, {what}; kept for an administrator", path=str(aside), why=why)
+
+
+def by_hand(engine: Engine) -> list[dict]:
+    """The targets attached by a client (not by a config rule), as the state keeps them."""
+    return [{"pid": t.pid, "start_time": t.handle.start_time, "observe": t.observe,
+             "threads": t.thread_filter.pattern if t.thread_filter else None,
+             "descendants": t.descendants, "uid": t.uid, "caller": t.caller}
+            for t in engine.targets.values() if t.rule is None]
+
+
+def reattach(engine: Engine, saved: dict, now: float, proc_root: str) -> None:
+    """Attach again a target the last run attached by hand (``saved``, as ``recover``
+    returns it) if its process still runs; else log why not."""
+    try:
+        pid = int(saved["pid"])
+        if procfs.process_start_time(pid, proc_root) != saved["start_time"]:
+            return
+        engine.attach(pid, now, observe=bool(saved.get("observe")), threads=saved.get("threads"),
+                      descendants=bool(saved.get("descendants")), uid=saved.get("caller"))
+        log.info("re-attached from the last run", pid=pid)
+    except ThreadGone:  # not the errno of the read that found it gone
+        log.info("previous target not re-attached", target=saved, reason="it has exited")
+    except (KeyError, ValueError, TypeError, HostError, EngineError) as exc:
+        log.info("previous target not re-attached", target=saved, reason=str(exc))
+    except Exception:  # a bug: that target, not the daemon's start
+        log.exception("previous target not re-attached", target=saved)
+
+
+def _placements(state: dict) -> frozenset[frozenset[int]] | None:
+    """The masks the run that wrote ``state`` pinned threads to, by which its records
+    are judged (not this run's: it may run on other domains or CPUs, and a mask only
+    it would set was set by someone else); None (every mask counts as a pin) when the
+    file does not say or cannot be read (written before it kept them)."""
+    saved = state.get("placements")
+    if saved is None:
+        return None
+    try:
+        if not isinstance(saved, list) or not saved or not all(isinstance(p, str) for p in saved):
+            raise ValueError(f"not a list of CPU lists: {saved!r:.80}")  # empty: no run pins to nothing
+        placements = frozenset(map(parse_cpulist, saved))
+        if frozenset() in placements:
+            raise ValueError("an empty CPU list")  # no pin is to no CPU
+        return placements
+    except ValueError as exc:
+        log.warning("state file: the last run's placements are unreadable, every saved thread is restored",
+                    error=str(exc))
+        return None
