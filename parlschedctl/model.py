@@ -19,12 +19,12 @@ import click
 import numpy as np
 
 from parlschedd.energy.baseline import BaselineModel
-from parlschedd.energy.cluster import Cluster, ClusterError, load_cluster
+from parlschedd.energy.cluster import ClusterError, NspError, check_measured, load_cluster, nsp_candidates
 from parlschedd.energy.estimator import EnergyTimeModel, parameter_names
 from parlschedd.energy.fitting import METHODS, Problem, leave_one_out
 from parlschedd.energy.measure import POWERCAP_ROOT, MeasureError, measure, rapl_zones
-from parlschedd.energy.measurements import (MIN_ENERGY_ROWS, Measurements, MeasurementsError, energy_rows,
-                                            load_measurements, write_measurements)
+from parlschedd.energy.measurements import (MIN_ENERGY_ROWS, MeasurementsError, energy_rows, load_measurements,
+                                            write_measurements)
 from parlschedd.energy.metrics import OBJECTIVES, nrmse, objective, relative_errors
 from parlschedd.energy.model import MASTER_POWER, SUBPOP_SIZES
 from parlschedd.energy.store import Fitted, ParamsError, json_safe, load_params, params_document, save_params
@@ -83,22 +83,12 @@ MAX_NSP = 10_000
 
 
 def _candidates(fitted: Fitted, nsp: tuple[int, ...] | None) -> np.ndarray:
-    """The NSp values asked for (default: the cluster's run.subpopulations); a usage
-    error above run.individuals, where a subpopulation would be empty and the model's
-    figures meaningless."""
-    lo, hi = fitted.cluster.run.subpopulations
-    ks = np.array(nsp or range(lo, hi + 1))
-    above = _without_individuals(fitted.cluster, ks)
-    if above:
-        raise click.BadParameter(f"{above[-1]} subpopulations of {fitted.cluster.run.individuals} individuals "
-                                 "(run.individuals): each needs at least one", param_hint="--nsp")
-    return ks
-
-
-def _without_individuals(cluster: Cluster, nsp: np.ndarray) -> list[int]:
-    """The NSp above run.individuals: subpopulations of no one, where the model's
-    figures mean nothing."""
-    return [int(k) for k in nsp if k > cluster.run.individuals]
+    """The NSp asked for (default: the cluster's run.subpopulations); a usage error
+    above run.individuals."""
+    try:
+        return nsp_candidates(fitted.cluster.run, nsp)
+    except NspError as exc:
+        raise click.BadParameter(str(exc), param_hint="--nsp") from exc
 
 
 def fails_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -121,14 +111,6 @@ def _said(exc: Exception) -> str:
         where = exc.filename if exc.filename is not None else "cannot write"
         return f"{where}: {exc.strerror}"
     return str(exc)
-
-
-def _check_measured(cluster: Cluster, m: Measurements, data_path: str) -> None:
-    """Measured NSp, as ``_candidates`` the NSp asked for, must have individuals."""
-    above = _without_individuals(cluster, m.nsp)
-    if above:
-        raise ValueError(f"{data_path}: nsp {', '.join(map(str, above))} above the cluster's run.individuals "
-                         f"({cluster.run.individuals}): each subpopulation needs at least one individual")
 
 
 def _warn_if_underdetermined(data_path: str, measured: int, parameters: int, what: str) -> None:
@@ -197,7 +179,7 @@ def fit(cluster_path: str, data_path: str, method: str, repeat: int, seed: int |
         _not_an_input(out_path, cluster_path, data_path)
         check_writable(out_path)
     cluster, m = load_cluster(cluster_path), load_measurements(data_path)
-    _check_measured(cluster, m, data_path)
+    check_measured(cluster.run, m.nsp, data_path)
     if len(m.nsp) < 2:
         raise ValueError(f"{data_path}: {len(m.nsp)} configuration measured; a fit needs at least 2")
     energy = m.energy_wh if m.has_energy else None
@@ -287,7 +269,7 @@ def _cell(x: float | None) -> str:
 def validate(params_path: str, data_path: str, as_json: bool) -> None:
     """NRMSE of time and energy against measurements, and per-NSp relative errors."""
     fitted, m = load_params(params_path), load_measurements(data_path)
-    _check_measured(fitted.cluster, m, data_path)
+    check_measured(fitted.cluster.run, m.nsp, data_path)
     models = {"proposed": fitted.model.predict(m.nsp), "baseline": fitted.baseline.predict(m.nsp)}
     if m.baseline_time_s is not None:
         stored_e = m.baseline_energy_wh if m.baseline_energy_wh is not None else np.full(len(m.nsp), np.nan)
@@ -339,7 +321,7 @@ def plot(params_path: str, data_path: str, out_path: str) -> None:
 
     check_figure(out_path)
     fitted, m = load_params(params_path), load_measurements(data_path)
-    _check_measured(fitted.cluster, m, data_path)
+    check_measured(fitted.cluster.run, m.nsp, data_path)
     proposed = fitted.model.predict(m.nsp)
     figure3(out_path, m, proposed, fitted.baseline.predict(m.nsp),  # the error on the data plotted, not the fit's
             title=f"{Path(data_path).name}: proposed model (NRMSE time {float(nrmse(proposed[0], m.time_s)):.3f}) vs baseline")
