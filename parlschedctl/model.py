@@ -20,11 +20,11 @@ import numpy as np
 
 from parlschedd.energy.baseline import BaselineModel
 from parlschedd.energy.cluster import ClusterError, NspError, check_measured, load_cluster, nsp_candidates
-from parlschedd.energy.estimator import EnergyTimeModel, parameter_names
+from parlschedd.energy.estimator import EnergyTimeModel
+from parlschedd.energy.fit_report import FitSummary, Nrmse, check_fittable, fit_notes, summarise_fit
 from parlschedd.energy.fitting import METHODS, Problem, leave_one_out
 from parlschedd.energy.measure import POWERCAP_ROOT, MeasureError, measure, rapl_zones
-from parlschedd.energy.measurements import (MIN_ENERGY_ROWS, MeasurementsError, energy_rows, load_measurements,
-                                            write_measurements)
+from parlschedd.energy.measurements import MeasurementsError, energy_rows, load_measurements, write_measurements
 from parlschedd.energy.metrics import OBJECTIVES, nrmse, objective, relative_errors
 from parlschedd.energy.model import MASTER_POWER, SUBPOP_SIZES
 from parlschedd.energy.store import Fitted, ParamsError, json_safe, load_params, params_document, save_params
@@ -113,15 +113,6 @@ def _said(exc: Exception) -> str:
     return str(exc)
 
 
-def _warn_if_underdetermined(data_path: str, measured: int, parameters: int, what: str) -> None:
-    """With no more configurations than parameters a fit can match every one whatever
-    the truth: its NRMSE (0.000) then says nothing of its predictions."""
-    if measured <= parameters:
-        click.echo(f"parlschedctl model: warning: {data_path}: {measured} configurations with {what} for "
-                   f"{parameters} {what} parameters; the fit is underdetermined and its error says nothing of "
-                   "its predictions: measure more configurations", err=True)
-
-
 def _not_an_input(out_path: str, *inputs: str) -> None:
     for given in inputs:
         if Path(out_path).resolve() == Path(given).resolve():
@@ -179,65 +170,41 @@ def fit(cluster_path: str, data_path: str, method: str, repeat: int, seed: int |
         _not_an_input(out_path, cluster_path, data_path)
         check_writable(out_path)
     cluster, m = load_cluster(cluster_path), load_measurements(data_path)
-    check_measured(cluster.run, m.nsp, data_path)
-    if len(m.nsp) < 2:
-        raise ValueError(f"{data_path}: {len(m.nsp)} configuration measured; a fit needs at least 2")
+    check_fittable(cluster, m, data_path)
+    for note in fit_notes(cluster, m, data_path):
+        click.echo(f"parlschedctl model: {note}", err=True)
     energy = m.energy_wh if m.has_energy else None
-    rows = np.isfinite(m.energy_wh)
-    if energy is None:
-        click.echo(f"parlschedctl model: {data_path}: energy measured for {np.count_nonzero(rows)} NSp, "
-                   f"the energy phase needs {MIN_ENERGY_ROWS}; fitting time only", err=True)
-    elif not rows.all():
-        missing = ", ".join(str(int(k)) for k in m.nsp[~rows])
-        click.echo(f"parlschedctl model: {data_path}: no energy for nsp {missing}; the energy phase fits the "
-                   f"other {np.count_nonzero(rows)}", err=True)
-    _warn_if_underdetermined(data_path, len(m.nsp), len(parameter_names(cluster, False)), "time")
-    if energy is not None:
-        energy_parameters = len(parameter_names(cluster)) - len(parameter_names(cluster, False))
-        _warn_if_underdetermined(data_path, int(np.count_nonzero(rows)), energy_parameters, "energy")
     est = EnergyTimeModel(cluster, method, repeat, seed, rounding, master_power, generations)
     est.fit(m.nsp, m.time_s, energy, progress=progress_printer("fit", as_json))
     base = BaselineModel(cluster, rounding).fit(m.nsp, m.time_s, energy)
-    bt, be = base.predict(m.nsp)
-    reps = est.repetitions_.fits
-    summary: dict[str, Any] = {
-        "data": str(data_path),
-        "nrmse": {"time": est.nrmse_time_, "energy": _floats(np.array([est.nrmse_energy_]))[0]},
-        "nrmse_mean": {"time": float(np.mean([f.nrmse_time for f in reps])),
-                       "energy": _floats(np.array([np.mean([f.nrmse_energy for f in reps])]))[0]},
-        "baseline_nrmse": {"time": float(nrmse(bt, m.time_s)),
-                           "energy": None if energy is None else float(nrmse(be[rows], energy[rows]))},
-        "fit_seconds": round(sum(est.repetition_seconds_), 3),
-    }
+    held_out = None
     if loo:
         problem = Problem.from_measurements(cluster, m, rounding=rounding, master_power=master_power)
-        out = leave_one_out(problem, method, seed, progress=progress_printer("leave-one-out", as_json),
-                            **est.settings())
-        summary["leave_one_out"] = {"nrmse_time": out.nrmse_time, "nrmse_energy": _floats(np.array([out.nrmse_energy]))[0],
-                                    "time_s": _floats(out.time_s), "energy_wh": _floats(out.energy_wh)}
-    document = params_document(cluster, est, base, {"fit": summary})
+        held_out = leave_one_out(problem, method, seed, progress=progress_printer("leave-one-out", as_json),
+                                 **est.settings())
+    summary = summarise_fit(est, base, m, data_path, held_out)
+    document = params_document(cluster, est, base, {"fit": summary.to_dict()})
     if out_path:
         save_params(out_path, document)
     _emit(as_json, document, _fit_text(est, summary, out_path))
 
 
-def _fit_text(est: EnergyTimeModel, s: dict[str, Any], out_path: str | None) -> str:
+def _fit_text(est: EnergyTimeModel, s: FitSummary, out_path: str | None) -> str:
     lines = [f"{'parameter':<22} {'value':>14} {'RSD %':>8}"]
     for name, value in est.parameters().items():
         r = est.rsd_.get(name, float("nan"))
         lines.append(f"{name:<22} {value:>14.6g} {r:>8.1f}" if est.repeat > 1 else f"{name:<22} {value:>14.6g}")
 
-    def pair(d: dict[str, Any]) -> str:
-        e = "n/a" if d["energy"] is None else f"{d['energy']:.3f}"
-        return f"time {d['time']:.3f}, energy {e}"
+    def pair(d: Nrmse) -> str:
+        e = "n/a" if d.energy is None else f"{d.energy:.3f}"
+        return f"time {d.time:.3f}, energy {e}"
 
-    lines += ["", f"NRMSE best of {est.repeat} ({est.method}): {pair(s['nrmse'])}",
-              f"NRMSE mean of {est.repeat}:          {pair(s['nrmse_mean'])}",
-              f"baseline (eq. 5) NRMSE:     {pair(s['baseline_nrmse'])}"]
-    if "leave_one_out" in s:
-        lo = s["leave_one_out"]
-        lines.append(f"leave-one-out NRMSE:        {pair({'time': lo['nrmse_time'], 'energy': lo['nrmse_energy']})}")
-    lines.append(f"fitted in {s['fit_seconds']:.1f} s" + (f"; wrote {out_path}" if out_path else ""))
+    lines += ["", f"NRMSE best of {est.repeat} ({est.method}): {pair(s.best)}",
+              f"NRMSE mean of {est.repeat}:          {pair(s.mean)}",
+              f"baseline (eq. 5) NRMSE:     {pair(s.baseline)}"]
+    if s.leave_one_out_nrmse is not None:
+        lines.append(f"leave-one-out NRMSE:        {pair(s.leave_one_out_nrmse)}")
+    lines.append(f"fitted in {s.fit_seconds:.1f} s" + (f"; wrote {out_path}" if out_path else ""))
     return "\n".join(lines)
 
 
