@@ -18,14 +18,15 @@ from typing import Any
 import click
 import numpy as np
 
+from parlschedd.energy import validation
 from parlschedd.energy.baseline import BaselineModel
 from parlschedd.energy.cluster import ClusterError, NspError, check_measured, load_cluster, nsp_candidates
 from parlschedd.energy.estimator import EnergyTimeModel
 from parlschedd.energy.fit_report import FitSummary, Nrmse, check_fittable, fit_notes, summarise_fit
 from parlschedd.energy.fitting import METHODS, Problem, leave_one_out
 from parlschedd.energy.measure import POWERCAP_ROOT, MeasureError, measure, rapl_zones
-from parlschedd.energy.measurements import MeasurementsError, energy_rows, load_measurements, write_measurements
-from parlschedd.energy.metrics import OBJECTIVES, nrmse, objective, relative_errors
+from parlschedd.energy.measurements import MeasurementsError, load_measurements, write_measurements
+from parlschedd.energy.metrics import OBJECTIVES, nrmse, objective
 from parlschedd.energy.model import MASTER_POWER, SUBPOP_SIZES
 from parlschedd.energy.store import Fitted, ParamsError, json_safe, load_params, params_document, save_params
 from parlschedctl.outputs import check_figure, check_writable
@@ -235,45 +236,29 @@ def _cell(x: float | None) -> str:
 @fails_cleanly
 def validate(params_path: str, data_path: str, as_json: bool) -> None:
     """NRMSE of time and energy against measurements, and per-NSp relative errors."""
-    fitted, m = load_params(params_path), load_measurements(data_path)
-    check_measured(fitted.cluster.run, m.nsp, data_path)
-    models = {"proposed": fitted.model.predict(m.nsp), "baseline": fitted.baseline.predict(m.nsp)}
-    if m.baseline_time_s is not None:
-        stored_e = m.baseline_energy_wh if m.baseline_energy_wh is not None else np.full(len(m.nsp), np.nan)
-        models["baseline_stored"] = (m.baseline_time_s, stored_e)
-    doc: dict[str, Any] = {"data": data_path, "models": {}}
-    for name, (t, e) in models.items():
-        rows = energy_rows(np.where(np.isfinite(e), m.energy_wh, np.nan))  # a measured and a predicted energy
-        doc["models"][name] = {
-            "nrmse_time": float(nrmse(t, m.time_s)),
-            "nrmse_energy": None if rows is None else float(nrmse(e[rows], m.energy_wh[rows])),
-            "per_nsp": [{"nsp": int(k), "time_rel_error": a, "energy_rel_error": b} for k, a, b in
-                        zip(m.nsp, _floats(relative_errors(t, m.time_s)), _floats(relative_errors(e, m.energy_wh)),
-                            strict=True)]}
+    report = validation.validate(load_params(params_path), load_measurements(data_path), data_path)
     lines = [f"{'model':<16} {'NRMSE time':>11} {'NRMSE energy':>13}"]
-    for name, r in doc["models"].items():
-        lines.append(f"{name:<16} {r['nrmse_time']:>11.3f} {_cell(r['nrmse_energy']):>13}")
-    p = doc["models"]["proposed"]["per_nsp"]
-    worst = max(p, key=lambda r: abs(r["time_rel_error"]))
-    lines.append(f"proposed: largest runtime error {worst['time_rel_error'] * 100:+.1f}% at nsp={worst['nsp']}")
-    _emit(as_json, doc, "\n".join(lines + [""] + _per_nsp_table(doc["models"])))
+    for name, r in report.models.items():
+        lines.append(f"{name:<16} {r.nrmse_time:>11.3f} {_cell(r.nrmse_energy):>13}")
+    nsp, error = report.models["proposed"].largest_time_error
+    lines.append(f"proposed: largest runtime error {error * 100:+.1f}% at nsp={nsp}")
+    _emit(as_json, report.to_dict(), "\n".join(lines + [""] + _per_nsp_table(report.models)))
 
 
-def _per_nsp_table(models: dict[str, Any]) -> list[str]:
+def _per_nsp_table(models: dict[str, validation.ModelErrors]) -> list[str]:
     """Relative errors in % per NSp: time for each model, then energy for each."""
     names = [name.removeprefix("baseline_") for name in models]
     width = max(9, *map(len, names))
     row = " ".join(f"{n:>{width}}" for n in names)
     lines = [f"{'':4}  {'time error %':^{len(row)}}   {'energy error %':^{len(row)}}", f"{'nsp':>4}  {row}   {row}"]
-    rows = [m["per_nsp"] for m in models.values()]
 
-    def cell(x: float | None) -> str:
-        return f"{'n/a':>{width}}" if x is None else f"{x * 100:>+{width}.1f}"
+    def cell(x: float) -> str:
+        return f"{'n/a':>{width}}" if not np.isfinite(x) else f"{x * 100:>+{width}.1f}"
 
-    for i, first in enumerate(rows[0]):
-        times = " ".join(cell(r[i]["time_rel_error"]) for r in rows)
-        energies = " ".join(cell(r[i]["energy_rel_error"]) for r in rows)
-        lines.append(f"{first['nsp']:>4}  {times}   {energies}")
+    for i, k in enumerate(next(iter(models.values())).nsp):
+        times = " ".join(cell(r.time_rel_error[i]) for r in models.values())
+        energies = " ".join(cell(r.energy_rel_error[i]) for r in models.values())
+        lines.append(f"{k:>4}  {times}   {energies}")
     return lines
 
 
