@@ -18,7 +18,7 @@ from typing import Any
 import click
 import numpy as np
 
-from parlschedd.energy import validation
+from parlschedd.energy import recommendation, validation
 from parlschedd.energy.baseline import BaselineModel
 from parlschedd.energy.cluster import ClusterError, NspError, check_measured, load_cluster, nsp_candidates
 from parlschedd.energy.estimator import EnergyTimeModel
@@ -26,7 +26,7 @@ from parlschedd.energy.fit_report import FitSummary, Nrmse, check_fittable, fit_
 from parlschedd.energy.fitting import METHODS, Problem, leave_one_out
 from parlschedd.energy.measure import POWERCAP_ROOT, MeasureError, measure, rapl_zones
 from parlschedd.energy.measurements import MeasurementsError, load_measurements, write_measurements
-from parlschedd.energy.metrics import OBJECTIVES, nrmse, objective
+from parlschedd.energy.metrics import OBJECTIVES, nrmse
 from parlschedd.energy.model import MASTER_POWER, SUBPOP_SIZES
 from parlschedd.energy.store import Fitted, ParamsError, json_safe, load_params, params_document, save_params
 from parlschedctl.outputs import check_figure, check_writable
@@ -76,7 +76,6 @@ NSP = NspRange()
 # exit 1, whether it is missing or unreadable; click's own check (readable=True, its
 # default) made an unreadable file alone a usage error, exit 2.
 INPUT = click.Path(dir_okay=False, readable=False)
-NEAR_BEST = 0.01  # recommend: candidates predicted this close to the best are named beside it
 # Far above any GA's split of its population (the paper's: 1-32); the simulated
 # distribution (Algorithm 1) of every NSp up to it takes seconds, its cost growing with
 # the square of the range.
@@ -290,23 +289,17 @@ def plot(params_path: str, data_path: str, out_path: str) -> None:
 def recommend(params_path: str, goal: str, nsp: tuple[int, ...] | None, as_json: bool) -> None:
     """The NSp with the best predicted runtime, energy or energy-delay product."""
     fitted = load_params(params_path)
-    ks = _candidates(fitted, nsp)
-    t, e = fitted.model.predict(ks)
-    if goal != "time" and np.all(np.isnan(e)):
-        raise ValueError(f"{params_path}: fitted without energies; only --objective time is possible")
-    value = objective(goal, t, e)
-    best = int(np.nanargmin(value))
-    near = [int(k) for k, v in zip(ks, value, strict=True) if k != ks[best] and v <= value[best] * (1 + NEAR_BEST)]
-    doc = {"objective": goal, "nsp": int(ks[best]), "time_s": float(t[best]), "energy_wh": _floats(e[best:best + 1])[0],
-           "near_best": near, "near_best_within": NEAR_BEST}
-    energy_text = "" if doc["energy_wh"] is None else f", {doc['energy_wh']:.2f} Wh"
-    text = f"best nsp for {goal}: {doc['nsp']} (predicted {doc['time_s']:.1f} s{energy_text})"
-    if near:
-        errors = {"time": f"time NRMSE {fitted.model.nrmse_time_:.3f}", "energy": f"energy NRMSE {fitted.model.nrmse_energy_:.3f}"}
-        said = errors.get(goal, f"{errors['time']}, {errors['energy']}")
-        text += (f"\nwithin {NEAR_BEST:.0%} of it: nsp {', '.join(map(str, near))}; the model cannot tell these apart "
-                 f"(its {said} on the runs it was fitted to), so measure them before choosing")
-    _emit(as_json, doc, text)
+    try:
+        best = recommendation.recommend(fitted.model, goal, _candidates(fitted, nsp))
+    except recommendation.NeedsEnergy as exc:
+        raise ValueError(f"{params_path}: fitted without energies; only --objective time is possible") from exc
+    energy_text = "" if np.isnan(best.energy_wh) else f", {best.energy_wh:.2f} Wh"
+    text = f"best nsp for {goal}: {best.nsp} (predicted {best.time_s:.1f} s{energy_text})"
+    if best.near_best:
+        said = ", ".join(f"{quantity} NRMSE {value:.3f}" for quantity, value in best.nrmse.items())
+        text += (f"\nwithin {best.near_best_within:.0%} of it: nsp {', '.join(map(str, best.near_best))}; the model "
+                 f"cannot tell these apart (its {said} on the runs it was fitted to), so measure them before choosing")
+    _emit(as_json, best.to_dict(), text)
 
 
 # Everything from CMD on is CMD's: its own options (--out x{nsp}) must not be taken as ours,
