@@ -136,6 +136,23 @@ def _floats(a: np.ndarray) -> list[float | None]:
     return [float(v) if np.isfinite(v) else None for v in a]
 
 
+def _nrmse(x: float | None) -> str:
+    """An NRMSE as the text shows it: n/a where there is none (no energy fitted or
+    measured), undefined where it is NaN (``_why_undefined`` says why)."""
+    return "n/a" if x is None else "undefined" if np.isnan(x) else f"{x:.3f}"
+
+
+def _why_undefined(times: list[float | None], energies: list[float | None]) -> list[str]:
+    """The line that says why the NRMSEs of time and of energy shown as undefined are;
+    none when every one is defined."""
+    which = [what for what, shown in (("runtimes", times), ("energies", energies))
+             if any(x is not None and np.isnan(x) for x in shown)]
+    if not which:
+        return []
+    return [f"undefined: NRMSE divides by the spread of the measured {' and '.join(which)}, and they have none "
+            "(one configuration, or all equal)"]
+
+
 def _emit(as_json: bool, document: dict[str, Any], text: str) -> None:
     click.echo(json.dumps(json_safe(document), indent=2, allow_nan=False) if as_json else text)
 
@@ -196,14 +213,16 @@ def _fit_text(est: EnergyTimeModel, s: FitSummary, out_path: str | None) -> str:
         lines.append(f"{name:<22} {value:>14.6g} {r:>8.1f}" if est.repeat > 1 else f"{name:<22} {value:>14.6g}")
 
     def pair(d: Nrmse) -> str:
-        e = "n/a" if d.energy is None else f"{d.energy:.3f}"
-        return f"time {d.time:.3f}, energy {e}"
+        return f"time {_nrmse(d.time)}, energy {_nrmse(d.energy)}"
 
     lines += ["", f"NRMSE best of {est.repeat} ({est.method}): {pair(s.best)}",
               f"NRMSE mean of {est.repeat}:          {pair(s.mean)}",
               f"baseline (eq. 5) NRMSE:     {pair(s.baseline)}"]
+    shown = [s.best, s.mean, s.baseline]
     if s.leave_one_out_nrmse is not None:
         lines.append(f"leave-one-out NRMSE:        {pair(s.leave_one_out_nrmse)}")
+        shown.append(s.leave_one_out_nrmse)
+    lines += _why_undefined([d.time for d in shown], [d.energy for d in shown])
     lines.append(f"fitted in {s.fit_seconds:.1f} s" + (f"; wrote {out_path}" if out_path else ""))
     return "\n".join(lines)
 
@@ -238,7 +257,9 @@ def validate(params_path: str, data_path: str, as_json: bool) -> None:
     report = validation.validate(load_params(params_path), load_measurements(data_path), data_path)
     lines = [f"{'model':<16} {'NRMSE time':>11} {'NRMSE energy':>13}"]
     for name, r in report.models.items():
-        lines.append(f"{name:<16} {r.nrmse_time:>11.3f} {_cell(r.nrmse_energy):>13}")
+        lines.append(f"{name:<16} {_nrmse(r.nrmse_time):>11} {_nrmse(r.nrmse_energy):>13}")
+    lines += _why_undefined([r.nrmse_time for r in report.models.values()],
+                            [r.nrmse_energy for r in report.models.values()])
     nsp, error = report.models["proposed"].largest_time_error
     lines.append(f"proposed: largest runtime error {error * 100:+.1f}% at nsp={nsp}")
     _emit(as_json, report.to_dict(), "\n".join(lines + [""] + _per_nsp_table(report.models)))
@@ -274,8 +295,10 @@ def plot(params_path: str, data_path: str, out_path: str) -> None:
     fitted, m = load_params(params_path), load_measurements(data_path)
     check_measured(fitted.cluster.run, m.nsp, data_path)
     proposed = fitted.model.predict(m.nsp)
-    figure3(out_path, m, proposed, fitted.baseline.predict(m.nsp),  # the error on the data plotted, not the fit's
-            title=f"{Path(data_path).name}: proposed model (NRMSE time {float(nrmse(proposed[0], m.time_s)):.3f}) vs baseline")
+    error = float(nrmse(proposed[0], m.time_s))  # on the data plotted, not the fit's
+    said = _nrmse(error) + (", runtimes without spread" if np.isnan(error) else "")
+    figure3(out_path, m, proposed, fitted.baseline.predict(m.nsp),
+            title=f"{Path(data_path).name}: proposed model (NRMSE time {said}) vs baseline")
     click.echo(f"wrote {out_path}")
 
 
@@ -296,9 +319,10 @@ def recommend(params_path: str, goal: str, nsp: tuple[int, ...] | None, as_json:
     energy_text = "" if np.isnan(best.energy_wh) else f", {best.energy_wh:.2f} Wh"
     text = f"best nsp for {goal}: {best.nsp} (predicted {best.time_s:.1f} s{energy_text})"
     if best.near_best:
-        said = ", ".join(f"{quantity} NRMSE {value:.3f}" for quantity, value in best.nrmse.items())
+        said = ", ".join(f"{quantity} NRMSE {_nrmse(value)}" for quantity, value in best.nrmse.items())
         text += (f"\nwithin {best.near_best_within:.0%} of it: nsp {', '.join(map(str, best.near_best))}; the model "
                  f"cannot tell these apart (its {said} on the runs it was fitted to), so measure them before choosing")
+        text = "\n".join([text, *_why_undefined([best.nrmse.get("time")], [best.nrmse.get("energy")])])
     _emit(as_json, best.to_dict(), text)
 
 

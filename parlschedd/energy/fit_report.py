@@ -63,8 +63,9 @@ def _underdetermined(cluster: Cluster, m: Measurements, source: str) -> list[str
 
 @dataclass(frozen=True)
 class Nrmse:
-    """The NRMSE of time and of energy (eqs. 15, 16); NaN where undefined, energy None
-    where none was fitted (and, but for the baseline's, where undefined)."""
+    """The NRMSE of time and of energy (eqs. 15, 16): NaN where undefined (eq. 15
+    divides by the spread of the measurements, and they have none), energy None where
+    none was fitted. JSON has null for both."""
 
     time: float
     energy: float | None
@@ -99,7 +100,7 @@ class FitSummary:
     def leave_one_out_nrmse(self) -> Nrmse | None:
         """The NRMSE of each configuration predicted by a fit to the others."""
         lo = self.leave_one_out
-        return None if lo is None else Nrmse(lo.nrmse_time, _defined(lo.nrmse_energy))
+        return None if lo is None else Nrmse(lo.nrmse_time, None if self.best.energy is None else lo.nrmse_energy)
 
 
 def summarise_fit(model: EnergyTimeModel, baseline: BaselineModel, m: Measurements, source: str,
@@ -109,15 +110,13 @@ def summarise_fit(model: EnergyTimeModel, baseline: BaselineModel, m: Measuremen
     reps = model.repetitions_.fits
     bt, be = baseline.predict(m.nsp)
     rows = np.isfinite(m.energy_wh)
+    fitted_energy = model.energy_params_ is not None
     return FitSummary(
         data=source,
-        best=Nrmse(model.nrmse_time_, _defined(model.nrmse_energy_)),
-        mean=Nrmse(float(np.mean([f.nrmse_time for f in reps])), _defined(np.mean([f.nrmse_energy for f in reps]))),
+        best=Nrmse(model.nrmse_time_, float(model.nrmse_energy_) if fitted_energy else None),
+        mean=Nrmse(float(np.mean([f.nrmse_time for f in reps])),
+                   float(np.mean([f.nrmse_energy for f in reps])) if fitted_energy else None),
         baseline=Nrmse(float(nrmse(bt, m.time_s)),
-                       float(nrmse(be[rows], m.energy_wh[rows])) if m.has_energy else None),
+                       float(nrmse(be[rows], m.energy_wh[rows])) if fitted_energy else None),
         fit_seconds=round(sum(model.repetition_seconds_), 3),
         leave_one_out=leave_one_out)
-
-
-def _defined(x: float) -> float | None:
-    return float(x) if np.isfinite(x) else None

@@ -375,6 +375,50 @@ def test_a_fit_to_runtimes_without_spread_is_a_file_the_other_commands_read(tmp_
     assert [p["time_s"] for p in predicted["predictions"]] == pytest.approx([300, 300])
 
 
+
+WHY_TIME = ("undefined: NRMSE divides by the spread of the measured runtimes, and they have none "
+            "(one configuration, or all equal)")
+
+
+def test_an_undefined_nrmse_is_said_to_be_undefined_and_why(tmp_path, monkeypatch):
+    """Runtimes without spread have no NRMSE: the text said "nan" (recommend: "its time
+    NRMSE nan on the runs it was fitted to", validate's table, fit's summary, plot's title)."""
+    from parlschedd.energy import plot as plot_mod
+
+    data, fitted = tmp_path / "flat.csv", tmp_path / "flat.json"
+    data.write_text("nsp,time_s_mean\n4,300\n8,300\n")
+    fit = run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(data), "--out", str(fitted), *QUICK)
+    summary = fit.output[fit.output.index("NRMSE best"):]  # the parameters' RSD may be NaN (a mean of 0)
+    assert "time undefined, energy n/a" in summary and WHY_TIME in summary and "nan" not in summary
+    validated = run("model", "validate", "--params", str(fitted), "--data", str(data)).output
+    assert validated.splitlines()[1].split() == ["proposed", "undefined", "n/a"] and WHY_TIME in validated
+    assert "nan" not in validated
+    recommended = run("model", "recommend", "--params", str(fitted)).output
+    assert "(its time NRMSE undefined on the runs it was fitted to)" in recommended and WHY_TIME in recommended
+    assert "nan" not in recommended
+    out = run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(data), "--json", *QUICK).output
+    assert json.loads(out[out.index("{"):])["fit"]["nrmse"] == {"time": None, "energy": None}  # JSON keeps null
+    doc = json.loads(run("model", "validate", "--params", str(fitted), "--data", str(data), "--json").output)
+    assert doc["models"]["proposed"]["nrmse_time"] is None
+    titles = []
+    monkeypatch.setattr(plot_mod, "figure3", lambda *args, title: titles.append(title))  # the title, not a PNG
+    assert run("model", "plot", "--params", str(fitted), "--data", str(data), "--out", str(tmp_path / "f.png")).exit_code == 0
+    assert "(NRMSE time undefined, runtimes without spread)" in titles[0]
+
+
+def test_an_undefined_nrmse_of_energy_is_not_said_to_be_missing(tmp_path):
+    """Energies without spread: fit said "energy n/a" for the model, as if none was
+    fitted, and "energy nan" for the baseline; validate "nan"."""
+    data, fitted = tmp_path / "flat-energy.csv", tmp_path / "p.json"
+    data.write_text("nsp,time_s_mean,energy_wh_mean\n4,300,10\n8,310,10\n16,320,10\n")
+    fit = run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(data), "--out", str(fitted), *QUICK)
+    summary = fit.output[fit.output.index("NRMSE best"):]
+    assert summary.count("energy undefined") == 3 and "n/a" not in summary and "nan" not in summary
+    assert "NRMSE divides by the spread of the measured energies, and they have none" in summary
+    validated = run("model", "validate", "--params", str(fitted), "--data", str(data)).output
+    assert validated.splitlines()[1].split()[2] == "undefined" and "nan" not in validated
+
+
 NOBODY = 65534
 
 

@@ -89,15 +89,28 @@ def test_the_summary_gives_the_best_and_mean_repetition_and_the_baseline(fitted_
 def test_the_summary_without_energies_has_none_for_them(fitted_tiny):
     cluster, m = fitted_tiny[0].cluster, fitted_tiny[2]
     model = EnergyTimeModel(cluster, "de", random_state=1, generations=5).fit(m.nsp, m.time_s)
-    s = summarise_fit(model, BaselineModel(cluster).fit(m.nsp, m.time_s), measured([1, 2, 3, 4], m.time_s), "t.csv")
-    assert s.best.energy is None and s.mean.energy is None and s.baseline.energy is None
+    lo = LeaveOneOut(np.array([9.0, 6.5, 5.0, 5.0]), np.array([NAN] * 4), 0.25, NAN)
+    s = summarise_fit(model, BaselineModel(cluster).fit(m.nsp, m.time_s), measured([1, 2, 3, 4], m.time_s), "t.csv",
+                      lo)
+    assert [e.energy for e in (s.best, s.mean, s.baseline, s.leave_one_out_nrmse)] == [None] * 4
 
 
 def test_the_summary_carries_leave_one_out(fitted_tiny):
     model, base, m = fitted_tiny
-    lo = LeaveOneOut(np.array([9.0, 6.5, 5.0, 5.0]), np.array([NAN] * 4), 0.25, NAN)
+    lo = LeaveOneOut(np.array([9.0, 6.5, 5.0, 5.0]), np.array([1.0, NAN, 0.7, 0.7]), 0.25, 0.5)
     s = summarise_fit(model, base, m, "m.csv", lo)
-    assert (s.leave_one_out_nrmse.time, s.leave_one_out_nrmse.energy) == (0.25, None)
+    assert (s.leave_one_out_nrmse.time, s.leave_one_out_nrmse.energy) == (0.25, 0.5)
     d = s.to_dict()["leave_one_out"]
-    assert d["nrmse_time"] == 0.25 and d["nrmse_energy"] is None and d["time_s"] == [9.0, 6.5, 5.0, 5.0]
-    assert np.isnan(d["energy_wh"]).all()  # null once written (store.json_safe)
+    assert d["nrmse_time"] == 0.25 and d["nrmse_energy"] == 0.5 and d["time_s"] == [9.0, 6.5, 5.0, 5.0]
+    assert d["energy_wh"][0] == 1.0 and np.isnan(d["energy_wh"][1])  # null once written (store.json_safe)
+
+
+def test_an_undefined_nrmse_is_nan_and_one_not_fitted_is_none(fitted_tiny):
+    """Energies without spread were None, as if none had been fitted (and the
+    baseline's NaN): a text could not say which."""
+    cluster, m = fitted_tiny[0].cluster, fitted_tiny[2]
+    flat = measured([1, 2, 3, 4], m.time_s, [0.8] * 4)
+    model = EnergyTimeModel(cluster, "de", random_state=1, generations=5).fit(flat.nsp, flat.time_s, flat.energy_wh)
+    lo = LeaveOneOut(np.array([9.0, 6.5, 5.0, 5.0]), np.array([0.8] * 4), 0.25, NAN)
+    s = summarise_fit(model, BaselineModel(cluster).fit(flat.nsp, flat.time_s, flat.energy_wh), flat, "m.csv", lo)
+    assert all(np.isnan(e.energy) for e in (s.best, s.mean, s.baseline, s.leave_one_out_nrmse))
