@@ -471,3 +471,29 @@ def test_an_unreadable_input_fails_naming_the_file_as_a_missing_one_does(params)
         assert code == 0 and f"no readable RAPL zones under {closed}" in output, output
     finally:
         shutil.rmtree(tmp)
+
+
+def test_an_out_that_can_be_written_is_taken_though_it_cannot_be_read(params):
+    """click's readable check refused an existing write-only --out as a usage error
+    (exit 2, "is not readable"); one that cannot be written fails naming it (exit 1)."""
+    tmp = Path(tempfile.mkdtemp(prefix="parlsched-write-only-"))  # outside pytest's 0700 tmp dirs
+    try:
+        tmp.chmod(0o777)  # fit and measure replace the file through a temporary one beside it
+        shutil.copyfile(params, tmp / "p.json")
+        (tmp / "p.json").chmod(0o644)
+        outs = {name: tmp / name for name in ("params.json", "fig.png", "m.csv")}
+        commands = {"params.json": ["fit", "--cluster", str(CLUSTER_YAML), "--data", str(MEASUREMENTS_CSV), *QUICK],
+                    "fig.png": ["plot", "--params", str(tmp / "p.json"), "--data", str(MEASUREMENTS_CSV)],
+                    "m.csv": ["measure", "--nsp", "1", "--powercap-root", str(tmp / "none")]}
+        for name, out in outs.items():
+            args = [*commands[name], "--out", str(out)] + (["--", "true"] if name == "m.csv" else [])
+            for mode in (0o222, 0o444, 0o000):
+                out.write_text("")
+                out.chmod(mode)
+                code, output = run_unprivileged("model", *args)
+                if mode == 0o222:  # written, not read
+                    assert code == 0 and f"wrote {out}" in output and out.stat().st_size > 0, (name, output)
+                else:
+                    assert code == 1 and f"{out}: cannot write: permission denied" in output, (name, mode, output)
+    finally:
+        shutil.rmtree(tmp)
