@@ -188,7 +188,7 @@ def _run(r: _Reader, data: Mapping[str, Any]) -> RunSettings | None:
 
 def _device(r: _Reader, raw: Any, path: str, index: int) -> Device | None:
     d = r.mapping(raw, path)
-    if not d:
+    if not isinstance(raw, Mapping):  # noted by mapping(): nothing under it to read
         return None
     r.only_known(d, path, _keys(Device))
     cu = r.number(d, "compute_units", path, integer=True, low=1)

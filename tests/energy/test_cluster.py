@@ -137,6 +137,21 @@ def test_names_crossover_and_span_that_would_break_a_fit_later_are_refused():
     assert "must not go above run.individuals" in keys["run.subpopulations"]
 
 
+def test_an_empty_device_is_an_error_with_its_key_path():
+    """A device {} was dropped without a word: the node had one device fewer than the
+    file listed, and every fit and prediction was of another cluster."""
+    bad = copy.deepcopy(TINY)
+    bad["nodes"][0]["devices"].append({})
+    with pytest.raises(ClusterError) as err:
+        parse_cluster(bad)
+    assert err.value.errors == [(f"nodes[0].devices[2].{key}", "is required")
+                                for key in ("compute_units", "frequency_hz", "tdp_w")]
+    bad["nodes"][0]["devices"][2] = None  # not a mapping: one error, not one per key
+    with pytest.raises(ClusterError) as err:
+        parse_cluster(bad)
+    assert err.value.errors == [("nodes[0].devices[2]", "must be a mapping, got NoneType")]
+
+
 def test_the_nsp_asked_for_default_to_the_run_s_span_and_each_needs_an_individual(tiny):
     """tiny: 16 individuals, subpopulations [1, 4]."""
     assert nsp_candidates(tiny.run).tolist() == [1, 2, 3, 4]
