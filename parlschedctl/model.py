@@ -18,17 +18,18 @@ from typing import Any
 import click
 import numpy as np
 
+from parlschedd.energy import recommendation, validation
 from parlschedd.energy.baseline import BaselineModel
-from parlschedd.energy.cluster import Cluster, ClusterError, load_cluster
-from parlschedd.energy.estimator import EnergyTimeModel, parameter_names
+from parlschedd.energy.cluster import ClusterError, NspError, check_measured, load_cluster, nsp_candidates
+from parlschedd.energy.estimator import EnergyTimeModel
+from parlschedd.energy.fit_report import FitSummary, Nrmse, check_fittable, fit_notes, summarise_fit
 from parlschedd.energy.fitting import METHODS, Problem, leave_one_out
 from parlschedd.energy.measure import POWERCAP_ROOT, MeasureError, measure, rapl_zones
-from parlschedd.energy.measurements import (MIN_ENERGY_ROWS, Measurements, MeasurementsError, energy_rows,
-                                            load_measurements, write_measurements)
-from parlschedd.energy.metrics import OBJECTIVES, nrmse, objective, relative_errors
+from parlschedd.energy.measurements import MeasurementsError, load_measurements, write_measurements
+from parlschedd.energy.metrics import OBJECTIVES, nrmse
 from parlschedd.energy.model import MASTER_POWER, SUBPOP_SIZES
 from parlschedd.energy.store import Fitted, ParamsError, json_safe, load_params, params_document, save_params
-from parlschedctl.outputs import check_figure, check_writable
+from parlschedctl.outputs import OUTPUT, check_figure, check_writable
 
 FAILURES = (ClusterError, MeasurementsError, ParamsError, MeasureError, ValueError, OSError)
 
@@ -75,7 +76,6 @@ NSP = NspRange()
 # exit 1, whether it is missing or unreadable; click's own check (readable=True, its
 # default) made an unreadable file alone a usage error, exit 2.
 INPUT = click.Path(dir_okay=False, readable=False)
-NEAR_BEST = 0.01  # recommend: candidates predicted this close to the best are named beside it
 # Far above any GA's split of its population (the paper's: 1-32); the simulated
 # distribution (Algorithm 1) of every NSp up to it takes seconds, its cost growing with
 # the square of the range.
@@ -83,22 +83,12 @@ MAX_NSP = 10_000
 
 
 def _candidates(fitted: Fitted, nsp: tuple[int, ...] | None) -> np.ndarray:
-    """The NSp values asked for (default: the cluster's run.subpopulations); a usage
-    error above run.individuals, where a subpopulation would be empty and the model's
-    figures meaningless."""
-    lo, hi = fitted.cluster.run.subpopulations
-    ks = np.array(nsp or range(lo, hi + 1))
-    above = _without_individuals(fitted.cluster, ks)
-    if above:
-        raise click.BadParameter(f"{above[-1]} subpopulations of {fitted.cluster.run.individuals} individuals "
-                                 "(run.individuals): each needs at least one", param_hint="--nsp")
-    return ks
-
-
-def _without_individuals(cluster: Cluster, nsp: np.ndarray) -> list[int]:
-    """The NSp above run.individuals: subpopulations of no one, where the model's
-    figures mean nothing."""
-    return [int(k) for k in nsp if k > cluster.run.individuals]
+    """The NSp asked for (default: the cluster's run.subpopulations); a usage error
+    above run.individuals."""
+    try:
+        return nsp_candidates(fitted.cluster.run, nsp)
+    except NspError as exc:
+        raise click.BadParameter(str(exc), param_hint="--nsp") from exc
 
 
 def fails_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -123,23 +113,6 @@ def _said(exc: Exception) -> str:
     return str(exc)
 
 
-def _check_measured(cluster: Cluster, m: Measurements, data_path: str) -> None:
-    """Measured NSp, as ``_candidates`` the NSp asked for, must have individuals."""
-    above = _without_individuals(cluster, m.nsp)
-    if above:
-        raise ValueError(f"{data_path}: nsp {', '.join(map(str, above))} above the cluster's run.individuals "
-                         f"({cluster.run.individuals}): each subpopulation needs at least one individual")
-
-
-def _warn_if_underdetermined(data_path: str, measured: int, parameters: int, what: str) -> None:
-    """With no more configurations than parameters a fit can match every one whatever
-    the truth: its NRMSE (0.000) then says nothing of its predictions."""
-    if measured <= parameters:
-        click.echo(f"parlschedctl model: warning: {data_path}: {measured} configurations with {what} for "
-                   f"{parameters} {what} parameters; the fit is underdetermined and its error says nothing of "
-                   "its predictions: measure more configurations", err=True)
-
-
 def _not_an_input(out_path: str, *inputs: str) -> None:
     for given in inputs:
         if Path(out_path).resolve() == Path(given).resolve():
@@ -161,6 +134,23 @@ def _floats(a: np.ndarray) -> list[float | None]:
     energy not fitted, an NRMSE undefined). Not rounded: the text rounds what it shows,
     and JSON is read by programs, which get what the model computed."""
     return [float(v) if np.isfinite(v) else None for v in a]
+
+
+def _nrmse(x: float | None) -> str:
+    """An NRMSE as the text shows it: n/a where there is none (no energy fitted or
+    measured), undefined where it is NaN (``_why_undefined`` says why)."""
+    return "n/a" if x is None else "undefined" if np.isnan(x) else f"{x:.3f}"
+
+
+def _why_undefined(times: list[float | None], energies: list[float | None]) -> list[str]:
+    """The line that says why the NRMSEs of time and of energy shown as undefined are;
+    none when every one is defined."""
+    which = [what for what, shown in (("runtimes", times), ("energies", energies))
+             if any(x is not None and np.isnan(x) for x in shown)]
+    if not which:
+        return []
+    return [f"undefined: NRMSE divides by the spread of the measured {' and '.join(which)}, and they have none "
+            "(one configuration, or all equal)"]
 
 
 def _emit(as_json: bool, document: dict[str, Any], text: str) -> None:
@@ -187,7 +177,7 @@ def model() -> None:
 @click.option("--generations", type=click.IntRange(min=1), default=None,
               help="Generations per phase (default: 100 for ga; 1000 and 300 for de).")
 @click.option("--loo", is_flag=True, help="Also leave-one-out errors (one more fit per configuration).")
-@click.option("--out", "out_path", type=click.Path(dir_okay=False), help="Write the parameters (JSON).")
+@click.option("--out", "out_path", type=OUTPUT, help="Write the parameters (JSON).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @fails_cleanly
 def fit(cluster_path: str, data_path: str, method: str, repeat: int, seed: int | None, rounding: str,
@@ -197,65 +187,43 @@ def fit(cluster_path: str, data_path: str, method: str, repeat: int, seed: int |
         _not_an_input(out_path, cluster_path, data_path)
         check_writable(out_path)
     cluster, m = load_cluster(cluster_path), load_measurements(data_path)
-    _check_measured(cluster, m, data_path)
-    if len(m.nsp) < 2:
-        raise ValueError(f"{data_path}: {len(m.nsp)} configuration measured; a fit needs at least 2")
+    check_fittable(cluster, m, data_path)
+    for note in fit_notes(cluster, m, data_path):
+        click.echo(f"parlschedctl model: {note}", err=True)
     energy = m.energy_wh if m.has_energy else None
-    rows = np.isfinite(m.energy_wh)
-    if energy is None:
-        click.echo(f"parlschedctl model: {data_path}: energy measured for {np.count_nonzero(rows)} NSp, "
-                   f"the energy phase needs {MIN_ENERGY_ROWS}; fitting time only", err=True)
-    elif not rows.all():
-        missing = ", ".join(str(int(k)) for k in m.nsp[~rows])
-        click.echo(f"parlschedctl model: {data_path}: no energy for nsp {missing}; the energy phase fits the "
-                   f"other {np.count_nonzero(rows)}", err=True)
-    _warn_if_underdetermined(data_path, len(m.nsp), len(parameter_names(cluster, False)), "time")
-    if energy is not None:
-        energy_parameters = len(parameter_names(cluster)) - len(parameter_names(cluster, False))
-        _warn_if_underdetermined(data_path, int(np.count_nonzero(rows)), energy_parameters, "energy")
     est = EnergyTimeModel(cluster, method, repeat, seed, rounding, master_power, generations)
     est.fit(m.nsp, m.time_s, energy, progress=progress_printer("fit", as_json))
     base = BaselineModel(cluster, rounding).fit(m.nsp, m.time_s, energy)
-    bt, be = base.predict(m.nsp)
-    reps = est.repetitions_.fits
-    summary: dict[str, Any] = {
-        "data": str(data_path),
-        "nrmse": {"time": est.nrmse_time_, "energy": _floats(np.array([est.nrmse_energy_]))[0]},
-        "nrmse_mean": {"time": float(np.mean([f.nrmse_time for f in reps])),
-                       "energy": _floats(np.array([np.mean([f.nrmse_energy for f in reps])]))[0]},
-        "baseline_nrmse": {"time": float(nrmse(bt, m.time_s)),
-                           "energy": None if energy is None else float(nrmse(be[rows], energy[rows]))},
-        "fit_seconds": round(sum(est.repetition_seconds_), 3),
-    }
+    held_out = None
     if loo:
         problem = Problem.from_measurements(cluster, m, rounding=rounding, master_power=master_power)
-        out = leave_one_out(problem, method, seed, progress=progress_printer("leave-one-out", as_json),
-                            **est.settings())
-        summary["leave_one_out"] = {"nrmse_time": out.nrmse_time, "nrmse_energy": _floats(np.array([out.nrmse_energy]))[0],
-                                    "time_s": _floats(out.time_s), "energy_wh": _floats(out.energy_wh)}
-    document = params_document(cluster, est, base, {"fit": summary})
+        held_out = leave_one_out(problem, method, seed, progress=progress_printer("leave-one-out", as_json),
+                                 **est.settings())
+    summary = summarise_fit(est, base, m, data_path, held_out)
+    document = params_document(cluster, est, base, {"fit": summary.to_dict()})
     if out_path:
         save_params(out_path, document)
     _emit(as_json, document, _fit_text(est, summary, out_path))
 
 
-def _fit_text(est: EnergyTimeModel, s: dict[str, Any], out_path: str | None) -> str:
+def _fit_text(est: EnergyTimeModel, s: FitSummary, out_path: str | None) -> str:
     lines = [f"{'parameter':<22} {'value':>14} {'RSD %':>8}"]
     for name, value in est.parameters().items():
         r = est.rsd_.get(name, float("nan"))
         lines.append(f"{name:<22} {value:>14.6g} {r:>8.1f}" if est.repeat > 1 else f"{name:<22} {value:>14.6g}")
 
-    def pair(d: dict[str, Any]) -> str:
-        e = "n/a" if d["energy"] is None else f"{d['energy']:.3f}"
-        return f"time {d['time']:.3f}, energy {e}"
+    def pair(d: Nrmse) -> str:
+        return f"time {_nrmse(d.time)}, energy {_nrmse(d.energy)}"
 
-    lines += ["", f"NRMSE best of {est.repeat} ({est.method}): {pair(s['nrmse'])}",
-              f"NRMSE mean of {est.repeat}:          {pair(s['nrmse_mean'])}",
-              f"baseline (eq. 5) NRMSE:     {pair(s['baseline_nrmse'])}"]
-    if "leave_one_out" in s:
-        lo = s["leave_one_out"]
-        lines.append(f"leave-one-out NRMSE:        {pair({'time': lo['nrmse_time'], 'energy': lo['nrmse_energy']})}")
-    lines.append(f"fitted in {s['fit_seconds']:.1f} s" + (f"; wrote {out_path}" if out_path else ""))
+    lines += ["", f"NRMSE best of {est.repeat} ({est.method}): {pair(s.best)}",
+              f"NRMSE mean of {est.repeat}:          {pair(s.mean)}",
+              f"baseline (eq. 5) NRMSE:     {pair(s.baseline)}"]
+    shown = [s.best, s.mean, s.baseline]
+    if s.leave_one_out_nrmse is not None:
+        lines.append(f"leave-one-out NRMSE:        {pair(s.leave_one_out_nrmse)}")
+        shown.append(s.leave_one_out_nrmse)
+    lines += _why_undefined([d.time for d in shown], [d.energy for d in shown])
+    lines.append(f"fitted in {s.fit_seconds:.1f} s" + (f"; wrote {out_path}" if out_path else ""))
     return "\n".join(lines)
 
 
@@ -286,52 +254,38 @@ def _cell(x: float | None) -> str:
 @fails_cleanly
 def validate(params_path: str, data_path: str, as_json: bool) -> None:
     """NRMSE of time and energy against measurements, and per-NSp relative errors."""
-    fitted, m = load_params(params_path), load_measurements(data_path)
-    _check_measured(fitted.cluster, m, data_path)
-    models = {"proposed": fitted.model.predict(m.nsp), "baseline": fitted.baseline.predict(m.nsp)}
-    if m.baseline_time_s is not None:
-        stored_e = m.baseline_energy_wh if m.baseline_energy_wh is not None else np.full(len(m.nsp), np.nan)
-        models["baseline_stored"] = (m.baseline_time_s, stored_e)
-    doc: dict[str, Any] = {"data": data_path, "models": {}}
-    for name, (t, e) in models.items():
-        rows = energy_rows(np.where(np.isfinite(e), m.energy_wh, np.nan))  # a measured and a predicted energy
-        doc["models"][name] = {
-            "nrmse_time": float(nrmse(t, m.time_s)),
-            "nrmse_energy": None if rows is None else float(nrmse(e[rows], m.energy_wh[rows])),
-            "per_nsp": [{"nsp": int(k), "time_rel_error": a, "energy_rel_error": b} for k, a, b in
-                        zip(m.nsp, _floats(relative_errors(t, m.time_s)), _floats(relative_errors(e, m.energy_wh)),
-                            strict=True)]}
+    report = validation.validate(load_params(params_path), load_measurements(data_path), data_path)
     lines = [f"{'model':<16} {'NRMSE time':>11} {'NRMSE energy':>13}"]
-    for name, r in doc["models"].items():
-        lines.append(f"{name:<16} {r['nrmse_time']:>11.3f} {_cell(r['nrmse_energy']):>13}")
-    p = doc["models"]["proposed"]["per_nsp"]
-    worst = max(p, key=lambda r: abs(r["time_rel_error"]))
-    lines.append(f"proposed: largest runtime error {worst['time_rel_error'] * 100:+.1f}% at nsp={worst['nsp']}")
-    _emit(as_json, doc, "\n".join(lines + [""] + _per_nsp_table(doc["models"])))
+    for name, r in report.models.items():
+        lines.append(f"{name:<16} {_nrmse(r.nrmse_time):>11} {_nrmse(r.nrmse_energy):>13}")
+    lines += _why_undefined([r.nrmse_time for r in report.models.values()],
+                            [r.nrmse_energy for r in report.models.values()])
+    nsp, error = report.models["proposed"].largest_time_error
+    lines.append(f"proposed: largest runtime error {error * 100:+.1f}% at nsp={nsp}")
+    _emit(as_json, report.to_dict(), "\n".join(lines + [""] + _per_nsp_table(report.models)))
 
 
-def _per_nsp_table(models: dict[str, Any]) -> list[str]:
+def _per_nsp_table(models: dict[str, validation.ModelErrors]) -> list[str]:
     """Relative errors in % per NSp: time for each model, then energy for each."""
     names = [name.removeprefix("baseline_") for name in models]
     width = max(9, *map(len, names))
     row = " ".join(f"{n:>{width}}" for n in names)
     lines = [f"{'':4}  {'time error %':^{len(row)}}   {'energy error %':^{len(row)}}", f"{'nsp':>4}  {row}   {row}"]
-    rows = [m["per_nsp"] for m in models.values()]
 
-    def cell(x: float | None) -> str:
-        return f"{'n/a':>{width}}" if x is None else f"{x * 100:>+{width}.1f}"
+    def cell(x: float) -> str:
+        return f"{'n/a':>{width}}" if not np.isfinite(x) else f"{x * 100:>+{width}.1f}"
 
-    for i, first in enumerate(rows[0]):
-        times = " ".join(cell(r[i]["time_rel_error"]) for r in rows)
-        energies = " ".join(cell(r[i]["energy_rel_error"]) for r in rows)
-        lines.append(f"{first['nsp']:>4}  {times}   {energies}")
+    for i, k in enumerate(next(iter(models.values())).nsp):
+        times = " ".join(cell(r.time_rel_error[i]) for r in models.values())
+        energies = " ".join(cell(r.energy_rel_error[i]) for r in models.values())
+        lines.append(f"{k:>4}  {times}   {energies}")
     return lines
 
 
 @model.command()
 @click.option("--params", "params_path", required=True, type=INPUT)
 @click.option("--data", "data_path", required=True, type=INPUT)
-@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="PNG file to write.")
+@click.option("--out", "out_path", required=True, type=OUTPUT, help="PNG file to write.")
 @fails_cleanly
 def plot(params_path: str, data_path: str, out_path: str) -> None:
     """Measured vs predicted runtime and energy for both models (the paper's Figure 3)."""
@@ -339,10 +293,12 @@ def plot(params_path: str, data_path: str, out_path: str) -> None:
 
     check_figure(out_path)
     fitted, m = load_params(params_path), load_measurements(data_path)
-    _check_measured(fitted.cluster, m, data_path)
+    check_measured(fitted.cluster.run, m.nsp, data_path)
     proposed = fitted.model.predict(m.nsp)
-    figure3(out_path, m, proposed, fitted.baseline.predict(m.nsp),  # the error on the data plotted, not the fit's
-            title=f"{Path(data_path).name}: proposed model (NRMSE time {float(nrmse(proposed[0], m.time_s)):.3f}) vs baseline")
+    error = float(nrmse(proposed[0], m.time_s))  # on the data plotted, not the fit's
+    said = _nrmse(error) + (", runtimes without spread" if np.isnan(error) else "")
+    figure3(out_path, m, proposed, fitted.baseline.predict(m.nsp),
+            title=f"{Path(data_path).name}: proposed model (NRMSE time {said}) vs baseline")
     click.echo(f"wrote {out_path}")
 
 
@@ -356,23 +312,18 @@ def plot(params_path: str, data_path: str, out_path: str) -> None:
 def recommend(params_path: str, goal: str, nsp: tuple[int, ...] | None, as_json: bool) -> None:
     """The NSp with the best predicted runtime, energy or energy-delay product."""
     fitted = load_params(params_path)
-    ks = _candidates(fitted, nsp)
-    t, e = fitted.model.predict(ks)
-    if goal != "time" and np.all(np.isnan(e)):
-        raise ValueError(f"{params_path}: fitted without energies; only --objective time is possible")
-    value = objective(goal, t, e)
-    best = int(np.nanargmin(value))
-    near = [int(k) for k, v in zip(ks, value, strict=True) if k != ks[best] and v <= value[best] * (1 + NEAR_BEST)]
-    doc = {"objective": goal, "nsp": int(ks[best]), "time_s": float(t[best]), "energy_wh": _floats(e[best:best + 1])[0],
-           "near_best": near, "near_best_within": NEAR_BEST}
-    energy_text = "" if doc["energy_wh"] is None else f", {doc['energy_wh']:.2f} Wh"
-    text = f"best nsp for {goal}: {doc['nsp']} (predicted {doc['time_s']:.1f} s{energy_text})"
-    if near:
-        errors = {"time": f"time NRMSE {fitted.model.nrmse_time_:.3f}", "energy": f"energy NRMSE {fitted.model.nrmse_energy_:.3f}"}
-        said = errors.get(goal, f"{errors['time']}, {errors['energy']}")
-        text += (f"\nwithin {NEAR_BEST:.0%} of it: nsp {', '.join(map(str, near))}; the model cannot tell these apart "
-                 f"(its {said} on the runs it was fitted to), so measure them before choosing")
-    _emit(as_json, doc, text)
+    try:
+        best = recommendation.recommend(fitted.model, goal, _candidates(fitted, nsp))
+    except recommendation.NeedsEnergy as exc:
+        raise ValueError(f"{params_path}: fitted without energies; only --objective time is possible") from exc
+    energy_text = "" if np.isnan(best.energy_wh) else f", {best.energy_wh:.2f} Wh"
+    text = f"best nsp for {goal}: {best.nsp} (predicted {best.time_s:.1f} s{energy_text})"
+    if best.near_best:
+        said = ", ".join(f"{quantity} NRMSE {_nrmse(value)}" for quantity, value in best.nrmse.items())
+        text += (f"\nwithin {best.near_best_within:.0%} of it: nsp {', '.join(map(str, best.near_best))}; the model "
+                 f"cannot tell these apart (its {said} on the runs it was fitted to), so measure them before choosing")
+        text = "\n".join([text, *_why_undefined([best.nrmse.get("time")], [best.nrmse.get("energy")])])
+    _emit(as_json, best.to_dict(), text)
 
 
 # Everything from CMD on is CMD's: its own options (--out x{nsp}) must not be taken as ours,
@@ -380,7 +331,7 @@ def recommend(params_path: str, goal: str, nsp: tuple[int, ...] | None, as_json:
 @model.command("measure", context_settings={"allow_interspersed_args": False})
 @click.option("--nsp", type=NSP, required=True, help="Configurations to run, e.g. 1-32.")
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="CSV to write.")
+@click.option("--out", "out_path", required=True, type=OUTPUT, help="CSV to write.")
 @click.option("--powercap-root", type=click.Path(file_okay=False, readable=False),  # unreadable: no zones, as absent
               default=str(POWERCAP_ROOT), show_default=True, help="Where RAPL's powercap zones live.")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)

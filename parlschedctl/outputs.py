@@ -6,6 +6,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import click
+
+# An --out option: what may be written is checked by check_writable, which names the
+# file (exit 1). click's own check (readable=True, its default) refused an existing file
+# that can be written but not read as a usage error (exit 2), and said nothing of a
+# file that cannot be written. A directory is still click's usage error.
+OUTPUT = click.Path(dir_okay=False, readable=False)
+
 
 def check_writable(path: str | os.PathLike[str]) -> None:
     """Raise ValueError naming ``path`` and the reason when it cannot be written."""

@@ -4,6 +4,7 @@ period (bars: a new CPU, a pin or a free) and domain changes (vertical lines) ma
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import matplotlib
@@ -30,11 +31,18 @@ def figure_format(path: str | Path) -> str:
 
 def save_figure(fig: plt.Figure, path: str | Path) -> None:
     """Write ``fig`` to ``path`` exactly (without a suffix, matplotlib would write
-    ``path.png`` instead) in :func:`figure_format`, and close it."""
+    ``path.png`` instead) in :func:`figure_format`, and close it.
+
+    The figure is rendered first, then ``path`` opened for writing only: given the name,
+    matplotlib's PNG writer (PIL) opened it for reading too, which a file that may be
+    written but not read refuses."""
+    rendered = io.BytesIO()
     try:
-        fig.savefig(path, dpi=110, format=figure_format(path))
+        fig.savefig(rendered, dpi=110, format=figure_format(path))
     finally:
         plt.close(fig)
+    with open(path, "wb") as out:
+        out.write(rendered.getbuffer())
 
 
 def running_average(u: np.ndarray) -> np.ndarray:

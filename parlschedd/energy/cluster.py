@@ -11,7 +11,7 @@ order inside the node, which is also the initial order of Algorithm 1's list L.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,11 @@ from parlschedd.keypaths import Collector, KeyPathError, yaml12_number
 
 class ClusterError(KeyPathError):
     """A cluster file that cannot be used; ``errors`` lists (key path, message) pairs."""
+
+
+class NspError(ValueError):
+    """NSp values above run.individuals: subpopulations of no one, where the model's
+    figures mean nothing."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,32 @@ class Cluster:
     @property
     def tdp_w(self) -> np.ndarray:
         return np.array([d.tdp_w for d in self.devices], dtype=float)
+
+
+def without_individuals(run: RunSettings, nsp: Iterable[int]) -> list[int]:
+    """The NSp above run.individuals, in the order given."""
+    return [int(k) for k in nsp if k > run.individuals]
+
+
+def nsp_candidates(run: RunSettings, nsp: Sequence[int] | None = None) -> np.ndarray:
+    """The NSp asked for (default: run.subpopulations, low to high); NspError when one
+    is above run.individuals."""
+    lo, hi = run.subpopulations
+    ks = np.array(nsp or range(lo, hi + 1))
+    above = without_individuals(run, ks)
+    if above:
+        raise NspError(f"{above[-1]} subpopulations of {run.individuals} individuals (run.individuals): "
+                       "each needs at least one")
+    return ks
+
+
+def check_measured(run: RunSettings, nsp: Iterable[int], source: str) -> None:
+    """Measured NSp, as the NSp asked for (``nsp_candidates``), must have individuals:
+    NspError naming ``source`` and every NSp above run.individuals."""
+    above = without_individuals(run, nsp)
+    if above:
+        raise NspError(f"{source}: nsp {', '.join(map(str, above))} above the cluster's run.individuals "
+                       f"({run.individuals}): each subpopulation needs at least one individual")
 
 
 class _Reader(Collector):
@@ -157,7 +188,7 @@ def _run(r: _Reader, data: Mapping[str, Any]) -> RunSettings | None:
 
 def _device(r: _Reader, raw: Any, path: str, index: int) -> Device | None:
     d = r.mapping(raw, path)
-    if not d:
+    if not isinstance(raw, Mapping):  # noted by mapping(): nothing under it to read
         return None
     r.only_known(d, path, _keys(Device))
     cu = r.number(d, "compute_units", path, integer=True, low=1)

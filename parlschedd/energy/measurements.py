@@ -15,6 +15,7 @@ import csv
 import io
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,8 +90,10 @@ def _mean(stored: float, reps: list[float]) -> float:
     return float(np.mean(values)) if values else math.nan
 
 
-def parse_measurements(rows: list[dict[str, str]], header: list[str], source: str) -> Measurements:
-    """Validate CSV rows (line numbers count the header as line 1)."""
+def parse_measurements(rows: list[dict[str, str]], header: list[str], source: str,
+                       lines: Sequence[int] | None = None) -> Measurements:
+    """Validate CSV rows; ``lines`` are their line numbers in ``source`` for the errors
+    (default: the header line 1, then one line each)."""
     if "" in header:
         raise MeasurementsError(source, 1, f"column {header.index('') + 1} has no name (a trailing comma, as "
                                 "spreadsheets export?); remove it")
@@ -107,7 +110,7 @@ def parse_measurements(rows: list[dict[str, str]], header: list[str], source: st
         raise MeasurementsError(source, None, "no data rows")
     nsp, t, e, tr, er, bt, be = [], [], [], [], [], [], []
     seen: dict[int, int] = {}
-    for line, row in enumerate(rows, start=2):
+    for line, row in zip(lines or range(2, len(rows) + 2), rows, strict=True):
         raw = (row.get("nsp") or "").strip()
         if not raw.isdigit() or int(raw) < 1:
             raise MeasurementsError(source, line, f"column nsp: must be an integer >= 1, got {raw!r}")
@@ -145,7 +148,10 @@ def load_measurements(path: str | Path) -> Measurements:
             reader = csv.DictReader(fh)
             header = [c.strip() for c in reader.fieldnames or []]
             reader.fieldnames = header
-            rows = list(reader)
+            rows, lines = [], []
+            for row in reader:  # skipping blank lines: a row's line is the reader's count where it ends
+                rows.append(row)
+                lines.append(reader.line_num)
     except OSError as exc:
         raise MeasurementsError(source, None, f"cannot read: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:
@@ -154,10 +160,10 @@ def load_measurements(path: str | Path) -> Measurements:
         raise MeasurementsError(source, 1, "empty file: expected a header line")
     if repeated := sorted({c for c in header if header.count(c) > 1}):  # DictReader keeps only the last
         raise MeasurementsError(source, 1, f"column(s) {', '.join(repeated)} appear more than once")
-    for line, row in enumerate(rows, start=2):
+    for line, row in zip(lines, rows, strict=True):
         if (cells := _cells(row, len(header))) != len(header):
             raise MeasurementsError(source, line, f"{cells} cells for {len(header)} columns")
-    return parse_measurements(rows, header, source)
+    return parse_measurements(rows, header, source, lines)
 
 
 def _cells(row: dict[str | None, Any], columns: int) -> int:

@@ -375,6 +375,50 @@ def test_a_fit_to_runtimes_without_spread_is_a_file_the_other_commands_read(tmp_
     assert [p["time_s"] for p in predicted["predictions"]] == pytest.approx([300, 300])
 
 
+
+WHY_TIME = ("undefined: NRMSE divides by the spread of the measured runtimes, and they have none "
+            "(one configuration, or all equal)")
+
+
+def test_an_undefined_nrmse_is_said_to_be_undefined_and_why(tmp_path, monkeypatch):
+    """Runtimes without spread have no NRMSE: the text said "nan" (recommend: "its time
+    NRMSE nan on the runs it was fitted to", validate's table, fit's summary, plot's title)."""
+    from parlschedd.energy import plot as plot_mod
+
+    data, fitted = tmp_path / "flat.csv", tmp_path / "flat.json"
+    data.write_text("nsp,time_s_mean\n4,300\n8,300\n")
+    fit = run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(data), "--out", str(fitted), *QUICK)
+    summary = fit.output[fit.output.index("NRMSE best"):]  # the parameters' RSD may be NaN (a mean of 0)
+    assert "time undefined, energy n/a" in summary and WHY_TIME in summary and "nan" not in summary
+    validated = run("model", "validate", "--params", str(fitted), "--data", str(data)).output
+    assert validated.splitlines()[1].split() == ["proposed", "undefined", "n/a"] and WHY_TIME in validated
+    assert "nan" not in validated
+    recommended = run("model", "recommend", "--params", str(fitted)).output
+    assert "(its time NRMSE undefined on the runs it was fitted to)" in recommended and WHY_TIME in recommended
+    assert "nan" not in recommended
+    out = run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(data), "--json", *QUICK).output
+    assert json.loads(out[out.index("{"):])["fit"]["nrmse"] == {"time": None, "energy": None}  # JSON keeps null
+    doc = json.loads(run("model", "validate", "--params", str(fitted), "--data", str(data), "--json").output)
+    assert doc["models"]["proposed"]["nrmse_time"] is None
+    titles = []
+    monkeypatch.setattr(plot_mod, "figure3", lambda *args, title: titles.append(title))  # the title, not a PNG
+    assert run("model", "plot", "--params", str(fitted), "--data", str(data), "--out", str(tmp_path / "f.png")).exit_code == 0
+    assert "(NRMSE time undefined, runtimes without spread)" in titles[0]
+
+
+def test_an_undefined_nrmse_of_energy_is_not_said_to_be_missing(tmp_path):
+    """Energies without spread: fit said "energy n/a" for the model, as if none was
+    fitted, and "energy nan" for the baseline; validate "nan"."""
+    data, fitted = tmp_path / "flat-energy.csv", tmp_path / "p.json"
+    data.write_text("nsp,time_s_mean,energy_wh_mean\n4,300,10\n8,310,10\n16,320,10\n")
+    fit = run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(data), "--out", str(fitted), *QUICK)
+    summary = fit.output[fit.output.index("NRMSE best"):]
+    assert summary.count("energy undefined") == 3 and "n/a" not in summary and "nan" not in summary
+    assert "NRMSE divides by the spread of the measured energies, and they have none" in summary
+    validated = run("model", "validate", "--params", str(fitted), "--data", str(data)).output
+    assert validated.splitlines()[1].split()[2] == "undefined" and "nan" not in validated
+
+
 NOBODY = 65534
 
 
@@ -425,5 +469,31 @@ def test_an_unreadable_input_fails_naming_the_file_as_a_missing_one_does(params)
         code, output = run_unprivileged("model", "measure", "--nsp", "1", "--out", str(out / "m.csv"),
                                         "--powercap-root", str(closed), "--", "true")
         assert code == 0 and f"no readable RAPL zones under {closed}" in output, output
+    finally:
+        shutil.rmtree(tmp)
+
+
+def test_an_out_that_can_be_written_is_taken_though_it_cannot_be_read(params):
+    """click's readable check refused an existing write-only --out as a usage error
+    (exit 2, "is not readable"); one that cannot be written fails naming it (exit 1)."""
+    tmp = Path(tempfile.mkdtemp(prefix="parlsched-write-only-"))  # outside pytest's 0700 tmp dirs
+    try:
+        tmp.chmod(0o777)  # fit and measure replace the file through a temporary one beside it
+        shutil.copyfile(params, tmp / "p.json")
+        (tmp / "p.json").chmod(0o644)
+        outs = {name: tmp / name for name in ("params.json", "fig.png", "m.csv")}
+        commands = {"params.json": ["fit", "--cluster", str(CLUSTER_YAML), "--data", str(MEASUREMENTS_CSV), *QUICK],
+                    "fig.png": ["plot", "--params", str(tmp / "p.json"), "--data", str(MEASUREMENTS_CSV)],
+                    "m.csv": ["measure", "--nsp", "1", "--powercap-root", str(tmp / "none")]}
+        for name, out in outs.items():
+            args = [*commands[name], "--out", str(out)] + (["--", "true"] if name == "m.csv" else [])
+            for mode in (0o222, 0o444, 0o000):
+                out.write_text("")
+                out.chmod(mode)
+                code, output = run_unprivileged("model", *args)
+                if mode == 0o222:  # written, not read
+                    assert code == 0 and f"wrote {out}" in output and out.stat().st_size > 0, (name, output)
+                else:
+                    assert code == 1 and f"{out}: cannot write: permission denied" in output, (name, mode, output)
     finally:
         shutil.rmtree(tmp)

@@ -7,7 +7,8 @@ import copy
 import pytest
 import yaml
 
-from parlschedd.energy.cluster import ClusterError, cluster_to_dict, load_cluster, parse_cluster
+from parlschedd.energy.cluster import (ClusterError, NspError, check_measured, cluster_to_dict, load_cluster,
+                                      nsp_candidates, parse_cluster, without_individuals)
 from tests.energy.conftest import TINY
 
 
@@ -134,3 +135,36 @@ def test_names_crossover_and_span_that_would_break_a_fit_later_are_refused():
     assert keys["nodes[0].devices"] == f"the device name {device!r} appears 2 times; names must be unique"
     assert keys["run.crossover_probability"] == "must be in (0, 1], got 0"
     assert "must not go above run.individuals" in keys["run.subpopulations"]
+
+
+def test_an_empty_device_is_an_error_with_its_key_path():
+    """A device {} was dropped without a word: the node had one device fewer than the
+    file listed, and every fit and prediction was of another cluster."""
+    bad = copy.deepcopy(TINY)
+    bad["nodes"][0]["devices"].append({})
+    with pytest.raises(ClusterError) as err:
+        parse_cluster(bad)
+    assert err.value.errors == [(f"nodes[0].devices[2].{key}", "is required")
+                                for key in ("compute_units", "frequency_hz", "tdp_w")]
+    bad["nodes"][0]["devices"][2] = None  # not a mapping: one error, not one per key
+    with pytest.raises(ClusterError) as err:
+        parse_cluster(bad)
+    assert err.value.errors == [("nodes[0].devices[2]", "must be a mapping, got NoneType")]
+
+
+def test_the_nsp_asked_for_default_to_the_run_s_span_and_each_needs_an_individual(tiny):
+    """tiny: 16 individuals, subpopulations [1, 4]."""
+    assert nsp_candidates(tiny.run).tolist() == [1, 2, 3, 4]
+    assert nsp_candidates(tiny.run, (2, 16)).tolist() == [2, 16]  # one individual each is still a run
+    assert without_individuals(tiny.run, [17, 3, 20]) == [17, 20]
+    with pytest.raises(NspError) as err:
+        nsp_candidates(tiny.run, (3, 17, 18))
+    assert str(err.value) == "18 subpopulations of 16 individuals (run.individuals): each needs at least one"
+
+
+def test_measured_nsp_above_the_individuals_are_refused_naming_the_file(tiny):
+    check_measured(tiny.run, [1, 16], "m.csv")
+    with pytest.raises(NspError) as err:
+        check_measured(tiny.run, [8, 17, 32], "m.csv")
+    assert str(err.value) == ("m.csv: nsp 17, 32 above the cluster's run.individuals (16): "
+                              "each subpopulation needs at least one individual")

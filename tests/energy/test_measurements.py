@@ -48,6 +48,26 @@ def test_errors_name_file_and_line(tmp_path, text, where, message):
     assert f"{path}{where}" in str(err.value) and message in str(err.value)
 
 
+@pytest.mark.parametrize("text, where, message", [
+    ("nsp,time_s_mean\n\n1,10\n\n\n2,abc\n", ":6:", "column time_s_mean: not a number: 'abc'"),
+    ("nsp,time_s_mean\n\n1,10\n\n1,12\n", ":5:", "nsp 1 repeats line 3"),
+    ("nsp,time_s_mean\n1,10\n\n2,10,4\n", ":4:", "3 cells for 2 columns"),
+    ("nsp,time_s_mean\n1,10\n\n\"2\n\",x\n", ":5:", "column time_s_mean: not a number"),  # a row over 2 lines: where it ends
+])
+def test_error_lines_are_the_file_s_lines_with_blank_lines_between_rows(tmp_path, text, where, message):
+    """The reader skips blank lines, and rows were numbered by their index: an error
+    after a blank line named the line above it."""
+    path = write(tmp_path, text)
+    with pytest.raises(MeasurementsError) as err:
+        load_measurements(path)
+    assert f"{path}{where}" in str(err.value) and message in str(err.value)
+
+
+def test_blank_lines_are_no_rows(tmp_path):
+    m = load_measurements(write(tmp_path, "nsp,time_s_mean\n\n1,10\n\n2,12\n\n"))
+    assert m.nsp.tolist() == [1, 2] and m.time_s.tolist() == [10.0, 12.0]
+
+
 def test_means_from_repetitions_and_empty_energy(tmp_path):
     m = load_measurements(write(tmp_path, "nsp,time_s_r1,time_s_r2,energy_wh_r1\n2,4,6,\n1,10,12,\n"))
     assert m.nsp.tolist() == [1, 2] and m.time_s.tolist() == [11.0, 5.0]

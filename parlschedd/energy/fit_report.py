@@ -1,0 +1,122 @@
+"""What a fit reports beside its parameters: the notes on the measurements it is given
+(energies missing, no more configurations than parameters) and its summary (the NRMSE of
+the best and of the mean repetition, of the baseline and of leave-one-out).
+
+Pure: the caller prints the notes and the summary, and stores ``FitSummary.to_dict()``
+in the parameters file (store.params_document).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from parlschedd.energy.baseline import BaselineModel
+from parlschedd.energy.cluster import Cluster, check_measured
+from parlschedd.energy.estimator import EnergyTimeModel, parameter_names
+from parlschedd.energy.fitting import LeaveOneOut
+from parlschedd.energy.measurements import MIN_ENERGY_ROWS, Measurements
+from parlschedd.energy.metrics import nrmse
+
+
+def check_fittable(cluster: Cluster, m: Measurements, source: str) -> None:
+    """ValueError naming ``source`` when ``m`` cannot be fitted at all: an NSp above the
+    cluster's individuals (cluster.check_measured), or fewer than two configurations."""
+    check_measured(cluster.run, m.nsp, source)
+    if len(m.nsp) < 2:
+        raise ValueError(f"{source}: {len(m.nsp)} configuration measured; a fit needs at least 2")
+
+
+def fit_notes(cluster: Cluster, m: Measurements, source: str) -> list[str]:
+    """What a user should know of ``m`` (read from ``source``) before a fit: energies
+    missing, and phases with no more configurations than parameters. A warning begins
+    with "warning: "."""
+    return [*_energy_notes(m, source), *_underdetermined(cluster, m, source)]
+
+
+def _energy_notes(m: Measurements, source: str) -> list[str]:
+    """Which configurations the energy phase fits: all, all but some, or none (too few)."""
+    rows = np.isfinite(m.energy_wh)
+    if not m.has_energy:
+        return [f"{source}: energy measured for {np.count_nonzero(rows)} NSp, the energy phase needs "
+                f"{MIN_ENERGY_ROWS}; fitting time only"]
+    if not rows.all():
+        missing = ", ".join(str(int(k)) for k in m.nsp[~rows])
+        return [f"{source}: no energy for nsp {missing}; the energy phase fits the other {np.count_nonzero(rows)}"]
+    return []
+
+
+def _underdetermined(cluster: Cluster, m: Measurements, source: str) -> list[str]:
+    """With no more configurations than parameters a fit can match every one whatever
+    the truth: its NRMSE (0.000) then says nothing of its predictions."""
+    time_parameters = len(parameter_names(cluster, False))
+    phases = [("time", len(m.nsp), time_parameters)]
+    if m.has_energy:
+        phases.append(("energy", int(np.count_nonzero(np.isfinite(m.energy_wh))),
+                       len(parameter_names(cluster)) - time_parameters))
+    return [f"warning: {source}: {measured} configurations with {what} for {parameters} {what} parameters; the fit "
+            "is underdetermined and its error says nothing of its predictions: measure more configurations"
+            for what, measured, parameters in phases if measured <= parameters]
+
+
+@dataclass(frozen=True)
+class Nrmse:
+    """The NRMSE of time and of energy (eqs. 15, 16): NaN where undefined (eq. 15
+    divides by the spread of the measurements, and they have none), energy None where
+    none was fitted. JSON has null for both."""
+
+    time: float
+    energy: float | None
+
+    def to_dict(self) -> dict[str, float | None]:
+        return {"time": self.time, "energy": self.energy}
+
+
+@dataclass(frozen=True)
+class FitSummary:
+    """The errors of a fit on the measurements it was fitted to (``data``)."""
+
+    data: str
+    best: Nrmse  # the repetition kept
+    mean: Nrmse  # over the repetitions
+    baseline: Nrmse  # the baseline model of eq. 5, fitted to the same data
+    fit_seconds: float  # wall-clock, all repetitions
+    leave_one_out: LeaveOneOut | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``fit`` part of the parameters file and of `model fit --json`; NaN is
+        left to the writer (store.json_safe)."""
+        d: dict[str, Any] = {"data": self.data, "nrmse": self.best.to_dict(), "nrmse_mean": self.mean.to_dict(),
+                             "baseline_nrmse": self.baseline.to_dict(), "fit_seconds": self.fit_seconds}
+        if self.leave_one_out is not None:
+            lo, errors = self.leave_one_out, self.leave_one_out_nrmse
+            d["leave_one_out"] = {"nrmse_time": errors.time, "nrmse_energy": errors.energy,
+                                  "time_s": lo.time_s.tolist(), "energy_wh": lo.energy_wh.tolist()}
+        return d
+
+    @property
+    def leave_one_out_nrmse(self) -> Nrmse | None:
+        """The NRMSE of each configuration predicted by a fit to the others."""
+        lo = self.leave_one_out
+        return None if lo is None else Nrmse(lo.nrmse_time, None if self.best.energy is None else lo.nrmse_energy)
+
+
+def summarise_fit(model: EnergyTimeModel, baseline: BaselineModel, m: Measurements, source: str,
+                  leave_one_out: LeaveOneOut | None = None) -> FitSummary:
+    """The summary of ``model`` and ``baseline``, both fitted to ``m`` (read from
+    ``source``), and of ``leave_one_out`` when it was run."""
+    reps = model.repetitions_.fits
+    bt, be = baseline.predict(m.nsp)
+    rows = np.isfinite(m.energy_wh)
+    fitted_energy = model.energy_params_ is not None
+    return FitSummary(
+        data=source,
+        best=Nrmse(model.nrmse_time_, float(model.nrmse_energy_) if fitted_energy else None),
+        mean=Nrmse(float(np.mean([f.nrmse_time for f in reps])),
+                   float(np.mean([f.nrmse_energy for f in reps])) if fitted_energy else None),
+        baseline=Nrmse(float(nrmse(bt, m.time_s)),
+                       float(nrmse(be[rows], m.energy_wh[rows])) if fitted_energy else None),
+        fit_seconds=round(sum(model.repetition_seconds_), 3),
+        leave_one_out=leave_one_out)

@@ -1,0 +1,56 @@
+"""The NSp to run: the candidate with the best predicted runtime, energy or energy-delay
+product (metrics.OBJECTIVES), and those predicted so close to it (NEAR_BEST) that the
+model cannot tell them apart.
+
+Pure: the caller prints ``Recommendation`` or dumps ``Recommendation.to_dict()``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from parlschedd.energy.estimator import EnergyTimeModel
+from parlschedd.energy.metrics import objective
+
+NEAR_BEST = 0.01  # candidates predicted this close to the best (relative) are named beside it
+
+
+class NeedsEnergy(ValueError):
+    """An objective other than time asked of a model fitted without energies."""
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    objective: str
+    nsp: int
+    time_s: float  # predicted for nsp
+    energy_wh: float  # predicted for nsp; NaN if fitted without energies
+    near_best: tuple[int, ...]  # the other candidates within near_best_within of the best
+    near_best_within: float = NEAR_BEST
+    # The fit's NRMSE (on the runs it was fitted to) of each quantity the objective
+    # depends on: how far apart predictions must be for the model to tell them apart.
+    nrmse: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """NaN is left to the writer (store.json_safe)."""
+        return {"objective": self.objective, "nsp": self.nsp, "time_s": self.time_s, "energy_wh": self.energy_wh,
+                "near_best": list(self.near_best), "near_best_within": self.near_best_within}
+
+
+def recommend(model: EnergyTimeModel, goal: str, candidates: np.ndarray) -> Recommendation:
+    """The best of ``candidates`` (NSp values) for ``goal``, one of metrics.OBJECTIVES;
+    NeedsEnergy when ``goal`` is not time and ``model`` has no energies."""
+    t, e = model.predict(candidates)
+    if goal != "time" and np.all(np.isnan(e)):
+        raise NeedsEnergy(f"fitted without energies; {goal} cannot be predicted")
+    value = objective(goal, t, e)
+    best = int(np.nanargmin(value))
+    near = tuple(int(k) for k, v in zip(candidates, value, strict=True)
+                 if k != candidates[best] and v <= value[best] * (1 + NEAR_BEST))
+    errors = {"time": model.nrmse_time_, "energy": model.nrmse_energy_}
+    depends_on = ("time", "energy") if goal == "edp" else (goal,)
+    return Recommendation(goal, int(candidates[best]), float(t[best]), float(e[best]), near,
+                          nrmse={q: errors[q] for q in depends_on})
