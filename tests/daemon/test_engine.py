@@ -24,7 +24,8 @@ import structlog.testing
 
 from parlschedd.config import Config
 from parlschedd.daemon import engine as engine_module
-from parlschedd.daemon.engine import Engine, Roster, ThreadState
+from parlschedd.daemon.engine import Engine
+from parlschedd.daemon.target import Roster, ThreadState
 from parlschedd.host.affinity import Pinner, possible_cpus
 from parlschedd.host import cgroups, procfs
 from parlschedd.host.base import CounterSource
