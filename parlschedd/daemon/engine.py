@@ -5,7 +5,7 @@ new ones, drop exited ones; see ``_unchanged``), read counters into utilities (c
 delta / monotonic time delta), step the target's TwoLevelScheduler, and pin the
 threads whose CPU changed. The chain is counters -> rates -> scheduler -> pin plan; the
 clock is passed in, so tests drive it. Each target's scheduler works on the CPUs its
-cpuset allows in each domain, read at attach and every rescan_s (``_follow_cpuset``).
+cpuset allows in each domain, read at attach and every rescan_s (``cpuset.py``).
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ import structlog
 from parlschedd.arrays import IntArray
 from parlschedd.config import Config
 from parlschedd.daemon import protocol
+from parlschedd.daemon.cpuset import cpuset_domains, follow_cpuset, placed_on, read_cpuset
 from parlschedd.daemon.exec_watch import ExecWatch, Masks, carried, original_after_exec
 from parlschedd.daemon.history import History
 from parlschedd.daemon.target import DomainCpus, Roster, Target, ThreadState
 from parlschedd.host import cgroups, procfs
 from parlschedd.host.affinity import AllowedCpus, PinRecord, as_asked, get_affinity
 from parlschedd.host.base import Actuator, Counters, CounterSource
-from parlschedd.cpulist import format_cpulist
 from parlschedd.host.errors import HostError, Overridden, ThreadGone, TooManyFiles
 from parlschedd.learning.scheduler import TwoLevelScheduler
 from parlschedd.patterns import PatternError, compile_pattern
@@ -126,8 +126,8 @@ class Engine:
         except BaseException:
             handle.close()
             raise
-        read = self._read_cpuset(pid)
-        cpus = self._every_cpu if read is None else self._cpuset_domains(read[0])  # unread: the rescan retries
+        read = read_cpuset(pid, self.allowed)
+        cpus = self._every_cpu if read is None else cpuset_domains(read[0], self._every_cpu)  # unread: the rescan retries
         target = Target(pid, name, owner, observe, pattern, descendants, handle, self._scheduler(pid, cpus),
                         procfs.ThreadExits(self.proc_root, watch=not descendants),  # descendants: listed every period
                         cpuset=None if read is None else read[0], cpus=cpus, rule=rule, caller=None if uid in (None, 0) else uid,
@@ -164,7 +164,7 @@ class Engine:
 
     def _scheduler(self, pid: int, cpus: DomainCpus) -> TwoLevelScheduler:
         """A scheduler on the config's terms over ``cpus``, the target's CPUs in each
-        domain (``_cpuset_domains``), drawing from a stream of the seed its own: the
+        domain (``cpuset_domains``), drawing from a stream of the seed its own: the
         n-th made since the start, so a seeded config replays the same decisions from
         run to run for the same attaches, while no two targets share draws. A domain
         without such a CPU is closed to it (Level 1 never moves a thread there: every
@@ -175,51 +175,8 @@ class Engine:
             log.warning("the target's cpuset has none of the daemon's CPUs; its scheduler uses every domain",
                         pid=pid, domains=self.domains)
         self._schedulers_made += 1
-        return TwoLevelScheduler(self._placed_on(cpus), self.config.learning, self.config.domain_every,
+        return TwoLevelScheduler(placed_on(cpus, self._every_cpu), self.config.learning, self.config.domain_every,
                                  stream=self._schedulers_made)
-
-    def _placed_on(self, cpus: DomainCpus) -> DomainCpus:
-        """The CPUs a target's scheduler places threads on, given its cpuset's in each
-        domain: those, or every CPU of every domain when the cpuset has none of ours."""
-        return cpus if any(cpus) else self._every_cpu
-
-    def _read_cpuset(self, pid: int) -> tuple[frozenset[int] | None] | None:
-        """(the CPUs process ``pid``'s cpuset allows, None: every CPU), or None when it
-        cannot be read (the process exited: its period drops it). Read for the
-        process, not each thread: its threads share its cpuset unless someone moves
-        one alone (v1, or v2 threaded cgroups), and a pin refused then still credits
-        the period to the core the thread ran on."""
-        try:
-            return (self.allowed(pid),)
-        except (HostError, ValueError) as exc:  # ValueError: a cpuset file that is not a CPU list
-            log.debug("cpuset not read", pid=pid, error=str(exc))
-            return None
-
-    def _cpuset_domains(self, allowed: frozenset[int] | None) -> DomainCpus:
-        """Each domain's CPUs that ``allowed`` holds, in the domains' order (a domain
-        outside it has none): a cpuset bounds what the kernel lets a thread run on, so
-        a pin elsewhere fails with EINVAL."""
-        if allowed is None:
-            return self._every_cpu
-        return tuple(tuple(c for c in d if c in allowed) for d in self.domains)
-
-    def _follow_cpuset(self, target: Target) -> None:
-        """A target whose cpuset allows other CPUs of the domains than when its
-        scheduler was made learns afresh on the new ones: domains open or close, and a
-        domain's cores are its automata's columns. Its threads join the domains they
-        run in (``_ran_elsewhere``). Logged once per change; a change outside the
-        daemon's CPUs changes nothing."""
-        read = self._read_cpuset(target.pid)
-        target.cpuset = None if read is None else read[0]  # unread: the pinner reads each thread's
-        if read is None:
-            return
-        cpus = self._cpuset_domains(read[0])
-        if cpus == target.cpus:
-            return
-        log.info("cpuset changed, learning afresh on the CPUs it allows", pid=target.pid,
-                 cpus=[format_cpulist(d) for d in cpus])
-        target.cpus = cpus
-        target.scheduler = self._scheduler(target.pid, cpus)
 
     def keep_handed_over(self, saved: object) -> int:
         """After a restart: the threads the last run handed over (a list of ``[tid,
@@ -351,7 +308,7 @@ class Engine:
                 log.exception("period failed for target", pid=target.pid)
 
     def resync(self, now: float) -> None:
-        """Notice a target's cpuset that changed (``_follow_cpuset``), and the pinned
+        """Notice a target's cpuset that changed (``follow_cpuset``), and the pinned
         threads whose mask changed under us. Those the kernel narrowed (a cpuset that
         shrank) count as unpinned, so the next period pins them again inside what is
         now allowed, and ``status`` never shows a CPU the thread is not on. Those
@@ -367,7 +324,8 @@ class Engine:
                 log.exception("rescan failed for target", pid=target.pid, step=step.__name__)
 
     def _resync(self, target: Target, now: float) -> None:
-        self._follow_cpuset(target)
+        if follow_cpuset(target, self.allowed, self._every_cpu):  # it learns afresh on the CPUs allowed now
+            target.scheduler = self._scheduler(target.pid, target.cpus)
         if target.observe:
             return
         r = target.current()
@@ -959,7 +917,7 @@ class Engine:
         return {
             "pid": target.pid, "name": target.name, "mode": target.mode, "uid": target.uid,
             "rule": target.rule,  # the index of the config rule that attached it; None: attached by a client
-            "cpus": sorted(c for d in self._placed_on(target.cpus) for c in d),  # where its cpuset lets it be placed
+            "cpus": sorted(c for d in placed_on(target.cpus, self._every_cpu) for c in d),  # where its cpuset lets it be placed
             "migrations": target.migrations, "threads_ignored": len(target.ignored),
             "threads_handed_over": sum(tid in self.handed_over for tid in target.ignored),
             "threads": [
