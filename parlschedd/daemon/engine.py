@@ -11,7 +11,7 @@ cpuset allows in each domain, read at attach and every rescan_s (``cpuset.py``).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 import structlog
@@ -20,12 +20,14 @@ from parlschedd.arrays import IntArray
 from parlschedd.config import Config
 from parlschedd.daemon import protocol
 from parlschedd.daemon.cpuset import cpuset_domains, follow_cpuset, placed_on, read_cpuset
-from parlschedd.daemon.exec_watch import ExecWatch, Masks, carried, original_after_exec
+from parlschedd.daemon.exec_handling import (carried_original, check_exec, count_afresh, exec_went, masks_that_went,
+                                              reassign_original, settle_exec, watch_exec)
+from parlschedd.daemon.exec_watch import Masks, carried
 from parlschedd.daemon.history import History
 from parlschedd.daemon.target import DomainCpus, Roster, Target, ThreadState
 from parlschedd.host import cgroups, procfs
 from parlschedd.host.affinity import AllowedCpus, PinRecord, as_asked, get_affinity
-from parlschedd.host.base import Actuator, Counters, CounterSource
+from parlschedd.host.base import Actuator, Counters
 from parlschedd.host.errors import HostError, Overridden, ThreadGone, TooManyFiles
 from parlschedd.learning.scheduler import TwoLevelScheduler
 from parlschedd.patterns import PatternError, compile_pattern
@@ -521,151 +523,6 @@ class Engine:
                 pass  # gone: the next listing drops it
         return masks
 
-    def _after_the_others_went(self, target: Target, main: int, others: set[int], now: float) -> None:
-        """Every other thread of one of the target's processes went (``others``) and its
-        main one stayed: an exec, from the main thread or from another, or threads that
-        ended. Told at once when the main tid's mask changed since the last listing to
-        one we set on a thread that went (that thread carried it through the exec);
-        else, with perf counters, by an :class:`ExecWatch`. A mask someone else set is
-        left to ``resync``."""
-        went = self._masks_that_went(target, others)
-        if main not in target.threads:  # left out by the filter, or someone else's
-            before = target.ignored_masks.get(main)
-            if before is not None and main in target.ignored:
-                self._give_back_carried(target, main, before, went)
-            return
-        if not target.observe:
-            try:
-                mask = get_affinity(main)
-            except HostError:
-                return  # gone: the next period drops it
-            if mask != self.pinner.records[main].current:
-                if carried(went, mask):
-                    self._main_replaced(target, main, went, now)
-                return
-        if self.counters.source == CounterSource.SCHEDSTAT:
-            return  # read by tid: it counts the main tid, whichever thread that is
-        try:
-            run_ns = procfs.thread_schedstat(main, self.proc_root).run_ns
-            counted = self.counters.read(main)
-        except HostError:
-            return  # gone: the next period drops it
-        target.exec_watches[main] = ExecWatch(run_ns, counted, went)
-
-    def _exec_carried(self, target: Target, main: int, now: float) -> bool:
-        """A main thread found with a mask that is not ours, when the others of its
-        process are gone since the last listing: an exec between that listing and now,
-        if the mask is one we set on one of them (then it is handled as such, True).
-        Else someone else set it (False). Runs only when a mask is found changed."""
-        went = self._exec_went(target, main)
-        if went is None:
-            return False
-        self._main_replaced(target, main, went, now)
-        return True
-
-    def _exec_went(self, target: Target, main: int) -> dict[int, Masks] | None:
-        """The masks of the threads that went with an exec that carried one of our
-        masks onto ``main`` (the others of its process all gone since the last listing,
-        and ``main`` showing a mask we set on one of them); None when there was none."""
-        others = target.others.get(main)
-        if not others:
-            return None
-        try:
-            if others & set(procfs.list_tids(main, self.proc_root)):
-                return None
-            mask = get_affinity(main)
-        except HostError:
-            return None
-        went = self._masks_that_went(target, others)
-        return went if carried(went, mask) else None
-
-    def _masks_that_went(self, target: Target, others: set[int]) -> dict[int, Masks]:
-        """The (original, last set) masks of those of ``others`` we had adopted: kept in
-        ``went`` when dropped since the listing, still in the pinner when the next
-        listing is yet to drop them."""
-        records = self.pinner.records
-        went: dict[int, Masks] = {}
-        for tid in others:
-            masks = target.went.get(tid)
-            if masks is None and tid in records:
-                masks = (records[tid].original, records[tid].current)
-            if masks is not None:
-                went[tid] = masks
-        return went
-
-    def _check_exec(self, target: Target, main: int, now: float) -> None:
-        """Settle an :class:`ExecWatch` once the main tid's counter and CPU time tell:
-        before the period reads the counters, so that a main thread counted afresh (or
-        handed over) is read (or left out) like any other. A counter in error (the
-        read fails while the thread runs) cannot tell: the watch ends."""
-        watch = target.exec_watches[main]
-        if main not in target.threads:
-            del target.exec_watches[main]
-            return
-        try:
-            verdict = watch.verdict(self.counters.read(main), procfs.thread_schedstat(main, self.proc_root).run_ns)
-        except HostError:
-            del target.exec_watches[main]  # gone (the period drops it), or a counter in error
-            return
-        if verdict is not None:
-            del target.exec_watches[main]
-        if verdict:
-            self._main_replaced(target, main, watch.went, now)
-
-    def _main_replaced(self, target: Target, main: int, went: dict[int, Masks], now: float) -> None:
-        """The main tid is now the thread that exec'd: it gets the original mask of the
-        thread it was (``original_after_exec``; a mask none of them had is someone
-        else's, and the thread theirs), and is counted afresh. Its row stays pinned
-        where that thread was (our mask is still on it, and a thread it starts inherits
-        ours) until the next period places it."""
-        log.info("a main thread is another thread since an exec", pid=target.pid, tid=main)
-        if not target.observe:
-            try:
-                mask, original = self._carried_original(target, main, went)
-                if original is None:
-                    self._hand_over(target, main)
-                    return
-                self.pinner.reassign(main, original)
-            except HostError:
-                return  # gone: the next period drops it
-            self._unsaved.add(main)  # placed again once the new original is on disk
-            self.on_change()
-        self.counters.close(main)
-        try:
-            self.counters.open(main)
-            counted = self.counters.read(main)
-            target.threads[main].name = procfs.comm(main, self.proc_root)
-        except HostError as exc:
-            log.warning("main thread not counted after an exec", tid=main, error=str(exc))
-            self._drop_thread(target, main)
-            return
-        r = target.current()
-        row = int(np.searchsorted(r.tids, main))
-        r.last[row], r.since[row] = counted, now
-        if not target.observe:
-            r.cpu[row] = next(iter(mask)) if len(mask) == 1 else -1  # a whole domain: free
-            r.domain[row] = next((d for d, cpus in enumerate(self._whole) if mask <= cpus), r.domain[row])
-
-    def _give_back_carried(self, target: Target, main: int, before: frozenset[int], went: dict[int, Masks]) -> None:
-        """A main thread not ours to place (the filter leaves it out, or someone else
-        set its mask) whose mask changed since the last listing (``before``) to one we
-        set on a thread that went: that thread exec'd and is the main tid now, with our
-        mask. It gets that thread's original back, and is left alone."""
-        try:
-            mask, original = self._carried_original(target, main, went)
-            if original is not None and mask != before:
-                self._give_back(main, procfs.thread_start_time(main, self.proc_root), original)
-                self.handed_over.pop(main, None)  # not the thread someone else set any more
-        except HostError as exc:
-            log.debug("mask not given back after an exec", tid=main, error=str(exc))
-
-    def _carried_original(self, target: Target, main: int,
-                          went: dict[int, Masks]) -> tuple[frozenset[int], frozenset[int] | None]:
-        """The main tid's mask now, and the original of the thread that went with that
-        mask last set (``original_after_exec``; None: none went with it)."""
-        mask = get_affinity(main)
-        return mask, original_after_exec(went, mask, target.base_original or mask)
-
     def _forget_reused(self, target: Target, tid: int) -> None:
         """``tid``'s thread exited and the tid is listed again: a new thread took it, and
         is adopted as new. Not the leader's: its tid is the process's id, which no other
@@ -868,7 +725,7 @@ class Engine:
         ours = set() if target.observe else self._ours(target)
         known = {*target.threads, *target.ignored}
         for main in [] if target.observe else [m for m in target.others if m in target.threads]:
-            self._settle_exec(target, main)
+            settle_exec(target, main, self.pinner, self.proc_root)
         restored = sum(self._drop_thread(target, tid) for tid in list(target.threads))
         self._give_back_born(target, known, ours)
         for tid in () if keep_hand_overs else target.ignored:
@@ -879,28 +736,90 @@ class Engine:
         self.on_change()
         return restored
 
-    def _settle_exec(self, target: Target, main: int) -> None:
-        """At a release: a main thread that an exec since the last listing left with a
-        mask we set on the thread that exec'd (not the one we last set on main) gets
-        that thread's original to restore (as ``_main_replaced`` gives it), instead of
-        being left with our mask as one someone else set."""
-        record = self.pinner.records.get(main)
-        went = None if record is None else self._exec_went(target, main)
-        if went is None:
-            return
-        try:  # a mask as last set: threads that ended, or an exec from main itself (as _after_the_others_went)
-            mask, original = self._carried_original(target, main, went)
-            if original is not None and mask != record.current:
-                self.pinner.reassign(main, original)
-        except HostError:
-            pass  # gone
-
     def _drop_target(self, target: Target, why: str) -> None:
         self._gone[target.pid] = (target.uid, target.handle.start_time, target.most_threads)
         while len(self._gone) > GONE_KEPT:
             del self._gone[next(iter(self._gone))]
         self._release(target)
         log.info("target dropped", pid=target.pid, reason=why)
+
+    # -- an exec from a thread other than the main one (see exec_handling.py) ---------
+
+    def _after_the_others_went(self, target: Target, main: int, others: set[int], now: float) -> None:
+        """Every other thread of one of the target's processes went (``others``) and its
+        main one stayed: an exec, from the main thread or from another, or threads that
+        ended. Told at once when the main tid's mask changed since the last listing to
+        one we set on a thread that went (that thread carried it through the exec);
+        else, with perf counters, by an :class:`ExecWatch`. A mask someone else set is
+        left to ``resync``."""
+        went = masks_that_went(target, others, self.pinner.records)
+        if main not in target.threads:  # left out by the filter, or someone else's
+            before = target.ignored_masks.get(main)
+            if before is not None and main in target.ignored:
+                self._give_back_carried(target, main, before, went)
+            return
+        if not target.observe:
+            try:
+                mask = get_affinity(main)
+            except HostError:
+                return  # gone: the next period drops it
+            if mask != self.pinner.records[main].current:
+                if carried(went, mask):
+                    self._main_replaced(target, main, went, now)
+                return
+        watch_exec(target, main, went, self.counters, self.proc_root)
+
+    def _exec_carried(self, target: Target, main: int, now: float) -> bool:
+        """A main thread found with a mask that is not ours, when the others of its
+        process are gone since the last listing: an exec between that listing and now,
+        if the mask is one we set on one of them (then it is handled as such, True).
+        Else someone else set it (False). Runs only when a mask is found changed."""
+        went = exec_went(target, main, self.pinner, self.proc_root)
+        if went is None:
+            return False
+        self._main_replaced(target, main, went, now)
+        return True
+
+    def _check_exec(self, target: Target, main: int, now: float) -> None:
+        """Settle ``main``'s :class:`ExecWatch` (``check_exec``): a main tid found to be
+        the thread that exec'd is treated as such."""
+        went = check_exec(target, main, self.counters, self.proc_root)
+        if went is not None:
+            self._main_replaced(target, main, went, now)
+
+    def _main_replaced(self, target: Target, main: int, went: Mapping[int, Masks], now: float) -> None:
+        """The main tid is now the thread that exec'd: it gets the original mask of the
+        thread it was (``original_after_exec``; a mask none of them had is someone
+        else's, and the thread theirs), and is counted afresh. Its row stays pinned
+        where that thread was (our mask is still on it, and a thread it starts inherits
+        ours) until the next period places it."""
+        log.info("a main thread is another thread since an exec", pid=target.pid, tid=main)
+        mask = None
+        if not target.observe:
+            try:
+                mask = reassign_original(target, main, went, self.pinner)
+                if mask is None:
+                    self._hand_over(target, main)
+                    return
+            except HostError:
+                return  # gone: the next period drops it
+            self._unsaved.add(main)  # placed again once the new original is on disk
+            self.on_change()
+        if not count_afresh(target, main, mask, now, self.counters, self.proc_root, self._whole):
+            self._drop_thread(target, main)
+
+    def _give_back_carried(self, target: Target, main: int, before: frozenset[int], went: dict[int, Masks]) -> None:
+        """A main thread not ours to place (the filter leaves it out, or someone else
+        set its mask) whose mask changed since the last listing (``before``) to one we
+        set on a thread that went: that thread exec'd and is the main tid now, with our
+        mask. It gets that thread's original back, and is left alone."""
+        try:
+            mask, original = carried_original(target, main, went)
+            if original is not None and mask != before:
+                self._give_back(main, procfs.thread_start_time(main, self.proc_root), original)
+                self.handed_over.pop(main, None)  # not the thread someone else set any more
+        except HostError as exc:
+            log.debug("mask not given back after an exec", tid=main, error=str(exc))
 
     # -- views ------------------------------------------------------------------------
 
