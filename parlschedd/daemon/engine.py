@@ -10,7 +10,6 @@ cpuset allows in each domain, read at attach and every rescan_s (``cpuset.py``).
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
@@ -24,6 +23,7 @@ from parlschedd.daemon.exec_handling import (carried_original, check_exec, count
                                               reassign_original, settle_exec, watch_exec)
 from parlschedd.daemon.exec_watch import Masks, carried
 from parlschedd.daemon.history import History
+from parlschedd.daemon.names import in_turn, rename
 from parlschedd.daemon.target import DomainCpus, Roster, Target, ThreadState
 from parlschedd.host import cgroups, procfs
 from parlschedd.host.affinity import AllowedCpus, PinRecord, as_asked, get_affinity
@@ -36,7 +36,6 @@ log = structlog.get_logger("parlschedd.engine")
 
 GONE_KEPT = 64  # exited targets remembered, to say why a later request finds them gone
 RELEASE_LISTINGS = 3  # listings at a release for threads born with our mask (_give_back_born)
-RENAMES_PER_ROUND = 128  # thread names re-read per rescan_s (when status is shown), about 4 ms
 
 
 def _not_yours(pid: int, owner: int, uid: int) -> EngineError:
@@ -45,18 +44,6 @@ def _not_yours(pid: int, owner: int, uid: int) -> EngineError:
 
 def _threads(n: int) -> str:
     return f"{n} thread" if n == 1 else f"{n} threads"
-
-
-def _in_turn(tids: Iterable[int], last: int) -> tuple[list[int], int]:
-    """Up to RENAMES_PER_ROUND of ``tids`` in tid order after ``last`` (the last tid
-    of the round before), wrapping round, and the last of these: a bounded share of
-    some per-thread work each round, every thread in turn however the set changes."""
-    ordered = sorted(tids)
-    if not ordered:
-        return [], last
-    after = bisect.bisect_right(ordered, last)
-    batch = (ordered[after:] + ordered[:after])[:RENAMES_PER_ROUND]
-    return batch, batch[-1]
 
 
 class EngineError(Exception):
@@ -260,23 +247,6 @@ class Engine:
         except HostError:
             return None
 
-    def _rename(self, target: Target) -> None:
-        """Re-read the names of up to RENAMES_PER_ROUND of ``target``'s threads, taking
-        turns in tid order: a child that execs, or a thread that names itself after
-        adoption, changes its comm. One read costs about 30 us, so all 1024 threads at
-        once held the status reply (and the next period) back by 30 ms. The target's
-        own name too: it changes when the process execs."""
-        try:
-            target.name = procfs.comm(target.pid, self.proc_root)
-        except HostError:
-            pass  # exited: the next period drops it
-        batch, target.renamed_last = _in_turn(target.threads, target.renamed_last)
-        for tid in batch:
-            try:
-                target.threads[tid].name = procfs.comm(tid, self.proc_root)
-            except HostError:
-                pass  # gone: the next period drops it
-
     def detach_all(self, keep_hand_overs: bool = False) -> int:
         """Detach every target; how many threads were restored. ``keep_hand_overs``:
         the daemon stops, and the next run keeps leaving those threads alone."""
@@ -348,14 +318,14 @@ class Engine:
         its first listing need not be the one it runs under. Called every rescan_s, a
         read of /proc per left-out thread; threads handed over to someone else stay
         theirs, and a tid that now names a thread of another process is left alone.
-        RENAMES_PER_ROUND threads a round at most, taking turns (``_rename``'s cost)."""
+        RENAMES_PER_ROUND threads a round at most, taking turns (``names.rename``'s cost)."""
         self._each_target(self._refilter, now)
 
     def _refilter(self, target: Target, now: float) -> None:
         if target.thread_filter is None:
             return
         processes = {target.pid, *target.others}  # as listed last
-        batch, target.refiltered_last = _in_turn(target.ignored.difference(self.handed_over), target.refiltered_last)
+        batch, target.refiltered_last = in_turn(target.ignored.difference(self.handed_over), target.refiltered_last)
         for tid in batch:
             try:
                 group = procfs.thread_group(tid, self.proc_root)
@@ -826,10 +796,10 @@ class Engine:
     def describe(self, target: Target, now: float | None = None) -> dict:
         """The target as ``status`` shows it. Names are the only thing the period does
         not read, so they are re-read here, when shown, at most once per rescan_s and
-        RENAMES_PER_ROUND at a time (a name of a target of N threads is at most
-        N / RENAMES_PER_ROUND rounds old)."""
+        RENAMES_PER_ROUND at a time (``names.rename``: a name of a target of N threads
+        is at most N / RENAMES_PER_ROUND rounds old)."""
         if now is not None and now - target.named_at >= self.config.rescan_s:
-            self._rename(target)
+            rename(target, self.proc_root)
             target.named_at = now
         r = target.current()
         rows = zip(r.tids.tolist(), r.cpu.tolist(), r.domain.tolist(), r.utility.tolist(), r.pinned.tolist())
