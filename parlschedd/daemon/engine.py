@@ -17,13 +17,13 @@ import structlog
 
 from parlschedd.arrays import IntArray
 from parlschedd.config import Config
-from parlschedd.daemon import protocol
+from parlschedd.daemon import protocol, target_status
 from parlschedd.daemon.cpuset import cpuset_domains, follow_cpuset, placed_on, read_cpuset
 from parlschedd.daemon.exec_handling import (carried_original, check_exec, count_afresh, exec_went, masks_that_went,
                                               reassign_original, settle_exec, watch_exec)
 from parlschedd.daemon.exec_watch import Masks, carried
 from parlschedd.daemon.history import History
-from parlschedd.daemon.names import in_turn, rename
+from parlschedd.daemon.names import in_turn
 from parlschedd.daemon.target import DomainCpus, Roster, Target, ThreadState
 from parlschedd.host import cgroups, procfs
 from parlschedd.host.affinity import AllowedCpus, PinRecord, as_asked, get_affinity
@@ -794,25 +794,7 @@ class Engine:
     # -- views ------------------------------------------------------------------------
 
     def describe(self, target: Target, now: float | None = None) -> dict:
-        """The target as ``status`` shows it. Names are the only thing the period does
-        not read, so they are re-read here, when shown, at most once per rescan_s and
-        RENAMES_PER_ROUND at a time (``names.rename``: a name of a target of N threads
-        is at most N / RENAMES_PER_ROUND rounds old)."""
-        if now is not None and now - target.named_at >= self.config.rescan_s:
-            rename(target, self.proc_root)
-            target.named_at = now
-        r = target.current()
-        rows = zip(r.tids.tolist(), r.cpu.tolist(), r.domain.tolist(), r.utility.tolist(), r.pinned.tolist())
-        return {
-            "pid": target.pid, "name": target.name, "mode": target.mode, "uid": target.uid,
-            "rule": target.rule,  # the index of the config rule that attached it; None: attached by a client
-            "cpus": sorted(c for d in placed_on(target.cpus, self._every_cpu) for c in d),  # where its cpuset lets it be placed
-            "migrations": target.migrations, "threads_ignored": len(target.ignored),
-            "threads_handed_over": sum(tid in self.handed_over for tid in target.ignored),
-            "threads": [
-                {"tid": tid, "name": target.threads[tid].name, "cpu": None if cpu < 0 else cpu,
-                 "domain": None if dom < 0 else dom, "utility": None if u != u else u, "pinned": pinned,
-                 "free": pinned and cpu < 0}
-                for tid, cpu, dom, u, pinned in rows
-            ],
-        }
+        """The target as ``status`` shows it (``target_status.describe``); ``now``:
+        when it is shown, for the names re-read then (None: as they are)."""
+        return target_status.describe(target, now, rescan_s=self.config.rescan_s, proc_root=self.proc_root,
+                                      every_cpu=self._every_cpu, handed_over=self.handed_over)
