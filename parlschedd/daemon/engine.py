@@ -6,6 +6,11 @@ delta / monotonic time delta), step the target's TwoLevelScheduler, and pin the
 threads whose CPU changed. The chain is counters -> rates -> scheduler -> pin plan; the
 clock is passed in, so tests drive it. Each target's scheduler works on the CPUs its
 cpuset allows in each domain, read at attach and every rescan_s (``cpuset.py``).
+
+Beside it, each in a module of its own: a target's state (``target.py``), its cpuset
+(``cpuset.py``), an exec from a thread other than the main one (``exec_watch.py`` tells
+it, ``exec_handling.py`` reads and acts), thread names re-read in turns (``names.py``)
+and the target as ``status`` shows it (``target_status.py``).
 """
 
 from __future__ import annotations
