@@ -5,7 +5,7 @@ nodes, last-level-cache groups, packages, cores, and the isolated / nohz_full CP
 which are left out unless the config names them, because their owners reserved them.
 The daemon's own affinity does not narrow them: a service confined to housekeeping CPUs
 (systemd's CPUAffinity=, a slice's AllowedCPUs=) still places threads anywhere, and
-each target's own cpuset bounds its choices (daemon/engine.py). Domains
+each target's own cpuset bounds its choices (daemon/cpuset.py). Domains
 are groupings of usable CPUs (shared/spec/parlsched.md, "Domains"): ``auto`` takes NUMA
 nodes when there are several, else last-level caches, else packages, else one domain;
 a grouping of one core each is passed over.

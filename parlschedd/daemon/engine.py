@@ -5,38 +5,42 @@ new ones, drop exited ones; see ``_unchanged``), read counters into utilities (c
 delta / monotonic time delta), step the target's TwoLevelScheduler, and pin the
 threads whose CPU changed. The chain is counters -> rates -> scheduler -> pin plan; the
 clock is passed in, so tests drive it. Each target's scheduler works on the CPUs its
-cpuset allows in each domain, read at attach and every rescan_s (``_follow_cpuset``).
+cpuset allows in each domain, read at attach and every rescan_s (``cpuset.py``).
+
+Beside it, each in a module of its own: a target's state (``target.py``), its cpuset
+(``cpuset.py``), an exec from a thread other than the main one (``exec_watch.py`` tells
+it, ``exec_handling.py`` reads and acts), thread names re-read in turns (``names.py``)
+and the target as ``status`` shows it (``target_status.py``).
 """
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 import structlog
 
-from parlschedd.arrays import BoolArray, FloatArray, IntArray
+from parlschedd.arrays import IntArray
 from parlschedd.config import Config
-from parlschedd.daemon import protocol
-from parlschedd.daemon.exec_watch import ExecWatch, Masks, carried, original_after_exec
+from parlschedd.daemon import protocol, target_status
+from parlschedd.daemon.cpuset import cpuset_domains, follow_cpuset, placed_on, read_cpuset
+from parlschedd.daemon.exec_handling import (carried_original, check_exec, count_afresh, exec_went, masks_that_went,
+                                              reassign_original, settle_exec, watch_exec)
+from parlschedd.daemon.exec_watch import Masks, carried
 from parlschedd.daemon.history import History
+from parlschedd.daemon.names import in_turn
+from parlschedd.daemon.target import DomainCpus, Roster, Target, ThreadState
 from parlschedd.host import cgroups, procfs
 from parlschedd.host.affinity import AllowedCpus, PinRecord, as_asked, get_affinity
-from parlschedd.host.base import Actuator, Counters, CounterSource
-from parlschedd.cpulist import format_cpulist
+from parlschedd.host.base import Actuator, Counters
 from parlschedd.host.errors import HostError, Overridden, ThreadGone, TooManyFiles
 from parlschedd.learning.scheduler import TwoLevelScheduler
-from parlschedd.patterns import Pattern, PatternError, compile_pattern
+from parlschedd.patterns import PatternError, compile_pattern
 
 log = structlog.get_logger("parlschedd.engine")
 
 GONE_KEPT = 64  # exited targets remembered, to say why a later request finds them gone
 RELEASE_LISTINGS = 3  # listings at a release for threads born with our mask (_give_back_born)
-RENAMES_PER_ROUND = 128  # thread names re-read per rescan_s (when status is shown), about 4 ms
-
-DomainCpus = tuple[tuple[int, ...], ...]  # per domain (the engine's indices), some of its CPUs
 
 
 def _not_yours(pid: int, owner: int, uid: int) -> EngineError:
@@ -47,125 +51,12 @@ def _threads(n: int) -> str:
     return f"{n} thread" if n == 1 else f"{n} threads"
 
 
-def _in_turn(tids: Iterable[int], last: int) -> tuple[list[int], int]:
-    """Up to RENAMES_PER_ROUND of ``tids`` in tid order after ``last`` (the last tid
-    of the round before), wrapping round, and the last of these: a bounded share of
-    some per-thread work each round, every thread in turn however the set changes."""
-    ordered = sorted(tids)
-    if not ordered:
-        return [], last
-    after = bisect.bisect_right(ordered, last)
-    batch = (ordered[after:] + ordered[:after])[:RENAMES_PER_ROUND]
-    return batch, batch[-1]
-
-
 class EngineError(Exception):
     """A refused request; ``code`` is the protocol's error code."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
-
-
-@dataclass
-class ThreadState:
-    """What is known of a thread from its adoption on; its per-period numbers live in
-    the target's :class:`Roster`."""
-
-    tid: int
-    start_time: int
-    name: str
-    first_value: float  # the counter at adoption
-    first_time: float
-    refusal_said: bool = False  # a pin the kernel refused was logged at warning level once
-
-
-@dataclass
-class Roster:
-    """A target's per-period numbers as arrays aligned on its tids (sorted), so the
-    period works on whole arrays instead of one Python object per thread. ``cpu`` is
-    -1 where no single CPU is ours to name: a free thread (``pinned``, to its whole
-    domain), or not pinned by us (observe mode, a refused pin); ``domain`` is -1 before
-    the thread's first period."""
-
-    tids: IntArray
-    last: FloatArray      # counter value at the last read
-    since: FloatArray     # monotonic time of that read
-    utility: FloatArray   # NaN: not measured
-    cpu: IntArray
-    domain: IntArray
-    pinned: BoolArray
-
-    @classmethod
-    def empty(cls) -> Roster:
-        return cls.aligned(np.empty(0, dtype=np.int64), None, {})
-
-    @classmethod
-    def aligned(cls, tids: IntArray, old: Roster | None, threads: dict[int, ThreadState]) -> Roster:
-        """A roster for ``tids``: rows of threads ``old`` knew are carried over, new
-        threads start from their adoption reading."""
-        n = tids.size
-        roster = cls(tids, np.empty(n), np.empty(n), np.full(n, np.nan), np.full(n, -1, dtype=np.int64),
-                     np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=bool))
-        known = np.zeros(n, dtype=bool)
-        if old is not None and old.tids.size:
-            at = np.searchsorted(old.tids, tids).clip(max=old.tids.size - 1)
-            known = old.tids[at] == tids
-            rows = at[known]
-            for name in ("last", "since", "utility", "cpu", "domain", "pinned"):
-                getattr(roster, name)[known] = getattr(old, name)[rows]
-        for i in np.flatnonzero(~known).tolist():
-            th = threads[int(tids[i])]
-            roster.last[i], roster.since[i] = th.first_value, th.first_time
-        return roster
-
-
-@dataclass
-class Target:
-    pid: int
-    name: str
-    uid: int
-    observe: bool
-    thread_filter: Pattern | None
-    descendants: bool
-    handle: procfs.ProcessHandle
-    scheduler: TwoLevelScheduler
-    exits: procfs.ThreadExits  # the adopted and the ignored threads, watched for exit
-    threads: dict[int, ThreadState] = field(default_factory=dict)
-    roster: Roster = field(default_factory=Roster.empty)
-    stale: bool = False  # threads joined or left since the roster was aligned
-    ignored: set[int] = field(default_factory=set)  # tids the thread filter left out, or someone else re-pinned
-    migrations: int = 0  # affinity changes made
-    most_threads: int = 0  # the most threads managed at once: what an exit is described by
-    base_mask: frozenset[int] | None = None  # the main thread's mask at attach
-    base_original: frozenset[int] | None = None  # what a thread given base_mask back gets (affinity.as_asked)
-    # what the process's cpuset allows, as last read (attach, every rescan_s; None:
-    # every CPU, or unread): its own threads' adoptions take it (pinner.adopt)
-    cpuset: frozenset[int] | None = None
-    cpus: DomainCpus = ()  # each domain's CPUs its cpuset allows, as last read: its scheduler's domains
-    rule: int | None = None  # index of the config rule that matched, None if attached by hand
-    caller: int | None = None  # the non-root uid that attached it: only its own descendants are managed
-    history: History | None = None
-    named_at: float = float("-inf")  # when thread names were last re-read
-    renamed_last: int = 0  # the last tid of the last round of name re-reads (they go in tid order)
-    refiltered_last: int = 0  # the same, for the names of the threads the filter left out
-    # per process of the target (its own, and with descendants theirs), by its main tid:
-    others: dict[int, set[int]] = field(default_factory=dict)  # its other known threads at the last listing
-    ignored_masks: dict[int, frozenset[int]] = field(default_factory=dict)  # an ignored main tid's mask then
-    exec_watches: dict[int, ExecWatch] = field(default_factory=dict)  # while one is set, that thread is not moved
-    went: dict[int, Masks | None] = field(default_factory=dict)  # dropped since the listing: masks, if adopted
-
-    @property
-    def mode(self) -> str:
-        return "observe" if self.observe else "pin"
-
-    def current(self) -> Roster:
-        """The roster, realigned first if threads joined or left."""
-        if self.stale:
-            tids = np.fromiter(sorted(self.threads), dtype=np.int64, count=len(self.threads))
-            self.roster = Roster.aligned(tids, self.roster, self.threads)
-            self.stale = False
-        return self.roster
 
 
 class Engine:
@@ -229,8 +120,8 @@ class Engine:
         except BaseException:
             handle.close()
             raise
-        read = self._read_cpuset(pid)
-        cpus = self._every_cpu if read is None else self._cpuset_domains(read[0])  # unread: the rescan retries
+        read = read_cpuset(pid, self.allowed)
+        cpus = self._every_cpu if read is None else cpuset_domains(read[0], self._every_cpu)  # unread: the rescan retries
         target = Target(pid, name, owner, observe, pattern, descendants, handle, self._scheduler(pid, cpus),
                         procfs.ThreadExits(self.proc_root, watch=not descendants),  # descendants: listed every period
                         cpuset=None if read is None else read[0], cpus=cpus, rule=rule, caller=None if uid in (None, 0) else uid,
@@ -267,7 +158,7 @@ class Engine:
 
     def _scheduler(self, pid: int, cpus: DomainCpus) -> TwoLevelScheduler:
         """A scheduler on the config's terms over ``cpus``, the target's CPUs in each
-        domain (``_cpuset_domains``), drawing from a stream of the seed its own: the
+        domain (``cpuset_domains``), drawing from a stream of the seed its own: the
         n-th made since the start, so a seeded config replays the same decisions from
         run to run for the same attaches, while no two targets share draws. A domain
         without such a CPU is closed to it (Level 1 never moves a thread there: every
@@ -278,51 +169,8 @@ class Engine:
             log.warning("the target's cpuset has none of the daemon's CPUs; its scheduler uses every domain",
                         pid=pid, domains=self.domains)
         self._schedulers_made += 1
-        return TwoLevelScheduler(self._placed_on(cpus), self.config.learning, self.config.domain_every,
+        return TwoLevelScheduler(placed_on(cpus, self._every_cpu), self.config.learning, self.config.domain_every,
                                  stream=self._schedulers_made)
-
-    def _placed_on(self, cpus: DomainCpus) -> DomainCpus:
-        """The CPUs a target's scheduler places threads on, given its cpuset's in each
-        domain: those, or every CPU of every domain when the cpuset has none of ours."""
-        return cpus if any(cpus) else self._every_cpu
-
-    def _read_cpuset(self, pid: int) -> tuple[frozenset[int] | None] | None:
-        """(the CPUs process ``pid``'s cpuset allows, None: every CPU), or None when it
-        cannot be read (the process exited: its period drops it). Read for the
-        process, not each thread: its threads share its cpuset unless someone moves
-        one alone (v1, or v2 threaded cgroups), and a pin refused then still credits
-        the period to the core the thread ran on."""
-        try:
-            return (self.allowed(pid),)
-        except (HostError, ValueError) as exc:  # ValueError: a cpuset file that is not a CPU list
-            log.debug("cpuset not read", pid=pid, error=str(exc))
-            return None
-
-    def _cpuset_domains(self, allowed: frozenset[int] | None) -> DomainCpus:
-        """Each domain's CPUs that ``allowed`` holds, in the domains' order (a domain
-        outside it has none): a cpuset bounds what the kernel lets a thread run on, so
-        a pin elsewhere fails with EINVAL."""
-        if allowed is None:
-            return self._every_cpu
-        return tuple(tuple(c for c in d if c in allowed) for d in self.domains)
-
-    def _follow_cpuset(self, target: Target) -> None:
-        """A target whose cpuset allows other CPUs of the domains than when its
-        scheduler was made learns afresh on the new ones: domains open or close, and a
-        domain's cores are its automata's columns. Its threads join the domains they
-        run in (``_ran_elsewhere``). Logged once per change; a change outside the
-        daemon's CPUs changes nothing."""
-        read = self._read_cpuset(target.pid)
-        target.cpuset = None if read is None else read[0]  # unread: the pinner reads each thread's
-        if read is None:
-            return
-        cpus = self._cpuset_domains(read[0])
-        if cpus == target.cpus:
-            return
-        log.info("cpuset changed, learning afresh on the CPUs it allows", pid=target.pid,
-                 cpus=[format_cpulist(d) for d in cpus])
-        target.cpus = cpus
-        target.scheduler = self._scheduler(target.pid, cpus)
 
     def keep_handed_over(self, saved: object) -> int:
         """After a restart: the threads the last run handed over (a list of ``[tid,
@@ -404,23 +252,6 @@ class Engine:
         except HostError:
             return None
 
-    def _rename(self, target: Target) -> None:
-        """Re-read the names of up to RENAMES_PER_ROUND of ``target``'s threads, taking
-        turns in tid order: a child that execs, or a thread that names itself after
-        adoption, changes its comm. One read costs about 30 us, so all 1024 threads at
-        once held the status reply (and the next period) back by 30 ms. The target's
-        own name too: it changes when the process execs."""
-        try:
-            target.name = procfs.comm(target.pid, self.proc_root)
-        except HostError:
-            pass  # exited: the next period drops it
-        batch, target.renamed_last = _in_turn(target.threads, target.renamed_last)
-        for tid in batch:
-            try:
-                target.threads[tid].name = procfs.comm(tid, self.proc_root)
-            except HostError:
-                pass  # gone: the next period drops it
-
     def detach_all(self, keep_hand_overs: bool = False) -> int:
         """Detach every target; how many threads were restored. ``keep_hand_overs``:
         the daemon stops, and the next run keeps leaving those threads alone."""
@@ -454,7 +285,7 @@ class Engine:
                 log.exception("period failed for target", pid=target.pid)
 
     def resync(self, now: float) -> None:
-        """Notice a target's cpuset that changed (``_follow_cpuset``), and the pinned
+        """Notice a target's cpuset that changed (``follow_cpuset``), and the pinned
         threads whose mask changed under us. Those the kernel narrowed (a cpuset that
         shrank) count as unpinned, so the next period pins them again inside what is
         now allowed, and ``status`` never shows a CPU the thread is not on. Those
@@ -470,7 +301,8 @@ class Engine:
                 log.exception("rescan failed for target", pid=target.pid, step=step.__name__)
 
     def _resync(self, target: Target, now: float) -> None:
-        self._follow_cpuset(target)
+        if follow_cpuset(target, self.allowed, self._every_cpu):  # it learns afresh on the CPUs allowed now
+            target.scheduler = self._scheduler(target.pid, target.cpus)
         if target.observe:
             return
         r = target.current()
@@ -491,14 +323,14 @@ class Engine:
         its first listing need not be the one it runs under. Called every rescan_s, a
         read of /proc per left-out thread; threads handed over to someone else stay
         theirs, and a tid that now names a thread of another process is left alone.
-        RENAMES_PER_ROUND threads a round at most, taking turns (``_rename``'s cost)."""
+        RENAMES_PER_ROUND threads a round at most, taking turns (``names.rename``'s cost)."""
         self._each_target(self._refilter, now)
 
     def _refilter(self, target: Target, now: float) -> None:
         if target.thread_filter is None:
             return
         processes = {target.pid, *target.others}  # as listed last
-        batch, target.refiltered_last = _in_turn(target.ignored.difference(self.handed_over), target.refiltered_last)
+        batch, target.refiltered_last = in_turn(target.ignored.difference(self.handed_over), target.refiltered_last)
         for tid in batch:
             try:
                 group = procfs.thread_group(tid, self.proc_root)
@@ -665,151 +497,6 @@ class Engine:
             except HostError:
                 pass  # gone: the next listing drops it
         return masks
-
-    def _after_the_others_went(self, target: Target, main: int, others: set[int], now: float) -> None:
-        """Every other thread of one of the target's processes went (``others``) and its
-        main one stayed: an exec, from the main thread or from another, or threads that
-        ended. Told at once when the main tid's mask changed since the last listing to
-        one we set on a thread that went (that thread carried it through the exec);
-        else, with perf counters, by an :class:`ExecWatch`. A mask someone else set is
-        left to ``resync``."""
-        went = self._masks_that_went(target, others)
-        if main not in target.threads:  # left out by the filter, or someone else's
-            before = target.ignored_masks.get(main)
-            if before is not None and main in target.ignored:
-                self._give_back_carried(target, main, before, went)
-            return
-        if not target.observe:
-            try:
-                mask = get_affinity(main)
-            except HostError:
-                return  # gone: the next period drops it
-            if mask != self.pinner.records[main].current:
-                if carried(went, mask):
-                    self._main_replaced(target, main, went, now)
-                return
-        if self.counters.source == CounterSource.SCHEDSTAT:
-            return  # read by tid: it counts the main tid, whichever thread that is
-        try:
-            run_ns = procfs.thread_schedstat(main, self.proc_root).run_ns
-            counted = self.counters.read(main)
-        except HostError:
-            return  # gone: the next period drops it
-        target.exec_watches[main] = ExecWatch(run_ns, counted, went)
-
-    def _exec_carried(self, target: Target, main: int, now: float) -> bool:
-        """A main thread found with a mask that is not ours, when the others of its
-        process are gone since the last listing: an exec between that listing and now,
-        if the mask is one we set on one of them (then it is handled as such, True).
-        Else someone else set it (False). Runs only when a mask is found changed."""
-        went = self._exec_went(target, main)
-        if went is None:
-            return False
-        self._main_replaced(target, main, went, now)
-        return True
-
-    def _exec_went(self, target: Target, main: int) -> dict[int, Masks] | None:
-        """The masks of the threads that went with an exec that carried one of our
-        masks onto ``main`` (the others of its process all gone since the last listing,
-        and ``main`` showing a mask we set on one of them); None when there was none."""
-        others = target.others.get(main)
-        if not others:
-            return None
-        try:
-            if others & set(procfs.list_tids(main, self.proc_root)):
-                return None
-            mask = get_affinity(main)
-        except HostError:
-            return None
-        went = self._masks_that_went(target, others)
-        return went if carried(went, mask) else None
-
-    def _masks_that_went(self, target: Target, others: set[int]) -> dict[int, Masks]:
-        """The (original, last set) masks of those of ``others`` we had adopted: kept in
-        ``went`` when dropped since the listing, still in the pinner when the next
-        listing is yet to drop them."""
-        records = self.pinner.records
-        went: dict[int, Masks] = {}
-        for tid in others:
-            masks = target.went.get(tid)
-            if masks is None and tid in records:
-                masks = (records[tid].original, records[tid].current)
-            if masks is not None:
-                went[tid] = masks
-        return went
-
-    def _check_exec(self, target: Target, main: int, now: float) -> None:
-        """Settle an :class:`ExecWatch` once the main tid's counter and CPU time tell:
-        before the period reads the counters, so that a main thread counted afresh (or
-        handed over) is read (or left out) like any other. A counter in error (the
-        read fails while the thread runs) cannot tell: the watch ends."""
-        watch = target.exec_watches[main]
-        if main not in target.threads:
-            del target.exec_watches[main]
-            return
-        try:
-            verdict = watch.verdict(self.counters.read(main), procfs.thread_schedstat(main, self.proc_root).run_ns)
-        except HostError:
-            del target.exec_watches[main]  # gone (the period drops it), or a counter in error
-            return
-        if verdict is not None:
-            del target.exec_watches[main]
-        if verdict:
-            self._main_replaced(target, main, watch.went, now)
-
-    def _main_replaced(self, target: Target, main: int, went: dict[int, Masks], now: float) -> None:
-        """The main tid is now the thread that exec'd: it gets the original mask of the
-        thread it was (``original_after_exec``; a mask none of them had is someone
-        else's, and the thread theirs), and is counted afresh. Its row stays pinned
-        where that thread was (our mask is still on it, and a thread it starts inherits
-        ours) until the next period places it."""
-        log.info("a main thread is another thread since an exec", pid=target.pid, tid=main)
-        if not target.observe:
-            try:
-                mask, original = self._carried_original(target, main, went)
-                if original is None:
-                    self._hand_over(target, main)
-                    return
-                self.pinner.reassign(main, original)
-            except HostError:
-                return  # gone: the next period drops it
-            self._unsaved.add(main)  # placed again once the new original is on disk
-            self.on_change()
-        self.counters.close(main)
-        try:
-            self.counters.open(main)
-            counted = self.counters.read(main)
-            target.threads[main].name = procfs.comm(main, self.proc_root)
-        except HostError as exc:
-            log.warning("main thread not counted after an exec", tid=main, error=str(exc))
-            self._drop_thread(target, main)
-            return
-        r = target.current()
-        row = int(np.searchsorted(r.tids, main))
-        r.last[row], r.since[row] = counted, now
-        if not target.observe:
-            r.cpu[row] = next(iter(mask)) if len(mask) == 1 else -1  # a whole domain: free
-            r.domain[row] = next((d for d, cpus in enumerate(self._whole) if mask <= cpus), r.domain[row])
-
-    def _give_back_carried(self, target: Target, main: int, before: frozenset[int], went: dict[int, Masks]) -> None:
-        """A main thread not ours to place (the filter leaves it out, or someone else
-        set its mask) whose mask changed since the last listing (``before``) to one we
-        set on a thread that went: that thread exec'd and is the main tid now, with our
-        mask. It gets that thread's original back, and is left alone."""
-        try:
-            mask, original = self._carried_original(target, main, went)
-            if original is not None and mask != before:
-                self._give_back(main, procfs.thread_start_time(main, self.proc_root), original)
-                self.handed_over.pop(main, None)  # not the thread someone else set any more
-        except HostError as exc:
-            log.debug("mask not given back after an exec", tid=main, error=str(exc))
-
-    def _carried_original(self, target: Target, main: int,
-                          went: dict[int, Masks]) -> tuple[frozenset[int], frozenset[int] | None]:
-        """The main tid's mask now, and the original of the thread that went with that
-        mask last set (``original_after_exec``; None: none went with it)."""
-        mask = get_affinity(main)
-        return mask, original_after_exec(went, mask, target.base_original or mask)
 
     def _forget_reused(self, target: Target, tid: int) -> None:
         """``tid``'s thread exited and the tid is listed again: a new thread took it, and
@@ -1013,7 +700,7 @@ class Engine:
         ours = set() if target.observe else self._ours(target)
         known = {*target.threads, *target.ignored}
         for main in [] if target.observe else [m for m in target.others if m in target.threads]:
-            self._settle_exec(target, main)
+            settle_exec(target, main, self.pinner, self.proc_root)
         restored = sum(self._drop_thread(target, tid) for tid in list(target.threads))
         self._give_back_born(target, known, ours)
         for tid in () if keep_hand_overs else target.ignored:
@@ -1024,22 +711,6 @@ class Engine:
         self.on_change()
         return restored
 
-    def _settle_exec(self, target: Target, main: int) -> None:
-        """At a release: a main thread that an exec since the last listing left with a
-        mask we set on the thread that exec'd (not the one we last set on main) gets
-        that thread's original to restore (as ``_main_replaced`` gives it), instead of
-        being left with our mask as one someone else set."""
-        record = self.pinner.records.get(main)
-        went = None if record is None else self._exec_went(target, main)
-        if went is None:
-            return
-        try:  # a mask as last set: threads that ended, or an exec from main itself (as _after_the_others_went)
-            mask, original = self._carried_original(target, main, went)
-            if original is not None and mask != record.current:
-                self.pinner.reassign(main, original)
-        except HostError:
-            pass  # gone
-
     def _drop_target(self, target: Target, why: str) -> None:
         self._gone[target.pid] = (target.uid, target.handle.start_time, target.most_threads)
         while len(self._gone) > GONE_KEPT:
@@ -1047,28 +718,88 @@ class Engine:
         self._release(target)
         log.info("target dropped", pid=target.pid, reason=why)
 
+    # -- an exec from a thread other than the main one (see exec_handling.py) ---------
+
+    def _after_the_others_went(self, target: Target, main: int, others: set[int], now: float) -> None:
+        """Every other thread of one of the target's processes went (``others``) and its
+        main one stayed: an exec, from the main thread or from another, or threads that
+        ended. Told at once when the main tid's mask changed since the last listing to
+        one we set on a thread that went (that thread carried it through the exec);
+        else, with perf counters, by an :class:`ExecWatch`. A mask someone else set is
+        left to ``resync``."""
+        went = masks_that_went(target, others, self.pinner.records)
+        if main not in target.threads:  # left out by the filter, or someone else's
+            before = target.ignored_masks.get(main)
+            if before is not None and main in target.ignored:
+                self._give_back_carried(target, main, before, went)
+            return
+        if not target.observe:
+            try:
+                mask = get_affinity(main)
+            except HostError:
+                return  # gone: the next period drops it
+            if mask != self.pinner.records[main].current:
+                if carried(went, mask):
+                    self._main_replaced(target, main, went, now)
+                return
+        watch_exec(target, main, went, self.counters, self.proc_root)
+
+    def _exec_carried(self, target: Target, main: int, now: float) -> bool:
+        """A main thread found with a mask that is not ours, when the others of its
+        process are gone since the last listing: an exec between that listing and now,
+        if the mask is one we set on one of them (then it is handled as such, True).
+        Else someone else set it (False). Runs only when a mask is found changed."""
+        went = exec_went(target, main, self.pinner, self.proc_root)
+        if went is None:
+            return False
+        self._main_replaced(target, main, went, now)
+        return True
+
+    def _check_exec(self, target: Target, main: int, now: float) -> None:
+        """Settle ``main``'s :class:`ExecWatch` (``check_exec``): a main tid found to be
+        the thread that exec'd is treated as such."""
+        went = check_exec(target, main, self.counters, self.proc_root)
+        if went is not None:
+            self._main_replaced(target, main, went, now)
+
+    def _main_replaced(self, target: Target, main: int, went: Mapping[int, Masks], now: float) -> None:
+        """The main tid is now the thread that exec'd: it gets the original mask of the
+        thread it was (``original_after_exec``; a mask none of them had is someone
+        else's, and the thread theirs), and is counted afresh. Its row stays pinned
+        where that thread was (our mask is still on it, and a thread it starts inherits
+        ours) until the next period places it."""
+        log.info("a main thread is another thread since an exec", pid=target.pid, tid=main)
+        mask = None
+        if not target.observe:
+            try:
+                mask = reassign_original(target, main, went, self.pinner)
+                if mask is None:
+                    self._hand_over(target, main)
+                    return
+            except HostError:
+                return  # gone: the next period drops it
+            self._unsaved.add(main)  # placed again once the new original is on disk
+            self.on_change()
+        if not count_afresh(target, main, mask, now, self.counters, self.proc_root, self._whole):
+            self._drop_thread(target, main)
+
+    def _give_back_carried(self, target: Target, main: int, before: frozenset[int], went: dict[int, Masks]) -> None:
+        """A main thread not ours to place (the filter leaves it out, or someone else
+        set its mask) whose mask changed since the last listing (``before``) to one we
+        set on a thread that went: that thread exec'd and is the main tid now, with our
+        mask. It gets that thread's original back, and is left alone."""
+        try:
+            mask, original = carried_original(target, main, went)
+            if original is not None and mask != before:
+                self._give_back(main, procfs.thread_start_time(main, self.proc_root), original)
+                self.handed_over.pop(main, None)  # not the thread someone else set any more
+        except HostError as exc:
+            log.debug("mask not given back after an exec", tid=main, error=str(exc))
+
     # -- views ------------------------------------------------------------------------
 
     def describe(self, target: Target, now: float | None = None) -> dict:
-        """The target as ``status`` shows it. Names are the only thing the period does
-        not read, so they are re-read here, when shown, at most once per rescan_s and
-        RENAMES_PER_ROUND at a time (a name of a target of N threads is at most
-        N / RENAMES_PER_ROUND rounds old)."""
-        if now is not None and now - target.named_at >= self.config.rescan_s:
-            self._rename(target)
-            target.named_at = now
-        r = target.current()
-        rows = zip(r.tids.tolist(), r.cpu.tolist(), r.domain.tolist(), r.utility.tolist(), r.pinned.tolist())
-        return {
-            "pid": target.pid, "name": target.name, "mode": target.mode, "uid": target.uid,
-            "rule": target.rule,  # the index of the config rule that attached it; None: attached by a client
-            "cpus": sorted(c for d in self._placed_on(target.cpus) for c in d),  # where its cpuset lets it be placed
-            "migrations": target.migrations, "threads_ignored": len(target.ignored),
-            "threads_handed_over": sum(tid in self.handed_over for tid in target.ignored),
-            "threads": [
-                {"tid": tid, "name": target.threads[tid].name, "cpu": None if cpu < 0 else cpu,
-                 "domain": None if dom < 0 else dom, "utility": None if u != u else u, "pinned": pinned,
-                 "free": pinned and cpu < 0}
-                for tid, cpu, dom, u, pinned in rows
-            ],
-        }
+        """The target as ``status`` shows it (``target_status.describe``); ``now``:
+        when it is shown, for the names re-read then (None: as they are)."""
+        return target_status.describe(target, now, rescan_s=self.config.rescan_s, proc_root=self.proc_root,
+                                      every_cpu=self._every_cpu, handed_over=self.handed_over)

@@ -24,7 +24,9 @@ import structlog.testing
 
 from parlschedd.config import Config
 from parlschedd.daemon import engine as engine_module
-from parlschedd.daemon.engine import Engine, Roster, ThreadState
+from parlschedd.daemon import names as names_module
+from parlschedd.daemon.engine import Engine
+from parlschedd.daemon.target import Roster, ThreadState
 from parlschedd.host.affinity import Pinner, possible_cpus
 from parlschedd.host import cgroups, procfs
 from parlschedd.host.base import CounterSource
@@ -299,9 +301,7 @@ def test_names_are_re_read_a_round_at_a_time(monkeypatch) -> None:
     own threads (renamed through /proc/self/task/<tid>/comm), nothing is pinned."""
     import threading
 
-    from parlschedd.daemon import engine as engine_mod
-
-    monkeypatch.setattr(engine_mod, "RENAMES_PER_ROUND", 2)
+    monkeypatch.setattr(names_module, "RENAMES_PER_ROUND", 2)
     stop = threading.Event()
     workers = [threading.Thread(target=stop.wait) for _ in range(4)]
     for t in workers:
@@ -1249,7 +1249,7 @@ def test_an_invalid_thread_filter_is_refused_with_re2s_whole_hint() -> None:
 def test_refilter_reads_a_bounded_share_of_names_each_round(monkeypatch) -> None:
     """A name read is ~100 us with the check of its process: 1000 left-out threads at
     once would hold a 0.1 s period back. They take turns, RENAMES_PER_ROUND a round."""
-    monkeypatch.setattr(engine_module, "RENAMES_PER_ROUND", 1)
+    monkeypatch.setattr(names_module, "RENAMES_PER_ROUND", 1)
     with _named_late_engine() as (p, engine):
         target = engine.attach(p.pid, time.monotonic(), threads="^worker")
         late = tell_to_name(p)

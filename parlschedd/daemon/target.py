@@ -1,0 +1,124 @@
+"""A target and what is known of its threads: the state the engine keeps per target.
+
+A :class:`Target` is one attached process (with ``descendants``, its descendants too);
+:class:`ThreadState` is what is known of one of its threads from adoption on, and the
+:class:`Roster` holds the per-period numbers of all of them as arrays aligned on their
+tids, so the period works on whole arrays. What is kept, not what is done with it:
+the engine adopts, measures, pins and drops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from parlschedd.arrays import BoolArray, FloatArray, IntArray
+from parlschedd.daemon.exec_watch import ExecWatch, Masks
+from parlschedd.daemon.history import History
+from parlschedd.host import procfs
+from parlschedd.learning.scheduler import TwoLevelScheduler
+from parlschedd.patterns import Pattern
+
+DomainCpus = tuple[tuple[int, ...], ...]  # per domain (the engine's indices), some of its CPUs
+
+
+@dataclass
+class ThreadState:
+    """What is known of a thread from its adoption on; its per-period numbers live in
+    the target's :class:`Roster`."""
+
+    tid: int
+    start_time: int
+    name: str
+    first_value: float  # the counter at adoption
+    first_time: float
+    refusal_said: bool = False  # a pin the kernel refused was logged at warning level once
+
+
+@dataclass
+class Roster:
+    """A target's per-period numbers as arrays aligned on its tids (sorted), so the
+    period works on whole arrays instead of one Python object per thread. ``cpu`` is
+    -1 where no single CPU is ours to name: a free thread (``pinned``, to its whole
+    domain), or not pinned by us (observe mode, a refused pin); ``domain`` is -1 before
+    the thread's first period."""
+
+    tids: IntArray
+    last: FloatArray      # counter value at the last read
+    since: FloatArray     # monotonic time of that read
+    utility: FloatArray   # NaN: not measured
+    cpu: IntArray
+    domain: IntArray
+    pinned: BoolArray
+
+    @classmethod
+    def empty(cls) -> Roster:
+        return cls.aligned(np.empty(0, dtype=np.int64), None, {})
+
+    @classmethod
+    def aligned(cls, tids: IntArray, old: Roster | None, threads: dict[int, ThreadState]) -> Roster:
+        """A roster for ``tids``: rows of threads ``old`` knew are carried over, new
+        threads start from their adoption reading."""
+        n = tids.size
+        roster = cls(tids, np.empty(n), np.empty(n), np.full(n, np.nan), np.full(n, -1, dtype=np.int64),
+                     np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=bool))
+        known = np.zeros(n, dtype=bool)
+        if old is not None and old.tids.size:
+            at = np.searchsorted(old.tids, tids).clip(max=old.tids.size - 1)
+            known = old.tids[at] == tids
+            rows = at[known]
+            for name in ("last", "since", "utility", "cpu", "domain", "pinned"):
+                getattr(roster, name)[known] = getattr(old, name)[rows]
+        for i in np.flatnonzero(~known).tolist():
+            th = threads[int(tids[i])]
+            roster.last[i], roster.since[i] = th.first_value, th.first_time
+        return roster
+
+
+@dataclass
+class Target:
+    pid: int
+    name: str
+    uid: int
+    observe: bool
+    thread_filter: Pattern | None
+    descendants: bool
+    handle: procfs.ProcessHandle
+    scheduler: TwoLevelScheduler
+    exits: procfs.ThreadExits  # the adopted and the ignored threads, watched for exit
+    threads: dict[int, ThreadState] = field(default_factory=dict)
+    roster: Roster = field(default_factory=Roster.empty)
+    stale: bool = False  # threads joined or left since the roster was aligned
+    ignored: set[int] = field(default_factory=set)  # tids the thread filter left out, or someone else re-pinned
+    migrations: int = 0  # affinity changes made
+    most_threads: int = 0  # the most threads managed at once: what an exit is described by
+    base_mask: frozenset[int] | None = None  # the main thread's mask at attach
+    base_original: frozenset[int] | None = None  # what a thread given base_mask back gets (affinity.as_asked)
+    # what the process's cpuset allows, as last read (attach, every rescan_s; None:
+    # every CPU, or unread): its own threads' adoptions take it (pinner.adopt)
+    cpuset: frozenset[int] | None = None
+    cpus: DomainCpus = ()  # each domain's CPUs its cpuset allows, as last read: its scheduler's domains
+    rule: int | None = None  # index of the config rule that matched, None if attached by hand
+    caller: int | None = None  # the non-root uid that attached it: only its own descendants are managed
+    history: History | None = None
+    named_at: float = float("-inf")  # when thread names were last re-read
+    renamed_last: int = 0  # the last tid of the last round of name re-reads (they go in tid order)
+    refiltered_last: int = 0  # the same, for the names of the threads the filter left out
+    # per process of the target (its own, and with descendants theirs), by its main tid:
+    others: dict[int, set[int]] = field(default_factory=dict)  # its other known threads at the last listing
+    ignored_masks: dict[int, frozenset[int]] = field(default_factory=dict)  # an ignored main tid's mask then
+    exec_watches: dict[int, ExecWatch] = field(default_factory=dict)  # while one is set, that thread is not moved
+    went: dict[int, Masks | None] = field(default_factory=dict)  # dropped since the listing: masks, if adopted
+
+    @property
+    def mode(self) -> str:
+        return "observe" if self.observe else "pin"
+
+    def current(self) -> Roster:
+        """The roster, realigned first if threads joined or left."""
+        if self.stale:
+            tids = np.fromiter(sorted(self.threads), dtype=np.int64, count=len(self.threads))
+            self.roster = Roster.aligned(tids, self.roster, self.threads)
+            self.stale = False
+        return self.roster
