@@ -1,6 +1,6 @@
 """The daemon process: control socket, period loop, signals, requests. It composes the
 engine (engine.py), the config rules' matches (rules.py), the state file
-(statefile.py) and the cache of status replies (status.py).
+(statefile.py) and the cache of status replies (status_cache.py).
 
 A single thread runs everything: a selector waits for socket traffic until the next
 period's deadline, then the engine ticks. Deadlines advance by whole periods from the
@@ -32,7 +32,7 @@ from parlschedd.daemon import notify, protocol
 from parlschedd.daemon.engine import Engine, EngineError
 from parlschedd.daemon.rules import RuleMatcher
 from parlschedd.daemon.statefile import StateDirUnusable, StateFile, by_hand, reattach
-from parlschedd.daemon.status import StatusViews
+from parlschedd.daemon.status_cache import StatusViews
 from parlschedd.host import cgroups, procfs
 from parlschedd.host.affinity import Pinner
 from parlschedd.host.base import CounterSource

@@ -1,6 +1,6 @@
 """A target as ``status`` shows it (and ``attach`` replies with it): its entry in the
 reply's JSON, from the engine's state of the target. The server adds the daemon's own
-fields, and ``status.py`` keeps the encoded replies."""
+fields, and ``status_cache.py`` keeps the encoded replies."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""parlschedd/daemon/server.py and status.py: the per-period status snapshot and the period deadline.
+"""parlschedd/daemon/server.py and status_cache.py: the per-period status snapshot and the period deadline.
 
 A real daemon on a real socket with real target processes. Most tests use a period of
 30 s, so that no tick falls inside the test: whatever status shows that changed was
