@@ -149,8 +149,8 @@ def _why_undefined(times: list[float | None], energies: list[float | None]) -> l
              if any(x is not None and np.isnan(x) for x in shown)]
     if not which:
         return []
-    return [f"undefined: NRMSE divides by the spread of the measured {' and '.join(which)}, and they have none "
-            "(one configuration, or all equal)"]
+    return [f"undefined: NRMSE divides by the spread of the measured {' and '.join(which)} it is scored on, "
+            "and they have none (one configuration, or all equal)"]
 
 
 def _emit(as_json: bool, document: dict[str, Any], text: str) -> None:

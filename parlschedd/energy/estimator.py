@@ -90,12 +90,11 @@ class EnergyTimeModel:
         fits, seconds = [], []
         started = time.perf_counter()
         for fit in repetitions(self.problem_, self.method, self.repeat, self.random_state, **self.settings()):
-            ended = time.perf_counter()
             fits.append(fit)
-            seconds.append(ended - started)
-            started = ended
+            seconds.append(time.perf_counter() - started)
             if progress:
                 progress(len(fits), self.repeat)
+            started = time.perf_counter()  # the progress line is not the next fit's time
         return best_of(fits), tuple(seconds)
 
     def _set_best(self, best: Fit) -> None:

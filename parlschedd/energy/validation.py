@@ -45,11 +45,13 @@ class ModelErrors:
 
 
 def model_errors(time_s: np.ndarray, energy_wh: np.ndarray, m: Measurements) -> ModelErrors:
-    """The errors of predictions (``energy_wh`` NaN where none) on the configurations
-    of ``m``; the energy NRMSE is over those with a measured and a predicted energy."""
+    """The errors of predictions (NaN where none: a stored baseline may lack some) on the
+    configurations of ``m``; each NRMSE is over those with a prediction (and, for
+    energy, a measurement)."""
     rows = energy_rows(np.where(np.isfinite(energy_wh), m.energy_wh, np.nan))
+    timed = np.isfinite(time_s)
     return ModelErrors(
-        nrmse_time=float(nrmse(time_s, m.time_s)),
+        nrmse_time=float(nrmse(time_s[timed], m.time_s[timed])) if timed.any() else float("nan"),
         nrmse_energy=None if rows is None else float(nrmse(energy_wh[rows], m.energy_wh[rows])),
         nsp=m.nsp, time_rel_error=relative_errors(time_s, m.time_s),
         energy_rel_error=relative_errors(energy_wh, m.energy_wh))

@@ -376,7 +376,7 @@ def test_a_fit_to_runtimes_without_spread_is_a_file_the_other_commands_read(tmp_
 
 
 
-WHY_TIME = ("undefined: NRMSE divides by the spread of the measured runtimes, and they have none "
+WHY_TIME = ("undefined: NRMSE divides by the spread of the measured runtimes it is scored on, and they have none "
             "(one configuration, or all equal)")
 
 
@@ -414,7 +414,7 @@ def test_an_undefined_nrmse_of_energy_is_not_said_to_be_missing(tmp_path):
     fit = run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(data), "--out", str(fitted), *QUICK)
     summary = fit.output[fit.output.index("NRMSE best"):]
     assert summary.count("energy undefined") == 3 and "n/a" not in summary and "nan" not in summary
-    assert "NRMSE divides by the spread of the measured energies, and they have none" in summary
+    assert "NRMSE divides by the spread of the measured energies it is scored on, and they have none" in summary
     validated = run("model", "validate", "--params", str(fitted), "--data", str(data)).output
     assert validated.splitlines()[1].split()[2] == "undefined" and "nan" not in validated
 

@@ -41,6 +41,15 @@ def test_energy_is_scored_only_where_measured_and_predicted():
     assert both.nrmse_energy == pytest.approx(np.sqrt(1 / 2) / 1)  # over nsp 1 and 2
 
 
+def test_time_is_scored_only_where_predicted():
+    """A stored baseline may lack a prediction: its time NRMSE was NaN, shown as
+    undefined "because the runtimes have no spread", though they had."""
+    m = measured([10.0, 20.0, 30.0], [NAN, NAN, NAN], nsp=(1, 2, 3))
+    e = model_errors(np.array([11.0, NAN, 27.0]), np.full(3, NAN), m)
+    assert e.nrmse_time == pytest.approx(np.sqrt((1 + 9) / 2) / 10)  # over nsp 1 and 3: population std 10
+    assert np.isnan(model_errors(np.full(3, NAN), np.full(3, NAN), m).nrmse_time)  # no prediction at all
+
+
 def test_measurements_without_spread_have_an_undefined_nrmse():
     e = model_errors(np.array([300.0, 310.0]), np.array([NAN, NAN]), measured([300.0, 300.0], [NAN, NAN]))
     assert np.isnan(e.nrmse_time) and e.nrmse_energy is None
