@@ -111,6 +111,8 @@ def parse_measurements(rows: list[dict[str, str]], header: list[str], source: st
     nsp, t, e, tr, er, bt, be = [], [], [], [], [], [], []
     seen: dict[int, int] = {}
     for line, row in zip(lines or range(2, len(rows) + 2), rows, strict=True):
+        if (cells := _cells(row, len(header))) != len(header):  # after the header's checks: theirs say more
+            raise MeasurementsError(source, line, f"{cells} cells for {len(header)} columns")
         raw = (row.get("nsp") or "").strip()
         if not raw.isdigit() or int(raw) < 1:
             raise MeasurementsError(source, line, f"column nsp: must be an integer >= 1, got {raw!r}")
@@ -160,9 +162,6 @@ def load_measurements(path: str | Path) -> Measurements:
         raise MeasurementsError(source, 1, "empty file: expected a header line")
     if repeated := sorted({c for c in header if header.count(c) > 1}):  # DictReader keeps only the last
         raise MeasurementsError(source, 1, f"column(s) {', '.join(repeated)} appear more than once")
-    for line, row in zip(lines, rows, strict=True):
-        if (cells := _cells(row, len(header))) != len(header):
-            raise MeasurementsError(source, line, f"{cells} cells for {len(header)} columns")
     return parse_measurements(rows, header, source, lines)
 
 

@@ -40,6 +40,9 @@ def write(tmp_path, text):
     ("nsp,time_s_r1\n1,\n", ":2:", "no runtime measured"),
     ("nsp,time_s_mean,time_s_mean\n1,10,99\n", ":1:", "column(s) time_s_mean appear more than once"),
     ("nsp,time_s_mean,\n1,10,\n", ":1:", "column 3 has no name (a trailing comma"),
+    # the header's own fault, not its rows' (short for the header): the cell count hid these
+    ("nsp,time_s_mean,\n1,10\n", ":1:", "column 3 has no name (a trailing comma"),
+    ("nsp,time_s_mean,colour\n1,10\n", ":1:", "unknown column(s) colour"),
 ])
 def test_errors_name_file_and_line(tmp_path, text, where, message):
     path = write(tmp_path, text)
