@@ -151,9 +151,11 @@ def top(sock: str, interval: float | None, iterations: int | None) -> None:
 
 
 # Sent to run alone (a supervisor, a closed ssh session, kill), they are passed on to CMD,
-# so that CMD never runs on orphaned, still pinned, with no summary. SIGINT is not: Ctrl-C
-# reaches CMD through the terminal's process group, and passing it on would send it twice.
-RELAYED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM)
+# so that CMD never runs on orphaned, still pinned, with no summary. The keyboard's are
+# not: Ctrl-C and Ctrl-\ reach CMD through the terminal's process group, and passing them
+# on would send them twice (a JVM would dump its threads twice); run ignores them.
+RELAYED = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM)
+FROM_KEYBOARD = (signal.SIGINT, signal.SIGQUIT)
 
 
 class _Relay:
@@ -214,7 +216,8 @@ def run(sock: str, observe: bool, cmd: tuple[str, ...]) -> None:
         _say(f"parlschedctl: cannot start {cmd[0]}: {exc.strerror}")
         sys.exit(127 if isinstance(exc, FileNotFoundError) else 126)
     relay.started(proc)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # after the fork: CMD must not inherit it ignored
+    for sig in FROM_KEYBOARD:  # after the fork: CMD must not inherit them ignored
+        signal.signal(sig, signal.SIG_IGN)
     last: dict[str, Any] = {}
     ending = ""  # why the summary is not of CMD's end, if it is not
     managed: set[int] = set()

@@ -283,13 +283,12 @@ def test_run_waits_for_cmd_when_the_daemon_goes_away(daemon, tmp_path):
 
 
 @needs_root
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
-                                 signal.SIGALRM])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM])
 def test_run_passes_signals_on_to_cmd(daemon, sig):
     """A signal sent to run alone (a supervisor, a closed ssh session, kill) reaches CMD,
     and run still waits, reports and exits as CMD did; before, run died and left CMD
-    running orphaned, still pinned (SIGQUIT, SIGUSR1, SIGUSR2 and SIGALRM until now)."""
-    proc = run_in_background(daemon, "ulimit -c 0; exec sleep 30")  # no core file of SIGQUIT
+    running orphaned, still pinned (SIGUSR1, SIGUSR2 and SIGALRM until now)."""
+    proc = run_in_background(daemon, "exec sleep 30")
     target = json.loads(ctl("status", "--json", socket=daemon.socket).stdout)["targets"][0]["pid"]
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=30)
@@ -342,6 +341,21 @@ def test_options_after_cmd_are_cmds(daemon):
     assert "managed" in r.stderr or "not managed" in r.stderr  # run's own summary: not observe's "observed"
     assert "observed" not in r.stderr
     assert ctl("run", "--bogus", socket=daemon.socket).returncode == 2
+
+
+@needs_root
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGQUIT])
+def test_the_keyboards_signals_reach_cmd_once(daemon, sig):
+    """Ctrl-C and Ctrl-\\ go to the terminal's whole process group, CMD included: run
+    passed SIGQUIT on as well, and CMD got it twice (a JVM dumps its threads twice)."""
+    code = (f"import signal, sys, time; got = []; signal.signal({int(sig)}, lambda *a: got.append(1)); "
+            "print('ready', flush=True); time.sleep(1.5); print(len(got))")
+    proc = subprocess.Popen([*CTL, "run", "--", sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "PARLSCHED_SOCKET": daemon.socket}, start_new_session=True)
+    assert proc.stdout.readline() == "ready\n"
+    os.killpg(proc.pid, sig)  # what the terminal does
+    out, err = proc.communicate(timeout=30)
+    assert (proc.returncode, out) == (0, "1\n"), err
 
 
 @needs_root
