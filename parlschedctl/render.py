@@ -31,10 +31,11 @@ def status_table(reply: dict[str, Any]) -> str:
     ]
     if not reply["targets"]:
         lines.append("no targets")
+    placed = sorted(c for domain in d["domains"] for c in domain)  # config domains may leave usable CPUs out
     for t in reply["targets"]:
         left = _not_managed(t.get("threads_ignored", 0), t.get("threads_handed_over", 0))
         rule = "" if t.get("rule") is None else f", config rule {t['rule']}"
-        cpus = "" if t.get("cpus", d["cpus"]) == d["cpus"] else f", cpuset: cpus {format_cpulist(t['cpus'])}"
+        cpus = "" if t.get("cpus", placed) == placed else f", cpuset: cpus {format_cpulist(t['cpus'])}"
         lines.append(f"\n{t['pid']} {printable(t['name'])} ({t['mode']}{rule}{cpus}, {len(t['threads'])} threads{left})")
         lines.append(f"  {'TID':>8} {'NAME':<16} {'CPU':>4} {'DOM':>4} {'UTILITY':>12} PINNED")
         for th in t["threads"]:

@@ -63,3 +63,5 @@ def test_a_target_confined_by_its_cpuset_shows_its_cpus_in_the_header() -> None:
     assert "11 app (pin, 1 threads)\n" in status_table(reply) + "\n"
     reply["targets"][0]["cpus"] = [1]
     assert "11 app (pin, cpuset: cpus 1, 1 threads)\n" in status_table(reply) + "\n"
+    reply["daemon"]["domains"] = [[1]]  # the config's domains leave CPU 0 out: no cpuset narrows the target
+    assert "11 app (pin, 1 threads)\n" in status_table(reply) + "\n"
