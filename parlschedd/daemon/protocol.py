@@ -46,15 +46,15 @@ def parse_request(line: bytes) -> Request:
     if len(line) > MAX_LINE:
         raise ProtocolError("bad_request", f"request line longer than {MAX_LINE} bytes")
     try:
-        obj = json.loads(line.decode("utf-8"), object_pairs_hook=_unique_keys)
+        obj = json.loads(line.decode("utf-8"), object_pairs_hook=_Fields)
     except UnicodeDecodeError:
         raise ProtocolError("bad_request", "request is not valid UTF-8") from None
-    except _RepeatedKey as exc:
-        raise ProtocolError("bad_request", f"field {clip(repr(exc.key))} given twice") from None
     except (ValueError, RecursionError):
         raise ProtocolError("bad_request", "request is not a JSON object on one line") from None
     if not isinstance(obj, dict):
         raise ProtocolError("bad_request", "request must be a JSON object")
+    if obj.repeated is not None:  # a value that is an object is refused by its field's own check
+        raise ProtocolError("bad_request", f"field {clip(repr(obj.repeated))} given twice")
     cmd = obj.get("cmd")
     if not isinstance(cmd, str) or cmd not in COMMANDS:
         raise ProtocolError("bad_request", f"unknown command {clip(repr(cmd))}; expected one of {', '.join(COMMANDS)}")
@@ -79,21 +79,20 @@ def parse_request(line: bytes) -> Request:
     return Request(cmd, args)
 
 
-class _RepeatedKey(ValueError):
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
+class _Fields(dict[str, Any]):
+    """A JSON object, and the first key it repeats (None: none): of
+    ``{"cmd":"ping","cmd":"reload"}`` json keeps the last, so a request would do what a
+    reader of its start does not see."""
 
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object whose keys are all different: of ``{"cmd":"ping","cmd":"reload"}``
-    json keeps the last, so a request would do what a reader of its start does not see."""
-    obj: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in obj:
-            raise _RepeatedKey(key)
-        obj[key] = value
-    return obj
+    def __init__(self, pairs: list[tuple[str, Any]]) -> None:
+        super().__init__(pairs)
+        self.repeated: str | None = None
+        seen: set[str] = set()
+        for key, _ in pairs if len(self) < len(pairs) else ():
+            if key in seen:
+                self.repeated = key
+                break
+            seen.add(key)
 
 
 _JSON_TYPES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "an array",
@@ -102,7 +101,7 @@ _JSON_TYPES = {bool: "a boolean", int: "an integer", float: "a number", str: "a 
 
 def _json_type(kind: type) -> str:
     """A type by its JSON name, as the client wrote it (not Python's NoneType)."""
-    return _JSON_TYPES.get(kind, kind.__name__)
+    return next((name for python, name in _JSON_TYPES.items() if issubclass(kind, python)), kind.__name__)
 
 
 def ok(**fields: Any) -> bytes:

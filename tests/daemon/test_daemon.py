@@ -193,6 +193,7 @@ def raw_exchange(path: str, payload: bytes) -> list[dict]:
     (b'{"cmd": "attach", "pid": true}\n', "must be an integer, got a boolean"),
     (b'{"cmd": "attach", "pid": null}\n', "must be an integer, got null"),
     (b'{"cmd": "ping", "cmd": "reload"}\n', "field 'cmd' given twice"),
+    (b'{"cmd": "attach", "pid": {"a": 1, "a": 2}}\n', "must be an integer, got an object"),  # the field's fault
     (b'{"cmd": "attach", "pid": 1, "rm": 1}\n', "unknown field"),
     (b"[" * 60000 + b"\n", "JSON"),
 ])
