@@ -330,7 +330,7 @@ def config_check(path: str) -> None:
             click.echo(f"{path}: warning: cpus: {format_cpulist(unusable)} not usable on this host (absent, offline, "
                        f"isolated or not allowed); parlschedd runs on {format_cpulist(topology.usable)}", err=True)
     if cfg.metrics is not None:
-        from parlschedd.daemon.metrics import cannot_listen
+        from parlschedd.daemon.prometheus import cannot_listen
 
         if problem := cannot_listen(cfg.metrics):
             click.echo(f"{path}: warning: metrics: {problem}; parlschedd refuses to start with it here", err=True)

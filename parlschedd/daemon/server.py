@@ -310,7 +310,7 @@ class Daemon:
     def _start_metrics(self):
         if self.config.metrics is None:
             return None
-        from parlschedd.daemon.metrics import EngineCollector, Metrics
+        from parlschedd.daemon.prometheus import EngineCollector, Metrics
 
         metrics = Metrics(EngineCollector(lambda: self.engine, lambda: self.counters.source.value,
                                           lambda: self.config.metrics_max_threads))
