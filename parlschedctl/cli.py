@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -151,46 +150,34 @@ def top(sock: str, interval: float | None, iterations: int | None) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush has nowhere to fail
 
 
-# Signals meant for CMD that reach run. Sent by another process to run alone (a
-# supervisor, a closed ssh session, kill) they are passed on, so that CMD never runs on
-# orphaned, still pinned, with no summary. Those the kernel sends (the terminal's Ctrl-C
-# and Ctrl-\\, a hangup) go to the terminal's whole foreground group, and those a process
-# of run's own group sends to the group (timeout(1)) reach the whole group: CMD got them
-# too, and passing them on would give it two (a JVM would dump its threads twice).
-RELAYED = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
-           signal.SIGALRM)
+# Sent to run alone (a supervisor, a closed ssh session, kill), they are passed on to CMD,
+# so that CMD never runs on orphaned, still pinned, with no summary. The keyboard's are
+# not: Ctrl-C and Ctrl-\ reach CMD through the terminal's process group, and passing them
+# on would send them twice (a JVM would dump its threads twice); run ignores them.
+RELAYED = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM)
+FROM_KEYBOARD = (signal.SIGINT, signal.SIGQUIT)
 
 
 class _Relay:
-    """Passes RELAYED signals on to CMD. Until CMD exists they are kept (handlers
-    installed before the fork: CMD got none of them) and passed on as soon as it does;
-    from then on a thread takes them with their sender (sigwaitinfo) and passes on
-    those sent by a process outside run's process group."""
+    """Passes RELAYED signals on to CMD; one that comes before CMD exists is kept and
+    passed on as soon as it does (installed before the fork, so none is missed)."""
 
     def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
         self.pending: list[int] = []
         for sig in RELAYED:
-            signal.signal(sig, lambda signum, frame: self.pending.append(signum))
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        if self.proc is None:
+            self.pending.append(signum)
+        else:
+            self.proc.send_signal(signum)
 
     def started(self, proc: subprocess.Popen) -> None:
-        signal.pthread_sigmask(signal.SIG_BLOCK, RELAYED)  # runs the handlers of any already caught, first
-        for signum in self.pending:
-            proc.send_signal(signum)
-        threading.Thread(target=self._relay, args=(proc,), name="signal relay", daemon=True).start()
-
-    @staticmethod
-    def _relay(proc: subprocess.Popen) -> None:
-        group = os.getpgrp()
-        while True:
-            info = signal.sigwaitinfo(RELAYED)
-            if info.si_code > 0:  # SI_KERNEL: the terminal's or a hangup, sent to the group
-                continue
-            try:
-                if os.getpgid(info.si_pid) == group:  # sent from within the group, most likely to it
-                    continue
-            except OSError:  # the sender is gone: not of the group that still runs
-                pass
-            proc.send_signal(info.si_signo)
+        self.proc = proc
+        while self.pending:
+            proc.send_signal(self.pending.pop(0))
 
 
 def _say(text: str, nl: bool = True) -> None:
@@ -229,6 +216,8 @@ def run(sock: str, observe: bool, cmd: tuple[str, ...]) -> None:
         _say(f"parlschedctl: cannot start {cmd[0]}: {exc.strerror}")
         sys.exit(127 if isinstance(exc, FileNotFoundError) else 126)
     relay.started(proc)
+    for sig in FROM_KEYBOARD:  # after the fork: CMD must not inherit them ignored
+        signal.signal(sig, signal.SIG_IGN)
     last: dict[str, Any] = {}
     ending = ""  # why the summary is not of CMD's end, if it is not
     managed: set[int] = set()
