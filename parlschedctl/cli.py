@@ -160,13 +160,16 @@ FROM_KEYBOARD = (signal.SIGINT, signal.SIGQUIT)
 
 class _Relay:
     """Passes RELAYED signals on to CMD; one that comes before CMD exists is kept and
-    passed on as soon as it does (installed before the fork, so none is missed)."""
+    passed on as soon as it does (installed before the fork, so none is missed). A
+    signal run was started ignoring (nohup's SIGHUP, a shell's background job) stays
+    ignored, and CMD inherits that, as it would without run."""
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
         self.pending: list[int] = []
         for sig in RELAYED:
-            signal.signal(sig, self._on_signal)
+            if signal.getsignal(sig) != signal.SIG_IGN:
+                signal.signal(sig, self._on_signal)
 
     def _on_signal(self, signum: int, frame: object) -> None:
         if self.proc is None:

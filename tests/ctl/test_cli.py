@@ -359,6 +359,17 @@ def test_the_keyboards_signals_reach_cmd_once(daemon, sig):
 
 
 @needs_root
+def test_a_signal_run_was_started_ignoring_stays_ignored_in_cmd(daemon):
+    """Under nohup (SIGHUP ignored), CMD ran with SIGHUP's default action: run's relay
+    handler replaced the ignore before the fork, and exec does not keep a handler."""
+    sighup = 1 << (signal.SIGHUP - 1)
+    r = ctl("run", "--", "grep", "SigIgn", "/proc/self/status", socket=daemon.socket,
+            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout.split()[1], 16) & sighup
+
+
+@needs_root
 def test_ctrl_c_reaches_cmd_and_run_reports_how_it_ended(daemon):
     proc = run_in_background(daemon, "trap 'exit 5' INT; sleep 30 2>/dev/null & wait")
     os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
