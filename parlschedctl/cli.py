@@ -21,7 +21,7 @@ import click
 
 from parlschedd import __version__
 from parlschedctl import client
-from parlschedctl.outputs import OUTPUT, check_figure
+from parlschedctl.outputs import FILE, check_figure
 from parlschedctl.render import placements, printable, progress_line, status_table
 
 
@@ -269,7 +269,7 @@ def _run_summary(ending: str, observe: bool, managed: set[int], last: dict[str, 
 
 @cli.command()
 @click.argument("pid", type=PID)
-@click.option("--out", required=True, type=OUTPUT, help="Figure to write (PNG; .svg, .pdf, ... by suffix).")
+@click.option("--out", required=True, type=FILE, help="Figure to write (PNG; .svg, .pdf, ... by suffix).")
 @click.option("--last", type=click.IntRange(min=1), default=None, help="Only the last N periods.")
 @click.pass_obj
 @talks_to_daemon

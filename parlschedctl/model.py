@@ -26,10 +26,10 @@ from parlschedd.energy.fit_report import FitSummary, Nrmse, check_fittable, fit_
 from parlschedd.energy.fitting import METHODS, Problem, leave_one_out
 from parlschedd.energy.measure import POWERCAP_ROOT, MeasureError, measure, rapl_zones
 from parlschedd.energy.measurements import MeasurementsError, load_measurements, write_measurements
-from parlschedd.energy.metrics import OBJECTIVES, nrmse
+from parlschedd.energy.metrics import OBJECTIVES
 from parlschedd.energy.model import MASTER_POWER, SUBPOP_SIZES
 from parlschedd.energy.store import Fitted, ParamsError, json_safe, load_params, params_document, save_params
-from parlschedctl.outputs import OUTPUT, check_figure, check_writable
+from parlschedctl.outputs import FILE, check_figure, check_writable
 
 FAILURES = (ClusterError, MeasurementsError, ParamsError, MeasureError, ValueError, OSError)
 
@@ -72,10 +72,6 @@ class NspRange(click.ParamType):
 
 
 NSP = NspRange()
-# What the commands read is opened by the loaders, which name the file in their error,
-# exit 1, whether it is missing or unreadable; click's own check (readable=True, its
-# default) made an unreadable file alone a usage error, exit 2.
-INPUT = click.Path(dir_okay=False, readable=False)
 # Far above any GA's split of its population (the paper's: 1-32); the simulated
 # distribution (Algorithm 1) of every NSp up to it takes seconds, its cost growing with
 # the square of the range.
@@ -130,8 +126,8 @@ def progress_printer(label: str, quiet: bool) -> Callable[[int, int], None] | No
 
 
 def _floats(a: np.ndarray) -> list[float | None]:
-    """Values for the JSON document and the text made from it: None where not finite (an
-    energy not fitted, an NRMSE undefined). Not rounded: the text rounds what it shows,
+    """Predictions for the JSON document and the text made from it: None where not
+    finite (an energy not fitted). Not rounded: the text rounds what it shows,
     and JSON is read by programs, which get what the model computed."""
     return [float(v) if np.isfinite(v) else None for v in a]
 
@@ -163,8 +159,8 @@ def model() -> None:
 
 
 @model.command()
-@click.option("--cluster", "cluster_path", required=True, type=INPUT, help="Cluster description (YAML).")
-@click.option("--data", "data_path", required=True, type=INPUT, help="Measurements (CSV).")
+@click.option("--cluster", "cluster_path", required=True, type=FILE, help="Cluster description (YAML).")
+@click.option("--data", "data_path", required=True, type=FILE, help="Measurements (CSV).")
 @click.option("--method", type=click.Choice(METHODS), default="de", show_default=True,
               help="de: differential evolution (fast); ga: the paper's two-phase GA.")
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
@@ -177,7 +173,7 @@ def model() -> None:
 @click.option("--generations", type=click.IntRange(min=1), default=None,
               help="Generations per phase (default: 100 for ga; 1000 and 300 for de).")
 @click.option("--loo", is_flag=True, help="Also leave-one-out errors (one more fit per configuration).")
-@click.option("--out", "out_path", type=OUTPUT, help="Write the parameters (JSON).")
+@click.option("--out", "out_path", type=FILE, help="Write the parameters (JSON).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @fails_cleanly
 def fit(cluster_path: str, data_path: str, method: str, repeat: int, seed: int | None, rounding: str,
@@ -228,7 +224,7 @@ def _fit_text(est: EnergyTimeModel, s: FitSummary, out_path: str | None) -> str:
 
 
 @model.command()
-@click.option("--params", "params_path", required=True, type=INPUT)
+@click.option("--params", "params_path", required=True, type=FILE)
 @click.option("--nsp", type=NSP, default=None, help="NSp values (default: the cluster's run.subpopulations).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @fails_cleanly
@@ -248,8 +244,8 @@ def _cell(x: float | None) -> str:
 
 
 @model.command()
-@click.option("--params", "params_path", required=True, type=INPUT)
-@click.option("--data", "data_path", required=True, type=INPUT)
+@click.option("--params", "params_path", required=True, type=FILE)
+@click.option("--data", "data_path", required=True, type=FILE)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @fails_cleanly
 def validate(params_path: str, data_path: str, as_json: bool) -> None:
@@ -283,9 +279,9 @@ def _per_nsp_table(models: dict[str, validation.ModelErrors]) -> list[str]:
 
 
 @model.command()
-@click.option("--params", "params_path", required=True, type=INPUT)
-@click.option("--data", "data_path", required=True, type=INPUT)
-@click.option("--out", "out_path", required=True, type=OUTPUT, help="PNG file to write.")
+@click.option("--params", "params_path", required=True, type=FILE)
+@click.option("--data", "data_path", required=True, type=FILE)
+@click.option("--out", "out_path", required=True, type=FILE, help="PNG file to write.")
 @fails_cleanly
 def plot(params_path: str, data_path: str, out_path: str) -> None:
     """Measured vs predicted runtime and energy for both models (the paper's Figure 3)."""
@@ -295,7 +291,7 @@ def plot(params_path: str, data_path: str, out_path: str) -> None:
     fitted, m = load_params(params_path), load_measurements(data_path)
     check_measured(fitted.cluster.run, m.nsp, data_path)
     proposed = fitted.model.predict(m.nsp)
-    error = float(nrmse(proposed[0], m.time_s))  # on the data plotted, not the fit's
+    error = validation.model_errors(*proposed, m).nrmse_time  # on the data plotted, not the fit's
     said = _nrmse(error) + (", runtimes without spread" if np.isnan(error) else "")
     figure3(out_path, m, proposed, fitted.baseline.predict(m.nsp),
             title=f"{Path(data_path).name}: proposed model (NRMSE time {said}) vs baseline")
@@ -303,7 +299,7 @@ def plot(params_path: str, data_path: str, out_path: str) -> None:
 
 
 @model.command()
-@click.option("--params", "params_path", required=True, type=INPUT)
+@click.option("--params", "params_path", required=True, type=FILE)
 @click.option("--objective", "goal", type=click.Choice(OBJECTIVES), default="time", show_default=True,
               help="Minimise runtime, energy, or the energy-delay product.")
 @click.option("--nsp", type=NSP, default=None, help="Candidates (default: the cluster's run.subpopulations).")
@@ -331,7 +327,7 @@ def recommend(params_path: str, goal: str, nsp: tuple[int, ...] | None, as_json:
 @model.command("measure", context_settings={"allow_interspersed_args": False})
 @click.option("--nsp", type=NSP, required=True, help="Configurations to run, e.g. 1-32.")
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--out", "out_path", required=True, type=OUTPUT, help="CSV to write.")
+@click.option("--out", "out_path", required=True, type=FILE, help="CSV to write.")
 @click.option("--powercap-root", type=click.Path(file_okay=False, readable=False),  # unreadable: no zones, as absent
               default=str(POWERCAP_ROOT), show_default=True, help="Where RAPL's powercap zones live.")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import click
 
-# An --out option: what may be written is checked by check_writable, which names the
-# file (exit 1). click's own check (readable=True, its default) refused an existing file
-# that can be written but not read as a usage error (exit 2), and said nothing of a
-# file that cannot be written. A directory is still click's usage error.
-OUTPUT = click.Path(dir_okay=False, readable=False)
+# A file option, read or written: the loaders name a file they cannot read, and
+# check_writable one that cannot be written (exit 1 both). click's own check
+# (readable=True, its default) made an unreadable input, or an output that can be
+# written but not read, a usage error (exit 2). A directory is still click's usage error.
+FILE = click.Path(dir_okay=False, readable=False)
 
 
 def check_writable(path: str | os.PathLike[str]) -> None:

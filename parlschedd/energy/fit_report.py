@@ -18,7 +18,7 @@ from parlschedd.energy.cluster import Cluster, check_measured
 from parlschedd.energy.estimator import EnergyTimeModel, parameter_names
 from parlschedd.energy.fitting import LeaveOneOut
 from parlschedd.energy.measurements import MIN_ENERGY_ROWS, Measurements
-from parlschedd.energy.metrics import nrmse
+from parlschedd.energy.validation import model_errors
 
 
 def check_fittable(cluster: Cluster, m: Measurements, source: str) -> None:
@@ -108,15 +108,13 @@ def summarise_fit(model: EnergyTimeModel, baseline: BaselineModel, m: Measuremen
     """The summary of ``model`` and ``baseline``, both fitted to ``m`` (read from
     ``source``), and of ``leave_one_out`` when it was run."""
     reps = model.repetitions_.fits
-    bt, be = baseline.predict(m.nsp)
-    rows = np.isfinite(m.energy_wh)
+    on_data = model_errors(*baseline.predict(m.nsp), m)
     fitted_energy = model.energy_params_ is not None
     return FitSummary(
         data=source,
         best=Nrmse(model.nrmse_time_, float(model.nrmse_energy_) if fitted_energy else None),
         mean=Nrmse(float(np.mean([f.nrmse_time for f in reps])),
                    float(np.mean([f.nrmse_energy for f in reps])) if fitted_energy else None),
-        baseline=Nrmse(float(nrmse(bt, m.time_s)),
-                       float(nrmse(be[rows], m.energy_wh[rows])) if fitted_energy else None),
+        baseline=Nrmse(on_data.nrmse_time, on_data.nrmse_energy if fitted_energy else None),
         fit_seconds=round(sum(model.repetition_seconds_), 3),
         leave_one_out=leave_one_out)
