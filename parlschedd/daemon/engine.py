@@ -78,6 +78,7 @@ class Engine:
         self._unsaved: set[int] = set()  # tids adopted since the last persist: not pinned before it
         self._single = {c: frozenset({c}) for d in domains for c in d}  # pin masks, made once
         self._whole = [frozenset(d) for d in domains]  # a free thread's mask: its domain
+        self.placements = frozenset([*self._single.values(), *self._whole])  # every mask we pin to (the state file's)
         self._schedulers_made = 0
         self.read_errors = 0  # periods a live thread was not measured: a failed read, or a PMU group multiplexed out throughout
         self._gone: dict[int, tuple[int, int, int]] = {}  # targets that exited: pid -> (uid, start time, threads)
@@ -136,11 +137,6 @@ class Engine:
             raise
         log.info("attached", pid=pid, name=name, mode=target.mode, threads=len(target.threads))
         return target
-
-    @property
-    def placements(self) -> frozenset[frozenset[int]]:
-        """Every mask this engine pins a thread to: a CPU alone, a domain whole."""
-        return frozenset([*self._single.values(), *self._whole])
 
     def relearn(self) -> int:
         """After a reload: the targets whose scheduler runs on other learning parameters
@@ -333,12 +329,12 @@ class Engine:
         batch, target.refiltered_last = in_turn(target.ignored.difference(self.handed_over), target.refiltered_last)
         for tid in batch:
             try:
+                if target.thread_filter.search(procfs.comm(tid, self.proc_root)) is None:
+                    continue  # most left out still do not match: one read for them
                 group = procfs.thread_group(tid, self.proc_root)
-                matches = (group in processes
-                           and target.thread_filter.search(procfs.comm(tid, self.proc_root)) is not None)
             except (HostError, ValueError):
                 continue  # gone: the next listing forgets it
-            if not matches or self._manager_of(tid) is not None:
+            if group not in processes or self._manager_of(tid) is not None:
                 continue
             target.ignored.discard(tid)
             target.exits.remove(tid)  # _adopt watches it again, or forgets it if it cannot manage it
@@ -422,15 +418,16 @@ class Engine:
         fresh = target.scheduler.periods == 0
         if not target.observe and not target.exec_watches and not fresh and r.pinned.all():
             return None
-        if target.observe or fresh:
-            rows = np.arange(r.tids.size)
-        else:  # a watched main thread is left where it is meanwhile
-            rows = np.flatnonzero(~r.pinned | np.isin(r.tids, list(target.exec_watches)))
         ran = np.full(r.tids.size, -1, dtype=np.int64)
-        ran[rows] = [self._running_on(tid) for tid in r.tids[rows].tolist()]
-        if fresh and not target.observe:  # one pinned to a core runs there: /proc's last CPU may predate the pin
+        if target.observe:
+            rows = np.arange(r.tids.size)
+        elif fresh:  # one pinned to a core runs there: /proc's last CPU may predate the pin
             on_core = r.pinned & (r.cpu >= 0)
             ran[on_core] = r.cpu[on_core]
+            rows = np.flatnonzero(~on_core)
+        else:  # a watched main thread is left where it is meanwhile
+            rows = np.flatnonzero(~r.pinned | np.isin(r.tids, list(target.exec_watches)))
+        ran[rows] = [self._running_on(tid) for tid in r.tids[rows].tolist()]
         return ran
 
     def _running_on(self, tid: int) -> int:

@@ -16,7 +16,7 @@ from parlschedd.daemon.target import Target
 from parlschedd.host import procfs
 from parlschedd.host.errors import HostError
 
-RENAMES_PER_ROUND = 128  # thread names re-read per rescan_s (when status is shown), about 4 ms
+RENAMES_PER_ROUND = 128  # thread names re-read per rescan_s (for status, for a thread filter's refilter), about 4 ms
 
 
 def in_turn(tids: Iterable[int], last: int) -> tuple[list[int], int]:

@@ -62,7 +62,8 @@ class StateFile:
 
     def save(self, engine: Engine, targets: list[dict] | None = None) -> None:
         """Write the pinner's records, the hand-attached targets (``targets``: the ones
-        given, by default those of now) and the threads handed over to someone else."""
+        given, by default those of now), the threads handed over to someone else and the
+        masks this run pins to (by which the next run judges the records)."""
         state = {"version": STATE_VERSION, "pinner": engine.pinner.to_json(),
                  "targets": by_hand(engine) if targets is None else targets,
                  "handed_over": sorted([tid, start] for tid, start in engine.handed_over.items()),

@@ -25,7 +25,7 @@ class StatusViews:
     it for every request held the period loop back by hundreds of ms (issue 7).
     So the bytes are kept per view, (uid, pid filter): a non-root uid has views of
     its own and never gets root's, whose targets it may not see. The views are
-    dropped (``clear``) at every tick and whenever what status shows changes between
+    dropped at every tick (``new_period``) and (``clear``) whenever what status shows changes between
     ticks: reload, and what the engine reports through the daemon's ``_mark_dirty``:
     a target attached (by hand or by a rule), a thread adopted or dropped, a target
     detached. Views asked for in a period are built again right after the next tick

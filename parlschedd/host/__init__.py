@@ -1,7 +1,7 @@
 """The OS adapter layer: everything the daemon asks of Linux, one concept per module.
 
-``errors``   HostError, ThreadGone, AccessDenied, Unsupported, InvalidMask, TooManyFiles
-             and ``translated``, the one OSError-to-HostError translator.
+``errors``   HostError, ThreadGone, AccessDenied, Unsupported, InvalidMask, Overridden,
+             TooManyFiles and ``translated``, the one OSError-to-HostError translator.
 ``base``     The engine's seam: the ``Counters`` and ``Actuator`` protocols,
              ``CounterSource``, ``RestoreReport``.
 ``perf``     perf_event_open(2) via ctypes: ``CounterSet`` (one counter group per
@@ -15,5 +15,5 @@
 
 Callers import the module they need (``from parlschedd.host import procfs``). Any
 per-thread call may raise ThreadGone: the caller drops the thread (closes its counter,
-``Pinner.forget``) and goes on.
+``Pinner.release``) and goes on.
 """
