@@ -146,6 +146,9 @@ def threads_of(d: Daemon, pid: int) -> dict[int, dict]:
     return {t["tid"]: t for t in targets[0]["threads"]}
 
 
+NOBODY = 65534  # the unprivileged user the tests drop to
+
+
 def in_child_as(uid: int, fn: Callable[[], Any]) -> Any:
     """What ``fn()`` returns (JSON-able) when run in a forked child that dropped to
     ``uid`` (gid the same, no supplementary groups) if it was root."""

@@ -3,12 +3,10 @@ written by hand (the daemon's history format: cpu -1 is a free thread)."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 
 from parlschedd.plots import placement_changes, plot_history
-from tests.conftest import in_child_as
+from tests.conftest import NOBODY, in_child_as
 
 
 def _sample(t: float, tids: list[int], cpu: list[int], domain: list[int]) -> dict:
@@ -44,26 +42,22 @@ def test_the_figure_is_written_where_asked_in_the_format_its_suffix_names(tmp_pa
     assert plot_history(history, tmp_path / "run.svg").read_text().lstrip().startswith("<?xml")
 
 
-def test_a_figure_is_written_to_a_file_that_may_be_written_but_not_read() -> None:
+def test_a_figure_is_written_to_a_file_that_may_be_written_but_not_read(open_dir) -> None:
     """PIL opened a PNG given by name for reading too ("w+b"): PermissionError. Run as
     nobody, since root reads every file."""
     history = {"name": "hand", "pid": 1, "period_s": 0.1, "counter_source": "perf:task-clock", "samples": SAMPLES}
     plot_history(history, Path("/dev/null"))  # matplotlib's lazy imports, before the child cannot read them
-    tmp = Path(tempfile.mkdtemp(prefix="parlsched-write-only-"))  # outside pytest's 0700 tmp dirs
-    try:
-        tmp.chmod(0o755)
-        out = tmp / "run.png"
-        out.write_text("")
-        out.chmod(0o222)
+    tmp = open_dir  # outside pytest's 0700 tmp dirs
+    out = tmp / "run.png"
+    out.write_text("")
+    out.chmod(0o222)
 
-        def plot() -> str:
-            try:
-                plot_history(history, out)
-            except OSError as exc:
-                return str(exc)
-            return "written"
+    def plot() -> str:
+        try:
+            plot_history(history, out)
+        except OSError as exc:
+            return str(exc)
+        return "written"
 
-        assert in_child_as(65534, plot) == "written"
-        assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    finally:
-        shutil.rmtree(tmp)
+    assert in_child_as(NOBODY, plot) == "written"
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -21,7 +21,7 @@ import pytest
 from parlschedctl import client
 from parlschedd.host import procfs
 from parlschedd.cpulist import format_cpulist
-from tests.conftest import PINNING, Daemon, as_user, needs_root, start_daemon, threads_of, wait_for
+from tests.conftest import Daemon, NOBODY, PINNING, as_user, needs_root, start_daemon, threads_of, wait_for
 
 pytestmark = needs_root
 ALL = frozenset(os.sched_getaffinity(0))
@@ -768,7 +768,6 @@ def test_a_request_that_hits_a_bug_is_answered_internal_and_the_daemon_goes_on(t
         assert d.stop() == 0
 
 
-NOBODY = 65534
 
 
 def as_nobody(socket_path: str, cmd: str, **args) -> dict:

@@ -1321,17 +1321,21 @@ def test_attach_reads_a_targets_cpuset_once_not_per_thread(workload, cpuset) -> 
     w = workload(8)
     (cpuset / "cpuset.cpus").write_text("1")
     (cpuset / "cgroup.procs").write_text(str(w.pid))
-    asked = []
+    asked, read = [], []
 
     def counted(tid: int) -> frozenset[int] | None:
         asked.append(tid)
         return cgroups.task_cpus(tid)
 
+    def engines(pid: int) -> frozenset[int] | None:
+        read.append(pid)
+        return cgroups.task_cpus(pid)
+
     counters = CounterSet(CounterSource.TASK_CLOCK)
-    engine = Engine(Config(), [[0, 1]], counters, Pinner(allowed=counted))
+    engine = Engine(Config(), [[0, 1]], counters, Pinner(allowed=counted), allowed=engines)
     with _released(engine, counters):
         target = engine.attach(w.pid, time.monotonic())
-        assert len(target.threads) == 9 and asked == []
+        assert len(target.threads) == 9 and asked == [] and read == [w.pid]
         assert {r.original for r in engine.pinner.records.values()} == {possible_cpus()}  # they follow the cpuset
 
 

@@ -6,15 +6,13 @@ import importlib
 import json
 import shutil
 import sys
-import tempfile
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from parlschedctl.cli import cli
 from parlschedctl.model import NspRange
-from tests.conftest import in_child_as
+from tests.conftest import NOBODY, in_child_as
 from tests.energy.conftest import CLUSTER_YAML, MEASUREMENTS_CSV
 from tests.energy.test_measure import SLEEP, fake_powercap
 
@@ -419,7 +417,6 @@ def test_an_undefined_nrmse_of_energy_is_not_said_to_be_missing(tmp_path):
     assert validated.splitlines()[1].split()[2] == "undefined" and "nan" not in validated
 
 
-NOBODY = 65534
 
 
 def run_unprivileged(*args: str) -> tuple[int, str]:
@@ -436,64 +433,57 @@ def run_unprivileged(*args: str) -> tuple[int, str]:
     return tuple(in_child_as(NOBODY, invoke))
 
 
-def test_an_unreadable_input_fails_naming_the_file_as_a_missing_one_does(params):
+def test_an_unreadable_input_fails_naming_the_file_as_a_missing_one_does(params, open_dir):
     """click's readable check made an unreadable input a usage error (exit 2, and no
     request was made) while a missing one failed (exit 1)."""
-    tmp = Path(tempfile.mkdtemp(prefix="parlsched-unreadable-"))  # outside pytest's 0700 tmp dirs
-    try:
-        tmp.chmod(0o755)
-        ok = {".yaml": tmp / "c.yaml", ".csv": tmp / "m.csv", ".json": tmp / "p.json"}
-        bad = {ext: tmp / f"unreadable{ext}" for ext in ok}
-        for ext, source in ((".yaml", CLUSTER_YAML), (".csv", MEASUREMENTS_CSV), (".json", params)):
-            for path, mode in ((ok[ext], 0o644), (bad[ext], 0o000)):
-                shutil.copyfile(source, path)
-                path.chmod(mode)
-        out = tmp / "out"  # where nobody may write
-        out.mkdir()
-        out.chmod(0o777)
-        figure = str(out / "f.png")
-        for args, unreadable in (
-                (["fit", "--cluster", bad[".yaml"], "--data", ok[".csv"]], bad[".yaml"]),
-                (["fit", "--cluster", ok[".yaml"], "--data", bad[".csv"]], bad[".csv"]),
-                (["predict", "--params", bad[".json"]], bad[".json"]),
-                (["validate", "--params", bad[".json"], "--data", ok[".csv"]], bad[".json"]),
-                (["validate", "--params", ok[".json"], "--data", bad[".csv"]], bad[".csv"]),
-                (["plot", "--params", bad[".json"], "--data", ok[".csv"], "--out", figure], bad[".json"]),
-                (["plot", "--params", ok[".json"], "--data", bad[".csv"], "--out", figure], bad[".csv"]),
-                (["recommend", "--params", bad[".json"]], bad[".json"])):
-            code, output = run_unprivileged("model", *map(str, args))
-            assert code == 1 and f"{unreadable}: " in output and "cannot read: Permission denied" in output, \
-                (args, output)
-        closed = tmp / "powercap"  # measure: no readable zones, as when the root is absent
-        closed.mkdir(mode=0o000)
-        code, output = run_unprivileged("model", "measure", "--nsp", "1", "--out", str(out / "m.csv"),
-                                        "--powercap-root", str(closed), "--", "true")
-        assert code == 0 and f"no readable RAPL zones under {closed}" in output, output
-    finally:
-        shutil.rmtree(tmp)
+    tmp = open_dir  # outside pytest's 0700 tmp dirs
+    ok = {".yaml": tmp / "c.yaml", ".csv": tmp / "m.csv", ".json": tmp / "p.json"}
+    bad = {ext: tmp / f"unreadable{ext}" for ext in ok}
+    for ext, source in ((".yaml", CLUSTER_YAML), (".csv", MEASUREMENTS_CSV), (".json", params)):
+        for path, mode in ((ok[ext], 0o644), (bad[ext], 0o000)):
+            shutil.copyfile(source, path)
+            path.chmod(mode)
+    out = tmp / "out"  # where nobody may write
+    out.mkdir()
+    out.chmod(0o777)
+    figure = str(out / "f.png")
+    for args, unreadable in (
+            (["fit", "--cluster", bad[".yaml"], "--data", ok[".csv"]], bad[".yaml"]),
+            (["fit", "--cluster", ok[".yaml"], "--data", bad[".csv"]], bad[".csv"]),
+            (["predict", "--params", bad[".json"]], bad[".json"]),
+            (["validate", "--params", bad[".json"], "--data", ok[".csv"]], bad[".json"]),
+            (["validate", "--params", ok[".json"], "--data", bad[".csv"]], bad[".csv"]),
+            (["plot", "--params", bad[".json"], "--data", ok[".csv"], "--out", figure], bad[".json"]),
+            (["plot", "--params", ok[".json"], "--data", bad[".csv"], "--out", figure], bad[".csv"]),
+            (["recommend", "--params", bad[".json"]], bad[".json"])):
+        code, output = run_unprivileged("model", *map(str, args))
+        assert code == 1 and f"{unreadable}: " in output and "cannot read: Permission denied" in output, \
+            (args, output)
+    closed = tmp / "powercap"  # measure: no readable zones, as when the root is absent
+    closed.mkdir(mode=0o000)
+    code, output = run_unprivileged("model", "measure", "--nsp", "1", "--out", str(out / "m.csv"),
+                                    "--powercap-root", str(closed), "--", "true")
+    assert code == 0 and f"no readable RAPL zones under {closed}" in output, output
 
 
-def test_an_out_that_can_be_written_is_taken_though_it_cannot_be_read(params):
+def test_an_out_that_can_be_written_is_taken_though_it_cannot_be_read(params, open_dir):
     """click's readable check refused an existing write-only --out as a usage error
     (exit 2, "is not readable"); one that cannot be written fails naming it (exit 1)."""
-    tmp = Path(tempfile.mkdtemp(prefix="parlsched-write-only-"))  # outside pytest's 0700 tmp dirs
-    try:
-        tmp.chmod(0o777)  # fit and measure replace the file through a temporary one beside it
-        shutil.copyfile(params, tmp / "p.json")
-        (tmp / "p.json").chmod(0o644)
-        outs = {name: tmp / name for name in ("params.json", "fig.png", "m.csv")}
-        commands = {"params.json": ["fit", "--cluster", str(CLUSTER_YAML), "--data", str(MEASUREMENTS_CSV), *QUICK],
-                    "fig.png": ["plot", "--params", str(tmp / "p.json"), "--data", str(MEASUREMENTS_CSV)],
-                    "m.csv": ["measure", "--nsp", "1", "--powercap-root", str(tmp / "none")]}
-        for name, out in outs.items():
-            args = [*commands[name], "--out", str(out)] + (["--", "true"] if name == "m.csv" else [])
-            for mode in (0o222, 0o444, 0o000):
-                out.write_text("")
-                out.chmod(mode)
-                code, output = run_unprivileged("model", *args)
-                if mode == 0o222:  # written, not read
-                    assert code == 0 and f"wrote {out}" in output and out.stat().st_size > 0, (name, output)
-                else:
-                    assert code == 1 and f"{out}: cannot write: permission denied" in output, (name, mode, output)
-    finally:
-        shutil.rmtree(tmp)
+    tmp = open_dir  # outside pytest's 0700 tmp dirs
+    tmp.chmod(0o777)  # fit and measure replace the file through a temporary one beside it
+    shutil.copyfile(params, tmp / "p.json")
+    (tmp / "p.json").chmod(0o644)
+    outs = {name: tmp / name for name in ("params.json", "fig.png", "m.csv")}
+    commands = {"params.json": ["fit", "--cluster", str(CLUSTER_YAML), "--data", str(MEASUREMENTS_CSV), *QUICK],
+                "fig.png": ["plot", "--params", str(tmp / "p.json"), "--data", str(MEASUREMENTS_CSV)],
+                "m.csv": ["measure", "--nsp", "1", "--powercap-root", str(tmp / "none")]}
+    for name, out in outs.items():
+        args = [*commands[name], "--out", str(out)] + (["--", "true"] if name == "m.csv" else [])
+        for mode in (0o222, 0o444, 0o000):
+            out.write_text("")
+            out.chmod(mode)
+            code, output = run_unprivileged("model", *args)
+            if mode == 0o222:  # written, not read
+                assert code == 0 and f"wrote {out}" in output and out.stat().st_size > 0, (name, output)
+            else:
+                assert code == 1 and f"{out}: cannot write: permission denied" in output, (name, mode, output)

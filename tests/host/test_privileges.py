@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+from tests.conftest import NOBODY
+
 from parlschedd.host.privileges import (
     CAP_PERFMON,
     CAP_SYS_ADMIN,
@@ -19,7 +21,6 @@ from parlschedd.host.privileges import (
     perfmon_capable,
 )
 
-NOBODY = 65534
 needs_setpriv = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
                                    reason="needs root and setpriv(1) to drop to another uid")
 
