@@ -17,7 +17,7 @@ from parlschedd.cpulist import format_cpulist, parse_cpulist
 from parlschedd.daemon import protocol
 from parlschedd.daemon.engine import Engine, EngineError
 from parlschedd.host import procfs
-from parlschedd.host.affinity import Pinner
+from parlschedd.host.affinity import AllowedCpus, Pinner
 from parlschedd.host.errors import HostError, ThreadGone
 from parlschedd.host.state import StateDirBusy, lock_dir, read_state, write_state
 
@@ -76,10 +76,12 @@ class StateFile:
             return
         self.dirty = False
 
-    def recover(self, engine: Engine, proc_root: str) -> list[dict]:
+    def recover(self, engine: Engine, proc_root: str, allowed: AllowedCpus) -> list[dict]:
         """After a crash: put every thread the last run pinned back on its original
-        mask. After a crash or a clean stop: return the targets attached by hand, to
-        attach again (``reattach``), and keep leaving alone the threads it handed over."""
+        mask (``allowed``: the CPUs a thread's cpuset allows, read as the daemon's
+        pinner reads them). After a crash or a clean stop: return the targets attached
+        by hand, to attach again (``reattach``), and keep leaving alone the threads it
+        handed over."""
         try:
             state = read_state(self.path)
         except (OSError, ValueError) as exc:
@@ -90,7 +92,8 @@ class StateFile:
         try:
             if state.get("version") != STATE_VERSION:
                 raise ValueError(f"version {protocol.clip(repr(state.get('version')))}, this daemon reads {STATE_VERSION}")
-            old = Pinner.from_json(state.get("pinner"), proc_root=proc_root, placements=_placements(state))
+            old = Pinner.from_json(state.get("pinner"), allowed=allowed, proc_root=proc_root,
+                                  placements=_placements(state))
         except ValueError as exc:
             self._set_aside(str(exc))
             return []
