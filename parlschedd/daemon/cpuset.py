@@ -17,17 +17,18 @@ from parlschedd.host.errors import HostError
 log = structlog.get_logger("parlschedd.engine")
 
 
-def read_cpuset(pid: int, allowed: AllowedCpus) -> tuple[frozenset[int] | None] | None:
-    """(the CPUs process ``pid``'s cpuset allows, None: every CPU), or None when it
-    cannot be read (the process exited: its period drops it). Read for the
-    process, not each thread: its threads share its cpuset unless someone moves
-    one alone (v1, or v2 threaded cgroups), and a pin refused then still credits
-    the period to the core the thread ran on."""
+def read_cpuset(pid: int, allowed: AllowedCpus, every_cpu: DomainCpus) -> tuple[frozenset[int] | None, DomainCpus] | None:
+    """(the CPUs process ``pid``'s cpuset allows, None: every CPU; each domain's CPUs
+    among them, ``cpuset_domains``), or None when it cannot be read (the process
+    exited: its period drops it). Read for the process, not each thread: its threads
+    share its cpuset unless someone moves one alone (v1, or v2 threaded cgroups), and
+    a pin refused then still credits the period to the core the thread ran on."""
     try:
-        return (allowed(pid),)
+        cpuset = allowed(pid)
     except (HostError, ValueError) as exc:  # ValueError: a cpuset file that is not a CPU list
         log.debug("cpuset not read", pid=pid, error=str(exc))
         return None
+    return cpuset, cpuset_domains(cpuset, every_cpu)
 
 
 def cpuset_domains(allowed: frozenset[int] | None, every_cpu: DomainCpus) -> DomainCpus:
@@ -53,13 +54,11 @@ def follow_cpuset(target: Target, allowed: AllowedCpus, every_cpu: DomainCpus) -
     automata's columns), its threads joining the domains they run in (the engine's
     ``_ran_elsewhere``). Logged once per change; a change outside the daemon's CPUs
     changes nothing."""
-    read = read_cpuset(target.pid, allowed)
+    read = read_cpuset(target.pid, allowed, every_cpu)
     target.cpuset = None if read is None else read[0]  # unread: the pinner reads each thread's
-    if read is None:
+    if read is None or read[1] == target.cpus:
         return False
-    cpus = cpuset_domains(read[0], every_cpu)
-    if cpus == target.cpus:
-        return False
+    cpus = read[1]
     log.info("cpuset changed, learning afresh on the CPUs it allows", pid=target.pid,
              cpus=[format_cpulist(d) for d in cpus])
     target.cpus = cpus

@@ -23,7 +23,7 @@ import structlog
 from parlschedd.arrays import IntArray
 from parlschedd.config import Config
 from parlschedd.daemon import protocol, target_status
-from parlschedd.daemon.cpuset import cpuset_domains, follow_cpuset, placed_on, read_cpuset
+from parlschedd.daemon.cpuset import follow_cpuset, placed_on, read_cpuset
 from parlschedd.daemon.exec_handling import (carried_original, check_exec, count_afresh, exec_went, masks_that_went,
                                               reassign_original, settle_exec, watch_exec)
 from parlschedd.daemon.exec_watch import Masks, carried
@@ -121,11 +121,10 @@ class Engine:
         except BaseException:
             handle.close()
             raise
-        read = read_cpuset(pid, self.allowed)
-        cpus = self._every_cpu if read is None else cpuset_domains(read[0], self._every_cpu)  # unread: the rescan retries
+        cpuset, cpus = read_cpuset(pid, self.allowed, self._every_cpu) or (None, self._every_cpu)  # unread: the rescan retries
         target = Target(pid, name, owner, observe, pattern, descendants, handle, self._scheduler(pid, cpus),
                         procfs.ThreadExits(self.proc_root, watch=not descendants),  # descendants: listed every period
-                        cpuset=None if read is None else read[0], cpus=cpus, rule=rule, caller=None if uid in (None, 0) else uid,
+                        cpuset=cpuset, cpus=cpus, rule=rule, caller=None if uid in (None, 0) else uid,
                         history=History(self.config.history_periods, now))
         self.targets[pid] = target
         self._gone.pop(pid, None)  # a reused pid: the exit recorded is another process's
