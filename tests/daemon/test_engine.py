@@ -816,9 +816,12 @@ def _released(engine: Engine, counters: CounterSet) -> Iterator[Engine]:
         counters.close_all()
 
 
-def _ticks(engine: Engine, n: int = 10) -> None:
+def _ticks(engine: Engine, n: int = 10, pause: float = 0.05) -> None:
+    """``n`` periods, each a tick then a rescan (``resync``), ``pause`` seconds apart
+    (0: back to back)."""
     for _ in range(n):
-        time.sleep(0.05)
+        if pause:
+            time.sleep(pause)
         engine.tick(time.monotonic())
         engine.resync(time.monotonic())
 
@@ -1225,9 +1228,7 @@ def test_a_free_thread_in_a_narrower_cpuset_is_placed_once(workload, cpuset) -> 
     try:
         target = engine.attach(w.pid, time.monotonic())
         with structlog.testing.capture_logs() as logs:
-            for _ in range(10):
-                engine.tick(time.monotonic())
-                engine.resync(time.monotonic())
+            _ticks(engine, 10, pause=0)
         assert target.current().pinned.all() and (target.current().cpu == -1).all()  # free, in their domain
         assert not [e for e in logs if e["event"].startswith("cpuset narrowed")]
         assert target.migrations == len(target.threads), "each thread placed once"
@@ -1356,10 +1357,7 @@ def test_level1_never_moves_a_thread_into_a_domain_outside_the_cpuset(workload, 
     with _released(engine, counters):
         target = engine.attach(w.pid, time.monotonic())
         with structlog.testing.capture_logs() as logs:
-            for _ in range(30):  # 15 Level 1 steps
-                time.sleep(0.02)
-                engine.tick(time.monotonic())
-                engine.resync(time.monotonic())
+            _ticks(engine, 30, pause=0.02)  # 15 Level 1 steps
         assert not [e for e in logs if e["event"] == "pin refused"]
         assert (target.scheduler.alpha == 1).all() and (target.current().domain == 1).all()
         assert target.current().pinned.all() and set(masks(w.all_tids()).values()) == {frozenset({1})}
@@ -1379,21 +1377,15 @@ def test_a_cpuset_that_changes_while_attached_is_learned_afresh_once(workload, c
     (cpuset / "cgroup.procs").write_text(str(w.pid))
     engine, counters = _two_socket_engine()
 
-    def periods(n: int) -> None:
-        for _ in range(n):
-            time.sleep(0.02)
-            engine.tick(time.monotonic())
-            engine.resync(time.monotonic())
-
     with _released(engine, counters):
         target = engine.attach(w.pid, time.monotonic())
         first = target.scheduler
-        periods(10)
+        _ticks(engine, 10, pause=0.02)
         assert target.scheduler is first and target.cpus == ((0,), (1,))
         with structlog.testing.capture_logs() as logs:
             (cpuset / "cpuset.cpus").write_text("1")
             engine.resync(time.monotonic())  # the rescan that follows
-            periods(20)
+            _ticks(engine, 20, pause=0.02)
         assert [e["cpus"] for e in logs if e["event"].startswith("cpuset changed")] == [["", "1"]]
         assert not [e for e in logs if e["event"] == "pin refused"]
         assert target.cpus == ((), (1,)) and (target.current().domain == 1).all()
@@ -1403,7 +1395,7 @@ def test_a_cpuset_that_changes_while_attached_is_learned_afresh_once(workload, c
             engine.resync(time.monotonic())
             engine.tick(time.monotonic())  # the new scheduler's first period: no Level 1 yet
             assert (target.current().domain == 1).all()
-            periods(3)
+            _ticks(engine, 3, pause=0.02)
         assert [e["cpus"] for e in logs if e["event"].startswith("cpuset changed")] == [["0", "1"]]
         assert target.cpus == ((0,), (1,)) and target.scheduler.n_open == 2
         assert engine.describe(target)["cpus"] == [0, 1]
@@ -1421,9 +1413,7 @@ def test_a_cpuset_with_none_of_the_daemons_cpus_falls_back_to_every_domain() -> 
     try:
         with structlog.testing.capture_logs() as logs:
             target = engine.attach(p.pid, time.monotonic(), observe=True)
-            for _ in range(3):
-                engine.tick(time.monotonic())
-                engine.resync(time.monotonic())
+            _ticks(engine, 3, pause=0)
         assert [e["event"] for e in logs if e["log_level"] == "warning"] == [
             "the target's cpuset has none of the daemon's CPUs; its scheduler uses every domain"]
         assert target.cpus == ((), ()) and target.scheduler.n_open == 2
