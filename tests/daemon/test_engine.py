@@ -213,12 +213,8 @@ def test_a_thread_born_as_another_exits_is_adopted_the_next_period(workload) -> 
         assert len(born) == 1
         engine.tick(time.monotonic())
         assert born <= set(target.threads)
-        for _ in range(100):  # the exited thread goes from /proc a moment after its join
-            engine.tick(time.monotonic())
-            if set(target.threads) == set(w.all_tids()):
-                break
-            time.sleep(0.01)
-        assert set(target.threads) == set(w.all_tids())
+        # the exited thread goes from /proc a moment after its join
+        _ticks_until(engine, lambda: set(target.threads) == set(w.all_tids()), "the exited thread dropped", 100)
         engine.detach(w.pid)
     finally:
         counters.close_all()
@@ -278,12 +274,8 @@ def test_threads_the_filter_leaves_out_are_watched_too_and_nothing_leaks(workloa
         shown = engine.describe(target)
         assert (shown["threads_ignored"], shown["threads_handed_over"]) == (2, 0)  # filtered, not handed over
         w.command("stop")
-        for _ in range(100):
-            engine.tick(time.monotonic())
-            if len(target.ignored) == 1:
-                break
-            time.sleep(0.01)
-        assert len(target.ignored) == 1 and set(target.threads) | target.ignored == set(w.all_tids())
+        _ticks_until(engine, lambda: len(target.ignored) == 1, "the stopped ignored thread forgotten", 100)
+        assert set(target.threads) | target.ignored == set(w.all_tids())
         listed = len(listings)
         for _ in range(3):
             engine.tick(time.monotonic())
@@ -336,12 +328,7 @@ def _drop_on_exit(engine: Engine, proc) -> None:
     """Kill ``proc`` and run periods until the engine has dropped it."""
     proc.kill()
     proc.wait()
-    for _ in range(200):
-        engine.tick(time.monotonic())
-        if proc.pid not in engine.targets:
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"target {proc.pid} was not dropped")
+    _ticks_until(engine, lambda: proc.pid not in engine.targets, f"target {proc.pid} dropped", 200)
 
 
 @needs_root
@@ -375,12 +362,8 @@ def test_an_exit_is_described_by_the_most_threads_managed_not_the_last(workload)
         assert len(engine.targets[w.pid].threads) == 4
         for left in (2, 1, 0):
             w.command("stop")
-            for _ in range(200):
-                engine.tick(time.monotonic())
-                if len(engine.targets[w.pid].threads) == left + 1:
-                    break
-                time.sleep(0.01)
-            assert len(engine.targets[w.pid].threads) == left + 1
+            _ticks_until(engine, lambda left=left: len(engine.targets[w.pid].threads) == left + 1,
+                         f"{left} workers left", 200)
         _drop_on_exit(engine, w.proc)
         assert "dropped it (4 threads managed at most)" in str(engine.not_attached(w.pid, 0))
     finally:
@@ -480,13 +463,14 @@ class Tree:
         self.parent.wait()
 
 
-def _ticks_until(engine: Engine, done, what: str) -> None:
-    for _ in range(300):
+def _ticks_until(engine: Engine, done, what: str, periods: int = 300) -> None:
+    """Periods (ticks 0.01 s apart) until ``done()``; fails after ``periods`` of them."""
+    for _ in range(periods):
         engine.tick(time.monotonic())
         if done():
             return
         time.sleep(0.01)
-    raise AssertionError(f"not within 300 periods: {what}")
+    raise AssertionError(f"not within {periods} periods: {what}")
 
 
 def _grandchild_pinned(engine: Engine, tree: Tree) -> None:
