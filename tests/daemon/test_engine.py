@@ -69,9 +69,8 @@ def test_a_thread_re_pinned_by_someone_else_is_left_to_them() -> None:
     placed, counted as ignored), the periods never write its mask again, and detach
     leaves it as they set it while the others get their originals back. Real
     process, real Pinner, real counters."""
-    engine, counters = _pin_engine()
     target = sleepy(4)
-    try:
+    with _pinning_beside(target) as engine:
         engine.attach(target.pid, time.monotonic())
         engine.tick(time.monotonic())
         r = engine.targets[target.pid].current()
@@ -93,10 +92,6 @@ def test_a_thread_re_pinned_by_someone_else_is_left_to_them() -> None:
         after = masks(tids_of(target.pid))
         assert after.pop(tid) == {other}
         assert all(m == os.sched_getaffinity(0) for m in after.values())
-    finally:
-        counters.close_all()
-        target.kill()
-        target.wait()
 
 
 @needs_root
@@ -104,9 +99,8 @@ def test_a_thread_re_pinned_by_someone_else_is_left_to_them() -> None:
 def test_a_move_never_writes_over_a_mask_someone_else_set() -> None:
     """Between two resyncs a period may move a thread someone just re-pinned: the
     pinner sees the mask is not ours, writes nothing, and the engine hands it over."""
-    engine, counters = _pin_engine()
     target = sleepy(2)
-    try:
+    with _pinning_beside(target) as engine:
         engine.attach(target.pid, time.monotonic())
         engine.tick(time.monotonic())
         t = engine.targets[target.pid]
@@ -118,11 +112,6 @@ def test_a_move_never_writes_over_a_mask_someone_else_set() -> None:
         engine._pin(t, r, np.array([0]), np.array([min(elsewhere)]), r.domain, time.monotonic())
         assert masks([tid]) == {tid: frozenset(os.sched_getaffinity(0))}
         assert tid in t.ignored and tid not in engine.pinner.records
-    finally:
-        engine.detach_all()
-        counters.close_all()
-        target.kill()
-        target.wait()
 
 
 @needs_root
@@ -130,24 +119,19 @@ def test_a_move_never_writes_over_a_mask_someone_else_set() -> None:
 def test_detach_leaves_a_mask_someone_set_since_the_last_rescan() -> None:
     """A detach (and a stop: the same release) inside rescan_s of someone's new mask
     would write over it: the restore checks, and hands the thread over instead."""
-    engine, counters = _pin_engine()
     target = sleepy(2)
-    try:
-        with _released(engine, counters):
-            engine.attach(target.pid, time.monotonic())
-            engine.tick(time.monotonic())
-            t = engine.targets[target.pid]
-            theirs, ours = t.current().tids.tolist()[:2]
-            records, managed = engine.pinner.records, len(t.threads)
-            assert len(records[theirs].current) == 1  # pinned
-            mask = frozenset(os.sched_getaffinity(0)) - records[theirs].current
-            original = records[ours].original
-            os.sched_setaffinity(theirs, mask)
-            assert engine.detach(target.pid) == managed - 1
-            assert masks([theirs, ours]) == {theirs: mask, ours: original}
-    finally:
-        target.kill()
-        target.wait()
+    with _pinning_beside(target) as engine:
+        engine.attach(target.pid, time.monotonic())
+        engine.tick(time.monotonic())
+        t = engine.targets[target.pid]
+        theirs, ours = t.current().tids.tolist()[:2]
+        records, managed = engine.pinner.records, len(t.threads)
+        assert len(records[theirs].current) == 1  # pinned
+        mask = frozenset(os.sched_getaffinity(0)) - records[theirs].current
+        original = records[ours].original
+        os.sched_setaffinity(theirs, mask)
+        assert engine.detach(target.pid) == managed - 1
+        assert masks([theirs, ours]) == {theirs: mask, ours: original}
 
 
 def _engine(source: CounterSource = CounterSource.TASK_CLOCK, **learning: object) -> tuple[Engine, CounterSet]:
@@ -165,6 +149,18 @@ def _free_engine() -> tuple[Engine, CounterSet]:
 def _pin_engine(source: CounterSource = CounterSource.TASK_CLOCK) -> tuple[Engine, CounterSet]:
     """Every thread pinned to one core: the paper's scheduler without the free option."""
     return _engine(source, free=False)
+
+
+@contextlib.contextmanager
+def _pinning_beside(proc: subprocess.Popen) -> Iterator[Engine]:
+    """A pinning engine beside ``proc``; after, every target detached, every counter
+    closed, and ``proc`` killed."""
+    try:
+        with _released(*_pin_engine()) as engine:
+            yield engine
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 @needs_root
@@ -1153,14 +1149,8 @@ def tell_to_name(p: subprocess.Popen, cpu: int | None = None) -> int:
 def _named_late_engine() -> Iterator[tuple[subprocess.Popen, Engine]]:
     """A pinning engine beside a NAMED_LATE process, both cleaned up after."""
     p = start_named_late()
-    engine, counters = _pin_engine()
-    try:
+    with _pinning_beside(p) as engine:
         yield p, engine
-    finally:
-        engine.detach_all()
-        counters.close_all()
-        p.kill()
-        p.wait()
 
 
 @needs_root
