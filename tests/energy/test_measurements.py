@@ -28,6 +28,14 @@ def write(tmp_path, text):
     return path
 
 
+def refusal(tmp_path, text):
+    """The file written with ``text``, and the message load_measurements refuses it with."""
+    path = write(tmp_path, text)
+    with pytest.raises(MeasurementsError) as err:
+        load_measurements(path)
+    return path, str(err.value)
+
+
 @pytest.mark.parametrize("text, where, message", [
     ("nsp,time_s_mean\n1,10\n2,abc\n", ":3:", "column time_s_mean: not a number: 'abc'"),
     ("nsp,time_s_mean\n1,10\n1,12\n", ":3:", "nsp 1 repeats line 2"),
@@ -45,10 +53,8 @@ def write(tmp_path, text):
     ("nsp,time_s_mean,colour\n1,10\n", ":1:", "unknown column(s) colour"),
 ])
 def test_errors_name_file_and_line(tmp_path, text, where, message):
-    path = write(tmp_path, text)
-    with pytest.raises(MeasurementsError) as err:
-        load_measurements(path)
-    assert f"{path}{where}" in str(err.value) and message in str(err.value)
+    path, error = refusal(tmp_path, text)
+    assert f"{path}{where}" in error and message in error
 
 
 @pytest.mark.parametrize("text, where, message", [
@@ -60,10 +66,8 @@ def test_errors_name_file_and_line(tmp_path, text, where, message):
 def test_error_lines_are_the_file_s_lines_with_blank_lines_between_rows(tmp_path, text, where, message):
     """The reader skips blank lines, and rows were numbered by their index: an error
     after a blank line named the line above it."""
-    path = write(tmp_path, text)
-    with pytest.raises(MeasurementsError) as err:
-        load_measurements(path)
-    assert f"{path}{where}" in str(err.value) and message in str(err.value)
+    path, error = refusal(tmp_path, text)
+    assert f"{path}{where}" in error and message in error
 
 
 def test_blank_lines_are_no_rows(tmp_path):
