@@ -1,14 +1,16 @@
-"""Shared inputs: the real HPMoon data read in place, and a hand-computable cluster."""
+"""Shared inputs: the real HPMoon data read in place, a hand-computable cluster, and
+measurements built in place from a few numbers."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from parlschedd.energy.cluster import load_cluster, parse_cluster
-from parlschedd.energy.measurements import load_measurements
+from parlschedd.energy.measurements import Measurements, load_measurements
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from shared import ENERGY_DATA as DATA  # noqa: E402  (beside the checkout, or the repository it was cloned from)
@@ -26,6 +28,15 @@ TINY = {
         {"name": "a", "kind": "gpu", "compute_units": 2, "frequency_hz": 1e9, "tdp_w": 100},
         {"name": "b", "kind": "cpu", "compute_units": 4, "frequency_hz": 2e9, "tdp_w": 50}]}],
 }
+
+
+def measurements(nsp: list[int], time_s: list[float], energy_wh: list[float] | None = None,
+                 baseline_time_s: np.ndarray | None = None) -> Measurements:
+    """Measurements of the NSp given: means only (no repetitions), energies NaN when none
+    are given, and a stored baseline's times when given."""
+    energy = np.full(len(nsp), np.nan) if energy_wh is None else np.array(energy_wh, dtype=float)
+    empty = np.empty((len(nsp), 0))
+    return Measurements(np.array(nsp), np.array(time_s, dtype=float), energy, empty, empty, baseline_time_s)
 
 
 @pytest.fixture(scope="session")

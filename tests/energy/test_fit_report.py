@@ -10,52 +10,45 @@ from parlschedd.energy.cluster import NspError, parse_cluster
 from parlschedd.energy.estimator import EnergyTimeModel
 from parlschedd.energy.fit_report import check_fittable, fit_notes, summarise_fit
 from parlschedd.energy.fitting import LeaveOneOut
-from parlschedd.energy.measurements import Measurements
 from parlschedd.energy.metrics import nrmse
-from tests.energy.conftest import TINY
+from tests.energy.conftest import TINY, measurements
 
 NAN = float("nan")
 
 
-def measured(nsp: list[int], time_s: list[float], energy_wh: list[float] | None = None) -> Measurements:
-    energy = np.full(len(nsp), NAN) if energy_wh is None else np.array(energy_wh, dtype=float)
-    empty = np.empty((len(nsp), 0))
-    return Measurements(np.array(nsp), np.array(time_s, dtype=float), energy, empty, empty)
-
-
 def test_a_fit_needs_two_configurations_each_with_individuals(tiny):
     """tiny: 16 individuals."""
-    check_fittable(tiny, measured([1, 2], [5, 4]), "m.csv")
+    check_fittable(tiny, measurements([1, 2], [5, 4]), "m.csv")
     with pytest.raises(ValueError, match="^m.csv: 1 configuration measured; a fit needs at least 2$"):
-        check_fittable(tiny, measured([1], [5]), "m.csv")
+        check_fittable(tiny, measurements([1], [5]), "m.csv")
     with pytest.raises(NspError, match="^m.csv: nsp 17 above the cluster's run.individuals"):
-        check_fittable(tiny, measured([1, 17], [5, 4]), "m.csv")
+        check_fittable(tiny, measurements([1, 17], [5, 4]), "m.csv")
 
 
 def test_no_note_when_every_phase_has_more_configurations_than_parameters(tiny):
     """tiny: 4 time parameters (2 devices, T_com, T_master), 6 energy parameters."""
     nsp = list(range(1, 8))
-    assert fit_notes(tiny, measured(nsp, [9.0] * 7, [1.0] * 7), "m.csv") == []
+    assert fit_notes(tiny, measurements(nsp, [9.0] * 7, [1.0] * 7), "m.csv") == []
 
 
 def test_missing_energies_are_named_and_the_energy_phase_fits_the_others(tiny):
     energy = [1.0, NAN, 1.0, 1.0, NAN, 1.0, 1.0, 1.0, 1.0, 1.0]
-    assert fit_notes(tiny, measured(list(range(1, 11)), [9.0] * 10, energy), "m.csv") == [
+    assert fit_notes(tiny, measurements(list(range(1, 11)), [9.0] * 10, energy), "m.csv") == [
         "m.csv: no energy for nsp 2, 5; the energy phase fits the other 8"]
 
 
 def test_too_few_energies_fit_time_only(tiny):
-    notes = fit_notes(tiny, measured(list(range(1, 7)), [9.0] * 6, [1.0] + [NAN] * 5), "m.csv")
+    notes = fit_notes(tiny, measurements(list(range(1, 7)), [9.0] * 6, [1.0] + [NAN] * 5), "m.csv")
     assert notes == ["m.csv: energy measured for 1 NSp, the energy phase needs 2; fitting time only"]
 
 
 def test_a_phase_with_no_more_configurations_than_parameters_is_a_warning(tiny):
-    notes = fit_notes(tiny, measured([1, 2, 3, 4, 5], [9.0] * 5, [1.0, 1.0, 1.0, NAN, NAN]), "m.csv")
+    notes = fit_notes(tiny, measurements([1, 2, 3, 4, 5], [9.0] * 5, [1.0, 1.0, 1.0, NAN, NAN]), "m.csv")
     assert notes == [
         "m.csv: no energy for nsp 4, 5; the energy phase fits the other 3",
         "warning: m.csv: 3 configurations with energy for 6 energy parameters; the fit is underdetermined and its "
         "error says nothing of its predictions: measure more configurations"]
-    notes = fit_notes(tiny, measured([1, 2, 3, 4], [9.0] * 4), "m.csv")
+    notes = fit_notes(tiny, measurements([1, 2, 3, 4], [9.0] * 4), "m.csv")
     assert notes[1:] == [
         "warning: m.csv: 4 configurations with time for 4 time parameters; the fit is underdetermined and its "
         "error says nothing of its predictions: measure more configurations"]
@@ -64,7 +57,7 @@ def test_a_phase_with_no_more_configurations_than_parameters_is_a_warning(tiny):
 @pytest.fixture(scope="module")
 def fitted_tiny():
     cluster = parse_cluster(TINY, "tiny")
-    m = measured([1, 2, 3, 4], [10.0, 6.0, 5.0, 5.5], [1.0, 0.8, 0.7, 0.75])
+    m = measurements([1, 2, 3, 4], [10.0, 6.0, 5.0, 5.5], [1.0, 0.8, 0.7, 0.75])
     model = EnergyTimeModel(cluster, "de", repeat=2, random_state=1, generations=5).fit(m.nsp, m.time_s, m.energy_wh)
     return model, BaselineModel(cluster).fit(m.nsp, m.time_s, m.energy_wh), m
 
@@ -90,7 +83,7 @@ def test_the_summary_without_energies_has_none_for_them(fitted_tiny):
     cluster, m = fitted_tiny[0].cluster, fitted_tiny[2]
     model = EnergyTimeModel(cluster, "de", random_state=1, generations=5).fit(m.nsp, m.time_s)
     lo = LeaveOneOut(np.array([9.0, 6.5, 5.0, 5.0]), np.array([NAN] * 4), 0.25, NAN)
-    s = summarise_fit(model, BaselineModel(cluster).fit(m.nsp, m.time_s), measured([1, 2, 3, 4], m.time_s), "t.csv",
+    s = summarise_fit(model, BaselineModel(cluster).fit(m.nsp, m.time_s), measurements([1, 2, 3, 4], m.time_s), "t.csv",
                       lo)
     assert [e.energy for e in (s.best, s.mean, s.baseline, s.leave_one_out_nrmse)] == [None] * 4
 
@@ -109,7 +102,7 @@ def test_an_undefined_nrmse_is_nan_and_one_not_fitted_is_none(fitted_tiny):
     """Energies without spread were None, as if none had been fitted (and the
     baseline's NaN): a text could not say which."""
     cluster, m = fitted_tiny[0].cluster, fitted_tiny[2]
-    flat = measured([1, 2, 3, 4], m.time_s, [0.8] * 4)
+    flat = measurements([1, 2, 3, 4], m.time_s, [0.8] * 4)
     model = EnergyTimeModel(cluster, "de", random_state=1, generations=5).fit(flat.nsp, flat.time_s, flat.energy_wh)
     lo = LeaveOneOut(np.array([9.0, 6.5, 5.0, 5.0]), np.array([0.8] * 4), 0.25, NAN)
     s = summarise_fit(model, BaselineModel(cluster).fit(flat.nsp, flat.time_s, flat.energy_wh), flat, "m.csv", lo)

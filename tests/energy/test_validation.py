@@ -6,21 +6,15 @@ import numpy as np
 import pytest
 
 from parlschedd.energy.cluster import NspError
-from parlschedd.energy.measurements import Measurements
 from parlschedd.energy.store import Fitted
 from parlschedd.energy.validation import model_errors, validate
+from tests.energy.conftest import measurements
 
 NAN = float("nan")
 
 
-def measured(time_s, energy_wh, baseline_time_s=None, baseline_energy_wh=None, nsp=(1, 2)) -> Measurements:
-    empty = np.empty((len(nsp), 0))
-    return Measurements(np.array(nsp), np.array(time_s, dtype=float), np.array(energy_wh, dtype=float), empty, empty,
-                        baseline_time_s, baseline_energy_wh)
-
-
 def test_errors_by_hand():
-    m = measured([10.0, 20.0], [1.0, 3.0])  # population std 5 and 1
+    m = measurements([1, 2], [10.0, 20.0], [1.0, 3.0])  # population std 5 and 1
     e = model_errors(np.array([11.0, 17.0]), np.array([1.5, 2.0]), m)
     assert e.nrmse_time == pytest.approx(np.sqrt((1 + 9) / 2) / 5)
     assert e.nrmse_energy == pytest.approx(np.sqrt((0.25 + 1) / 2) / 1)
@@ -33,7 +27,7 @@ def test_errors_by_hand():
 
 
 def test_energy_is_scored_only_where_measured_and_predicted():
-    m = measured([10.0, 20.0, 30.0], [1.0, 3.0, NAN], nsp=(1, 2, 3))
+    m = measurements([1, 2, 3], [10.0, 20.0, 30.0], [1.0, 3.0, NAN])
     e = model_errors(np.array([10.0, 20.0, 30.0]), np.array([1.0, NAN, 2.0]), m)
     assert e.nrmse_energy is None  # one configuration with both: fewer than MIN_ENERGY_ROWS
     assert e.energy_rel_error[0] == 0 and np.isnan(e.energy_rel_error[1:]).all()
@@ -44,14 +38,14 @@ def test_energy_is_scored_only_where_measured_and_predicted():
 def test_time_is_scored_only_where_predicted():
     """A stored baseline may lack a prediction: its time NRMSE was NaN, shown as
     undefined "because the runtimes have no spread", though they had."""
-    m = measured([10.0, 20.0, 30.0], [NAN, NAN, NAN], nsp=(1, 2, 3))
+    m = measurements([1, 2, 3], [10.0, 20.0, 30.0], [NAN, NAN, NAN])
     e = model_errors(np.array([11.0, NAN, 27.0]), np.full(3, NAN), m)
     assert e.nrmse_time == pytest.approx(np.sqrt((1 + 9) / 2) / 10)  # over nsp 1 and 3: population std 10
     assert np.isnan(model_errors(np.full(3, NAN), np.full(3, NAN), m).nrmse_time)  # no prediction at all
 
 
 def test_measurements_without_spread_have_an_undefined_nrmse():
-    e = model_errors(np.array([300.0, 310.0]), np.array([NAN, NAN]), measured([300.0, 300.0], [NAN, NAN]))
+    e = model_errors(np.array([300.0, 310.0]), np.array([NAN, NAN]), measurements([1, 2], [300.0, 300.0], [NAN, NAN]))
     assert np.isnan(e.nrmse_time) and e.nrmse_energy is None
 
 
@@ -67,11 +61,11 @@ class Predicts:
 
 def test_validate_compares_the_proposed_model_the_baseline_and_the_stored_baseline(tiny):
     fitted = Fitted(tiny, Predicts([11.0, 19.0], [1.0, 3.0]), Predicts([12.0, 22.0], [NAN, NAN]), {})
-    m = measured([10.0, 20.0], [1.0, 3.0])
+    m = measurements([1, 2], [10.0, 20.0], [1.0, 3.0])
     report = validate(fitted, m, "m.csv")
     assert report.data == "m.csv" and list(report.models) == ["proposed", "baseline"]
     assert report.models["proposed"].nrmse_energy == 0 and report.models["baseline"].nrmse_energy is None
-    stored = validate(fitted, measured([10.0, 20.0], [1.0, 3.0], np.array([10.0, 21.0])), "m.csv")
+    stored = validate(fitted, measurements([1, 2], [10.0, 20.0], [1.0, 3.0], np.array([10.0, 21.0])), "m.csv")
     assert list(stored.models) == ["proposed", "baseline", "baseline_stored"]
     assert stored.models["baseline_stored"].time_rel_error.tolist() == [0.0, 0.05]
     assert stored.models["baseline_stored"].nrmse_energy is None  # no stored energies
@@ -83,4 +77,4 @@ def test_validate_compares_the_proposed_model_the_baseline_and_the_stored_baseli
 def test_validate_refuses_measured_nsp_without_individuals(tiny):
     fitted = Fitted(tiny, Predicts([1.0, 1.0], [NAN, NAN]), Predicts([1.0, 1.0], [NAN, NAN]), {})
     with pytest.raises(NspError, match="^m.csv: nsp 17 above the cluster's run.individuals"):
-        validate(fitted, measured([10.0, 20.0], [NAN, NAN], nsp=(1, 17)), "m.csv")
+        validate(fitted, measurements([1, 17], [10.0, 20.0], [NAN, NAN]), "m.csv")
