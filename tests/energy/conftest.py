@@ -1,5 +1,5 @@
 """Shared inputs: the real HPMoon data read in place, a hand-computable cluster, and
-measurements built in place from a few numbers."""
+measurements and a fitted model's stand-in built from a few numbers."""
 
 from __future__ import annotations
 
@@ -37,6 +37,19 @@ def measurements(nsp: list[int], time_s: list[float], energy_wh: list[float] | N
     energy = np.full(len(nsp), np.nan) if energy_wh is None else np.array(energy_wh, dtype=float)
     empty = np.empty((len(nsp), 0))
     return Measurements(np.array(nsp), np.array(time_s, dtype=float), energy, empty, empty, baseline_time_s)
+
+
+class StubModel:
+    """A fitted model's stand-in: predicts the given times and energies for NSp 1, 2, 3,
+    ... (row nsp - 1), and has the fit errors a fitted model carries."""
+
+    def __init__(self, time_s: list[float], energy_wh: list[float], nrmse_time: float = 0.1,
+                 nrmse_energy: float = 0.2) -> None:
+        self.time_s, self.energy_wh = np.array(time_s), np.array(energy_wh)
+        self.nrmse_time_, self.nrmse_energy_ = nrmse_time, nrmse_energy
+
+    def predict(self, nsp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.time_s[nsp - 1], self.energy_wh[nsp - 1]
 
 
 @pytest.fixture(scope="session")

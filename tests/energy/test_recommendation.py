@@ -7,24 +7,13 @@ import numpy as np
 import pytest
 
 from parlschedd.energy.recommendation import NEAR_BEST, NeedsEnergy, recommend
+from tests.energy.conftest import StubModel
 
 NAN = float("nan")
 
 
-class Model:
-    """Predicts the given times and energies for the candidates 1, 2, 3, ... asked."""
-
-    def __init__(self, time_s: list[float], energy_wh: list[float], nrmse_time: float = 0.1,
-                 nrmse_energy: float = 0.2) -> None:
-        self.time_s, self.energy_wh = np.array(time_s), np.array(energy_wh)
-        self.nrmse_time_, self.nrmse_energy_ = nrmse_time, nrmse_energy
-
-    def predict(self, nsp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return self.time_s[nsp - 1], self.energy_wh[nsp - 1]
-
-
 CANDIDATES = np.array([1, 2, 3, 4])
-MODEL = Model([100.0, 50.0, 50.4, 60.0], [1.0, 4.0, 2.0, 0.9])
+MODEL = StubModel([100.0, 50.0, 50.4, 60.0], [1.0, 4.0, 2.0, 0.9])
 
 
 def test_the_best_time_and_the_candidates_within_near_best_of_it():
@@ -46,7 +35,7 @@ def test_only_the_candidates_asked_are_considered():
 
 
 def test_a_model_without_energies_recommends_for_time_only():
-    model = Model([100.0, 50.0], [NAN, NAN], nrmse_energy=NAN)
+    model = StubModel([100.0, 50.0], [NAN, NAN], nrmse_energy=NAN)
     r = recommend(model, "time", np.array([1, 2]))
     assert r.nsp == 2 and np.isnan(r.energy_wh)
     for goal in ("energy", "edp"):

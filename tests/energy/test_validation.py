@@ -8,7 +8,7 @@ import pytest
 from parlschedd.energy.cluster import NspError
 from parlschedd.energy.store import Fitted
 from parlschedd.energy.validation import model_errors, validate
-from tests.energy.conftest import measurements
+from tests.energy.conftest import StubModel, measurements
 
 NAN = float("nan")
 
@@ -49,18 +49,8 @@ def test_measurements_without_spread_have_an_undefined_nrmse():
     assert np.isnan(e.nrmse_time) and e.nrmse_energy is None
 
 
-class Predicts:
-    """A model that predicts what it was given, for any NSp asked."""
-
-    def __init__(self, time_s: list[float], energy_wh: list[float]) -> None:
-        self.prediction = (np.array(time_s), np.array(energy_wh))
-
-    def predict(self, nsp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return self.prediction
-
-
 def test_validate_compares_the_proposed_model_the_baseline_and_the_stored_baseline(tiny):
-    fitted = Fitted(tiny, Predicts([11.0, 19.0], [1.0, 3.0]), Predicts([12.0, 22.0], [NAN, NAN]), {})
+    fitted = Fitted(tiny, StubModel([11.0, 19.0], [1.0, 3.0]), StubModel([12.0, 22.0], [NAN, NAN]), {})
     m = measurements([1, 2], [10.0, 20.0], [1.0, 3.0])
     report = validate(fitted, m, "m.csv")
     assert report.data == "m.csv" and list(report.models) == ["proposed", "baseline"]
@@ -75,6 +65,6 @@ def test_validate_compares_the_proposed_model_the_baseline_and_the_stored_baseli
 
 
 def test_validate_refuses_measured_nsp_without_individuals(tiny):
-    fitted = Fitted(tiny, Predicts([1.0, 1.0], [NAN, NAN]), Predicts([1.0, 1.0], [NAN, NAN]), {})
+    fitted = Fitted(tiny, StubModel([1.0, 1.0], [NAN, NAN]), StubModel([1.0, 1.0], [NAN, NAN]), {})
     with pytest.raises(NspError, match="^m.csv: nsp 17 above the cluster's run.individuals"):
         validate(fitted, measurements([1, 17], [10.0, 20.0], [NAN, NAN]), "m.csv")
