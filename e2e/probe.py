@@ -37,11 +37,12 @@ def out(msg: str) -> None:
     print(f"[probe {time.time() - result['started']:6.1f}s] {msg}", flush=True)
 
 
-def run(cmd: list[str], timeout: float = 60, **kw) -> dict:
+def run(cmd: list[str], timeout: float = 60, keep: int = 6000, **kw) -> dict:
+    """``cmd``'s exit code and the last ``keep`` characters of its stdout and stderr."""
     t0 = time.monotonic()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
-        rec = {"rc": p.returncode, "stdout": p.stdout[-6000:], "stderr": p.stderr[-6000:]}
+        rec = {"rc": p.returncode, "stdout": p.stdout[-keep:], "stderr": p.stderr[-keep:]}
     except subprocess.TimeoutExpired as exc:
         rec = {"rc": None, "stdout": str(exc.stdout or "")[-3000:], "stderr": f"timeout after {timeout}s"}
     rec["seconds"] = round(time.monotonic() - t0, 2)
@@ -67,6 +68,14 @@ def save() -> None:
     tmp = IO / "result.json.tmp"
     tmp.write_text(json.dumps(result, indent=1, default=str))
     tmp.replace(IO / "result.json")
+
+
+def os_name() -> str | None:
+    """The container's PRETTY_NAME (os-release(5)), such as "Debian GNU/Linux 12 (bookworm)"."""
+    for line in Path("/etc/os-release").read_text().splitlines():
+        if line.startswith("PRETTY_NAME="):
+            return line.split("=", 1)[1].strip().strip('"')
+    return None
 
 
 def show(*props: str) -> dict:
@@ -184,6 +193,7 @@ def main() -> None:
         r["uname"] = os.uname().release
         r["cpus"] = sorted(os.sched_getaffinity(0))
         r["systemd"] = run(["systemctl", "--version"])["stdout"].splitlines()[0]
+        r["os"] = os_name()
         r["system_state"] = run(["systemctl", "is-system-running"])["stdout"].strip()
         r["paranoid"] = Path("/proc/sys/kernel/perf_event_paranoid").read_text().strip()
 
@@ -203,7 +213,9 @@ def main() -> None:
         r.update(run(["systemd-analyze", "verify", UNIT_PATH]))
 
     with step("security") as r:
-        p = run(["systemd-analyze", "security", "--no-pager", UNIT])
+        # the whole table: its last 6000 characters, all that was kept before, held only the
+        # passed rows, not the ones the score is made of
+        p = run(["systemd-analyze", "security", "--no-pager", UNIT], keep=1 << 20)
         r["rc"], r["text"] = p["rc"], p["stdout"]
         m = re.search(r"Overall exposure level for \S+: ([0-9.]+) (\S+)", p["stdout"])
         r["score"], r["verdict"] = (float(m.group(1)), m.group(2)) if m else (None, None)
