@@ -94,8 +94,11 @@ uninstall:
 	fi
 
 # Boots a real systemd in a container and checks the unit end to end; the host test
-# tests/e2e/test_systemd.py runs e2e/run.sh and asserts every check it recorded.
+# tests/e2e/test_systemd.py runs e2e/run.sh and asserts every check it recorded. When
+# they pass, the unit's exposure score goes to bench/results/e2e-security.json (from the
+# result checked: PARLSCHED_E2E_RESULT's when set, as the test reads it).
 e2e: $(STAMP)
 	PARLSCHED_E2E=1 E2E_ROOT=$(E2E_ROOT) E2E_CACHE=$(E2E_CACHE) E2E_WORK=$(E2E_WORK) \
 	E2E_OUT=$(E2E_OUT) E2E_TIMEOUT=$(E2E_TIMEOUT) E2E_PY=$(abspath $(PY)) \
 		$(PY) -m pytest -s -p no:cacheprovider -m e2e tests/e2e
+	$(PY) bench/e2e_security.py "$${PARLSCHED_E2E_RESULT:-$(E2E_OUT)/result.json}"
