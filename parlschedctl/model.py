@@ -125,13 +125,6 @@ def progress_printer(label: str, quiet: bool) -> Callable[[int, int], None] | No
     return show
 
 
-def _floats(a: np.ndarray) -> list[float | None]:
-    """Predictions for the JSON document and the text made from it: None where not
-    finite (an energy not fitted). Not rounded: the text rounds what it shows,
-    and JSON is read by programs, which get what the model computed."""
-    return [float(v) if np.isfinite(v) else None for v in a]
-
-
 def _nrmse(x: float | None) -> str:
     """An NRMSE as the text shows it: n/a where there is none (no energy fitted or
     measured), undefined where it is NaN (``_why_undefined`` says why)."""
@@ -233,7 +226,10 @@ def predict(params_path: str, nsp: tuple[int, ...] | None, as_json: bool) -> Non
     fitted = load_params(params_path)
     ks = _candidates(fitted, nsp)
     t, e = fitted.model.predict(ks)
-    rows = [{"nsp": int(k), "time_s": a, "energy_wh": b} for k, a, b in zip(ks, _floats(t), _floats(e), strict=True)]
+    # None where not finite (an energy not fitted), for the JSON and the text made from it. Not
+    # rounded: the text rounds what it shows, and JSON is read by programs, which get what the model computed.
+    rows = json_safe([{"nsp": int(k), "time_s": a, "energy_wh": b}
+                      for k, a, b in zip(ks, t.tolist(), e.tolist(), strict=True)])
     text = "\n".join([f"{'nsp':>4} {'time_s':>10} {'energy_wh':>10}"]
                      + [f"{r['nsp']:>4} {r['time_s']:>10.2f} {_cell(r['energy_wh'])}" for r in rows])
     _emit(as_json, {"predictions": rows}, text)
