@@ -29,7 +29,7 @@ class Recommendation:
     time_s: float  # predicted for nsp
     energy_wh: float  # predicted for nsp; NaN if fitted without energies
     near_best: tuple[int, ...]  # the other candidates within near_best_within of the best
-    near_best_within: float = NEAR_BEST
+    near_best_within: float  # relative; recommend() sets the NEAR_BEST it compared them with
     # The fit's NRMSE (on the runs it was fitted to) of each quantity the objective
     # depends on: how far apart predictions must be for the model to tell them apart.
     nrmse: dict[str, float] = field(default_factory=dict)
@@ -48,9 +48,10 @@ def recommend(model: EnergyTimeModel, goal: str, candidates: np.ndarray) -> Reco
         raise NeedsEnergy(f"fitted without energies; {goal} cannot be predicted")
     value = objective(goal, t, e)
     best = int(np.nanargmin(value))
+    within = NEAR_BEST
     near = tuple(int(k) for k, v in zip(candidates, value, strict=True)
-                 if k != candidates[best] and v <= value[best] * (1 + NEAR_BEST))
+                 if k != candidates[best] and v <= value[best] * (1 + within))
     errors = {"time": model.nrmse_time_, "energy": model.nrmse_energy_}
     depends_on = ("time", "energy") if goal == "edp" else (goal,)
-    return Recommendation(goal, int(candidates[best]), float(t[best]), float(e[best]), near,
+    return Recommendation(goal, int(candidates[best]), float(t[best]), float(e[best]), near, within,
                           nrmse={q: errors[q] for q in depends_on})
