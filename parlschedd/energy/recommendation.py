@@ -7,7 +7,7 @@ Pure: the caller prints ``Recommendation`` or dumps ``Recommendation.to_dict()``
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -32,7 +32,7 @@ class Recommendation:
     near_best_within: float  # relative; recommend() sets the NEAR_BEST it compared them with
     # The fit's NRMSE (on the runs it was fitted to) of each quantity the objective
     # depends on: how far apart predictions must be for the model to tell them apart.
-    nrmse: dict[str, float] = field(default_factory=dict)
+    nrmse: dict[str, float]
 
     def to_dict(self) -> dict[str, Any]:
         """NaN is left to the writer (store.json_safe)."""
