@@ -91,9 +91,8 @@ def _mean(stored: float, reps: list[float]) -> float:
 
 
 def parse_measurements(rows: list[dict[str, str]], header: list[str], source: str,
-                       lines: Sequence[int] | None = None) -> Measurements:
-    """Validate CSV rows; ``lines`` are their line numbers in ``source`` for the errors
-    (default: the header line 1, then one line each)."""
+                       lines: Sequence[int]) -> Measurements:
+    """Validate CSV rows; ``lines`` are their line numbers in ``source`` for the errors."""
     if "" in header:
         raise MeasurementsError(source, 1, f"column {header.index('') + 1} has no name (a trailing comma, as "
                                 "spreadsheets export?); remove it")
@@ -110,7 +109,7 @@ def parse_measurements(rows: list[dict[str, str]], header: list[str], source: st
         raise MeasurementsError(source, None, "no data rows")
     nsp, t, e, tr, er, bt, be = [], [], [], [], [], [], []
     seen: dict[int, int] = {}
-    for line, row in zip(lines or range(2, len(rows) + 2), rows, strict=True):
+    for line, row in zip(lines, rows, strict=True):
         if (cells := _cells(row, len(header))) != len(header):  # after the header's checks: theirs say more
             raise MeasurementsError(source, line, f"{cells} cells for {len(header)} columns")
         raw = (row.get("nsp") or "").strip()
