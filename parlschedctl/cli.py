@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from enum import Enum, auto
 from typing import Any
 
 import click
@@ -201,6 +202,15 @@ def _signal_name(number: int) -> str:
         return f"SIGRTMIN+{number - rtmin}" if rtmin < number < signal.SIGRTMAX else f"signal {number}"
 
 
+class Watched(Enum):
+    """How far run watched CMD, which is what its summary can say of CMD's threads."""
+
+    TO_THE_END = auto()  # attached until CMD ended: the count, and when managed the last placements
+    DETACHED = auto()  # a client detached CMD while it ran: the count, said to stop there
+    DAEMON_STOPPED = auto()  # the daemon went away (before the attach or after): the same
+    NEVER_ATTACHED = auto()  # the daemon refused the attach: nothing to count
+
+
 @cli.command(context_settings={"allow_interspersed_args": False})
 @click.option("--observe", is_flag=True, help="Measure and learn without pinning.")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
@@ -222,7 +232,7 @@ def run(sock: str, observe: bool, cmd: tuple[str, ...]) -> None:
     for sig in FROM_KEYBOARD:  # after the fork: CMD must not inherit them ignored
         signal.signal(sig, signal.SIG_IGN)
     last: dict[str, Any] = {}
-    ending = ""  # why the summary is not of CMD's end, if it is not
+    watched = Watched.TO_THE_END
     managed: set[int] = set()
     try:
         last = client.request(sock, "attach", pid=proc.pid, observe=observe, descendants=True)["target"]
@@ -233,7 +243,7 @@ def run(sock: str, observe: bool, cmd: tuple[str, ...]) -> None:
                 last = client.request(sock, "status", pid=proc.pid)["targets"][0]
             except client.Refused:
                 if proc.poll() is None:  # it runs, and is not attached: a client detached it
-                    ending = "detached before the end"
+                    watched = Watched.DETACHED
                     _say(("\r\033[K" if live else "") + f"parlschedctl: {cmd[0]} was detached; waiting for it")
                     break
                 continue  # it ended, and the daemon dropped it: the loop's end
@@ -246,24 +256,26 @@ def run(sock: str, observe: bool, cmd: tuple[str, ...]) -> None:
     except client.Refused as exc:
         ended = exc.code == "no_such_process" and proc.poll() is not None
         _say(f"parlschedctl: not managed: {f'{cmd[0]} ended before it could be attached' if ended else exc}")
-        ending = "never attached"
+        watched = Watched.NEVER_ATTACHED
     except client.Unreachable as exc:
-        ending = "the daemon stopped before the end"
+        watched = Watched.DAEMON_STOPPED
         _say(("\r\033[K" if sys.stderr.isatty() else "") + f"parlschedctl: lost the daemon ({exc}); waiting for {cmd[0]}")
     code = proc.wait()
     wall = time.monotonic() - started
     how = f"exited {code}" if code >= 0 else f"was killed by {_signal_name(-code)}"
-    _say(f"parlschedctl: {cmd[0]} {how} after {wall:.2f} s{_run_summary(ending, observe, managed, last)}")
+    _say(f"parlschedctl: {cmd[0]} {how} after {wall:.2f} s{_run_summary(watched, observe, managed, last)}")
     sys.exit(code if code >= 0 else 128 - code)
 
 
-def _run_summary(ending: str, observe: bool, managed: set[int], last: dict[str, Any]) -> str:
+def _run_summary(watched: Watched, observe: bool, managed: set[int], last: dict[str, Any]) -> str:
     """'; managed 4 threads (at the end ...)' for run's last line; '' when never attached."""
-    if ending == "never attached":
+    if watched is Watched.NEVER_ATTACHED:
         return ""
     said = f"; {'observed' if observe else 'managed'} {len(managed)} thread{'' if len(managed) == 1 else 's'}"
-    if ending:
-        return f"{said} ({ending})"
+    if watched is Watched.DETACHED:
+        return f"{said} (detached before the end)"
+    if watched is Watched.DAEMON_STOPPED:
+        return f"{said} (the daemon stopped before the end)"
     return said if observe else said + f" (at the end {placements(last.get('threads', []))})"
 
 
