@@ -69,9 +69,14 @@ def as_asked(mask: frozenset[int], cpuset: frozenset[int] | None) -> frozenset[i
 
 
 def get_affinity(tid: int) -> frozenset[int]:
-    """The CPUs thread ``tid`` may run on."""
+    """The CPUs thread ``tid`` may run on: its mask as sched_getaffinity(2) gives it,
+    the mask's CPUs that are online. A mask of offline CPUs alone (its CPU was
+    unplugged, and the thread has not run since: the kernel moves it at its next
+    wake-up) reads empty there; it is read whole from /proc instead, since no one can
+    set an empty mask and an empty read would pass for a mask someone else set."""
     with translated("sched_getaffinity", tid=tid):
-        return frozenset(os.sched_getaffinity(tid))
+        mask = frozenset(os.sched_getaffinity(tid))
+    return mask or procfs.thread_cpus_allowed(tid)
 
 
 _SETAFFINITY_ERRORS = {errno.EINVAL: InvalidMask}

@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from parlschedd.host.errors import ThreadGone, Unsupported, as_host_error, translated
+from parlschedd.cpulist import parse_cpulist
+from parlschedd.host.errors import HostError, ThreadGone, Unsupported, as_host_error, translated
 
 PROC_ROOT = "/proc"
 
@@ -125,6 +126,17 @@ def thread_start_time(tid: int, root: str = PROC_ROOT) -> int:
 def thread_schedstat(tid: int, root: str = PROC_ROOT) -> Schedstat:
     """The thread's schedstat: ns on CPU is a counter that needs neither perf nor a PMU."""
     return parse_schedstat(_read(os.path.join(_thread_dir(root, tid), "schedstat"), tid=tid))
+
+
+def thread_cpus_allowed(tid: int, root: str = PROC_ROOT) -> frozenset[int]:
+    """The thread's affinity mask as it is set (``Cpus_allowed_list`` of its status),
+    offline CPUs included: sched_getaffinity(2) gives only those of its CPUs that are
+    online."""
+    status = _read(os.path.join(_thread_dir(root, tid), "status"), tid=tid)
+    try:
+        return parse_cpulist(status_field(status, "Cpus_allowed_list")[0])
+    except (ValueError, IndexError) as exc:
+        raise HostError(f"unreadable Cpus_allowed_list of tid {tid}: {exc}", tid=tid) from None
 
 
 def comm(pid: int, root: str = PROC_ROOT) -> str:

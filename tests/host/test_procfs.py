@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from parlschedd.host import procfs
-from parlschedd.host.errors import ThreadGone
+from parlschedd.host.errors import HostError, ThreadGone
 from tests.conftest import wait_for
 from parlschedd.host.procfs import Schedstat, Uids
 
@@ -57,6 +57,19 @@ def test_fake_tree_threads_and_identity(fake_proc: FakeProc) -> None:
     with pytest.raises(ThreadGone) as info:
         procfs.thread_start_time(103, root)
     assert info.value.tid == 103
+
+
+def test_a_threads_mask_as_set_offline_cpus_included(fake_proc: FakeProc) -> None:
+    """Cpus_allowed_list is the mask as set; sched_getaffinity(2) would give only its
+    online CPUs (none, for a thread pinned to a CPU that went offline)."""
+    fake_proc.process(100)
+    status = fake_proc.root / "100" / "task" / "100" / "status"
+    status.write_text("Name:\tapp\nCpus_allowed:\t0a\nCpus_allowed_list:\t1,3\nMems_allowed_list:\t0\n")
+    assert procfs.thread_cpus_allowed(100, str(fake_proc.root)) == {1, 3}
+    status.write_text("Name:\tapp\n")
+    with pytest.raises(HostError, match="Cpus_allowed_list of tid 100"):
+        procfs.thread_cpus_allowed(100, str(fake_proc.root))
+    assert procfs.thread_cpus_allowed(threading.get_native_id()) == os.sched_getaffinity(0)  # every CPU online here
 
 
 def test_fake_tree_vanished_process(fake_proc: FakeProc) -> None:

@@ -1,5 +1,6 @@
 """Faults while the daemon works (issue 7, part 2): thread churn, targets exiting, pid
-reuse, a shrinking cpuset, perf_event_open failing mid-run, SIGKILL at random points.
+reuse, a shrinking cpuset, a CPU unplugged, perf_event_open failing mid-run, SIGKILL at
+random points.
 
 Real daemon, real processes, real affinity syscalls. What is simulated is said where
 it is: EACCES from perf_event_open (root cannot be refused it here) is injected at the
@@ -15,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -199,6 +201,54 @@ def test_cpuset_shrinks_under_pinned_threads(daemon, cpuset):
         assert any(r.get("event") == "original mask outside cpuset, widening" for r in log_records(daemon))
         (cpuset / "cpuset.cpus").write_text("0-1")
         assert 0 in masks(tids)[tids[-1]], "its original CPU is usable again"
+        assert not errors_in_log(daemon)
+    finally:
+        target.kill()
+        target.wait()
+
+
+# -- CPU hotplug -------------------------------------------------------------------------
+
+LAST = max(ALL)  # CPU 0 often cannot go offline
+ONLINE = Path(f"/sys/devices/system/cpu/cpu{LAST}/online")
+
+
+@pytest.fixture
+def hotplug():
+    """The last CPU's online switch, set back to online after the test whatever happens.
+    A real hotplug: the kernel takes the CPU out of every cpuset's effective CPUs and
+    moves the threads pinned to it elsewhere."""
+    if LAST == 0 or not os.access(ONLINE, os.W_OK):
+        pytest.skip(f"no writable {ONLINE}")
+    yield ONLINE
+    if ONLINE.read_text().strip() != "1":
+        ONLINE.write_text("1")
+
+
+@pytest.mark.slow
+@two_cpus
+def test_a_cpu_that_goes_offline_and_comes_back(daemon, hotplug):
+    """The last CPU goes offline while threads are pinned to it and comes back: the
+    daemon goes on, its target learns on the CPUs left (its cpuset's effective CPUs,
+    read every rescan_s), then on all of them again and pins threads to the returned
+    CPU; detach restores the exact originals, and nothing is logged as an error."""
+    target = sleepy(6)
+    try:
+        tids = tids_of(target.pid)
+        before = masks(tids)
+        daemon.request("attach", pid=target.pid)
+        wait_for(lambda: any(m == {LAST} for m in masks(tids).values()), timeout=10)
+        hotplug.write_text("0")
+        left = sorted(ALL - {LAST})
+        assert daemon.request("ping")
+        wait_for(lambda: daemon.request("status", pid=target.pid)["targets"][0]["cpus"] == left, timeout=5)
+        wait_for(lambda: all(t["cpu"] in (*left, None) for t in threads_of(daemon, target.pid).values()), timeout=3)
+        hotplug.write_text("1")
+        wait_for(lambda: daemon.request("status", pid=target.pid)["targets"][0]["cpus"] == sorted(ALL), timeout=5)
+        wait_for(lambda: any(m == {LAST} for m in masks(tids).values()), timeout=10)
+        assert set(threads_of(daemon, target.pid)) == set(tids)
+        daemon.request("detach", pid=target.pid)
+        assert masks(tids) == before
         assert not errors_in_log(daemon)
     finally:
         target.kill()
