@@ -98,7 +98,7 @@ def read_topology(
              CPUs (an application reserved them for is what the daemon places there).
     """
     base = Path(sysfs) / "devices" / "system"
-    online = _cpulist_file(base / "cpu" / "online")
+    online = online_cpus(sysfs)
     if not online:
         raise TopologyError(f"no online CPUs found under {base / 'cpu' / 'online'}")
     excluded = _cpulist_file(base / "cpu" / "isolated") | _cpulist_file(base / "cpu" / "nohz_full")
@@ -118,6 +118,12 @@ def read_topology(
         core=_groups(base / "cpu", online, _core_key),
         excluded=excluded,
     )
+
+
+def online_cpus(sysfs: str | os.PathLike[str] = "/sys") -> frozenset[int]:
+    """The CPUs online now: one small read, to notice CPUs plugged in since the
+    topology was read."""
+    return _cpulist_file(Path(sysfs) / "devices" / "system" / "cpu" / "online")
 
 
 def _cpulist_file(path: Path) -> frozenset[int]:

@@ -40,7 +40,7 @@ from parlschedd.host.base import CounterSource
 from parlschedd.cpulist import format_cpulist
 from parlschedd.host.perf import CounterSet, detect_source, raise_fd_limit
 from parlschedd.host.privileges import CAP_SYS_NICE, effective_capabilities, group_id, perfmon_capable
-from parlschedd.topology import read_topology
+from parlschedd.topology import online_cpus, read_topology
 
 log = structlog.get_logger("parlschedd")
 MAX_CLIENTS = 256
@@ -124,6 +124,7 @@ class Daemon:
         topology = read_topology(self.sysfs, cpus=self.config.cpus)
         self.domains = topology.domains(self.config.domains)
         self.cpus = list(topology.usable)
+        self.online = topology.online
         if unusable := topology.unusable(self.config.cpus):
             log.warning("config cpus not usable on this host, left out", cpus=format_cpulist(unusable), using=format_cpulist(self.cpus))
         skipped: dict[CounterSource, str] = {}
@@ -213,6 +214,7 @@ class Daemon:
                     self.rules.rescan(self.engine, self.config.targets, now)
                     self.engine.resync(now)
                     self.engine.refilter(now)
+                    self._notice_new_cpus()
                 except Exception as exc:  # /proc unreadable, out of fds: the periods go on
                     log.error("rescan failed", error=f"{type(exc).__name__}: {exc}")
             try:
@@ -308,6 +310,21 @@ class Daemon:
         socket = new.socket if self.socket_path == started.path else replace(new.socket, path=started.path)
         return [key for key, changed in (("socket", socket != started), ("metrics", new.metrics != self._started_with.metrics))
                 if changed]
+
+    def _notice_new_cpus(self) -> None:
+        """Warn of CPUs that came online since start, once per change of the online
+        set: the domains, and so every placement, hold the CPUs usable at start (a
+        restart reads the topology again). A CPU that goes offline and comes back needs
+        nothing: each target's cpuset leaves it out meanwhile (``cpuset.follow_cpuset``)."""
+        online = online_cpus(self.sysfs)
+        if online == self.online:
+            return
+        self.online = online
+        unused = sorted(set(read_topology(self.sysfs, cpus=self.config.cpus).usable) - set(self.cpus))
+        if unused:
+            log.warning("CPUs came online after parlschedd started; it places threads only on those it started with, "
+                        "restart it to use these (systemctl restart parlschedd)", cpus=format_cpulist(unused),
+                        using=format_cpulist(self.cpus))
 
     def _start_metrics(self):
         if self.config.metrics is None:

@@ -23,10 +23,11 @@ import pytest
 from parlschedctl import client
 from parlschedd.config import Config
 from parlschedd.daemon.engine import Engine
+from parlschedd.host import procfs
 from parlschedd.host.affinity import Pinner
 from parlschedd.host.base import CounterSource
 from parlschedd.host.perf import CounterSet, perf_event_open
-from tests.conftest import needs_root, start_daemon, threads_of, wait_for
+from tests.conftest import PINNING, needs_root, start_daemon, threads_of, wait_for
 from tests.reliability.helpers import (NS_LAST_PID, errors_in_log, fd_count, log_records, masks, sleepy,
                                        spawn_with_pid, tids_of)
 
@@ -253,6 +254,34 @@ def test_a_cpu_that_goes_offline_and_comes_back(daemon, hotplug):
     finally:
         target.kill()
         target.wait()
+
+
+@pytest.mark.slow
+@two_cpus
+def test_a_cpu_plugged_in_after_start_is_named_and_left_alone(tmp_path, hotplug):
+    """A daemon started while the last CPU is offline places threads on the CPUs it
+    started with; when the CPU comes online it says so once, naming it and the
+    restart that would use it, and goes on as it was."""
+    hotplug.write_text("0")
+    d = start_daemon(tmp_path, "period_s: 0.05\nrescan_s: 0.2\n" + PINNING)
+    target = sleepy(4)
+    try:
+        tids = tids_of(target.pid)
+        as_set = {t: procfs.thread_cpus_allowed(t) for t in tids}  # sched_getaffinity would leave the offline CPU out
+        d.request("attach", pid=target.pid)
+        hotplug.write_text("1")
+        warned = wait_for(lambda: [r for r in log_records(d) if r.get("event", "").startswith("CPUs came online")])
+        assert len(warned) == 1 and warned[0]["cpus"] == str(LAST) and "restart" in warned[0]["event"]
+        time.sleep(0.5)  # two more rescans: no second warning
+        assert len([r for r in log_records(d) if r.get("event", "").startswith("CPUs came online")]) == 1
+        assert all(t["cpu"] in (*sorted(ALL - {LAST}), None) for t in threads_of(d, target.pid).values())
+        d.request("detach", pid=target.pid)
+        assert masks(tids) == as_set
+        assert not errors_in_log(d)
+    finally:
+        target.kill()
+        target.wait()
+        assert d.stop() == 0
 
 
 # -- perf_event_open failing -----------------------------------------------------------
