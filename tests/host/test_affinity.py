@@ -543,3 +543,46 @@ def test_from_6_2_the_whole_cpuset_over_a_mask_it_keeps_is_someone_elses(
         pinner.pin(tid, frozenset({1}))  # a move checks the mask first
     assert os.sched_getaffinity(tid) == {0, 1}
     pinner.release(tid)
+
+
+# -- CPU hotplug: sched_getaffinity gives a mask's online CPUs only. This host cannot
+# unplug CPUs in a fast test (tests/reliability/test_faults.py does it for real, slowly),
+# so the syscall's view of an unplugged CPU is stood in for where said.
+
+def test_a_mask_of_offline_cpus_alone_is_read_whole(spawn: Callable[..., Worker],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The syscall reads such a mask as empty (stood in for); no one can set an empty
+    mask, so it is read from /proc instead, as set."""
+    worker = spawn(busy=False)
+    set_affinity(worker.tid, {1})
+    monkeypatch.setattr(affinity.os, "sched_getaffinity", lambda tid: set())
+    assert get_affinity(worker.tid) == {1}
+
+
+def test_a_domain_unplugged_cpu_by_cpu_stays_ours(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pinned to the domain {2, 3} (a 4-CPU host stood in for): CPU 3 goes offline and
+    the thread reads {2}, what the cpuset {0, 1, 2} keeps of ours; then CPU 2 and it
+    reads whole, {2, 3}, as we asked: the kernel's, not someone else's mask."""
+    record = PinRecord(start_time=1, original=frozenset({0, 1, 2, 3}), current=frozenset({2}),
+                       asked=frozenset({2, 3}))
+    pinner = Pinner(allowed=lambda tid: frozenset({0, 1}), records={7: record})
+    monkeypatch.setattr(affinity, "get_affinity", lambda tid: frozenset({2, 3}))
+    assert pinner.drifted([7]) == Drift([], [])
+    assert pinner.records[7].current == {2, 3}
+
+
+def test_an_original_with_an_offline_cpu_is_kept_whole(spawn: Callable[..., Worker],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A thread adopted while CPU 1 is offline (the syscall's view stood in for) reads
+    {0}; its masks are as set, with CPU 1: the original restored at the end, and the
+    current one a read shows once CPU 1 is back (read as {0}, that read would be taken
+    for a mask someone else set)."""
+    worker = spawn(busy=False)
+    pinner = Pinner()
+    monkeypatch.setattr(affinity, "get_affinity", lambda tid: frozenset({0}))
+    tid = adopted(pinner, worker)
+    assert (pinner.records[tid].original, pinner.records[tid].current) == (ALL, ALL)
+    monkeypatch.undo()
+    pinner.pin(tid, frozenset({0}))
+    pinner.restore(tid)
+    assert os.sched_getaffinity(tid) == ALL
