@@ -40,7 +40,7 @@ from parlschedd.host.base import CounterSource
 from parlschedd.cpulist import format_cpulist
 from parlschedd.host.perf import CounterSet, detect_source, raise_fd_limit
 from parlschedd.host.privileges import CAP_SYS_NICE, effective_capabilities, group_id, perfmon_capable
-from parlschedd.topology import online_cpus, read_topology
+from parlschedd.topology import TopologyError, online_cpus, read_topology
 
 log = structlog.get_logger("parlschedd")
 MAX_CLIENTS = 256
@@ -319,8 +319,12 @@ class Daemon:
         online = online_cpus(self.sysfs)
         if online == self.online:
             return
+        try:
+            usable = read_topology(self.sysfs, cpus=self.config.cpus).usable
+        except TopologyError:  # none of the config's cpus online now: none new to use either
+            usable = ()
         self.online = online
-        unused = sorted(set(read_topology(self.sysfs, cpus=self.config.cpus).usable) - set(self.cpus))
+        unused = sorted(set(usable) - set(self.cpus))
         if unused:
             log.warning("CPUs came online after parlschedd started; it places threads only on those it started with, "
                         "restart it to use these (systemctl restart parlschedd)", cpus=format_cpulist(unused),
