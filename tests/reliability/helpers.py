@@ -25,6 +25,15 @@ time.sleep(3600)
 """
 
 
+BLOCKED = r"""
+import sys, threading
+for _ in range(int(sys.argv[1]) - 1):
+    threading.Thread(target=threading.Event().wait, daemon=True).start()
+print("ready", flush=True)
+threading.Event().wait()
+"""
+
+
 def fd_count(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
@@ -55,6 +64,15 @@ def sleepy(n: int, user: int | None = None) -> subprocess.Popen:
     """A process with n threads that only sleep (cheap to have many), run as ``user``."""
     proc = subprocess.Popen([sys.executable, "-c", SLEEPY, str(n), *([] if user is None else [str(user)])],
                             stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def blocked(n: int) -> subprocess.Popen:
+    """A process with n threads that block until it is killed: unlike ``sleepy``'s,
+    they never wake, so a mask the kernel would only rewrite at a wake-up (a pin to a
+    CPU gone offline) stays as it was set."""
+    proc = subprocess.Popen([sys.executable, "-c", BLOCKED, str(n)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
     return proc
 
