@@ -2,7 +2,8 @@
 systemd that `make e2e` boots, as bench/results/e2e-security.json.
 
 `make e2e` (as root) runs this once the e2e tests have passed. From an earlier run's
-result, on the checkout that ran it (the commit written is this checkout's HEAD):
+result, on the checkout that ran it (the commit written is this checkout's, ``-dirty``
+when its tree has changes):
 
     .venv/bin/python bench/e2e_security.py build/e2e/result.json
 
@@ -15,13 +16,11 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import subprocess
 import sys
 from pathlib import Path
 
-from harness import machine
+from harness import code_version, machine
 
-REPO = Path(__file__).resolve().parents[1]
 BENCHMARK = "e2e systemd-analyze security (make e2e, tests/e2e/test_systemd.py)"
 
 
@@ -48,21 +47,13 @@ def security_record(result: dict, commit: str, host: dict) -> dict:
     }
 
 
-def head_commit() -> str:
-    """This checkout's HEAD, short. make e2e runs as root: git is told the checkout is
-    safe to read even when another user owns it."""
-    done = subprocess.run(["git", "-c", f"safe.directory={REPO}", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                          capture_output=True, text=True)
-    return done.stdout.strip() or "unknown"
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("result", type=Path, help="the e2e run's result.json (make e2e: build/e2e/result.json)")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "e2e-security.json")
     args = ap.parse_args(argv)
     try:
-        out = security_record(json.loads(args.result.read_text()), head_commit(), machine())
+        out = security_record(json.loads(args.result.read_text()), code_version(), machine())
     except ValueError as e:
         sys.exit(f"e2e_security.py: {args.result}: {e}")
     args.out.parent.mkdir(parents=True, exist_ok=True)

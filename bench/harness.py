@@ -35,8 +35,20 @@ def stamp() -> str:
 
 
 def machine() -> dict:
-    """What every result records about where it was measured."""
-    return {"node": socket.gethostname(), "cpus": os.cpu_count(), "kernel": platform.release()}
+    """What every result records about where it was measured, and with what code."""
+    return {"node": socket.gethostname(), "cpus": os.cpu_count(), "kernel": platform.release(), "code": code_version()}
+
+
+def code_version() -> str:
+    """The commit of the parlschedd this interpreter imports, ``-dirty`` when its tree has
+    changes (a run from an older checkout, PYTHONPATH=that checkout, says so). Runs as
+    root: git is told the checkout is safe to read whoever owns it."""
+    import parlschedd
+
+    where = Path(parlschedd.__file__).resolve().parent.parent
+    done = subprocess.run(["git", "-c", f"safe.directory={where}", "-C", str(where), "describe", "--always", "--dirty"],
+                          capture_output=True, text=True)
+    return f"{where}@{done.stdout.strip() or 'unknown'}"
 
 
 def start_daemon(tmp: Path, config: str, log: Path | None = None, nice: int = 0,

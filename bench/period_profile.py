@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -117,16 +116,6 @@ def table(row: dict) -> str:
     return "\n".join(lines)
 
 
-def code_version() -> str:
-    """The commit of the parlschedd this interpreter imports (the child imports the
-    same), so a profile of an older checkout (PYTHONPATH=that checkout) says so."""
-    import parlschedd
-
-    where = Path(parlschedd.__file__).resolve().parent.parent
-    done = subprocess.run(["git", "-C", str(where), "describe", "--always", "--dirty"], capture_output=True, text=True)
-    return f"{where}@{done.stdout.strip() or 'unknown'}"
-
-
 def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "--child":
         run_child(sys.argv[2], sys.argv[3:])
@@ -145,7 +134,7 @@ def main() -> None:
         print(table(rows[-1]) + "\n")
     out = {"benchmark": "period_profile", "date": stamp(),
            "machine": machine(),
-           "code": code_version(), "period_s": PERIOD_S, "window_s": args.window, "rows": rows, "tables": [table(r) for r in rows]}
+           "period_s": PERIOD_S, "window_s": args.window, "rows": rows, "tables": [table(r) for r in rows]}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {args.out}", file=sys.stderr)
