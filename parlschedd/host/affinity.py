@@ -187,10 +187,7 @@ class Pinner:
         read them (else they are read here if they matter).
 
         The mask is read before the identity check, so a thread replaced in between is
-        caught rather than recorded under the wrong identity; a mask narrower than every
-        CPU is read again whole (``procfs.thread_cpus_allowed``: the syscall leaves out
-        offline CPUs, which the thread has again when they return, and which a read
-        once they are back shows). ``original`` overrides the
+        caught rather than recorded under the wrong identity. ``original`` overrides the
         mask to restore: a thread created by a pinned thread inherits a mask that is
         ours, not its owner's.
         """
@@ -198,8 +195,6 @@ class Pinner:
         if known is not None and known.start_time == start_time:
             return
         mask = get_affinity(tid)
-        if not mask >= possible_cpus():  # a CPU of it may be offline, left out of what the syscall gives
-            mask = procfs.thread_cpus_allowed(tid)
         self._close_handle(tid)
         self._check_identity(tid, start_time)
         self._records[tid] = PinRecord(start_time, self._as_asked(tid, mask, cpuset) if original is None else original,
