@@ -40,15 +40,21 @@ def machine() -> dict:
 
 
 def code_version() -> str:
-    """The commit of the parlschedd this interpreter imports, ``-dirty`` when its tree has
-    changes (a run from an older checkout, PYTHONPATH=that checkout, says so). Runs as
-    root: git is told the checkout is safe to read whoever owns it."""
+    """The commit of the parlschedd this interpreter imports, ``-dirty`` when its code
+    (not the results an earlier benchmark just wrote) has changes; a run from an older
+    checkout (PYTHONPATH=that checkout) says so. Runs as root: git is told the checkout
+    is safe to read whoever owns it."""
     import parlschedd
 
     where = Path(parlschedd.__file__).resolve().parent.parent
-    done = subprocess.run(["git", "-c", f"safe.directory={where}", "-C", str(where), "describe", "--always", "--dirty"],
-                          capture_output=True, text=True)
-    return f"{where}@{done.stdout.strip() or 'unknown'}"
+    git = ["git", "-c", f"safe.directory={where}", "-C", str(where)]
+    try:
+        head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        changed = subprocess.run([*git, "status", "--porcelain", "--", "parlschedd", "parlschedctl", "bench/*.py"],
+                                 capture_output=True, text=True).stdout.strip()
+    except OSError:  # no git
+        return f"{where}@unknown"
+    return f"{where}@{head or 'unknown'}{'-dirty' if changed else ''}"
 
 
 def start_daemon(tmp: Path, config: str, log: Path | None = None, nice: int = 0,

@@ -219,11 +219,13 @@ def hotplug():
     """The last CPU's online switch, set back to online after the test (unless pytest
     itself is killed). A real hotplug: the kernel takes the CPU out of every cpuset's
     effective CPUs and moves the threads pinned to it elsewhere, other programs' too,
-    whose pins to it are lost: so only where asked for (make test-slow asks)."""
+    whose pins to it are lost: so only where asked for (.ci/run asks)."""
     if os.environ.get("PARLSCHED_HOTPLUG") != "1":
         pytest.skip("unplugs a CPU, which undoes other programs' pins to it: set PARLSCHED_HOTPLUG=1")
     if LAST == 0 or not os.access(ONLINE, os.W_OK):
         pytest.skip(f"no writable {ONLINE}")
+    if ONLINE.read_text().strip() != "1":
+        pytest.skip(f"CPU {LAST} is offline already: left as someone set it")
     yield ONLINE
     for _ in range(50):
         try:
