@@ -19,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-from harness import code_version, machine
+from harness import machine
 
 BENCHMARK = "e2e systemd-analyze security (make e2e, tests/e2e/test_systemd.py)"
 
@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "e2e-security.json")
     args = ap.parse_args(argv)
     try:
-        out = security_record(json.loads(args.result.read_text()), code_version(), machine())
+        host = machine()
+        out = security_record(json.loads(args.result.read_text()), host["code"], host)
     except ValueError as e:
         sys.exit(f"e2e_security.py: {args.result}: {e}")
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -30,6 +30,7 @@ from parlschedd.energy.estimator import EnergyTimeModel, parameter_names
 from parlschedd.energy.fitting import Problem, leave_one_out
 from parlschedd.energy.measurements import Measurements, load_measurements
 from parlschedd.energy.metrics import nrmse
+from harness import machine, stamp
 from shared import ENERGY_DATA as DATA
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,8 +102,8 @@ def main() -> None:
                "wall_s": wall, "time_s": out.time_s.tolist(), "energy_wh": out.energy_wh.tolist()}
 
     result = {
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "load_average_at_end": os.getloadavg()},
+        "date": stamp(),
+        "machine": {**machine(), "python": platform.python_version(), "load_average_at_end": os.getloadavg()},
         "targets": TARGETS, "fits": runs, "baselines": baselines, "leave_one_out": loo,
         "paper": {"best": [0.081, 0.091], "mean": [0.089, 0.139], "std": [0.012, 0.031], "pso": [0.104, 0.113],
                   "baseline": [0.213, 0.256]},

@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from harness import start_daemon, stop_daemon  # noqa: E402
+from harness import machine, start_daemon, stop_daemon  # noqa: E402
 from scipy.stats import binom  # noqa: E402
 
 from parlschedctl import client  # noqa: E402
@@ -448,8 +448,7 @@ def main() -> None:
     loads = [r["load1"] for row in rows for r in row["runs"]]
     result = {
         "benchmark": "scenarios", "date": started.isoformat(timespec="seconds"),
-        "machine": {"node": platform.node(), "cpus": usable_cpus(), "kernel": platform.release(),
-                    "cpu_model": _cpu_model()},
+        "machine": {**machine(), "cpus": usable_cpus(), "cpu_model": _cpu_model()},
         "load_average": {"at_start": [round(x, 2) for x in load_start], "at_end": [round(x, 2) for x in os.getloadavg()],
                          "load1_mean_during_runs": round(statistics.fmean(loads), 2),
                          "load1_min": min(loads), "load1_max": max(loads)},

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import stamp
+from harness import machine, stamp
 from parlschedd.config import DAEMON_LEARNING
 from parlschedd.learning.params import LearningParams
 from parlschedd.sim.background import Background
@@ -145,7 +145,7 @@ def main() -> None:
     print(text)
     summary = {
         "benchmark": "sim_scale",
-        "machine": {"node": platform.node(), "cpus": __import__("os").cpu_count(), "python": platform.python_version()},
+        "machine": {**machine(), "python": platform.python_version()},
         "date": stamp(),
         "setup": {"threads": THREADS, "cores": CORES, "domains": DOMAINS, "domain_every": DOMAIN_EVERY,
                   "weights": f"1 + Lomax({args.tail})", "background": f"non-uniform, load 2.0 on the first {CORES // 16} cores",

@@ -205,15 +205,14 @@ class Pinner:
         caller last read it (the engine, once a rescan): a mask equal to it is taken as
         following it; any other mask narrower than every CPU has the thread's own read
         here (the caller's may be older than a change, or another process's)."""
-        possible = possible_cpus()
-        if mask >= possible:
+        if mask >= possible_cpus():
             return mask
-        if cpuset is not None and mask == cpuset:
-            return possible
-        try:
-            return as_asked(mask, self._allowed(tid))
-        except (HostError, ValueError):  # an unreadable cpuset: the mask as found
-            return mask
+        if mask != cpuset:
+            try:
+                cpuset = self._allowed(tid)
+            except (HostError, ValueError):  # an unreadable cpuset: the mask as found
+                return mask
+        return as_asked(mask, cpuset)
 
     def pin(self, tid: int, cpus: frozenset[int]) -> bool:
         """Restrict an adopted thread to ``cpus`` ∩ its allowed CPUs.

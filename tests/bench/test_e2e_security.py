@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -53,4 +54,6 @@ def test_the_file_has_the_committed_files_fields(tmp_path: Path) -> None:
     main([str(tmp_path / "result.json"), "--out", str(tmp_path / "out.json")])
     written = json.loads((tmp_path / "out.json").read_text())
     assert set(json.loads(COMMITTED.read_text())) <= set(written)
-    assert written["score"] == 1.4 and written["text"] == TEXT and written["commit"] != "unknown"
+    assert written["score"] == 1.4 and written["text"] == TEXT
+    assert written["commit"] == written["machine"]["code"]
+    assert re.search(r"@[0-9a-f]{7,}(-dirty)?$", written["commit"])  # this checkout's commit, read from git
