@@ -22,6 +22,7 @@ from parlschedctl import client
 from parlschedd.host import procfs
 from parlschedd.cpulist import format_cpulist
 from tests.conftest import Daemon, NOBODY, PINNING, as_user, needs_root, start_daemon, threads_of, wait_for
+from tests.reliability.helpers import raw_exchange
 
 pytestmark = needs_root
 ALL = frozenset(os.sched_getaffinity(0))
@@ -169,18 +170,6 @@ def test_errors_for_bad_targets(daemon, workload):
     with pytest.raises(client.Refused) as e:
         daemon.request("detach", pid=1)
     assert e.value.code == "not_attached"
-
-
-def raw_exchange(path: str, payload: bytes) -> list[dict]:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(5)
-        s.connect(path)
-        s.sendall(payload)
-        s.shutdown(socket.SHUT_WR)
-        data = b""
-        while chunk := s.recv(65536):
-            data += chunk
-    return [json.loads(line) for line in data.splitlines()]
 
 
 @pytest.mark.parametrize("payload, fragment", [
