@@ -131,22 +131,21 @@ def _read_cpus(file: Path) -> frozenset[int]:
 
 def task_cpus(task_id: int, root: str = CGROUP_ROOT, proc_root: str = PROC_ROOT) -> frozenset[int] | None:
     """The CPUs a process or thread may use by its cpuset, or None when unrestricted."""
-    lines = memberships(task_id, proc_root)
-    with translated("find cpuset", tid=task_id):  # a path too long for the kernel: an OSError from exists()
-        found = _task_cpus_file(lines, root)
+    found = _task_cpus_file(memberships(task_id, proc_root), root, task_id)
     return None if found is None else _read_cpus(found)
 
 
-def _task_cpus_file(lines: list[Membership], root: str) -> Path | None:
+def _task_cpus_file(lines: list[Membership], root: str, tid: int | None = None) -> Path | None:
     """A v1 cpuset hierarchy wins when mounted (on hybrid hosts cpuset is a v1
     controller); otherwise the v2 cgroup decides."""
-    for m in lines:
-        if "cpuset" in m.controllers:
-            return cpus_file(m.path, m.controllers, root)
-    for m in lines:
-        if m.is_v2:
-            return cpus_file(m.path, (), root)
-    return None
+    with translated("find cpuset", tid=tid):  # a path too long for the kernel: an OSError from exists()
+        for m in lines:
+            if "cpuset" in m.controllers:
+                return cpus_file(m.path, m.controllers, root)
+        for m in lines:
+            if m.is_v2:
+                return cpus_file(m.path, (), root)
+        return None
 
 
 class CpusetReader:
@@ -190,8 +189,7 @@ class CpusetReader:
         return parse_cpulist(text.decode())
 
     def _find(self, raw: bytes) -> Path | None:
-        with translated("find cpuset"):  # a path too long for the kernel: an OSError from exists()
-            return _task_cpus_file(parse_proc_cgroup(raw.decode(errors="backslashreplace")), self.root)
+        return _task_cpus_file(parse_proc_cgroup(raw.decode(errors="backslashreplace")), self.root)
 
 
 def _read_raw(path: str | Path) -> bytes:
