@@ -31,7 +31,7 @@ from parlschedd.daemon.history import History
 from parlschedd.daemon.names import in_turn
 from parlschedd.daemon.target import DomainCpus, Roster, Target, ThreadState
 from parlschedd.host import cgroups, procfs
-from parlschedd.host.affinity import AllowedCpus, PinRecord, as_asked, get_affinity
+from parlschedd.host.affinity import AllowedCpus, PinRecord, get_affinity
 from parlschedd.host.base import Actuator, Counters
 from parlschedd.host.errors import HostError, Overridden, ThreadGone, TooManyFiles
 from parlschedd.learning.scheduler import TwoLevelScheduler
@@ -590,7 +590,7 @@ class Engine:
         restore instead of ours."""
         if target.base_mask is None:
             target.base_mask = get_affinity(target.pid)
-            target.base_original = as_asked(target.base_mask, target.cpuset)
+            target.base_original = self.pinner.original_of(target.pid, target.base_mask, target.cpuset)
             return None
         mask = get_affinity(tid)
         return target.base_original if mask != target.base_mask and mask in self._ours(target) else None

@@ -141,8 +141,9 @@ class Daemon:
             log.warning("without CAP_PERFMON the kernel refuses perf counters on other users' threads, so those "
                         "are not managed; give the daemon CAP_PERFMON, or set utility: schedstat", using=source.value)
         self.counters = CounterSet(source, proc_root=self.proc_root)
-        task_cpus = partial(cgroups.task_cpus, root=self.cgroup_root, proc_root=self.proc_root)  # the pinner's, per thread
-        self.engine = Engine(self.config, self.domains, self.counters, Pinner(allowed=task_cpus, proc_root=self.proc_root),
+        host = {"allowed": partial(cgroups.task_cpus, root=self.cgroup_root, proc_root=self.proc_root),  # per thread
+                "proc_root": self.proc_root, "sysfs": self.sysfs}
+        self.engine = Engine(self.config, self.domains, self.counters, Pinner(**host),
                              proc_root=self.proc_root, on_change=self._mark_dirty, persist=self._persist,
                              allowed=cgroups.CpusetReader(self.cgroup_root, self.proc_root))
         try:
@@ -150,7 +151,7 @@ class Daemon:
         except StateDirUnusable as exc:
             raise StartupError(str(exc)) from None
         gid = self._socket_gid()  # both checked before recover changes any thread
-        saved = self.statefile.recover(self.engine, self.proc_root, task_cpus)
+        saved = self.statefile.recover(self.engine, host)
         self.metrics = self._start_metrics()
         self._open_socket(gid)
         self._wake_r, self._wake_w = socket.socketpair()

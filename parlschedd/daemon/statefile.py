@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -17,7 +19,7 @@ from parlschedd.cpulist import format_cpulist, parse_cpulist
 from parlschedd.daemon import protocol
 from parlschedd.daemon.engine import Engine, EngineError
 from parlschedd.host import procfs
-from parlschedd.host.affinity import AllowedCpus, Pinner
+from parlschedd.host.affinity import Pinner
 from parlschedd.host.errors import HostError, ThreadGone
 from parlschedd.host.state import StateDirBusy, lock_dir, read_state, write_state
 
@@ -76,10 +78,10 @@ class StateFile:
             return
         self.dirty = False
 
-    def recover(self, engine: Engine, proc_root: str, allowed: AllowedCpus) -> list[dict]:
+    def recover(self, engine: Engine, host: Mapping[str, Any]) -> list[dict]:
         """After a crash: put every thread the last run pinned back on its original
-        mask (``allowed``: the CPUs a thread's cpuset allows, read as the daemon's
-        pinner reads them). After a crash or a clean stop: return the targets attached
+        mask (``host``: the daemon's Pinner options, its cgroup and proc readers and
+        its sysfs). After a crash or a clean stop: return the targets attached
         by hand, to attach again (``reattach``), and keep leaving alone the threads it
         handed over."""
         try:
@@ -92,8 +94,7 @@ class StateFile:
         try:
             if state.get("version") != STATE_VERSION:
                 raise ValueError(f"version {protocol.clip(repr(state.get('version')))}, this daemon reads {STATE_VERSION}")
-            old = Pinner.from_json(state.get("pinner"), allowed=allowed, proc_root=proc_root,
-                                  placements=_placements(state))
+            old = Pinner.from_json(state.get("pinner"), placements=_placements(state), **host)
         except ValueError as exc:
             self._set_aside(str(exc))
             return []

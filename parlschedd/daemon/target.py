@@ -94,7 +94,7 @@ class Target:
     migrations: int = 0  # affinity changes made
     most_threads: int = 0  # the most threads managed at once: what an exit is described by
     base_mask: frozenset[int] | None = None  # the main thread's mask at attach
-    base_original: frozenset[int] | None = None  # what a thread given base_mask back gets (affinity.as_asked)
+    base_original: frozenset[int] | None = None  # what a thread given base_mask back gets (Pinner.original_of)
     # what the process's cpuset allows, as last read (attach, every rescan_s; None:
     # every CPU, or unread): its own threads' adoptions take it (pinner.adopt)
     cpuset: frozenset[int] | None = None

@@ -24,6 +24,7 @@ from parlschedd.host import cgroups, procfs
 from parlschedd.host.base import Drift, RestoreReport
 from parlschedd.cpulist import format_cpulist, parse_cpulist
 from parlschedd.host.errors import HostError, InvalidMask, Overridden, ThreadGone, as_host_error, translated
+from parlschedd.topology import online_cpus
 
 log = structlog.get_logger(__name__)
 
@@ -166,11 +167,13 @@ class Pinner:
         *,
         allowed: AllowedCpus = cgroups.task_cpus,
         proc_root: str = procfs.PROC_ROOT,
+        sysfs: str = "/sys",
         records: Mapping[int, PinRecord] | None = None,
         placements: Iterable[frozenset[int]] | None = None,
     ) -> None:
         self._allowed = allowed
         self._proc_root = proc_root
+        self._sysfs = sysfs
         self._records: dict[int, PinRecord] = dict(records or {})
         self._placements = None if placements is None else frozenset(placements)
         self._handles: dict[int, procfs.ThreadHandle] = {}  # identity proofs, not state
@@ -197,16 +200,31 @@ class Pinner:
         mask = get_affinity(tid)
         self._close_handle(tid)
         self._check_identity(tid, start_time)
-        self._records[tid] = PinRecord(start_time, self._as_asked(tid, mask, cpuset) if original is None else original,
+        self._records[tid] = PinRecord(start_time, self.original_of(tid, mask, cpuset) if original is None else original,
                                        mask)
 
-    def _as_asked(self, tid: int, mask: frozenset[int], cpuset: frozenset[int] | None) -> frozenset[int]:
-        """:func:`as_asked` of the thread's mask. ``cpuset``: its process's, as the
-        caller last read it (the engine, once a rescan): a mask equal to it is taken as
-        following it; any other mask narrower than every CPU has the thread's own read
-        here (the caller's may be older than a change, or another process's)."""
-        if mask >= possible_cpus():
+    def original_of(self, tid: int, mask: frozenset[int], cpuset: frozenset[int] | None) -> frozenset[int]:
+        """:func:`as_asked` of ``mask``, thread ``tid``'s as :func:`get_affinity` read
+        it. ``cpuset``: its process's, as the caller last read it (the engine, once a
+        rescan): a mask equal to it is taken as following it; any other mask narrower
+        than every CPU has the thread's own read here (the caller's may be older than a
+        change, or another process's).
+
+        sched_getaffinity gives only a mask's online CPUs, so while a possible CPU is
+        offline (SMT off, a VM with spare CPU slots, a CPU unplugged for now) the mask
+        as set (/proc) is the original: the read would leave that CPU out for good,
+        and could not tell a thread never pinned from one pinned to exactly the online
+        CPUs (where the first needs no walk of the cgroups)."""
+        every = possible_cpus(self._sysfs)
+        if mask >= every:
             return mask
+        if online_cpus(self._sysfs) != every:
+            try:
+                mask = procfs.thread_cpus_allowed(tid, self._proc_root)
+            except HostError:  # gone: the identity check that follows says so
+                return mask
+            if mask >= every:
+                return mask
         if mask != cpuset:
             try:
                 cpuset = self._allowed(tid)
@@ -296,11 +314,18 @@ class Pinner:
         cpuset gives the whole cpuset, whatever we asked (False too: placed again).
         None for any other mask: someone set it (taskset, an administrator, the program
         itself), and it is theirs; before 6.2 a mask someone sets to the whole cpuset
-        cannot be told from the kernel's and is taken for it. The whole mask we asked
-        for is ours too: ``get_affinity`` reads a mask whole once none of its CPUs is
-        online, where it read the online part of it before (a domain's CPUs unplugged
-        one by one)."""
+        cannot be told from the kernel's and is taken for it.
+
+        CPU hotplug changes a read with no one acting (sched_getaffinity gives a mask's
+        online CPUs), so the online part of what we asked for is ours, and so is the
+        whole of it, which ``get_affinity`` reads once none of its CPUs is online (a
+        domain's CPUs unplugged one by one); before our first pin, so is the online
+        part of the original (a thread adopted while a CPU of its mask was offline
+        reads that CPU again when it comes back)."""
         if mask == record.wanted:
+            return True
+        online = online_cpus(self._sysfs)
+        if mask == record.wanted & online or (record.asked is None and mask == record.original & online):
             return True
         allowed = self._allowed(tid)
         if allowed is None:

@@ -75,6 +75,9 @@ class Actuator(Protocol):
     def adopt(self, tid: int, start_time: int) -> None:
         """Remember the thread's current mask as its original (once per identity)."""
 
+    def original_of(self, tid: int, mask: frozenset[int], cpuset: frozenset[int] | None) -> frozenset[int]:
+        """The mask to restore for a thread found with ``mask`` in ``cpuset``."""
+
     def pin(self, tid: int, cpus: frozenset[int]) -> bool:
         """Restrict an adopted thread to ``cpus``; True when the mask actually changed."""
 

@@ -15,7 +15,7 @@ from parlschedd.host.base import Drift
 from parlschedd.host.errors import AccessDenied, InvalidMask, Overridden, ThreadGone
 from parlschedd.host.state import read_state, write_state
 
-from .conftest import Worker, fd_count
+from .conftest import FakeProc, Worker, fd_count
 
 CPUSET_ROOT = Path(cgroups.CGROUP_ROOT, "cpuset")
 
@@ -569,3 +569,63 @@ def test_a_domain_unplugged_cpu_by_cpu_stays_ours(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(affinity, "get_affinity", lambda tid: frozenset({2, 3}))
     assert pinner.drifted([7]) == Drift([], [])
     assert pinner.records[7].current == {2, 3}
+
+
+def fake_cpus(sysfs: Path, possible: str, online: str) -> str:
+    """A sysfs tree that says which CPUs the kernel could bring online and which are."""
+    cpu = sysfs / "devices" / "system" / "cpu"
+    cpu.mkdir(parents=True)
+    (cpu / "possible").write_text(possible + "\n")
+    (cpu / "online").write_text(online + "\n")
+    return str(sysfs)
+
+
+def test_while_a_cpu_is_offline_the_original_is_the_mask_as_set(tmp_path: Path, fake_proc: FakeProc) -> None:
+    """A kernel of 4 possible CPUs with 2 online (SMT off, spare CPU slots; a fake sysfs
+    and /proc stand in for it): sched_getaffinity reads {0, 1} from a thread never
+    pinned and from one pinned to exactly {0, 1}, and {1} from one pinned to {1, 3}.
+    Their masks as set tell them apart and keep the offline CPUs: the first gets every
+    possible CPU back at the end, without a walk of the cgroups."""
+    fake_proc.process(100)
+    status = fake_proc.root / "100" / "task" / "100" / "status"
+    walked: list[int] = []
+
+    def cpuset(tid: int) -> frozenset[int] | None:
+        walked.append(tid)
+        return None
+
+    pinner = Pinner(allowed=cpuset, proc_root=str(fake_proc.root), sysfs=fake_cpus(tmp_path / "sys", "0-3", "0-1"))
+    status.write_text("Name:\tapp\nCpus_allowed_list:\t0-3\n")
+    assert pinner.original_of(100, frozenset({0, 1}), None) == {0, 1, 2, 3}
+    assert walked == []
+    status.write_text("Name:\tapp\nCpus_allowed_list:\t0-1\n")
+    assert pinner.original_of(100, frozenset({0, 1}), None) == {0, 1}
+    assert walked == [100]  # narrower than every CPU: its cpuset says whether it follows it
+    status.write_text("Name:\tapp\nCpus_allowed_list:\t1,3\n")
+    assert pinner.original_of(100, frozenset({1}), None) == {1, 3}
+    status.unlink()
+    assert pinner.original_of(100, frozenset({0, 1}), None) == {0, 1}  # gone meanwhile: adopt's identity check says so
+    every_online = Pinner(allowed=cpuset, proc_root=str(fake_proc.root), sysfs=fake_cpus(tmp_path / "all", "0-3", "0-3"))
+    status.write_text("Name:\tapp\nCpus_allowed_list:\t1,3\n")
+    assert every_online.original_of(100, frozenset({1}), None) == {1}  # the read is the whole mask: /proc not read
+
+
+def test_cpus_going_offline_and_back_change_no_one_elses_mask(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no cpuset to tell (a host without one; the syscall's view of the unplugged
+    CPU stood in for): a thread pinned to the domain {0, 1} reads {0} while CPU 1 is
+    offline, and one adopted while it was offline reads its CPU again when it is back;
+    neither is someone else's mask. A mask that is not the online part of ours is."""
+    sysfs = tmp_path / "sys"
+    online = Path(fake_cpus(sysfs, "0-3", "0,2-3")) / "devices" / "system" / "cpu" / "online"
+    pinned = PinRecord(start_time=1, original=frozenset({0, 1, 2, 3}), current=frozenset({0, 1}),
+                       asked=frozenset({0, 1}))
+    adopted_offline = PinRecord(start_time=1, original=frozenset({0, 1, 2, 3}), current=frozenset({0, 2, 3}))
+    pinner = Pinner(allowed=unrestricted, sysfs=str(sysfs), records={7: pinned, 8: adopted_offline})
+    reads = {7: frozenset({0}), 8: frozenset({0, 2, 3})}
+    monkeypatch.setattr(affinity, "get_affinity", lambda tid: reads[tid])
+    assert pinner.drifted([7, 8]) == Drift([], [])
+    online.write_text("0-3\n")
+    reads = {7: frozenset({0, 1}), 8: frozenset({0, 1, 2, 3})}
+    assert pinner.drifted([7, 8]) == Drift([], [])
+    reads = {7: frozenset({1}), 8: frozenset({0, 1, 2, 3})}
+    assert pinner.drifted([7, 8]) == Drift([], [7])
