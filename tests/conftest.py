@@ -130,6 +130,22 @@ def workload():
         w.close()
 
 
+@pytest.fixture
+def kill_after():
+    """``kill_after(proc)`` returns ``proc`` (a Popen), killed and reaped when the test
+    ends (a process that exited already is only reaped)."""
+    procs: list[subprocess.Popen] = []
+
+    def register(proc: subprocess.Popen) -> subprocess.Popen:
+        procs.append(proc)
+        return proc
+
+    yield register
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
 def wait_for(predicate, timeout: float = 5.0, interval: float = 0.05):
     deadline = time.monotonic() + timeout
     while True:

@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -80,20 +79,16 @@ def test_relative_socket_and_state_dir_are_named_absolute(tmp_path, workload):
         assert d.stop() == 0
 
 
-def test_a_thread_named_after_attach_is_managed_within_a_rescan(daemon):
+def test_a_thread_named_after_attach_is_managed_within_a_rescan(daemon, kill_after):
     from tests.daemon.test_engine import start_named_late, tell_to_name
 
-    p = start_named_late()
-    try:
-        assert [t["name"] for t in daemon.request("attach", pid=p.pid, threads="^worker")["target"]["threads"]] \
-            == ["worker1"]
-        tell_to_name(p)
-        wait_for(lambda: sorted(t["name"] for t in threads_of(daemon, p.pid).values()) == ["worker0", "worker1"],
-                 timeout=5)
-        assert daemon.request("status", pid=p.pid)["targets"][0]["threads_ignored"] == 1
-    finally:
-        p.kill()
-        p.wait()
+    p = kill_after(start_named_late())
+    assert [t["name"] for t in daemon.request("attach", pid=p.pid, threads="^worker")["target"]["threads"]] \
+        == ["worker1"]
+    tell_to_name(p)
+    wait_for(lambda: sorted(t["name"] for t in threads_of(daemon, p.pid).values()) == ["worker0", "worker1"],
+             timeout=5)
+    assert daemon.request("status", pid=p.pid)["targets"][0]["threads_ignored"] == 1
 
 
 def test_status_json_fields(daemon, workload):
@@ -516,14 +511,14 @@ def test_a_reload_that_changes_the_counter_source_is_refused(daemon):
     assert daemon.request("status")["daemon"]["period_s"] == 0.05
 
 
-def test_a_reload_applies_to_the_targets_already_attached(tmp_path, workload):
+def test_a_reload_applies_to_the_targets_already_attached(tmp_path, workload, kill_after):
     """New learning parameters reach the targets attached before the reload (they
     learn afresh: here every thread turns free); a rule's new observe re-attaches
     its target in that mode, restored first. Both were kept from before the reload
     while it said "reloaded"."""
     w = workload(2)
     naptime = f"3600.{os.getpid()}{time.monotonic_ns() % 10**6}"  # a command line no one else has
-    ruled = subprocess.Popen(["sleep", naptime])
+    ruled = kill_after(subprocess.Popen(["sleep", naptime]))
     base = "period_s: 0.05\ndomain_period_s: 0.5\nrescan_s: 0.2\n"
     rule = f"targets: [{{name: '^sleep {naptime}$'}}]\n"
     d = start_daemon(tmp_path, base + PINNING + rule)
@@ -543,8 +538,6 @@ def test_a_reload_applies_to_the_targets_already_attached(tmp_path, workload):
         assert "targets_learning_afresh" in d.log_text()
     finally:
         d.stop()
-        ruled.kill()
-        ruled.wait()
 
 
 def test_sigterm_restores_and_removes_the_socket(tmp_path, workload):
@@ -601,26 +594,21 @@ def start_rule_daemon(tmp_path: Path, tag: str, more: str = "") -> Daemon:
 
 
 @contextlib.contextmanager
-def rule_daemon(tmp_path: Path, tag: str, *procs: subprocess.Popen) -> Iterator[Daemon]:
-    """``start_rule_daemon``, stopped at the end, and then ``procs`` killed."""
+def rule_daemon(tmp_path: Path, tag: str) -> Iterator[Daemon]:
+    """``start_rule_daemon``, stopped at the end."""
+    d = start_rule_daemon(tmp_path, tag)
     try:
-        d = start_rule_daemon(tmp_path, tag)
-        try:
-            yield d
-        finally:
-            d.stop()
+        yield d
     finally:
-        for p in procs:
-            p.kill()
-            p.wait()
+        d.stop()
 
 
-def test_a_rule_target_detached_by_hand_stays_detached_until_it_exits(tmp_path):
+def test_a_rule_target_detached_by_hand_stays_detached_until_it_exits(tmp_path, kill_after):
     """detach of a process a rule matches sticks (the next rescan re-attached it, 0.1 s
     after "detached"); attach by hand takes it back."""
     tag = f"parlsched-detach-{os.getpid()}"
-    proc = tagged_sleeper(tag)
-    with rule_daemon(tmp_path, tag, proc) as d:
+    proc = kill_after(tagged_sleeper(tag))
+    with rule_daemon(tmp_path, tag) as d:
         wait_for(lambda: proc.pid in {t["pid"] for t in d.request("status")["targets"]})
         d.request("detach", pid=proc.pid)
         time.sleep(0.5)  # five rescans
@@ -628,14 +616,14 @@ def test_a_rule_target_detached_by_hand_stays_detached_until_it_exits(tmp_path):
         assert d.request("attach", pid=proc.pid)["target"]["pid"] == proc.pid
 
 
-def test_config_rule_adopts_by_name_and_releases_when_gone(tmp_path, workload):
+def test_config_rule_adopts_by_name_and_releases_when_gone(tmp_path, workload, kill_after):
     """A rule adopts what it matches and nothing else; a match that exits is dropped,
     and one the rule stops matching (after a reload) is released with its masks back."""
     w = workload(2)
     tag = f"parlsched-test-{os.getpid()}"
-    gone, kept = tagged_sleeper(tag), tagged_sleeper(tag)
+    gone, kept = kill_after(tagged_sleeper(tag)), kill_after(tagged_sleeper(tag))
     before = os.sched_getaffinity(kept.pid)
-    with rule_daemon(tmp_path, tag, gone, kept) as d:
+    with rule_daemon(tmp_path, tag) as d:
         targets = lambda: {t["pid"] for t in d.request("status")["targets"]}  # noqa: E731
         wait_for(lambda: targets() == {gone.pid, kept.pid})
         assert w.pid not in targets()
@@ -666,29 +654,24 @@ time.sleep(60)
 """
 
 
-def test_names_and_command_lines_not_in_utf8_are_managed_and_matched(tmp_path):
+def test_names_and_command_lines_not_in_utf8_are_managed_and_matched(tmp_path, kill_after):
     """Any user may name a thread, or start a process with arguments, in bytes that are
     not UTF-8: such a process is attached with its names escaped, and it keeps no rule
     from matching (attach half-attached it and every period of it failed; one such
     process anywhere stopped every rule's rescan)."""
     tag = f"parlsched-test-{os.getpid()}"
-    latin1 = subprocess.Popen([sys.executable, "-c", NAMED_IN_LATIN1, b"caf\xe9"])
-    ruled = tagged_sleeper(tag)
+    latin1 = kill_after(subprocess.Popen([sys.executable, "-c", NAMED_IN_LATIN1, b"caf\xe9"]))
+    ruled = kill_after(tagged_sleeper(tag))
+    wait_for(lambda: len(os.listdir(f"/proc/{latin1.pid}/task")) == 2)
+    d = start_rule_daemon(tmp_path, tag, PINNING)
     try:
-        wait_for(lambda: len(os.listdir(f"/proc/{latin1.pid}/task")) == 2)
-        d = start_rule_daemon(tmp_path, tag, PINNING)
-        try:
-            wait_for(lambda: ruled.pid in {t["pid"] for t in d.request("status")["targets"]})
-            d.request("attach", pid=latin1.pid)
-            wait_for(lambda: len(threads_of(d, latin1.pid)) == 2 and all(t["pinned"] for t in threads_of(d, latin1.pid).values()))
-            assert "bad\\xff" in {t["name"] for t in threads_of(d, latin1.pid).values()}
-            assert "failed" not in d.log_text()
-        finally:
-            d.stop()
+        wait_for(lambda: ruled.pid in {t["pid"] for t in d.request("status")["targets"]})
+        d.request("attach", pid=latin1.pid)
+        wait_for(lambda: len(threads_of(d, latin1.pid)) == 2 and all(t["pinned"] for t in threads_of(d, latin1.pid).values()))
+        assert "bad\\xff" in {t["name"] for t in threads_of(d, latin1.pid).values()}
+        assert "failed" not in d.log_text()
     finally:
-        for proc in (latin1, ruled):
-            proc.kill()
-            proc.wait()
+        d.stop()
 
 
 FAULT = """
@@ -704,7 +687,7 @@ if os.environ.get("PARLSCHED_FAULT_PID"):  # fault injection: a bug in adopting 
 """
 
 
-def test_a_rule_match_whose_attach_hits_a_bug_is_left_alone_and_the_rest_attached(tmp_path, monkeypatch):
+def test_a_rule_match_whose_attach_hits_a_bug_is_left_alone_and_the_rest_attached(tmp_path, monkeypatch, kill_after):
     """Fault injection (a sitecustomize in the daemon): the attach of one matching
     process raises. It is undone and logged once, and the other match is attached;
     retried at each rescan it logged a traceback every rescan_s and held up the rest."""
@@ -712,10 +695,10 @@ def test_a_rule_match_whose_attach_hits_a_bug_is_left_alone_and_the_rest_attache
     inject.mkdir()
     (inject / "sitecustomize.py").write_text(FAULT)
     tag = f"parlsched-fault-{os.getpid()}"
-    buggy, fine = tagged_sleeper(tag), tagged_sleeper(tag)
+    buggy, fine = kill_after(tagged_sleeper(tag)), kill_after(tagged_sleeper(tag))
     monkeypatch.setenv("PYTHONPATH", str(inject))
     monkeypatch.setenv("PARLSCHED_FAULT_PID", str(buggy.pid))
-    with rule_daemon(tmp_path, tag, buggy, fine) as d:
+    with rule_daemon(tmp_path, tag) as d:
         wait_for(lambda: fine.pid in {t["pid"] for t in d.request("status")["targets"]})
         time.sleep(0.5)  # five rescans
         assert buggy.pid not in {t["pid"] for t in d.request("status")["targets"]}
@@ -763,14 +746,12 @@ def as_nobody(socket_path: str, cmd: str, **args) -> dict:
     return as_user(NOBODY, socket_path, cmd, **args)
 
 
-def test_non_root_peer_cannot_touch_root_processes(workload):
-    tmp = Path(tempfile.mkdtemp(prefix="parlsched-auth-"))  # outside pytest's 0700 tmp dirs
-    tmp.chmod(0o755)
-    (tmp / "parlschedd.yaml").write_text("period_s: 0.05\nsocket: {mode: '0666'}\n")
-    d = start_daemon(tmp)
+def test_non_root_peer_cannot_touch_root_processes(open_dir, workload, kill_after):
+    (open_dir / "parlschedd.yaml").write_text("period_s: 0.05\nsocket: {mode: '0666'}\n")
+    d = start_daemon(open_dir)
     try:
         root_w = workload(1)
-        nobody_w = subprocess.Popen(["sleep", "60"], user=NOBODY, group=NOBODY, extra_groups=[])
+        nobody_w = kill_after(subprocess.Popen(["sleep", "60"], user=NOBODY, group=NOBODY, extra_groups=[]))
         assert as_nobody(d.socket, "attach", pid=root_w.pid) == {"refused": "permission_denied"}
         d.request("attach", pid=root_w.pid)
         assert as_nobody(d.socket, "detach", pid=root_w.pid) == {"refused": "permission_denied"}
@@ -783,9 +764,6 @@ def test_non_root_peer_cannot_touch_root_processes(workload):
         assert as_nobody(d.socket, "detach", pid=nobody_w.pid)["restored"] == 1
     finally:
         d.stop()
-        nobody_w.kill()
-        nobody_w.wait()
-        shutil.rmtree(tmp)
 
 
 AS_NOBODY = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
@@ -859,14 +837,10 @@ def test_descendants_present_and_future_are_managed(daemon):
         tree.wait()
 
 
-def test_the_target_name_follows_an_exec(daemon):
-    proc = subprocess.Popen(["bash", "-c", "sleep 0.3; exec sleep 30"])
-    try:
-        assert daemon.request("attach", pid=proc.pid)["target"]["name"] == "bash"
-        wait_for(lambda: daemon.request("status", pid=proc.pid)["targets"][0]["name"] == "sleep", timeout=10)
-    finally:
-        proc.kill()
-        proc.wait()
+def test_the_target_name_follows_an_exec(daemon, kill_after):
+    proc = kill_after(subprocess.Popen(["bash", "-c", "sleep 0.3; exec sleep 30"]))
+    assert daemon.request("attach", pid=proc.pid)["target"]["name"] == "bash"
+    wait_for(lambda: daemon.request("status", pid=proc.pid)["targets"][0]["name"] == "sleep", timeout=10)
 
 
 def test_a_thread_is_managed_by_one_target_only(daemon):
@@ -1094,15 +1068,13 @@ time.sleep(60)
 """
 
 
-def test_a_non_root_peer_manages_only_the_descendants_it_owns():
+def test_a_non_root_peer_manages_only_the_descendants_it_owns(open_dir, kill_after):
     """--descendants by a non-root client skips a descendant owned by someone else
     (here root's, under a parent that dropped to nobody), which it could not attach
     by itself; before, it pinned it and showed its threads."""
-    tmp = Path(tempfile.mkdtemp(prefix="parlsched-auth-"))
-    tmp.chmod(0o755)
-    (tmp / "parlschedd.yaml").write_text("period_s: 0.05\nsocket: {mode: '0666'}\n" + PINNING)
-    d = start_daemon(tmp)
-    parent = subprocess.Popen([sys.executable, "-c", DROPS_AFTER_FORK], stdout=subprocess.PIPE, text=True)
+    (open_dir / "parlschedd.yaml").write_text("period_s: 0.05\nsocket: {mode: '0666'}\n" + PINNING)
+    d = start_daemon(open_dir)
+    parent = kill_after(subprocess.Popen([sys.executable, "-c", DROPS_AFTER_FORK], stdout=subprocess.PIPE, text=True))
     try:
         child = int(parent.stdout.readline())
         before = masks([child])
@@ -1115,6 +1087,3 @@ def test_a_non_root_peer_manages_only_the_descendants_it_owns():
         assert masks([child]) == before
     finally:
         d.stop()
-        parent.kill()
-        parent.wait()
-        shutil.rmtree(tmp)

@@ -75,17 +75,13 @@ def test_attach_detach_and_reload_show_at_once(slow, workload):
     assert slow.request("status")["daemon"]["loop"]["periods"] == 0, "no tick happened in this test"
 
 
-def test_a_config_rule_match_shows_after_a_reload(slow):
+def test_a_config_rule_match_shows_after_a_reload(slow, kill_after):
     naptime = f"3600.{os.getpid()}{time.monotonic_ns() % 10**6}"  # a command line no one else has
-    sleeper = subprocess.Popen(["sleep", naptime])
-    try:
-        assert slow.request("status")["targets"] == []
-        slow.config.write_text(SLOW + f"targets: [{{name: '^sleep {naptime}$'}}]\n")
-        slow.request("reload")
-        assert [t["pid"] for t in slow.request("status")["targets"]] == [sleeper.pid]
-    finally:
-        sleeper.kill()
-        sleeper.wait()
+    sleeper = kill_after(subprocess.Popen(["sleep", naptime]))
+    assert slow.request("status")["targets"] == []
+    slow.config.write_text(SLOW + f"targets: [{{name: '^sleep {naptime}$'}}]\n")
+    slow.request("reload")
+    assert [t["pid"] for t in slow.request("status")["targets"]] == [sleeper.pid]
 
 
 def test_status_after_a_period_shows_new_numbers(daemon, workload):
@@ -98,10 +94,10 @@ def test_status_after_a_period_shows_new_numbers(daemon, workload):
     assert not same_snapshot(before, after)
 
 
-def test_a_user_never_gets_another_views_snapshot(open_dir, workload):
+def test_a_user_never_gets_another_views_snapshot(open_dir, workload, kill_after):
     (open_dir / "parlschedd.yaml").write_text(SLOW + "socket: {mode: '0666'}\n")
     d = start_daemon(open_dir)
-    mine = subprocess.Popen(["sleep", "60"], user=NOBODY, group=NOBODY, extra_groups=[])
+    mine = kill_after(subprocess.Popen(["sleep", "60"], user=NOBODY, group=NOBODY, extra_groups=[]))
     try:
         roots = workload(1)
         d.request("attach", pid=roots.pid)
@@ -121,18 +117,16 @@ def test_a_user_never_gets_another_views_snapshot(open_dir, workload):
         assert d.request("status")["daemon"]["loop"]["periods"] == 0, "no tick happened in this test"
     finally:
         d.stop()
-        mine.kill()
-        mine.wait()
 
 
-def test_requests_wait_for_the_tick_once_its_deadline_passed(tmp_path):
+def test_requests_wait_for_the_tick_once_its_deadline_passed(tmp_path, kill_after):
     """64 pipelined history requests of a 128-thread target, each with its parts asked
     for, are several periods of work; the ticks go on between them (a 1-thread
     target's history gives their times). Each history has about 5 parts; the
     continues beyond its last are refused, cheaply."""
     period = 0.05
     d = start_daemon(tmp_path, f"period_s: {period}\ndomain_period_s: 0.5\n" + PINNING)
-    clock, big = sleepy(1), sleepy(128)
+    clock, big = kill_after(sleepy(1)), kill_after(sleepy(128))
     try:
         d.request("attach", pid=clock.pid)
         d.request("attach", pid=big.pid, timeout=30)
@@ -160,9 +154,6 @@ def test_requests_wait_for_the_tick_once_its_deadline_passed(tmp_path):
         assert worst < 0.6 * period, f"a tick was {worst * 1e3:.0f} ms late during a {took * 1e3:.0f} ms burst"
     finally:
         d.stop()
-        for p in (clock, big):
-            p.kill()
-            p.wait()
 
 
 def exchange(s: socket.socket, line: bytes) -> bytes:
@@ -190,37 +181,33 @@ def joined(lines: list[bytes]) -> dict:
     return whole
 
 
-def test_a_status_longer_than_a_line_comes_in_parts(slow):
+def test_a_status_longer_than_a_line_comes_in_parts(slow, kill_after):
     """700 threads make a status of about 70 KB: more than the 64 KiB a line may be
     (interfaces). It comes as parts of one snapshot, each a line that fits; another
     request drops the rest."""
-    big = sleepy(700)
-    try:
-        slow.request("attach", pid=big.pid, timeout=60)
-        whole = slow.request("status")  # parlschedctl's client asks for every part
-        tids = {int(t) for t in os.listdir(f"/proc/{big.pid}/task")}
-        assert {t["tid"] for t in whole["targets"][0]["threads"]} == tids
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(10)
-            s.connect(slow.socket)
-            lines = parts_of(s, b'{"cmd":"status"}\n')
-            assert len(lines) >= 2 and same_snapshot(joined(lines), whole)
-            assert json.loads(exchange(s, b'{"cmd":"continue"}\n'))["error"]["code"] == "bad_request", "all sent"
-            assert json.loads(exchange(s, b'{"cmd":"status"}\n'))["more"] is True
-            assert json.loads(exchange(s, b'{"cmd":"ping"}\n'))["ok"] is True
-            after = json.loads(exchange(s, b'{"cmd":"continue"}\n'))
-            assert after["error"]["code"] == "bad_request", "the ping dropped the rest of the status"
-    finally:
-        big.kill()
-        big.wait()
+    big = kill_after(sleepy(700))
+    slow.request("attach", pid=big.pid, timeout=60)
+    whole = slow.request("status")  # parlschedctl's client asks for every part
+    tids = {int(t) for t in os.listdir(f"/proc/{big.pid}/task")}
+    assert {t["tid"] for t in whole["targets"][0]["threads"]} == tids
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(10)
+        s.connect(slow.socket)
+        lines = parts_of(s, b'{"cmd":"status"}\n')
+        assert len(lines) >= 2 and same_snapshot(joined(lines), whole)
+        assert json.loads(exchange(s, b'{"cmd":"continue"}\n'))["error"]["code"] == "bad_request", "all sent"
+        assert json.loads(exchange(s, b'{"cmd":"status"}\n'))["more"] is True
+        assert json.loads(exchange(s, b'{"cmd":"ping"}\n'))["ok"] is True
+        after = json.loads(exchange(s, b'{"cmd":"continue"}\n'))
+        assert after["error"]["code"] == "bad_request", "the ping dropped the rest of the status"
 
 
-def test_a_long_history_is_encoded_as_its_parts_are_asked_for(tmp_path):
+def test_a_long_history_is_encoded_as_its_parts_are_asked_for(tmp_path, kill_after):
     """The history of 300 threads over 60 periods is ~300 KB of JSON: in parts, each
     made when asked for, and the ticks go on while a client reads them slowly."""
     period = 0.02
     d = start_daemon(tmp_path, f"period_s: {period}\ndomain_period_s: 0.2\nhistory_periods: 60\n" + PINNING)
-    big = sleepy(300)
+    big = kill_after(sleepy(300))
     try:
         d.request("attach", pid=big.pid, timeout=30)
         wait_for(lambda: len(d.request("history", pid=big.pid, timeout=30)["samples"]) == 60, timeout=20)
@@ -241,8 +228,6 @@ def test_a_long_history_is_encoded_as_its_parts_are_asked_for(tmp_path):
         assert d.request("status")["daemon"]["loop"]["periods"] > periods + 5
     finally:
         d.stop()
-        big.kill()
-        big.wait()
 
 
 def test_replies_to_hostile_and_pipelined_requests_keep_to_a_line(slow):
