@@ -180,7 +180,7 @@ def test_an_attach_that_fails_on_a_bug_leaves_nothing_attached_or_changed(worklo
         return real_comm(pid, root)
 
     monkeypatch.setattr(procfs, "comm", comm_failing_on_the_third_thread)
-    try:
+    with _released(engine, counters):
         with pytest.raises(UnicodeDecodeError):
             engine.attach(w.pid, time.monotonic())
         assert engine.targets == {} and not engine.pinner.records
@@ -188,9 +188,6 @@ def test_an_attach_that_fails_on_a_bug_leaves_nothing_attached_or_changed(worklo
         monkeypatch.setattr(procfs, "comm", real_comm)
         engine.attach(w.pid, time.monotonic())
         assert set(engine.targets[w.pid].threads) == set(w.all_tids())
-    finally:
-        engine.detach_all()
-        counters.close_all()
 
 
 @needs_root
@@ -199,7 +196,7 @@ def test_a_thread_born_as_another_exits_is_adopted_the_next_period(workload) -> 
     the same, so only the exit watch makes the engine list the threads again."""
     engine, counters = _pin_engine()
     w = workload(3)
-    try:
+    with _released(engine, counters):
         engine.attach(w.pid, time.monotonic())
         engine.tick(time.monotonic())
         target = engine.targets[w.pid]
@@ -212,8 +209,6 @@ def test_a_thread_born_as_another_exits_is_adopted_the_next_period(workload) -> 
         # the exited thread goes from /proc a moment after its join
         _ticks_until(engine, lambda: set(target.threads) == set(w.all_tids()), "the exited thread dropped", 100)
         engine.detach(w.pid)
-    finally:
-        counters.close_all()
 
 
 @pytest.fixture
@@ -239,7 +234,7 @@ def test_a_quiet_period_does_not_list_the_threads(workload, listings) -> None:
     costs no listing of the task directory (the dearest part of a quiet period)."""
     engine, counters = _pin_engine()
     w = workload(3)
-    try:
+    with _released(engine, counters):
         engine.attach(w.pid, time.monotonic())
         engine.tick(time.monotonic())
         listed = len(listings)
@@ -251,8 +246,6 @@ def test_a_quiet_period_does_not_list_the_threads(workload, listings) -> None:
         assert len(listings) == listed + 1
         assert set(engine.targets[w.pid].threads) == set(w.all_tids())
         engine.detach(w.pid)
-    finally:
-        counters.close_all()
 
 
 @needs_root
@@ -263,7 +256,7 @@ def test_threads_the_filter_leaves_out_are_watched_too_and_nothing_leaks(workloa
     w = workload(3)  # workers named worker0..worker2; the newest, worker2, is stopped first
     gc.collect()  # pipes of earlier tests' processes, closed when collected, would change the count meanwhile
     fds_before = len(os.listdir("/proc/self/fd"))
-    try:
+    with _released(engine, counters):
         target = engine.attach(w.pid, time.monotonic(), threads="worker[01]")
         engine.tick(time.monotonic())
         assert len(target.ignored) == 2  # the main thread and worker2
@@ -278,8 +271,6 @@ def test_threads_the_filter_leaves_out_are_watched_too_and_nothing_leaks(workloa
         assert len(listings) == listed, "quiet again once the exit was seen"
         engine.detach(w.pid)
         assert len(os.listdir("/proc/self/fd")) == fds_before
-    finally:
-        counters.close_all()
 
 
 def test_names_are_re_read_a_round_at_a_time(monkeypatch) -> None:
@@ -328,22 +319,17 @@ def _drop_on_exit(engine: Engine, proc) -> None:
 
 
 @needs_root
-def test_a_target_that_exited_is_named_as_such_only_to_its_owner_and_root() -> None:
+def test_a_target_that_exited_is_named_as_such_only_to_its_owner_and_root(kill_after) -> None:
     engine, counters = _pin_engine()
     owner = 65534  # nobody: the owner is neither root nor the other asker
-    proc = sleepy(3, user=owner)
-    try:
+    proc = kill_after(sleepy(3, user=owner))
+    with _released(engine, counters):
         engine.attach(proc.pid, time.monotonic(), uid=0)
         assert engine.targets[proc.pid].uid == owner
         _drop_on_exit(engine, proc)
         told = {uid: str(engine.not_attached(proc.pid, uid)) for uid in (0, owner, owner + 4242)}
         assert "it exited, and parlschedd dropped it (3 threads managed at most)" in told[0] and told[owner] == told[0]
         assert told[owner + 4242] == f"process {proc.pid} is not attached"  # nothing on whom the daemon managed
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        counters.close_all()
 
 
 @needs_root
@@ -353,7 +339,7 @@ def test_an_exit_is_described_by_the_most_threads_managed_not_the_last(workload)
     workers), not the one left at the end ("1 threads" before)."""
     engine, counters = _pin_engine()
     w = workload(3)
-    try:
+    with _released(engine, counters):
         engine.attach(w.pid, time.monotonic())
         assert len(engine.targets[w.pid].threads) == 4
         for left in (2, 1, 0):
@@ -362,53 +348,40 @@ def test_an_exit_is_described_by_the_most_threads_managed_not_the_last(workload)
                          f"{left} workers left", 200)
         _drop_on_exit(engine, w.proc)
         assert "dropped it (4 threads managed at most)" in str(engine.not_attached(w.pid, 0))
-    finally:
-        counters.close_all()
 
 
 @needs_root
 @pytest.mark.skipif(not os.access(NS_LAST_PID, os.W_OK), reason="ns_last_pid not writable")
-def test_a_reused_pid_is_not_described_as_the_target_that_exited() -> None:
+def test_a_reused_pid_is_not_described_as_the_target_that_exited(kill_after) -> None:
     """A new process with a dropped target's pid (steered through ns_last_pid) is not
     the one that exited: a refusal about it says only that it is not attached."""
     engine, counters = _pin_engine()
-    old = sleepy(2)
-    try:
+    old = kill_after(sleepy(2))
+    with _released(engine, counters):
         engine.attach(old.pid, time.monotonic())
         _drop_on_exit(engine, old)
         assert "it exited" in str(engine.not_attached(old.pid, 0))
         new = spawn_with_pid(old.pid, ["sleep", "60"])
         if new is None:
             pytest.skip("could not steer the next pid (busy machine)")
-        try:
-            assert str(engine.not_attached(old.pid, 0)) == f"process {old.pid} is not attached"
-        finally:
-            new.kill()
-            new.wait()
-    finally:
-        counters.close_all()
+        kill_after(new)
+        assert str(engine.not_attached(old.pid, 0)) == f"process {old.pid} is not attached"
 
 
 @needs_root
-def test_only_the_last_gone_kept_exits_are_remembered(monkeypatch) -> None:
+def test_only_the_last_gone_kept_exits_are_remembered(monkeypatch, kill_after) -> None:
     """The record of exited targets is bounded (GONE_KEPT, lowered to 2 here so that
     three real processes show the bound): the oldest exit is forgotten first."""
     monkeypatch.setattr(engine_module, "GONE_KEPT", 2)
     engine, counters = _pin_engine()
-    procs = [sleepy(1) for _ in range(3)]
-    try:
+    procs = [kill_after(sleepy(1)) for _ in range(3)]
+    with _released(engine, counters):
         for proc in procs:
             engine.attach(proc.pid, time.monotonic())
             _drop_on_exit(engine, proc)
         told = [str(engine.not_attached(p.pid, 0)) for p in procs]
         assert told[0] == f"process {procs[0].pid} is not attached"
         assert all("it exited" in t for t in told[1:])
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        counters.close_all()
 
 
 # -- nothing left changed: every thread the engine stops managing gets its mask back ---
@@ -485,7 +458,7 @@ def test_a_descendant_that_stops_being_managed_alive_gets_its_masks_back(how: st
     not forgotten pinned (a review found both left pinned for good)."""
     engine, counters = _pin_engine()
     tree = Tree()
-    try:
+    with contextlib.closing(tree), _released(engine, counters):
         original = masks(tids_of(tree.grandchild))
         engine.attach(tree.parent.pid, time.monotonic(), descendants=True)
         _grandchild_pinned(engine, tree)
@@ -499,9 +472,6 @@ def test_a_descendant_that_stops_being_managed_alive_gets_its_masks_back(how: st
             _ticks_until(engine, lambda: tree.parent.pid not in engine.targets, "the target dropped")
         assert masks(original) == original
         assert not set(original) & set(engine.pinner.records)
-    finally:
-        tree.close()
-        counters.close_all()
 
 
 @needs_root
@@ -512,7 +482,7 @@ def test_a_descendant_in_a_cpuset_of_its_own_is_judged_by_its_own(cpuset) -> Non
     that snapshot as a request, and no longer followed its cpuset after a detach."""
     engine, counters = _pin_engine()
     tree = Tree()
-    try:
+    with contextlib.closing(tree), _released(engine, counters):
         (cpuset / "cpuset.cpus").write_text("1")
         (cpuset / "cgroup.procs").write_text(str(tree.grandchild))
         theirs = tids_of(tree.grandchild)
@@ -520,10 +490,6 @@ def test_a_descendant_in_a_cpuset_of_its_own_is_judged_by_its_own(cpuset) -> Non
         target = engine.targets[tree.parent.pid]
         _ticks_until(engine, lambda: set(theirs) <= set(target.threads), "the grandchild's threads adopted")
         assert {engine.pinner.records[tid].original for tid in theirs} == {possible_cpus()}
-    finally:
-        engine.detach_all()
-        tree.close()
-        counters.close_all()
 
 
 @needs_root
@@ -543,7 +509,7 @@ def test_no_thread_is_pinned_before_its_original_is_persisted(workload) -> None:
 
     engine, counters = _pin_engine()
     engine.persist = persist
-    try:
+    with _released(engine, counters):
         engine.attach(w.pid, time.monotonic())
         for _ in range(3):
             engine.tick(time.monotonic())
@@ -559,8 +525,6 @@ def test_no_thread_is_pinned_before_its_original_is_persisted(workload) -> None:
         assert len(seen) == 5  # nothing new: no write
         engine.detach(w.pid)
         assert set(masks(w.all_tids()).values()) == set(base.values())
-    finally:
-        counters.close_all()
 
 
 @needs_root
@@ -576,7 +540,7 @@ def test_a_thread_born_of_a_free_thread_gets_the_targets_own_mask_back(workload,
     for tid in w.all_tids():
         os.sched_setaffinity(tid, {0})
     engine, counters = _free_engine()
-    try:
+    with _released(engine, counters):
         engine.attach(w.pid, time.monotonic())
         whole = frozenset(os.sched_getaffinity(0))
         _ticks_until(engine, lambda: set(masks(w.all_tids()).values()) == {whole}, "every thread free")
@@ -587,8 +551,6 @@ def test_a_thread_born_of_a_free_thread_gets_the_targets_own_mask_back(workload,
             assert born <= set(engine.targets[w.pid].threads)
         engine.detach_all(keep_hand_overs=True) if release == "stop" else engine.detach(w.pid)
         assert set(masks(w.all_tids()).values()) == {frozenset({0})}
-    finally:
-        counters.close_all()
 
 
 @needs_root
@@ -600,7 +562,7 @@ def test_a_thread_the_filter_leaves_out_does_not_keep_the_mask_it_inherited(work
     base = frozenset(os.sched_getaffinity(w.pid))
     main = Path(f"/proc/{w.pid}/comm").read_text().strip()
     engine, counters = _pin_engine()
-    try:
+    with _released(engine, counters):
         engine.attach(w.pid, time.monotonic(), threads=f"^({re.escape(main)}|worker0)$")
         _ticks_until(engine, lambda: len(os.sched_getaffinity(w.pid)) == 1, "the main thread pinned")
         born = set(w.command("spawn")) - set(engine.targets[w.pid].threads)  # worker1, left out
@@ -610,8 +572,6 @@ def test_a_thread_the_filter_leaves_out_does_not_keep_the_mask_it_inherited(work
         assert masks(born) == {tid: base for tid in born}
         assert not born & set(engine.pinner.records)
         engine.detach(w.pid)
-    finally:
-        counters.close_all()
 
 
 @needs_root
@@ -623,7 +583,7 @@ def test_a_tid_reused_inside_the_target_is_adopted_as_the_new_thread(workload) -
     counter and its identity stayed before)."""
     w = workload(2)
     engine, counters = _free_engine()  # free threads are not moved again: no pin stumbles on the new identity
-    try:
+    with _released(engine, counters):
         engine.attach(w.pid, time.monotonic())
         engine.tick(time.monotonic())
         target = engine.targets[w.pid]
@@ -644,8 +604,6 @@ def test_a_tid_reused_inside_the_target_is_adopted_as_the_new_thread(workload) -
         engine.tick(time.monotonic())
         assert not target.exits.exited()  # the old watch is gone with the old thread
         engine.detach(w.pid)
-    finally:
-        counters.close_all()
 
 
 @needs_root
@@ -669,7 +627,7 @@ def test_a_core_outside_the_cpuset_loses_ground_to_the_core_the_thread_runs_on(w
     base = masks(w.all_tids())
     assert {base[tid] for tid in w.tids} == {frozenset({1})} and len(base[w.pid]) == 2
     engine, counters = _pin_engine()
-    try:
+    with _released(engine, counters):
         target = engine.attach(w.pid, time.monotonic())
         with structlog.testing.capture_logs() as logs:
             for _ in range(40):
@@ -686,9 +644,6 @@ def test_a_core_outside_the_cpuset_loses_ground_to_the_core_the_thread_runs_on(w
         assert x0.max() < 0.3, f"CPU 0 kept {x0.round(2).tolist()} of the workers' strategies"
         engine.detach(w.pid)
         assert masks(w.all_tids()) == base
-    finally:
-        engine.detach_all()
-        counters.close_all()
 
 
 def test_only_handed_over_threads_that_still_run_are_kept_after_a_restart() -> None:
@@ -879,8 +834,9 @@ def test_a_release_after_threads_merely_ended_gives_main_its_own_original() -> N
     original back (it got the ended thread's, CPU 1)."""
     p = Execs("none")
     learning = dataclasses.replace(Config().learning, free=False)
-    engine = Engine(dataclasses.replace(Config(), learning=learning), [[0]], CounterSet(CounterSource.SCHEDSTAT), Pinner())
-    try:
+    counters = CounterSet(CounterSource.SCHEDSTAT)
+    engine = Engine(dataclasses.replace(Config(), learning=learning), [[0]], counters, Pinner())
+    with contextlib.closing(p), _released(engine, counters):
         os.sched_setaffinity(p.other, {1})
         original = os.sched_getaffinity(p.pid)
         engine.attach(p.pid, time.monotonic())
@@ -888,9 +844,6 @@ def test_a_release_after_threads_merely_ended_gives_main_its_own_original() -> N
         p.go()
         engine.detach(p.pid)
         assert os.sched_getaffinity(p.pid) == original
-    finally:
-        engine.detach_all()
-        p.close()
 
 
 @needs_root
@@ -964,7 +917,7 @@ def test_hand_overs_outlive_a_detach_that_attaches_again_and_only_that(workload)
     for a thread no target attached again claims."""
     w = workload(2)
     engine, counters = _pin_engine()
-    try:
+    with _released(engine, counters):
         target = engine.attach(w.pid, time.monotonic(), rule=0)
         _ticks(engine, 3)
         theirs = w.tids[0]
@@ -984,9 +937,6 @@ def test_hand_overs_outlive_a_detach_that_attaches_again_and_only_that(workload)
         engine.handed_over[theirs] = start  # as the state file gives it after a restart
         engine.forget_unclaimed_hand_overs()
         assert engine.handed_over == {}
-    finally:
-        engine.detach_all()
-        counters.close_all()
 
 
 @needs_root
@@ -1071,15 +1021,15 @@ class FailsOnce(CounterSet):
 
 
 @needs_root
-def test_a_period_without_a_reading_does_not_double_the_next_utility() -> None:
+def test_a_period_without_a_reading_does_not_double_the_next_utility(kill_after) -> None:
     """The time since the last reading moved on for every thread, the last value only
     for those read: the period after a failed read divided two periods' count by one
     (1e9 ns/s of a spinning thread came out as 2e9). The reading's time now stays
     with its value."""
-    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    spinner = kill_after(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
     counters = FailsOnce(CounterSource.TASK_CLOCK)
     engine = Engine(Config(), read_topology("/sys").domains(Config().domains), counters, Pinner())
-    try:
+    with _released(engine, counters):
         target = engine.attach(spinner.pid, time.monotonic(), observe=True)
         times = []
         for period in range(3):
@@ -1094,11 +1044,6 @@ def test_a_period_without_a_reading_does_not_double_the_next_utility() -> None:
         engine.tick(times[2] + 0.05)
         assert np.isnan(target.current().utility[0]) and target.current().since[0] == times[2], \
             "the last reading's time, kept with its value"
-    finally:
-        engine.detach_all()
-        counters.close_all()
-        spinner.kill()
-        spinner.wait()
 
 
 NAMED_LATE = """
@@ -1199,16 +1144,13 @@ def test_a_free_thread_in_a_narrower_cpuset_is_placed_once(workload, cpuset) -> 
     (cpuset / "cgroup.procs").write_text(str(w.pid))
     (cpuset / "cpuset.cpus").write_text("1")
     engine, counters = _free_engine()
-    try:
+    with _released(engine, counters):
         target = engine.attach(w.pid, time.monotonic())
         with structlog.testing.capture_logs() as logs:
             _ticks(engine, 10, pause=0)
         assert target.current().pinned.all() and (target.current().cpu == -1).all()  # free, in their domain
         assert not [e for e in logs if e["event"].startswith("cpuset narrowed")]
         assert target.migrations == len(target.threads), "each thread placed once"
-    finally:
-        engine.detach_all()
-        counters.close_all()
 
 
 def test_an_invalid_thread_filter_is_refused_with_re2s_whole_hint() -> None:
@@ -1235,23 +1177,17 @@ def test_refilter_reads_a_bounded_share_of_names_each_round(monkeypatch) -> None
 
 
 @needs_root
-def test_with_a_seed_each_target_has_its_own_draws_and_a_rerun_the_same() -> None:
+def test_with_a_seed_each_target_has_its_own_draws_and_a_rerun_the_same(kill_after) -> None:
     """Two runs of the daemon attach the same program twice, other pids each run (as
     after a reboot): the decisions replay, and the two targets' differ."""
     config = dataclasses.replace(Config(), learning=dataclasses.replace(Config().learning, seed=5))
-    draws, started = [], []
-    try:
-        for _ in range(2):
-            engine = Engine(config, [[0]], CounterSet(CounterSource.SCHEDSTAT), Pinner())
-            targets = [sleepy(1), sleepy(1)]
-            started += targets
-            draws.append([engine.attach(p.pid, time.monotonic(), observe=True).scheduler.rng.random() for p in targets])
-            engine.detach_all()
-        assert draws[0] == draws[1] and draws[0][0] != draws[0][1]
-    finally:
-        for p in started:
-            p.kill()
-            p.wait()
+    draws = []
+    for _ in range(2):
+        engine = Engine(config, [[0]], CounterSet(CounterSource.SCHEDSTAT), Pinner())
+        targets = [kill_after(sleepy(1)), kill_after(sleepy(1))]
+        draws.append([engine.attach(p.pid, time.monotonic(), observe=True).scheduler.rng.random() for p in targets])
+        engine.detach_all()
+    assert draws[0] == draws[1] and draws[0][0] != draws[0][1]
 
 
 def _two_socket_engine() -> tuple[Engine, CounterSet]:
@@ -1375,16 +1311,16 @@ def test_a_cpuset_that_changes_while_attached_is_learned_afresh_once(workload, c
         assert engine.describe(target)["cpus"] == [0, 1]
 
 
-def test_a_cpuset_with_none_of_the_daemons_cpus_falls_back_to_every_domain() -> None:
+def test_a_cpuset_with_none_of_the_daemons_cpus_falls_back_to_every_domain(kill_after) -> None:
     """The kernel keeps a cpuset non-empty, but the daemon's CPUs (its config's cpus)
     may miss it: the target's scheduler then uses every domain, as before cpusets were
     read (pins outside the cpuset are refused and credited where the thread ran), with
     a warning once, not at each rescan. The cpuset is injected (this machine's CPUs are
     all the daemon's); observe mode: nothing is pinned."""
-    p = sleepy(2)
-    engine = Engine(Config(), [[0], [1]], CounterSet(CounterSource.SCHEDSTAT), Pinner(),
-                    allowed=lambda pid: frozenset({5}))
-    try:
+    p = kill_after(sleepy(2))
+    counters = CounterSet(CounterSource.SCHEDSTAT)
+    engine = Engine(Config(), [[0], [1]], counters, Pinner(), allowed=lambda pid: frozenset({5}))
+    with _released(engine, counters):
         with structlog.testing.capture_logs() as logs:
             target = engine.attach(p.pid, time.monotonic(), observe=True)
             _ticks(engine, 3, pause=0)
@@ -1392,7 +1328,3 @@ def test_a_cpuset_with_none_of_the_daemons_cpus_falls_back_to_every_domain() -> 
             "the target's cpuset has none of the daemon's CPUs; its scheduler uses every domain"]
         assert target.cpus == ((), ()) and target.scheduler.n_open == 2
         assert engine.describe(target)["cpus"] == [0, 1]  # what its scheduler uses, not the empty cpuset share
-    finally:
-        engine.detach_all()
-        p.kill()
-        p.wait()
