@@ -33,7 +33,7 @@ from parlschedd.host.base import CounterSource
 from parlschedd.host.errors import HostError
 from parlschedd.host.perf import CounterSet
 from parlschedd.topology import read_topology
-from tests.conftest import needs_root
+from tests.conftest import needs_root, wait_for
 from tests.reliability.helpers import NS_LAST_PID, masks, sleepy, spawn_with_pid, tids_of
 
 
@@ -710,9 +710,7 @@ class Execs:
     def go(self) -> None:
         self.proc.stdin.write("go\n")
         self.proc.stdin.flush()
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and tids_of(self.pid) != [self.pid]:
-            time.sleep(0.01)
+        wait_for(lambda: tids_of(self.pid) == [self.pid], timeout=5, interval=0.01)
 
     def close(self) -> None:
         if self.pid != self.top:
@@ -763,12 +761,9 @@ def _ticks(engine: Engine, n: int = 10, pause: float = 0.05) -> None:
 
 def _pinned_apart(engine: Engine, p: Execs) -> None:
     """Periods until the two threads are pinned on different CPUs."""
-    for _ in range(100):
-        engine.tick(time.monotonic())
-        if len(set(masks([p.pid, p.other]).values())) == 2:
-            break
-    assert [len(m) for m in masks([p.pid, p.other]).values()] == [1, 1]
-    assert len(set(masks([p.pid, p.other]).values())) == 2, "100 periods and never on different CPUs"
+    both = lambda: list(masks([p.pid, p.other]).values())  # noqa: E731
+    _ticks_until(engine, lambda: len(set(both())) == 2, "the two threads on different CPUs", 100)
+    assert [len(m) for m in both()] == [1, 1]
 
 
 @needs_root
