@@ -1075,8 +1075,8 @@ def test_a_non_root_peer_manages_only_the_descendants_it_owns(open_dir, kill_aft
     (open_dir / "parlschedd.yaml").write_text("period_s: 0.05\nsocket: {mode: '0666'}\n" + PINNING)
     d = start_daemon(open_dir)
     parent = kill_after(subprocess.Popen([sys.executable, "-c", DROPS_AFTER_FORK], stdout=subprocess.PIPE, text=True))
+    child = int(parent.stdout.readline())
     try:
-        child = int(parent.stdout.readline())
         before = masks([child])
         assert as_nobody(d.socket, "attach", pid=child) == {"refused": "permission_denied"}
         assert as_nobody(d.socket, "attach", pid=parent.pid, descendants=True)["target"]["pid"] == parent.pid
@@ -1086,4 +1086,5 @@ def test_a_non_root_peer_manages_only_the_descendants_it_owns(open_dir, kill_aft
         assert child not in seen and parent.pid in seen
         assert masks([child]) == before
     finally:
+        os.kill(child, signal.SIGKILL)  # the parent's child, not the test's: init reaps it
         d.stop()
