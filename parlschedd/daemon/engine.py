@@ -36,6 +36,7 @@ from parlschedd.host.base import Actuator, Counters
 from parlschedd.host.errors import HostError, Overridden, ThreadGone, TooManyFiles
 from parlschedd.learning.scheduler import TwoLevelScheduler
 from parlschedd.patterns import PatternError, compile_pattern
+from parlschedd.topology import online_cpus
 
 log = structlog.get_logger("parlschedd.engine")
 
@@ -64,20 +65,22 @@ class Engine:
 
     def __init__(self, config: Config, domains: list[list[int]], counters: Counters, pinner: Actuator,
                  proc_root: str = procfs.PROC_ROOT, on_change: Callable[[], None] = lambda: None,
-                 persist: Callable[[], bool] = lambda: True, allowed: AllowedCpus = cgroups.task_cpus) -> None:
+                 persist: Callable[[], bool] = lambda: True, allowed: AllowedCpus = cgroups.task_cpus,
+                 sysfs: str = "/sys") -> None:
         self.config = config
         self.domains = domains
         self.allowed = allowed  # the CPUs a process's cpuset allows (None: unrestricted)
         self._every_cpu: DomainCpus = tuple(tuple(d) for d in domains)  # a target's without a cpuset
         self.counters = counters
         self.pinner = pinner
-        self.proc_root = proc_root
+        self.proc_root, self.sysfs = proc_root, sysfs
         self.targets: dict[int, Target] = {}
         self.on_change = on_change  # called when the set of targets or adopted threads changed
         self.persist = persist  # writes the adopted threads' original masks; False when it could not
         self._unsaved: set[int] = set()  # tids adopted since the last persist: not pinned before it
         self._single = {c: frozenset({c}) for d in domains for c in d}  # pin masks, made once
         self._whole = [frozenset(d) for d in domains]  # a free thread's mask: its domain
+        self._usable = frozenset(c for d in domains for c in d)
         self.placements = frozenset([*self._single.values(), *self._whole])  # every mask we pin to (the state file's)
         self._schedulers_made = 0
         self.read_errors = 0  # periods a live thread was not measured: a failed read, or a PMU group multiplexed out throughout
@@ -597,17 +600,19 @@ class Engine:
 
     def _ours(self, target: Target) -> set[frozenset[int]]:
         """The masks we have set on ``target``'s threads, as they are now, and what the
-        target's cpuset makes of them (a thread born of a free thread whose domain is
-        wider than the cpuset inherits the narrowed mask)."""
+        target's cpuset and the CPUs online make of them as sched_getaffinity reads
+        them (a thread born of a free thread whose domain is wider than the cpuset
+        inherits the narrowed mask; one born while a CPU of the domain is offline
+        reads the rest)."""
         r = target.roster
         free = r.pinned & (r.cpu < 0)
         ours = {self._single[cpu] for cpu in r.cpu[r.pinned & ~free].tolist()}
         ours.update(self._whole[d] for d in r.domain[free & (r.domain >= 0)].tolist())
         records = self.pinner.records  # a row not pinned (a refused pin) may still carry an earlier pin of ours
         ours.update(rec.current for t in r.tids[~r.pinned].tolist()
-                    if (rec := records.get(t)) is not None and rec.current != rec.original)
-        if target.cpus != self._every_cpu:
-            allowed = frozenset(c for cpus in target.cpus for c in cpus)
+                    if (rec := records.get(t)) is not None and rec.asked is not None and rec.current != rec.original)
+        allowed = frozenset(c for cpus in target.cpus for c in cpus) & online_cpus(self.sysfs)
+        if allowed != self._usable:
             ours.update(narrowed for m in list(ours) if (narrowed := m & allowed))
         return ours
 

@@ -145,7 +145,7 @@ class Daemon:
                 "proc_root": self.proc_root, "sysfs": self.sysfs}
         self.engine = Engine(self.config, self.domains, self.counters, Pinner(**host),
                              proc_root=self.proc_root, on_change=self._mark_dirty, persist=self._persist,
-                             allowed=cgroups.CpusetReader(self.cgroup_root, self.proc_root))
+                             allowed=cgroups.CpusetReader(self.cgroup_root, self.proc_root), sysfs=self.sysfs)
         try:
             self.statefile.lock()
         except StateDirUnusable as exc:

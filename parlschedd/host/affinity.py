@@ -56,19 +56,6 @@ def possible_cpus(sysfs: str = "/sys") -> frozenset[int]:
         return frozenset(range(os.cpu_count() or 1))
 
 
-def as_asked(mask: frozenset[int], cpuset: frozenset[int] | None) -> frozenset[int]:
-    """The original to restore for a thread found with ``mask`` in ``cpuset`` (None:
-    unrestricted). A mask that is the whole of the thread's cpuset is most likely no
-    one's request: the thread follows its cpuset. Restoring that snapshot would be a
-    request (the kernel keeps one, Linux 6.2+), so a cpuset that grows later would
-    leave the thread on the CPUs of the moment, where a thread never pinned gets the
-    new ones; every possible CPU, which the kernel narrows to the cpuset, is restored
-    instead. A thread that asked for exactly its cpuset cannot be told from one that
-    follows it (the kernel does not show a request), and comes back wider when the
-    cpuset grows."""
-    return possible_cpus() if cpuset is not None and mask == cpuset else mask
-
-
 def get_affinity(tid: int) -> frozenset[int]:
     """The CPUs thread ``tid`` may run on: its mask as sched_getaffinity(2) gives it,
     the mask's CPUs that are online. A mask of offline CPUs alone (its CPU was
@@ -185,7 +172,7 @@ class Pinner:
 
     def adopt(self, tid: int, start_time: int, original: frozenset[int] | None = None,
               cpuset: frozenset[int] | None = None) -> None:
-        """Save the thread's current mask as its original (:func:`as_asked`), once per
+        """Save the thread's current mask as its original (:meth:`original_of`), once per
         (tid, start_time); ``cpuset``: the CPUs its cpuset allows, when the caller has
         read them (else they are read here if they matter).
 
@@ -204,11 +191,20 @@ class Pinner:
                                        mask)
 
     def original_of(self, tid: int, mask: frozenset[int], cpuset: frozenset[int] | None) -> frozenset[int]:
-        """:func:`as_asked` of ``mask``, thread ``tid``'s as :func:`get_affinity` read
-        it. ``cpuset``: its process's, as the caller last read it (the engine, once a
-        rescan): a mask equal to it is taken as following it; any other mask narrower
-        than every CPU has the thread's own read here (the caller's may be older than a
-        change, or another process's).
+        """The original to restore for thread ``tid``, found with ``mask`` (as
+        :func:`get_affinity` read it) in ``cpuset``: its process's, as the caller last
+        read it (the engine, once a rescan; None: unrestricted or unread). Any mask
+        narrower than every CPU and other than ``cpuset`` has the thread's own cpuset
+        read here (the caller's may be older than a change, or another process's).
+
+        A mask that is the whole of the thread's cpuset is most likely no one's
+        request: the thread follows its cpuset. Restoring that snapshot would be a
+        request (the kernel keeps one, Linux 6.2+), so a cpuset that grows later would
+        leave the thread on the CPUs of the moment, where a thread never pinned gets the
+        new ones; every possible CPU, which the kernel narrows to the cpuset, is restored
+        instead. A thread that asked for exactly its cpuset cannot be told from one that
+        follows it (the kernel does not show a request), and comes back wider when the
+        cpuset grows.
 
         sched_getaffinity gives only a mask's online CPUs, so while a possible CPU is
         offline (SMT off, a VM with spare CPU slots, a CPU unplugged for now) the mask
@@ -230,7 +226,7 @@ class Pinner:
                 cpuset = self._allowed(tid)
             except (HostError, ValueError):  # an unreadable cpuset: the mask as found
                 return mask
-        return as_asked(mask, cpuset)
+        return every if cpuset is not None and mask == cpuset else mask
 
     def pin(self, tid: int, cpus: frozenset[int]) -> bool:
         """Restrict an adopted thread to ``cpus`` ∩ its allowed CPUs.
@@ -317,15 +313,18 @@ class Pinner:
         cannot be told from the kernel's and is taken for it.
 
         CPU hotplug changes a read with no one acting (sched_getaffinity gives a mask's
-        online CPUs), so the online part of what we asked for is ours, and so is the
-        whole of it, which ``get_affinity`` reads once none of its CPUs is online (a
-        domain's CPUs unplugged one by one); before our first pin, so is the online
-        part of the original (a thread adopted while a CPU of its mask was offline
-        reads that CPU again when it comes back)."""
+        online CPUs): a thread whose mask as set (/proc, offline CPUs included) is the
+        one we asked for, or before our first pin its original, has it still, whatever
+        part of it is online (the whole of it, which ``get_affinity`` reads once none
+        of its CPUs is online, as a domain unplugged CPU by CPU; or its original's CPU
+        back online, for a thread adopted while it was offline). A cpuset that the
+        kernel narrows at a hotplug (a v1 child cpuset) narrows the mask as set too: the
+        cpuset decides then, and someone's mask equal to what it kept of ours passes
+        for the kernel's."""
         if mask == record.wanted:
             return True
-        online = online_cpus(self._sysfs)
-        if mask == record.wanted & online or (record.asked is None and mask == record.original & online):
+        whole = procfs.thread_cpus_allowed(tid, self._proc_root)
+        if whole == record.wanted or (record.asked is None and whole == record.original):
             return True
         allowed = self._allowed(tid)
         if allowed is None:
@@ -395,7 +394,8 @@ class Pinner:
         together: it runs where it may now, and on its original CPUs again when the
         cpuset grows back (Linux 6.2+ keeps a thread's requested
         mask across cpuset changes; before, it gets the whole cpuset). The exact
-        original cannot be requested then.
+        original cannot be requested then; nor, where no cpuset applies, when every CPU
+        of it is offline: the thread gets it and the online CPUs.
         """
         record = self._records.get(tid)
         if record is None:
@@ -416,10 +416,12 @@ class Pinner:
             self._guarded(tid, lambda t: set_affinity(t, record.original))
         except InvalidMask:
             allowed = self._guarded(tid, self._allowed)
-            if allowed is None:
-                raise
-            widened = record.original | allowed
-            log.warning("original mask outside cpuset, widening", tid=tid, cpus=format_cpulist(widened))
+            if allowed is None:  # no cpuset applies: every CPU of the original is offline
+                widened = record.original | online_cpus(self._sysfs)
+                log.warning("original mask offline, widening", tid=tid, cpus=format_cpulist(widened))
+            else:
+                widened = record.original | allowed
+                log.warning("original mask outside cpuset, widening", tid=tid, cpus=format_cpulist(widened))
             self._guarded(tid, lambda t: set_affinity(t, widened))
 
     def _ours_to_restore(self, tid: int, record: PinRecord, mask: frozenset[int]) -> bool:

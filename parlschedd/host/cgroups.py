@@ -12,6 +12,7 @@ directory, so ``../`` can never lead a read outside cgroupfs.
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,7 +126,9 @@ def cpus_file(path: str, controllers: tuple[str, ...] = (), root: str = CGROUP_R
 
 
 def _read_cpus(file: Path) -> frozenset[int]:
-    with translated(f"read {file.name}"):
+    """A cpuset file's CPUs. One that vanished (its cgroup removed, the controller
+    disabled since the walk found it) is a plain HostError: the thread lives on."""
+    with translated(f"read {file.name}", overrides={errno.ENOENT: HostError}):
         return parse_cpulist(_read_raw(file).decode())
 
 

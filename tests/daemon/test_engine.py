@@ -23,6 +23,7 @@ import pytest
 import structlog.testing
 
 from parlschedd.config import Config
+from parlschedd.cpulist import parse_cpulist
 from parlschedd.daemon import engine as engine_module
 from parlschedd.daemon import names as names_module
 from parlschedd.daemon.engine import Engine
@@ -1323,3 +1324,126 @@ def test_a_cpuset_with_none_of_the_daemons_cpus_falls_back_to_every_domain(kill_
             "the target's cpuset has none of the daemon's CPUs; its scheduler uses every domain"]
         assert target.cpus == ((), ()) and target.scheduler.n_open == 2
         assert engine.describe(target)["cpus"] == [0, 1]  # what its scheduler uses, not the empty cpuset share
+
+
+# -- CPU hotplug, on a kernel stood in for: this host has CPUs 0 and 1 and cannot unplug
+# one in a fast test (tests/reliability/test_faults.py does, slowly, with what 2 CPUs
+# allow). The stand-in has 4 possible CPUs and keeps each thread's mask as set, offline
+# CPUs included, as the kernel does where no cpuset narrows it.
+
+class HotplugKernel:
+    """sched_setaffinity keeps the mask as set and passes its part in {0, 1} to the
+    real syscall; sched_getaffinity gives the online part of the mask as set, /proc
+    the whole of it (every possible CPU for a thread never set); the test says which
+    mask a new thread inherits (``born``) and which CPUs are online (``online``)."""
+
+    POSSIBLE = frozenset(range(4))
+
+    def __init__(self, sysfs: Path, monkeypatch: pytest.MonkeyPatch, online: str) -> None:
+        self._real_set = os.sched_setaffinity
+        cpu = sysfs / "devices" / "system" / "cpu"
+        cpu.mkdir(parents=True)
+        (cpu / "possible").write_text("0-3\n")
+        self._online = cpu / "online"
+        self.online(online)
+        self.sysfs = str(sysfs)
+        self.as_set: dict[int, frozenset[int]] = {}
+        monkeypatch.setattr(os, "sched_setaffinity", self.set)
+        monkeypatch.setattr(os, "sched_getaffinity", lambda tid: self.whole(tid) & self.cpus_online())
+        monkeypatch.setattr(procfs, "thread_cpus_allowed", lambda tid, root=procfs.PROC_ROOT: self.whole(tid))
+
+    def online(self, cpus: str) -> None:
+        self._online.write_text(cpus + "\n")
+
+    def cpus_online(self) -> frozenset[int]:
+        return parse_cpulist(self._online.read_text())
+
+    def whole(self, tid: int) -> frozenset[int]:
+        return self.as_set.get(tid, self.POSSIBLE)
+
+    def set(self, tid: int, cpus) -> None:
+        cpus = frozenset(cpus)
+        if not cpus & self.cpus_online():
+            raise OSError(22, "Invalid argument")
+        self._real_set(tid, cpus & {0, 1})
+        self.as_set[tid] = cpus
+
+    def born(self, tid: int, creator: int) -> None:
+        self.as_set[tid] = self.whole(creator)
+
+
+def _hotplug_engine(kernel: HotplugKernel, domains: list[list[int]], **options: object) -> tuple[Engine, CounterSet]:
+    """An engine whose every thread is free (its whole domain) for good, on the
+    stand-in kernel's CPUs, as if in the root cpuset (its effective CPUs: those online)."""
+    learning = dataclasses.replace(Config().learning, free=True, free_prior=1.0, lam=0.0)
+    counters = CounterSet(CounterSource.SCHEDSTAT)
+    online = lambda tid: kernel.cpus_online()  # noqa: E731
+    engine = Engine(dataclasses.replace(Config(), learning=learning), domains, counters,
+                    Pinner(sysfs=kernel.sysfs, allowed=online), allowed=online, sysfs=kernel.sysfs, **options)
+    return engine, counters
+
+
+@needs_root
+def test_a_thread_born_while_a_cpu_of_our_mask_is_offline_gets_the_targets_own_back(
+        workload, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Free on the domain {1, 3}, a thread reads {1} once CPU 3 is offline; one it
+    creates then inherits {1, 3}, ours, and reads {1}: the target's own mask is what
+    detach gives it, not ours (it kept {1, 3}: /proc's mask as set was taken for its
+    original)."""
+    kernel = HotplugKernel(tmp_path / "sys", monkeypatch, "0-1,3")
+    w = workload(1)
+    engine, counters = _hotplug_engine(kernel, [[1, 3]])
+    with _released(engine, counters):
+        engine.attach(w.pid, time.monotonic())
+        _ticks(engine, 3, pause=0)
+        assert {kernel.whole(t) for t in w.all_tids()} == {frozenset({1, 3})}
+        kernel.online("0-1")
+        born = set(w.command("spawn")) - set(engine.targets[w.pid].threads)
+        for tid in born:
+            kernel.born(tid, w.pid)  # the main thread spawns
+        engine.tick(time.monotonic())
+        engine.detach(w.pid)
+        assert {kernel.whole(t) for t in w.all_tids()} == {kernel.POSSIBLE}
+
+
+WORKER_SPAWNS = r"""
+import json, queue, sys, threading
+spawned = queue.Queue()
+def worker():
+    while True:
+        sys.stdin.readline()
+        t = threading.Thread(target=lambda: (spawned.put(threading.get_native_id()), threading.Event().wait()), daemon=True)
+        t.start()
+        print(json.dumps(spawned.get()), flush=True)
+w = threading.Thread(target=worker, daemon=True)
+w.start()
+print(json.dumps(w.native_id), flush=True)
+w.join()
+"""
+
+
+@needs_root
+def test_a_programs_own_mask_is_not_ours_while_a_cpu_is_offline(
+        kill_after, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A program keeps a worker on {1, 3} while CPU 3 is offline (it reads {1}), and
+    nothing is pinned (the originals cannot be saved). The worker's own mask, read
+    whole from /proc as its original, differs from the read; it is still not one we
+    set, so a thread the worker creates keeps the mask it inherited (it was given the
+    target's at detach)."""
+    kernel = HotplugKernel(tmp_path / "sys", monkeypatch, "0-1")
+    p = kill_after(subprocess.Popen([sys.executable, "-c", WORKER_SPAWNS], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, text=True))
+    worker = json.loads(p.stdout.readline())
+    os.sched_setaffinity(worker, {1, 3})
+    engine, counters = _hotplug_engine(kernel, [[0, 1, 2, 3]], persist=lambda: False)
+    with _released(engine, counters):
+        engine.attach(p.pid, time.monotonic())
+        _ticks(engine, 3, pause=0)
+        p.stdin.write("spawn\n")
+        p.stdin.flush()
+        born = json.loads(p.stdout.readline())
+        kernel.born(born, worker)
+        engine.tick(time.monotonic())
+        assert born in engine.targets[p.pid].threads
+        engine.detach(p.pid)
+        assert kernel.whole(born) == {1, 3}

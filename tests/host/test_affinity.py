@@ -336,20 +336,23 @@ def test_a_cpuset_given_by_the_caller_that_is_out_of_date_is_checked(
     assert pinner.records[worker.tid].original == possible_cpus()
 
 
-def test_restore_when_the_original_left_the_cpuset(spawn: Callable[..., Worker]) -> None:
-    widened, stuck = spawn(busy=False), spawn(busy=False)
+def test_restore_when_the_original_left_the_cpuset_or_went_offline(spawn: Callable[..., Worker]) -> None:
+    """An original of CPUs the thread may not use (CPU 1000 stands for one outside
+    its cpuset, or offline where no cpuset applies) is restored with the CPUs it may
+    use: never left on our pin."""
+    in_cpuset, no_cpuset = spawn(busy=False), spawn(busy=False)
     records = {
         w.tid: PinRecord(procfs.thread_start_time(w.tid), frozenset({1000}), frozenset({0}))
-        for w in (widened, stuck)
+        for w in (in_cpuset, no_cpuset)
     }
-    for w in (widened, stuck):
+    for w in (in_cpuset, no_cpuset):
         os.sched_setaffinity(w.tid, {0})
-    report = Pinner(records={widened.tid: records[widened.tid]}, allowed=lambda t: ALL).restore_all()
-    assert report.restored == (widened.tid,)
-    assert os.sched_getaffinity(widened.tid) == ALL
-    report = Pinner(records={stuck.tid: records[stuck.tid]}, allowed=unrestricted).restore_all()
-    assert [tid for tid, _ in report.failed] == [stuck.tid]
-    assert "sched_setaffinity" in report.failed[0][1]
+    report = Pinner(records={in_cpuset.tid: records[in_cpuset.tid]}, allowed=lambda t: ALL).restore_all()
+    assert report.restored == (in_cpuset.tid,)
+    assert os.sched_getaffinity(in_cpuset.tid) == ALL
+    report = Pinner(records={no_cpuset.tid: records[no_cpuset.tid]}, allowed=unrestricted).restore_all()
+    assert report.restored == (no_cpuset.tid,)
+    assert os.sched_getaffinity(no_cpuset.tid) == ALL  # the CPUs online
 
 
 def test_state_round_trip() -> None:
@@ -610,22 +613,30 @@ def test_while_a_cpu_is_offline_the_original_is_the_mask_as_set(tmp_path: Path, 
     assert every_online.original_of(100, frozenset({1}), None) == {1}  # the read is the whole mask: /proc not read
 
 
-def test_cpus_going_offline_and_back_change_no_one_elses_mask(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """With no cpuset to tell (a host without one; the syscall's view of the unplugged
-    CPU stood in for): a thread pinned to the domain {0, 1} reads {0} while CPU 1 is
-    offline, and one adopted while it was offline reads its CPU again when it is back;
-    neither is someone else's mask. A mask that is not the online part of ours is."""
-    sysfs = tmp_path / "sys"
-    online = Path(fake_cpus(sysfs, "0-3", "0,2-3")) / "devices" / "system" / "cpu" / "online"
+def test_cpus_going_offline_and_back_change_no_one_elses_mask(fake_proc: FakeProc,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where no cpuset tells (the syscall's view of an unplugged CPU 1 stood in for,
+    /proc faked): a thread pinned to the domain {0, 1} reads {0} while CPU 1 is
+    offline, and one adopted while it was offline reads it again when it is back;
+    neither is someone else's mask, as /proc shows both as they were set. A mask
+    someone sets to just what is online of ours is theirs."""
+    fake_proc.process(100)
+    fake_proc.thread(100, 101, "worker")
+
+    def as_set(tid: int, cpus: str) -> None:
+        (fake_proc.root / "100" / "task" / str(tid) / "status").write_text(f"Name:\tapp\nCpus_allowed_list:\t{cpus}\n")
+
     pinned = PinRecord(start_time=1, original=frozenset({0, 1, 2, 3}), current=frozenset({0, 1}),
                        asked=frozenset({0, 1}))
     adopted_offline = PinRecord(start_time=1, original=frozenset({0, 1, 2, 3}), current=frozenset({0, 2, 3}))
-    pinner = Pinner(allowed=unrestricted, sysfs=str(sysfs), records={7: pinned, 8: adopted_offline})
-    reads = {7: frozenset({0}), 8: frozenset({0, 2, 3})}
+    pinner = Pinner(allowed=unrestricted, proc_root=str(fake_proc.root), records={100: pinned, 101: adopted_offline})
+    as_set(100, "0-1")
+    as_set(101, "0-3")
+    reads = {100: frozenset({0}), 101: frozenset({0, 2, 3})}
     monkeypatch.setattr(affinity, "get_affinity", lambda tid: reads[tid])
-    assert pinner.drifted([7, 8]) == Drift([], [])
-    online.write_text("0-3\n")
-    reads = {7: frozenset({0, 1}), 8: frozenset({0, 1, 2, 3})}
-    assert pinner.drifted([7, 8]) == Drift([], [])
-    reads = {7: frozenset({1}), 8: frozenset({0, 1, 2, 3})}
-    assert pinner.drifted([7, 8]) == Drift([], [7])
+    assert pinner.drifted([100, 101]) == Drift([], [])
+    reads = {100: frozenset({0, 1}), 101: frozenset({0, 1, 2, 3})}  # CPU 1 is back
+    assert pinner.drifted([100, 101]) == Drift([], [])
+    reads = {100: frozenset({0}), 101: frozenset({0, 2, 3})}  # offline again, and someone sets 100 to {0}
+    as_set(100, "0")
+    assert pinner.drifted([100, 101]) == Drift([], [100])
