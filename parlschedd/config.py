@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -192,14 +192,10 @@ class _Checker(Collector):
             return None
         return tuple(value)
 
-    def section(self, raw: Any, path: str, known: set[str]) -> Mapping[str, Any]:
-        """The mapping at ``path`` ("" the top level); an empty section (null) is all
-        defaults, and a key not in ``known`` an error."""
-        if raw is None:
-            return {}
-        section = self.mapping(raw, path or "(top level)")
-        self.only_known(section, path, known)
-        return section
+    def section(self, raw: Any, path: str, known: Collection[str]) -> Mapping[str, Any]:
+        """``Collector.section``, but an empty section (null) is all defaults: every key
+        of the config may be left out."""
+        return {} if raw is None else super().section(raw, path, known)
 
 
 def from_mapping(raw: Any, source: str = "<config>") -> Config:

@@ -38,11 +38,19 @@ class Collector:
 
     def mapping(self, value: Any, path: str) -> Mapping[str, Any]:
         """``value`` if it is a mapping; else an error and an empty mapping, so that the
-        keys under ``path`` read as absent and the rest of the document is still read."""
+        keys under ``path`` ("" the top level) read as absent and the rest of the
+        document is still read."""
         if isinstance(value, Mapping):
             return value
-        self.fail(path, f"must be a mapping, got {type(value).__name__}")
+        self.fail(path or "(top level)", f"must be a mapping, got {type(value).__name__}")
         return {}
+
+    def section(self, value: Any, path: str, known: Collection[str]) -> Mapping[str, Any]:
+        """``value`` read as the mapping at ``path`` whose keys are ``known``: ``mapping``
+        then ``only_known``, as each section of a file is read."""
+        section = self.mapping(value, path)
+        self.only_known(section, path, known)
+        return section
 
     def only_known(self, section: Mapping[Any, Any], path: str, known: Collection[str]) -> None:
         """An error for every key of ``section`` (at ``path``, "" the top level) not in

@@ -26,3 +26,10 @@ def test_every_unknown_key_is_an_error_naming_its_path_and_the_keys_expected():
     c.only_known({"a": 1, "b": 2, "zz": 3}, "s", {"a", "b", "c"})
     c.only_known({"top": 1}, "", {"s"})
     assert c.errors == [("s.zz", "unknown key; expected one of a, b, c"), ("top", "unknown key; expected one of s")]
+
+
+def test_a_section_is_a_mapping_of_known_keys_and_the_top_level_is_named():
+    c = Collector()
+    assert c.section({"a": 1, "zz": 2}, "s", {"a"}) == {"a": 1, "zz": 2}
+    assert c.section(5, "", {"a"}) == {}
+    assert c.errors == [("s.zz", "unknown key; expected one of a"), ("(top level)", "must be a mapping, got int")]

@@ -158,11 +158,10 @@ class _Reader(Collector):
 
 
 def _run(r: _Reader, data: Mapping[str, Any]) -> RunSettings | None:
-    run = r.mapping(data.get("run"), "run") if "run" in data else None
-    if run is None:
+    if "run" not in data:
         r.fail("run", "is required")
         return None
-    r.only_known(run, "run", _keys(RunSettings))
+    run = r.section(data["run"], "run", _keys(RunSettings))
     n = r.number(run, "individuals", "run", integer=True, low=1)
     g = r.number(run, "generations", "run", integer=True, low=1)
     ngm = r.number(run, "global_migrations", "run", integer=True, low=1)
@@ -187,10 +186,9 @@ def _run(r: _Reader, data: Mapping[str, Any]) -> RunSettings | None:
 
 
 def _device(r: _Reader, raw: Any, path: str, index: int) -> Device | None:
-    d = r.mapping(raw, path)
-    if not isinstance(raw, Mapping):  # noted by mapping(): nothing under it to read
+    d = r.section(raw, path, _keys(Device))
+    if not isinstance(raw, Mapping):  # noted by section(): nothing under it to read
         return None
-    r.only_known(d, path, _keys(Device))
     cu = r.number(d, "compute_units", path, integer=True, low=1)
     f = r.number(d, "frequency_hz", path, low=1.0)
     tdp = r.number(d, "tdp_w", path, above=0.0)  # the power parameters' bounds are fractions of it
@@ -207,8 +205,7 @@ def _nodes(r: _Reader, data: Mapping[str, Any]) -> tuple[Node, ...]:
     nodes = []
     for i, raw_node in enumerate(raw):
         path = f"nodes[{i}]"
-        node = r.mapping(raw_node, path)
-        r.only_known(node, path, _keys(Node))
+        node = r.section(raw_node, path, _keys(Node))
         devices = node.get("devices")
         if not isinstance(devices, list) or not devices:
             r.fail(f"{path}.devices", "must be a non-empty list of devices")
