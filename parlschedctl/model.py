@@ -312,7 +312,7 @@ def recommend(params_path: str, goal: str, nsp: tuple[int, ...] | None, as_json:
     text = f"best nsp for {goal}: {best.nsp} (predicted {best.time_s:.1f} s{energy_text})"
     if best.near_best:
         said = ", ".join(f"{quantity} NRMSE {_nrmse(value)}" for quantity, value in best.nrmse.items())
-        text += (f"\nwithin {best.near_best_within:.0%} of it: nsp {', '.join(map(str, best.near_best))}; the model "
+        text += (f"\nwithin {recommendation.NEAR_BEST:.0%} of it: nsp {', '.join(map(str, best.near_best))}; the model "
                  f"cannot tell these apart (its {said} on the runs it was fitted to), so measure them before choosing")
         text = "\n".join([text, *_why_undefined([best.nrmse.get("time")], [best.nrmse.get("energy")])])
     _emit(as_json, best.to_dict(), text)

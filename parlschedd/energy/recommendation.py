@@ -28,8 +28,7 @@ class Recommendation:
     nsp: int
     time_s: float  # predicted for nsp
     energy_wh: float  # predicted for nsp; NaN if fitted without energies
-    near_best: tuple[int, ...]  # the other candidates within near_best_within of the best
-    near_best_within: float  # relative; recommend() sets the NEAR_BEST it compared them with
+    near_best: tuple[int, ...]  # the other candidates within NEAR_BEST of the best
     # The fit's NRMSE (on the runs it was fitted to) of each quantity the objective
     # depends on: how far apart predictions must be for the model to tell them apart.
     nrmse: dict[str, float]
@@ -37,7 +36,7 @@ class Recommendation:
     def to_dict(self) -> dict[str, Any]:
         """NaN is left to the writer (store.json_safe)."""
         return {"objective": self.objective, "nsp": self.nsp, "time_s": self.time_s, "energy_wh": self.energy_wh,
-                "near_best": list(self.near_best), "near_best_within": self.near_best_within}
+                "near_best": list(self.near_best), "near_best_within": NEAR_BEST}
 
 
 def recommend(model: EnergyTimeModel, goal: str, candidates: np.ndarray) -> Recommendation:
@@ -48,10 +47,9 @@ def recommend(model: EnergyTimeModel, goal: str, candidates: np.ndarray) -> Reco
         raise NeedsEnergy(f"fitted without energies; {goal} cannot be predicted")
     value = objective(goal, t, e)
     best = int(np.nanargmin(value))
-    within = NEAR_BEST
     near = tuple(int(k) for k, v in zip(candidates, value, strict=True)
-                 if k != candidates[best] and v <= value[best] * (1 + within))
+                 if k != candidates[best] and v <= value[best] * (1 + NEAR_BEST))
     errors = {"time": model.nrmse_time_, "energy": model.nrmse_energy_}
     depends_on = ("time", "energy") if goal == "edp" else (goal,)
-    return Recommendation(goal, int(candidates[best]), float(t[best]), float(e[best]), near, within,
+    return Recommendation(goal, int(candidates[best]), float(t[best]), float(e[best]), near,
                           nrmse={q: errors[q] for q in depends_on})
