@@ -231,12 +231,15 @@ def predict(params_path: str, nsp: tuple[int, ...] | None, as_json: bool) -> Non
     rows = json_safe([{"nsp": int(k), "time_s": a, "energy_wh": b}
                       for k, a, b in zip(ks, t.tolist(), e.tolist(), strict=True)])
     text = "\n".join([f"{'nsp':>4} {'time_s':>10} {'energy_wh':>10}"]
-                     + [f"{r['nsp']:>4} {r['time_s']:>10.2f} {_cell(r['energy_wh'])}" for r in rows])
+                     + [f"{r['nsp']:>4} {r['time_s']:>10.2f} {_cell(r['energy_wh'], 10, '.3f')}" for r in rows])
     _emit(as_json, {"predictions": rows}, text)
 
 
-def _cell(x: float | None) -> str:
-    return f"{'n/a':>10}" if x is None else f"{x:>10.3f}"
+def _cell(x: float | None, width: int, spec: str, scale: float = 1) -> str:
+    """``x * scale`` in a table column ``width`` wide; n/a where there is no number: None
+    or not finite (an energy not fitted or not measured), before scaling (an error too
+    large to scale is one, shown as inf)."""
+    return f"{'n/a' if x is None or not np.isfinite(x) else format(x * scale, spec):>{width}}"
 
 
 @model.command()
@@ -263,13 +266,9 @@ def _per_nsp_table(models: dict[str, validation.ModelErrors]) -> list[str]:
     width = max(9, *map(len, names))
     row = " ".join(f"{n:>{width}}" for n in names)
     lines = [f"{'':4}  {'time error %':^{len(row)}}   {'energy error %':^{len(row)}}", f"{'nsp':>4}  {row}   {row}"]
-
-    def cell(x: float) -> str:
-        return f"{'n/a':>{width}}" if not np.isfinite(x) else f"{x * 100:>+{width}.1f}"
-
     for i, k in enumerate(next(iter(models.values())).nsp):
-        times = " ".join(cell(r.time_rel_error[i]) for r in models.values())
-        energies = " ".join(cell(r.energy_rel_error[i]) for r in models.values())
+        times = " ".join(_cell(r.time_rel_error[i], width, "+.1f", 100) for r in models.values())
+        energies = " ".join(_cell(r.energy_rel_error[i], width, "+.1f", 100) for r in models.values())
         lines.append(f"{k:>4}  {times}   {energies}")
     return lines
 
