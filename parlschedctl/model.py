@@ -231,13 +231,13 @@ def predict(params_path: str, nsp: tuple[int, ...] | None, as_json: bool) -> Non
     rows = json_safe([{"nsp": int(k), "time_s": a, "energy_wh": b}
                       for k, a, b in zip(ks, t.tolist(), e.tolist(), strict=True)])
     text = "\n".join([f"{'nsp':>4} {'time_s':>10} {'energy_wh':>10}"]
-                     + [f"{r['nsp']:>4} {r['time_s']:>10.2f} {_cell(r['energy_wh'], 10, '.3f')}" for r in rows])
+                     + [f"{r['nsp']:>4} {_cell(r['time_s'], 10, '.2f')} {_cell(r['energy_wh'], 10, '.3f')}" for r in rows])
     _emit(as_json, {"predictions": rows}, text)
 
 
 def _cell(x: float | None, width: int, spec: str, scale: float = 1) -> str:
     """``x * scale`` in a table column ``width`` wide; n/a where there is no number: None
-    or not finite (an energy not fitted or not measured), before scaling (an error too
+    or not finite (an energy not fitted or not measured, a time that overflows), before scaling (an error too
     large to scale is one, shown as inf)."""
     return f"{'n/a' if x is None or not np.isfinite(x) else format(x * scale, spec):>{width}}"
 

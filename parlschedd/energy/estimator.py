@@ -103,13 +103,16 @@ class EnergyTimeModel:
         self.nrmse_time_, self.nrmse_energy_ = best.nrmse_time, best.nrmse_energy
 
     def predict(self, nsp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Predicted runtime (s) and energy (Wh; NaN if fitted on time only) per NSp."""
+        """Predicted runtime (s) and energy (Wh; NaN if fitted on time only) per NSp;
+        inf, without a warning, where one overflows (parameters near the largest float,
+        which a parameters file may hold)."""
         if not hasattr(self, "fit_"):
             raise RuntimeError("EnergyTimeModel is not fitted; call fit() first")
         nsp = np.asarray(nsp)
         if nsp.ndim != 1 or np.any(nsp < 1):
             raise ValueError("nsp must be a 1-D array of integers >= 1")
-        return predict(self.problem_, self.fit_, nsp)
+        with np.errstate(over="ignore"):
+            return predict(self.problem_, self.fit_, nsp)
 
     def parameters(self) -> dict[str, float]:
         """The fitted parameters by name (eqs. 8 and 9)."""

@@ -56,6 +56,20 @@ def test_predict(params):
     assert len(text) == 33 and text[0].split() == ["nsp", "time_s", "energy_wh"]
 
 
+def test_predictions_that_overflow_are_no_numbers(params, tmp_path):
+    """Parameters near the largest float (accepted by the loader) overflow a predicted
+    time: null in the JSON and n/a in the table (the table failed on a TypeError)."""
+    doc = json.loads(params.read_text())
+    doc["model"]["parameters"] = {k: 1.7e308 if k.startswith(("W[", "T_")) else v
+                                  for k, v in doc["model"]["parameters"].items()}
+    huge = tmp_path / "huge.json"
+    huge.write_text(json.dumps(doc))
+    rows = json.loads(run("model", "predict", "--params", str(huge), "--nsp", "1,2", "--json").output)["predictions"]
+    assert [(r["time_s"], r["energy_wh"]) for r in rows] == [(None, None)] * 2
+    r = run("model", "predict", "--params", str(huge), "--nsp", "1,2")
+    assert r.exit_code == 0 and [line.split()[1:] for line in r.output.splitlines()[1:]] == [["n/a", "n/a"]] * 2
+
+
 def test_validate(params):
     r = run("model", "validate", "--params", str(params), "--data", str(MEASUREMENTS_CSV), "--json")
     models = json.loads(r.output)["models"]
