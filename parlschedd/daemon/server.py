@@ -375,10 +375,13 @@ class Daemon:
             raise StartupError(f"cannot use control socket path {path}: {len(os.fsencode(path))} bytes, a Unix "
                                f"socket's path holds at most {SUN_PATH_MAX} (choose a shorter --socket)")
         try:
-            Path(path).parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+            Path(path).parent.mkdir(exist_ok=True, mode=0o755)  # its own directory (/run/parlsched), not a path of them
             found = os.lstat(path) if os.path.lexists(path) else None
         except FileExistsError:  # what mkdir says when a parent is a file
             raise StartupError(f"cannot use control socket path {path}: a parent is not a directory") from None
+        except FileNotFoundError:
+            raise StartupError(f"cannot use control socket path {path}: no directory {Path(path).parent.parent} "
+                               "(the socket's own directory is made, not its parents)") from None
         except OSError as exc:
             raise StartupError(f"cannot use control socket path {path}: {exc.strerror or exc}") from None
         if found is not None and not stat.S_ISSOCK(found.st_mode):
@@ -410,7 +413,7 @@ class Daemon:
                 sock.close()
                 raise StartupError(f"cannot give control socket {path} to group {self.config.socket.group}: "
                                    f"{exc.strerror}") from None
-        sock.listen(64)
+        sock.listen(socket.SOMAXCONN)  # a burst of clients waits in the queue; MAX_CLIENTS bounds those served
         sock.setblocking(False)
         self.listener = sock
         self.selector.register(sock, selectors.EVENT_READ, "accept")

@@ -1006,6 +1006,17 @@ def test_a_socket_path_too_long_makes_no_directory(tmp_path):
     assert not (tmp_path / "made").exists()
 
 
+def test_a_socket_path_under_missing_directories_makes_none(tmp_path):
+    """A mistyped --socket made every missing directory of its path, as root, and left
+    them behind; the socket's own directory (/run/parlsched) is made, not its parents."""
+    (tmp_path / "cfg.yaml").write_text("period_s: 0.05\n")
+    proc = subprocess.run([sys.executable, "-m", "parlschedd", "--config", str(tmp_path / "cfg.yaml"),
+                           "--socket", str(tmp_path / "typo" / "run" / "d.sock"), "--state-dir", str(tmp_path / "state")],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1 and f"no directory {tmp_path / 'typo'}" in proc.stderr, proc.stderr
+    assert not (tmp_path / "typo").exists()
+
+
 @pytest.mark.parametrize("case", ["state dir under a file", "state dir is a file", "state dir refuses files",
                                   "no such socket group"])
 def test_an_unusable_state_dir_or_socket_group_stops_the_start(tmp_path, case):
