@@ -7,6 +7,7 @@ import json
 import os
 import socket
 import stat
+import struct
 from typing import Any
 
 from parlschedd.daemon.protocol import DEFAULT_SOCKET
@@ -51,9 +52,14 @@ class Connection:
     def __init__(self, path: str, timeout: float = 10.0) -> None:
         self.path, self.timeout = path, timeout
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(timeout)
+        # A blocking connect waits while the daemon's listen queue is full, up to the send
+        # timeout; under settimeout() it would fail at once with EAGAIN (a burst of clients).
+        seconds = int(timeout)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
+                             struct.pack("ll", seconds, int((timeout - seconds) * 1e6)))
         try:
             self.sock.connect(path)
+            self.sock.settimeout(timeout)
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             self.close()
             kind = _not_a_socket(path)
@@ -66,6 +72,9 @@ class Connection:
         except PermissionError:
             self.close()
             raise Unreachable(f"no permission to use {path} (are you in the parlsched group?)") from None
+        except BlockingIOError:
+            self.close()
+            raise Unreachable(f"the daemon on {path} accepted no connection within {timeout:g} s (busy or hung)") from None
         except OSError as exc:  # a path through a file, too long for a socket address, ...
             self.close()
             raise Unreachable(f"cannot connect to {path}: {exc.strerror or exc}") from None

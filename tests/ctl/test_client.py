@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from collections.abc import Callable
 
 import pytest
@@ -82,6 +83,42 @@ def test_a_peer_that_never_answers_times_out(tmp_path):
     listener.listen(1)  # connected by the backlog, never accepted: nothing is ever read or sent
     with listener, pytest.raises(client.Unreachable, match="did not answer within 0.3 s"):
         client.request(str(tmp_path / "s"), "ping", timeout=0.3)
+
+
+def full_queue(path: str) -> tuple[socket.socket, list[socket.socket]]:
+    """A listener that accepts nothing, and the connections that fill its queue."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(0)
+    queued: list[socket.socket] = []
+    while True:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.setblocking(False)
+        try:
+            s.connect(path)
+        except BlockingIOError:
+            s.close()
+            return listener, queued
+        queued.append(s)
+
+
+def test_a_full_listen_queue_is_waited_on_not_a_failure(tmp_path):
+    """A burst of clients fills the daemon's listen queue; a client then waits for
+    room, up to its timeout, where it failed at once (EAGAIN: exit 3)."""
+    listener, queued = full_queue(str(tmp_path / "q"))
+
+    def accept_later() -> None:
+        time.sleep(0.3)
+        for _ in range(len(queued) + 1):
+            listener.accept()[0].close()
+
+    later = threading.Thread(target=accept_later, daemon=True)
+    later.start()
+    with listener, client.Connection(str(tmp_path / "q"), timeout=5):
+        later.join()
+    listener, queued = full_queue(str(tmp_path / "f"))
+    with listener, pytest.raises(client.Unreachable, match="accepted no connection within 0.2 s"):
+        client.Connection(str(tmp_path / "f"), timeout=0.2)
 
 
 def test_a_peer_that_closes_without_answering_is_unreachable(tmp_path):
