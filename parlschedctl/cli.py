@@ -26,7 +26,11 @@ from parlschedctl.outputs import FILE, check_figure
 from parlschedctl.render import placements, printable, progress_line, status_table
 
 
-PID = click.IntRange(min=1, max=4_194_303)  # below PID_MAX_LIMIT (4194304): the largest pid any kernel hands out
+class _Pid(click.IntRange):
+    name = "process id"  # click's words for a bad one: "'abc' is not a valid process id."
+
+
+PID = _Pid(min=1, max=4_194_303)  # below PID_MAX_LIMIT (4194304): the largest pid any kernel hands out
 
 
 def talks_to_daemon(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -276,7 +280,11 @@ def _run_summary(watched: Watched, observe: bool, managed: set[int], last: dict[
         return f"{said} (detached before the end)"
     if watched is Watched.DAEMON_STOPPED:
         return f"{said} (the daemon stopped before the end)"
-    return said if observe else said + f" (at the end {placements(last.get('threads', []))})"
+    if observe:
+        return said
+    left = last.get("threads", [])
+    at_end = "at the end" if len(left) == len(managed) else f"{len(left)} left at the end"
+    return said + f" ({at_end}: {placements(left)})"
 
 
 @cli.command()

@@ -224,6 +224,8 @@ class Engine:
             message += f": it exited, and parlschedd dropped it ({_threads(gone[2])} managed at most)"
         elif manager is not None and uid in (None, 0, manager.uid):
             message += f"; it is managed as a descendant of {manager.pid}; detach {manager.pid} to release it"
+        elif not hint:
+            message += " (parlschedctl status lists the targets)"
         return EngineError("not_attached", message + hint)
 
     def _owner(self, pid: int) -> int | None:

@@ -49,13 +49,17 @@ def parse_request(line: bytes) -> Request:
         obj = json.loads(line.decode("utf-8"), object_pairs_hook=_Fields)
     except UnicodeDecodeError:
         raise ProtocolError("bad_request", "request is not valid UTF-8") from None
-    except (ValueError, RecursionError):
+    except RecursionError:
+        raise ProtocolError("bad_request", "request nests too deeply to read") from None
+    except ValueError:
         raise ProtocolError("bad_request", "request is not a JSON object on one line") from None
     if not isinstance(obj, dict):
         raise ProtocolError("bad_request", "request must be a JSON object")
     if obj.repeated is not None:  # a value that is an object is refused by its field's own check
         raise ProtocolError("bad_request", f"field {clip(repr(obj.repeated))} given twice")
     cmd = obj.get("cmd")
+    if cmd is None:
+        raise ProtocolError("bad_request", f"missing field 'cmd': one of {', '.join(COMMANDS)}")
     if not isinstance(cmd, str) or cmd not in COMMANDS:
         raise ProtocolError("bad_request", f"unknown command {clip(repr(cmd))}; expected one of {', '.join(COMMANDS)}")
     schema = COMMANDS[cmd]
@@ -71,7 +75,7 @@ def parse_request(line: bytes) -> Request:
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             raise ProtocolError("bad_request", f"{cmd}: field {key!r} must be {_json_type(kind)}, got {_json_type(type(value))}")
         if kind is int and not 0 < value < 2**31:
-            raise ProtocolError("bad_request", f"{cmd}: field {key!r} out of range")
+            raise ProtocolError("bad_request", f"{cmd}: field {key!r} out of range (1 to {2**31 - 1})")
         args[key] = value
     missing = [k for k, (_, required) in schema.items() if required and k not in args]
     if missing:

@@ -286,8 +286,7 @@ class Daemon:
         fixed = [key for key in ("domains", "cpus", "utility") if getattr(new, key) != getattr(self.config, key)]
         if fixed:
             # every target's scheduler and pins are built on the running layout, its counters on the source
-            errors = [f"{', '.join(fixed)}: takes effect at a restart (systemctl restart parlschedd), "
-                      "not a reload; nothing of the new config was applied"]
+            errors = [f"{', '.join(fixed)}: takes effect at a restart (systemctl restart parlschedd), not a reload"]
             log.error("reload refused, keeping the old config", errors=errors)
             return errors
         if new.period_s != self.config.period_s:

@@ -172,14 +172,16 @@ def test_errors_for_bad_targets(daemon, workload):
     (b"\xff\xfe\n", "UTF-8"),
     (b"[1, 2]\n", "object"),
     (b'{"cmd": "format_disk"}\n', "unknown command"),
+    (b'{}\n', "missing field 'cmd': one of ping, attach"),  # it said "unknown command None"
     (b'{"cmd": "attach"}\n', "missing field"),
+    (b'{"cmd": "attach", "pid": -1}\n', "field 'pid' out of range (1 to 2147483647)"),
     (b'{"cmd": "attach", "pid": "1"}\n', "field 'pid' must be an integer, got a string"),
     (b'{"cmd": "attach", "pid": true}\n', "must be an integer, got a boolean"),
     (b'{"cmd": "attach", "pid": null}\n', "must be an integer, got null"),
     (b'{"cmd": "ping", "cmd": "reload"}\n', "field 'cmd' given twice"),
     (b'{"cmd": "attach", "pid": {"a": 1, "a": 2}}\n', "must be an integer, got an object"),  # the field's fault
     (b'{"cmd": "attach", "pid": 1, "rm": 1}\n', "unknown field"),
-    (b"[" * 60000 + b"\n", "JSON"),
+    (b"[" * 60000 + b"\n", "nests too deeply"),  # it said "not a JSON object on one line"
 ])
 def test_malformed_requests_get_structured_errors(daemon, payload, fragment):
     (reply,) = raw_exchange(daemon.socket, payload)

@@ -319,6 +319,9 @@ def _drop_on_exit(engine: Engine, proc) -> None:
     _ticks_until(engine, lambda: proc.pid not in engine.targets, f"target {proc.pid} dropped", 200)
 
 
+LISTS = " (parlschedctl status lists the targets)"  # what a refusal adds for a pid that is no target
+
+
 @needs_root
 def test_a_target_that_exited_is_named_as_such_only_to_its_owner_and_root(kill_after) -> None:
     engine, counters = _pin_engine()
@@ -330,7 +333,7 @@ def test_a_target_that_exited_is_named_as_such_only_to_its_owner_and_root(kill_a
         _drop_on_exit(engine, proc)
         told = {uid: str(engine.not_attached(proc.pid, uid)) for uid in (0, owner, owner + 4242)}
         assert "it exited, and parlschedd dropped it (3 threads managed at most)" in told[0] and told[owner] == told[0]
-        assert told[owner + 4242] == f"process {proc.pid} is not attached"  # nothing on whom the daemon managed
+        assert told[owner + 4242] == f"process {proc.pid} is not attached{LISTS}"  # nothing on whom the daemon managed
 
 
 @needs_root
@@ -366,7 +369,7 @@ def test_a_reused_pid_is_not_described_as_the_target_that_exited(kill_after) -> 
         if new is None:
             pytest.skip("could not steer the next pid (busy machine)")
         kill_after(new)
-        assert str(engine.not_attached(old.pid, 0)) == f"process {old.pid} is not attached"
+        assert str(engine.not_attached(old.pid, 0)) == f"process {old.pid} is not attached{LISTS}"
 
 
 @needs_root
@@ -381,7 +384,7 @@ def test_only_the_last_gone_kept_exits_are_remembered(monkeypatch, kill_after) -
             engine.attach(proc.pid, time.monotonic())
             _drop_on_exit(engine, proc)
         told = [str(engine.not_attached(p.pid, 0)) for p in procs]
-        assert told[0] == f"process {procs[0].pid} is not attached"
+        assert told[0] == f"process {procs[0].pid} is not attached{LISTS}"
         assert all("it exited" in t for t in told[1:])
 
 
