@@ -339,15 +339,16 @@ def config_check(path: str) -> None:
         for key, message in exc.errors:
             click.echo(f"{path}: {key}: {message}", err=True)
         sys.exit(1)
+    refused = []  # valid, but this host's daemon would not start with it: said, not an error (it may be for another)
     try:
         group_id(cfg.socket.group)
-    except LookupError as exc:  # valid, but this host's daemon would not start
-        click.echo(f"{path}: warning: socket.group: {exc}; parlschedd refuses to start with it", err=True)
+    except LookupError as exc:
+        refused.append(f"socket.group: {exc}")
     try:
         topology = read_topology(cpus=cfg.cpus)
         topology.domains(cfg.domains)
-    except TopologyError as exc:  # the same: CPUs this host does not have or may not use
-        click.echo(f"{path}: warning: domains, cpus: {exc} on this host; parlschedd refuses to start with it here", err=True)
+    except TopologyError as exc:  # CPUs this host does not have or may not use
+        refused.append(f"domains, cpus: {exc} on this host")
     else:
         if unusable := topology.unusable(cfg.cpus):
             click.echo(f"{path}: warning: cpus: {format_cpulist(unusable)} not usable on this host (absent, offline, "
@@ -356,7 +357,9 @@ def config_check(path: str) -> None:
         from parlschedd.daemon.prometheus import cannot_listen
 
         if problem := cannot_listen(cfg.metrics):
-            click.echo(f"{path}: warning: metrics: {problem}; parlschedd refuses to start with it here", err=True)
+            refused.append(f"metrics: {problem}")
+    for problem in refused:
+        click.echo(f"{path}: warning: {problem}; parlschedd refuses to start with it here", err=True)
     for i, rule in enumerate(cfg.targets):  # valid, but matching nothing here now (a unit may create it later)
         if rule.cgroup is None:
             continue
@@ -369,7 +372,7 @@ def config_check(path: str) -> None:
         if missing:
             click.echo(f"{path}: warning: targets[{i}].cgroup: {missing}; the rule matches nothing until it exists",
                        err=True)
-    click.echo(f"{path}: ok")
+    click.echo(f"{path}: valid, but parlschedd would not start with it on this host" if refused else f"{path}: ok")
 
 
 

@@ -121,8 +121,11 @@ class Daemon:
                                "run it as root, or give it the capability (AmbientCapabilities=CAP_SYS_NICE "
                                "CAP_PERFMON in its unit, or setpriv --ambient-caps)")
         raise_fd_limit()
-        topology = read_topology(self.sysfs, cpus=self.config.cpus)
-        self.domains = topology.domains(self.config.domains)
+        try:
+            topology = read_topology(self.sysfs, cpus=self.config.cpus)
+            self.domains = topology.domains(self.config.domains)
+        except TopologyError as exc:  # a valid config for another host: say which file and keys
+            raise StartupError(f"{self.config_path or 'the built-in config'}: domains, cpus: {exc} on this host") from None
         self.cpus = list(topology.usable)
         self.online = topology.online
         if unusable := topology.unusable(self.config.cpus):

@@ -1008,6 +1008,18 @@ def test_a_socket_path_too_long_makes_no_directory(tmp_path):
     assert not (tmp_path / "made").exists()
 
 
+def test_a_config_for_cpus_this_host_lacks_is_refused_naming_the_file_and_keys(tmp_path):
+    """Valid (config check says so, and that it would not start here), but with no CPU
+    of its own on this host: the refusal said only "no usable CPUs"."""
+    config = tmp_path / "cfg.yaml"
+    config.write_text("cpus: [4095]\n")
+    proc = subprocess.run([sys.executable, "-m", "parlschedd", "--config", str(config),
+                           "--socket", str(tmp_path / "d.sock"), "--state-dir", str(tmp_path / "state")],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1 and f"parlschedd: {config}: domains, cpus: no usable CPUs" in proc.stderr, proc.stderr
+    assert "on this host" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_a_socket_path_under_missing_directories_makes_none(tmp_path):
     """A mistyped --socket made every missing directory of its path, as root, and left
     them behind; the socket's own directory (/run/parlsched) is made, not its parents."""
