@@ -23,7 +23,7 @@ import click
 from parlschedd import __version__
 from parlschedctl import client
 from parlschedctl.outputs import FILE, check_figure
-from parlschedctl.render import placements, printable, progress_line, status_table
+from parlschedctl.render import placements, printable, progress_line, status_table, n_threads
 
 
 class _Pid(click.IntRange):
@@ -89,7 +89,7 @@ def attach(sock: str, pid: int, observe: bool, threads: str | None, descendants:
     """Manage all threads of PID."""
     reply = client.request(sock, "attach", pid=pid, observe=observe, threads=threads, descendants=descendants)
     t = reply["target"]
-    click.echo(f"attached {t['pid']} ({printable(t['name'])}), {len(t['threads'])} threads, mode {t['mode']}")
+    click.echo(f"attached {t['pid']} ({printable(t['name'])}), {n_threads(len(t['threads']))}, mode {t['mode']}")
     if threads and not t["threads"]:
         click.echo(f"parlschedctl: warning: no thread name of {pid} matches --threads {threads!r} "
                    f"({t.get('threads_ignored', 0)} left out); threads created or renamed later to a matching name are adopted",
@@ -103,7 +103,7 @@ def attach(sock: str, pid: int, observe: bool, threads: str | None, descendants:
 def detach(sock: str, pid: int) -> None:
     """Stop managing PID and restore its threads' original affinity."""
     reply = client.request(sock, "detach", pid=pid)
-    click.echo(f"detached {pid}, restored {reply['restored']} threads")
+    click.echo(f"detached {pid}, restored {n_threads(reply['restored'])}")
 
 
 @cli.command()
@@ -275,7 +275,7 @@ def _run_summary(watched: Watched, observe: bool, managed: set[int], last: dict[
     """'; managed 4 threads (at the end ...)' for run's last line; '' when never attached."""
     if watched is Watched.NEVER_ATTACHED:
         return ""
-    said = f"; {'observed' if observe else 'managed'} {len(managed)} thread{'' if len(managed) == 1 else 's'}"
+    said = f"; {'observed' if observe else 'managed'} {n_threads(len(managed))}"
     if watched is Watched.DETACHED:
         return f"{said} (detached before the end)"
     if watched is Watched.DAEMON_STOPPED:

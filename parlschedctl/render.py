@@ -15,6 +15,11 @@ def printable(name: str) -> str:
                    for c in name)
 
 
+def n_threads(n: int) -> str:
+    """'1 thread', '4 threads'."""
+    return f"{n} thread" if n == 1 else f"{n} threads"
+
+
 UTILITY_UNITS = {"perf:instructions": "instructions per second",
                  "perf:task-clock": "ns of CPU per second (1e9: a whole CPU)",
                  "schedstat": "ns of CPU per second (1e9: a whole CPU)"}
@@ -36,7 +41,7 @@ def status_table(reply: dict[str, Any]) -> str:
         left = _not_managed(t.get("threads_ignored", 0), t.get("threads_handed_over", 0))
         rule = "" if t.get("rule") is None else f", config rule {t['rule']}"
         cpus = "" if t.get("cpus", placed) == placed else f", cpuset: cpus {format_cpulist(t['cpus'])}"
-        lines.append(f"\n{t['pid']} {printable(t['name'])} ({t['mode']}{rule}{cpus}, {len(t['threads'])} threads{left})")
+        lines.append(f"\n{t['pid']} {printable(t['name'])} ({t['mode']}{rule}{cpus}, {n_threads(len(t['threads']))}{left})")
         lines.append(f"  {'TID':>8} {'NAME':<16} {'CPU':>4} {'DOM':>4} {'UTILITY':>12} PINNED")
         for th in t["threads"]:
             util = "-" if th["utility"] is None else f"{th['utility']:.4g}"
@@ -57,10 +62,10 @@ def _not_managed(ignored: int, handed_over: int) -> str:
 
 def progress_line(target: dict[str, Any], elapsed: float) -> str:
     """One line for a terminal while ``run`` waits: threads, pins, moves, speed."""
-    threads = target["threads"]
-    utils = [t["utility"] for t in threads if t["utility"] is not None]
+    rows = target["threads"]
+    utils = [t["utility"] for t in rows if t["utility"] is not None]
     mean = sum(utils) / len(utils) if utils else 0.0
-    return (f"{elapsed:6.1f} s  {len(threads)} threads ({placements(threads)}), "
+    return (f"{elapsed:6.1f} s  {n_threads(len(rows))} ({placements(rows)}), "
             f"{target.get('migrations', 0)} moves, mean utility {mean:.3g}")
 
 

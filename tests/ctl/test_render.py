@@ -18,7 +18,7 @@ def test_names_reach_the_terminal_without_control_characters() -> None:
     table = status_table(_reply("evil\x1b]0;owned\x07", "\x1b[31mRED\x1b[0m\ntab\there"))
     assert "\x1b" not in table and "\x07" not in table and "\t" not in table
     assert len(table.splitlines()) == 6  # two header lines, a blank, the target, its header, one thread
-    assert "11 evil\\x1b]0;owned\\x07 (pin, 1 threads)" in table
+    assert "11 evil\\x1b]0;owned\\x07 (pin, 1 thread)" in table
     assert "\\x1b[31mRED\\x1b" in table
 
 
@@ -44,15 +44,15 @@ def test_threads_not_managed_are_counted_in_the_header() -> None:
     table; the header said "1 threads" of a process that has two."""
     reply = _reply("app", "worker")
     reply["targets"][0]["threads_ignored"] = 1
-    assert "11 app (pin, 1 threads, 1 more not managed: 1 left out by the thread filter)" in status_table(reply)
+    assert "11 app (pin, 1 thread, 1 more not managed: 1 left out by the thread filter)" in status_table(reply)
     reply["targets"][0].update(threads_ignored=3, threads_handed_over=1)
-    assert "11 app (pin, 1 threads, 3 more not managed: 2 left out by the thread filter, 1 pinned by someone else)" in status_table(reply)
+    assert "11 app (pin, 1 thread, 3 more not managed: 2 left out by the thread filter, 1 pinned by someone else)" in status_table(reply)
     reply["targets"][0].update(threads_ignored=1, threads_handed_over=1)
-    assert "11 app (pin, 1 threads, 1 more not managed: 1 pinned by someone else)" in status_table(reply)
+    assert "11 app (pin, 1 thread, 1 more not managed: 1 pinned by someone else)" in status_table(reply)
     reply["targets"][0]["threads_ignored"] = 0
-    assert "11 app (pin, 1 threads)\n" in status_table(reply) + "\n"
+    assert "11 app (pin, 1 thread)\n" in status_table(reply) + "\n"
     reply["targets"][0]["rule"] = 0  # attached by the config's first rule, not by a client
-    assert "11 app (pin, config rule 0, 1 threads)\n" in status_table(reply) + "\n"
+    assert "11 app (pin, config rule 0, 1 thread)\n" in status_table(reply) + "\n"
 
 
 def test_a_target_confined_by_its_cpuset_shows_its_cpus_in_the_header() -> None:
@@ -60,8 +60,8 @@ def test_a_target_confined_by_its_cpuset_shows_its_cpus_in_the_header() -> None:
     threads never left CPU 1 looked like a scheduler that never moved them."""
     reply = _reply("app", "worker")
     reply["targets"][0]["cpus"] = [0, 1]
-    assert "11 app (pin, 1 threads)\n" in status_table(reply) + "\n"
+    assert "11 app (pin, 1 thread)\n" in status_table(reply) + "\n"
     reply["targets"][0]["cpus"] = [1]
-    assert "11 app (pin, cpuset: cpus 1, 1 threads)\n" in status_table(reply) + "\n"
+    assert "11 app (pin, cpuset: cpus 1, 1 thread)\n" in status_table(reply) + "\n"
     reply["daemon"]["domains"] = [[1]]  # the config's domains leave CPU 0 out: no cpuset narrows the target
-    assert "11 app (pin, 1 threads)\n" in status_table(reply) + "\n"
+    assert "11 app (pin, 1 thread)\n" in status_table(reply) + "\n"
