@@ -124,7 +124,7 @@ def status(sock: str, pid: int | None, as_json: bool) -> None:
 @talks_to_daemon
 def top(sock: str, interval: float | None, iterations: int | None) -> None:
     """Live view of status, refreshed every period (Ctrl-C to quit; a reader that
-    stops reading, like ``| head``, ends it as well, with exit code 0). A daemon that
+    stops reading, like | head, ends it as well, with exit code 0). A daemon that
     goes away once the view is up (a restart) is waited for; the view's last refresh
     failing exits 3."""
     n = 0
