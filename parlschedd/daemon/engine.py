@@ -28,8 +28,9 @@ from parlschedd.daemon.exec_handling import (carried_original, check_exec, count
                                               reassign_original, settle_exec, watch_exec)
 from parlschedd.daemon.exec_watch import Masks, carried
 from parlschedd.daemon.history import History
-from parlschedd.daemon.names import in_turn
+from parlschedd.daemon import names
 from parlschedd.daemon.target import DomainCpus, Roster, Target, ThreadState
+from parlschedd.daemon.turns import in_turn
 from parlschedd.host import cgroups, procfs
 from parlschedd.host.affinity import AllowedCpus, PinRecord, get_affinity
 from parlschedd.host.base import Actuator, Counters
@@ -42,6 +43,7 @@ log = structlog.get_logger("parlschedd.engine")
 
 GONE_KEPT = 64  # exited targets remembered, to say why a later request finds them gone
 RELEASE_LISTINGS = 3  # listings at a release for threads born with our mask (_give_back_born)
+OBSERVED_PER_PERIOD = 128  # observe mode: the threads whose CPU is read each period, in turns (_ran_elsewhere)
 
 
 def _not_yours(pid: int, owner: int, uid: int) -> EngineError:
@@ -330,7 +332,8 @@ class Engine:
         if target.thread_filter is None:
             return
         processes = {target.pid, *target.others}  # as listed last
-        batch, target.refiltered_last = in_turn(target.ignored.difference(self.handed_over), target.refiltered_last)
+        batch, target.refiltered_last = in_turn(target.ignored.difference(self.handed_over), target.refiltered_last,
+                                                names.RENAMES_PER_ROUND)
         for tid in batch:
             try:
                 if target.thread_filter.search(procfs.comm(tid, self.proc_root)) is None:
@@ -418,13 +421,22 @@ class Engine:
         to the cores the thread may use instead of being drawn as often as before; a
         new thread joins the domain it runs in, and so does every thread of a scheduler
         made afresh (a cpuset that changed, a reload), rather than being dealt out
-        over the domains again."""
+        over the domains again.
+
+        In observe mode every thread ran where the kernel put it. One read costs tens
+        of microseconds (all 1024 threads' took half a CPU), so beyond
+        OBSERVED_PER_PERIOD threads they are read in turns, each new one at once, and
+        the others keep the CPU last read: the kernel seldom moves a thread that runs
+        well where it is."""
         fresh = target.scheduler.periods == 0
         if not target.observe and not target.exec_watches and not fresh and r.pinned.all():
             return None
         ran = np.full(r.tids.size, -1, dtype=np.int64)
         if target.observe:
-            rows = np.arange(r.tids.size)
+            ran[:] = r.cpu
+            known = r.cpu >= 0
+            batch, target.observed_last = in_turn(r.tids[known].tolist(), target.observed_last, OBSERVED_PER_PERIOD)
+            rows = np.flatnonzero(~known | np.isin(r.tids, batch))
         elif fresh:  # one pinned to a core runs there: /proc's last CPU may predate the pin
             on_core = r.pinned & (r.cpu >= 0)
             ran[on_core] = r.cpu[on_core]

@@ -9,26 +9,12 @@ threads a round at most.
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Iterable
-
 from parlschedd.daemon.target import Target
+from parlschedd.daemon.turns import in_turn
 from parlschedd.host import procfs
 from parlschedd.host.errors import HostError
 
 RENAMES_PER_ROUND = 128  # thread names re-read per rescan_s (for status, for a thread filter's refilter), about 4 ms
-
-
-def in_turn(tids: Iterable[int], last: int) -> tuple[list[int], int]:
-    """Up to RENAMES_PER_ROUND of ``tids`` in tid order after ``last`` (the last tid
-    of the round before), wrapping round, and the last of these: a bounded share of
-    some per-thread work each round, every thread in turn however the set changes."""
-    ordered = sorted(tids)
-    if not ordered:
-        return [], last
-    after = bisect.bisect_right(ordered, last)
-    batch = (ordered[after:] + ordered[:after])[:RENAMES_PER_ROUND]
-    return batch, batch[-1]
 
 
 def rename(target: Target, proc_root: str) -> None:
@@ -41,7 +27,7 @@ def rename(target: Target, proc_root: str) -> None:
         target.name = procfs.comm(target.pid, proc_root)
     except HostError:
         pass  # exited: the next period drops it
-    batch, target.renamed_last = in_turn(target.threads, target.renamed_last)
+    batch, target.renamed_last = in_turn(target.threads, target.renamed_last, RENAMES_PER_ROUND)
     for tid in batch:
         try:
             target.threads[tid].name = procfs.comm(tid, proc_root)

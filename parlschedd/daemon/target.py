@@ -105,6 +105,7 @@ class Target:
     named_at: float = float("-inf")  # when thread names were last re-read
     renamed_last: int = 0  # the last tid of the last round of name re-reads (they go in tid order)
     refiltered_last: int = 0  # the same, for the names of the threads the filter left out
+    observed_last: int = 0  # the same, for the CPUs the threads of an observed target last ran on
     # per process of the target (its own, and with descendants theirs), by its main tid:
     others: dict[int, set[int]] = field(default_factory=dict)  # its other known threads at the last listing
     ignored_masks: dict[int, frozenset[int]] = field(default_factory=dict)  # an ignored main tid's mask then

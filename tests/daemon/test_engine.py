@@ -1045,6 +1045,30 @@ def test_a_period_without_a_reading_does_not_double_the_next_utility(kill_after)
             "the last reading's time, kept with its value"
 
 
+@needs_root
+def test_an_observed_targets_cpus_are_read_in_turns(workload, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In observe mode the CPU each thread ran on is a /proc read of tens of us: all of
+    1024 threads' took half a CPU a period. Beyond OBSERVED_PER_PERIOD (2 here) they
+    are read in turns, a new thread's at once, and every thread shows a CPU."""
+    monkeypatch.setattr(engine_module, "OBSERVED_PER_PERIOD", 2)
+    read: list[int] = []
+    running_on = Engine._running_on
+    monkeypatch.setattr(Engine, "_running_on", lambda self, tid: (read.append(tid), running_on(self, tid))[1])
+    w = workload(5)
+    engine, counters = _engine()
+    with _released(engine, counters):
+        target = engine.attach(w.pid, time.monotonic(), observe=True)
+        engine.tick(time.monotonic())
+        assert sorted(read) == w.all_tids()  # all new
+        rounds = []
+        for _ in range(3):
+            read.clear()
+            engine.tick(time.monotonic())
+            rounds.append(sorted(read))
+        assert [len(r) for r in rounds] == [2, 2, 2] and sorted(sum(rounds, [])) == w.all_tids()
+        assert all(t["cpu"] in (0, 1) for t in engine.describe(target)["threads"])
+
+
 NAMED_LATE = """
 import os, sys, threading, time
 def name(text):
