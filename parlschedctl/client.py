@@ -7,7 +7,7 @@ import json
 import os
 import socket
 import stat
-import struct
+import time
 from typing import Any
 
 from parlschedd.daemon.protocol import DEFAULT_SOCKET
@@ -30,6 +30,7 @@ def socket_path(explicit: str | None) -> str:
 
 
 MAX_REPLY = 1 << 30  # bytes of a reply in parts: far above any daemon's, a bound against a runaway peer
+CONNECT_RETRY_S = 0.01  # while the daemon's listen queue is full
 
 
 def _not_a_socket(path: str) -> str | None:
@@ -52,14 +53,9 @@ class Connection:
     def __init__(self, path: str, timeout: float = 10.0) -> None:
         self.path, self.timeout = path, timeout
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        # A blocking connect waits while the daemon's listen queue is full, up to the send
-        # timeout; under settimeout() it would fail at once with EAGAIN (a burst of clients).
-        seconds = int(timeout)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
-                             struct.pack("ll", seconds, int((timeout - seconds) * 1e6)))
+        self.sock.settimeout(timeout)
         try:
-            self.sock.connect(path)
-            self.sock.settimeout(timeout)
+            self._connect(time.monotonic() + timeout)
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             self.close()
             kind = _not_a_socket(path)
@@ -78,6 +74,18 @@ class Connection:
         except OSError as exc:  # a path through a file, too long for a socket address, ...
             self.close()
             raise Unreachable(f"cannot connect to {path}: {exc.strerror or exc}") from None
+
+    def _connect(self, deadline: float) -> None:
+        """Connect, waiting while the daemon's listen queue is full (a burst of clients):
+        a Unix socket's connect then fails at once with EAGAIN, and is tried again on
+        the same socket until ``deadline``, when the last BlockingIOError stands."""
+        while True:
+            try:
+                return self.sock.connect(self.path)
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(CONNECT_RETRY_S)
 
     def __enter__(self) -> Connection:
         return self

@@ -116,9 +116,16 @@ def test_a_full_listen_queue_is_waited_on_not_a_failure(tmp_path):
     later.start()
     with listener, client.Connection(str(tmp_path / "q"), timeout=5):
         later.join()
+    for s in queued:
+        s.close()
     listener, queued = full_queue(str(tmp_path / "f"))
-    with listener, pytest.raises(client.Unreachable, match="accepted no connection within 0.2 s"):
-        client.Connection(str(tmp_path / "f"), timeout=0.2)
+    with listener:
+        with pytest.raises(client.Unreachable, match="accepted no connection within 0.2 s"):
+            client.Connection(str(tmp_path / "f"), timeout=0.2)
+        with pytest.raises(client.Unreachable, match="accepted no connection within 0 s"):
+            client.Connection(str(tmp_path / "f"), timeout=0)  # no wait at all, never a hang
+    for s in queued:
+        s.close()
 
 
 def test_a_peer_that_closes_without_answering_is_unreachable(tmp_path):
