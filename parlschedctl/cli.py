@@ -348,7 +348,7 @@ def config_check(path: str) -> None:
         topology = read_topology(cpus=cfg.cpus)
         topology.domains(cfg.domains)
     except TopologyError as exc:  # CPUs this host does not have or may not use
-        refused.append(f"domains, cpus: {exc} on this host")
+        refused.append(exc.of_config())
     else:
         if unusable := topology.unusable(cfg.cpus):
             click.echo(f"{path}: warning: cpus: {format_cpulist(unusable)} not usable on this host (absent, offline, "

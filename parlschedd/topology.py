@@ -28,6 +28,16 @@ Groups = tuple[tuple[int, ...], ...]
 class TopologyError(ValueError):
     """The topology or a requested domain layout cannot be used."""
 
+    def of_config(self) -> str:
+        """What it says of a config's ``domains`` and ``cpus`` (valid keys that this host
+        cannot serve): the daemon's refusal to start and ``config check``'s warning."""
+        return f"domains, cpus: {self} on this host"
+
+
+class NoCpusFound(TopologyError):
+    """sysfs shows no online CPU at all: the host's fault (a missing or foreign sysfs),
+    not the config's."""
+
 
 @dataclass(frozen=True)
 class Topology:
@@ -100,7 +110,7 @@ def read_topology(
     base = Path(sysfs) / "devices" / "system"
     online = online_cpus(sysfs)
     if not online:
-        raise TopologyError(f"no online CPUs found under {base / 'cpu' / 'online'}")
+        raise NoCpusFound(f"no online CPUs found under {base / 'cpu' / 'online'}")
     excluded = _cpulist_file(base / "cpu" / "isolated") | _cpulist_file(base / "cpu" / "nohz_full")
     usable = set(online) if allowed is None else set(online) & set(allowed)
     if cpus is None:

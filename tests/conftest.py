@@ -142,8 +142,8 @@ def kill_after():
 
     yield register
     for p in procs:
-        p.kill()
-        p.wait()
+        with p:  # waits, and closes its pipes
+            p.kill()
 
 
 def wait_for(predicate, timeout: float = 5.0, interval: float = 0.05):

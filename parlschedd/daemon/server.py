@@ -40,7 +40,7 @@ from parlschedd.host.base import CounterSource
 from parlschedd.cpulist import format_cpulist
 from parlschedd.host.perf import CounterSet, detect_source, raise_fd_limit
 from parlschedd.host.privileges import CAP_SYS_NICE, effective_capabilities, group_id, perfmon_capable
-from parlschedd.topology import TopologyError, online_cpus, read_topology
+from parlschedd.topology import NoCpusFound, TopologyError, online_cpus, read_topology
 
 log = structlog.get_logger("parlschedd")
 MAX_CLIENTS = 256
@@ -124,8 +124,10 @@ class Daemon:
         try:
             topology = read_topology(self.sysfs, cpus=self.config.cpus)
             self.domains = topology.domains(self.config.domains)
+        except NoCpusFound:
+            raise
         except TopologyError as exc:  # a valid config for another host: say which file and keys
-            raise StartupError(f"{self.config_path or 'the built-in config'}: domains, cpus: {exc} on this host") from None
+            raise StartupError(f"{self.config_path or 'the built-in config'}: {exc.of_config()}") from None
         self.cpus = list(topology.usable)
         self.online = topology.online
         if unusable := topology.unusable(self.config.cpus):
@@ -153,7 +155,8 @@ class Daemon:
             self.statefile.lock()
         except StateDirUnusable as exc:
             raise StartupError(str(exc)) from None
-        gid = self._socket_gid()  # both checked before recover changes any thread
+        gid = self._socket_gid()  # all three checked before recover changes any thread
+        self._claim_socket_path()
         saved = self.statefile.recover(self.engine, host)
         self.metrics = self._start_metrics()
         self._open_socket(gid)
@@ -371,7 +374,9 @@ class Daemon:
             raise StartupError(f"socket.group {group!r} does not exist; create it (systemd-sysusers "
                                "parlsched.sysusers.conf) or set socket.group: null") from None
 
-    def _open_socket(self, gid: int | None) -> None:
+    def _claim_socket_path(self) -> None:
+        """Refuse a socket path that cannot be used (too long, under missing
+        directories, a file, another daemon's), and clear a dead daemon's socket."""
         path = self.socket_path
         if len(os.fsencode(path)) > SUN_PATH_MAX:  # before any directory is made for it
             raise StartupError(f"cannot use control socket path {path}: {len(os.fsencode(path))} bytes, a Unix "
@@ -398,6 +403,9 @@ class Daemon:
                 raise StartupError(f"another daemon is listening on {path}")
             finally:
                 probe.close()
+
+    def _open_socket(self, gid: int | None) -> None:
+        path = self.socket_path
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         umask = os.umask(0o177)  # no moment with a wider mode than the config's
         try:
@@ -415,7 +423,7 @@ class Daemon:
                 sock.close()
                 raise StartupError(f"cannot give control socket {path} to group {self.config.socket.group}: "
                                    f"{exc.strerror}") from None
-        sock.listen(socket.SOMAXCONN)  # a burst of clients waits in the queue; MAX_CLIENTS bounds those served
+        sock.listen(1 << 16)  # the kernel's largest queue (net.core.somaxconn) for a burst; MAX_CLIENTS bounds those served
         sock.setblocking(False)
         self.listener = sock
         self.selector.register(sock, selectors.EVENT_READ, "accept")

@@ -47,11 +47,14 @@ class StateFile:
         held until ``unlock``, proves both. StateDirUnusable when it cannot be used."""
         where = self.path.parent
         try:
-            where.mkdir(parents=True, exist_ok=True, mode=0o755)
+            where.mkdir(exist_ok=True, mode=0o755)  # itself (/run/parlsched), not a path of missing directories
             self._lock = lock_dir(where)
         except StateDirBusy as exc:
             raise StateDirUnusable(f"{exc}: two daemons on one state dir would each restore the other's threads and "
                                    "overwrite its saved masks; stop that one, or choose another --state-dir") from None
+        except FileNotFoundError:
+            raise StateDirUnusable(f"cannot use state dir {where}: no directory {where.parent} (the state dir itself is "
+                                   "made, not its parents; choose another --state-dir)") from None
         except OSError as exc:
             reason = "it or a parent is not a directory" if isinstance(exc, FileExistsError) else exc.strerror or str(exc)
             raise StateDirUnusable(f"cannot use state dir {where}: {reason} (the original masks of pinned threads "
@@ -71,7 +74,7 @@ class StateFile:
                  "handed_over": sorted([tid, start] for tid, start in engine.handed_over.items()),
                  "placements": sorted(format_cpulist(p) for p in engine.placements)}
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+            self.path.parent.mkdir(exist_ok=True, mode=0o755)  # removed under us (a tmpfiles clean-up): made again
             write_state(self.path, state)
         except OSError as exc:  # kept dirty: written again next period
             log.error("state file not written", path=str(self.path), error=str(exc))

@@ -1020,14 +1020,17 @@ def test_a_config_for_cpus_this_host_lacks_is_refused_naming_the_file_and_keys(t
     assert "on this host" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_a_socket_path_under_missing_directories_makes_none(tmp_path):
-    """A mistyped --socket made every missing directory of its path, as root, and left
-    them behind; the socket's own directory (/run/parlsched) is made, not its parents."""
+@pytest.mark.parametrize("what", ["--socket", "--state-dir"])
+def test_a_path_under_missing_directories_makes_none(tmp_path, what):
+    """A mistyped --socket or --state-dir made every missing directory of its path, as
+    root, and left them behind; only the socket's or the state's own directory
+    (/run/parlsched) is made, not its parents."""
     (tmp_path / "cfg.yaml").write_text("period_s: 0.05\n")
+    paths = {"--socket": str(tmp_path / "d.sock"), "--state-dir": str(tmp_path / "state")}
+    paths[what] = str(tmp_path / "typo" / "run" / "d.sock" if what == "--socket" else tmp_path / "typo" / "run")
     proc = subprocess.run([sys.executable, "-m", "parlschedd", "--config", str(tmp_path / "cfg.yaml"),
-                           "--socket", str(tmp_path / "typo" / "run" / "d.sock"), "--state-dir", str(tmp_path / "state")],
-                          capture_output=True, text=True, timeout=30)
-    assert proc.returncode == 1 and f"no directory {tmp_path / 'typo'}" in proc.stderr, proc.stderr
+                           *(x for kv in paths.items() for x in kv)], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1 and f"no directory {tmp_path / 'typo'} " in proc.stderr, proc.stderr
     assert not (tmp_path / "typo").exists()
 
 
@@ -1100,8 +1103,9 @@ def test_a_non_root_peer_manages_only_the_descendants_it_owns(open_dir, kill_aft
     (open_dir / "parlschedd.yaml").write_text("period_s: 0.05\nsocket: {mode: '0666'}\n" + PINNING)
     d = start_daemon(open_dir)
     parent = kill_after(subprocess.Popen([sys.executable, "-c", DROPS_AFTER_FORK], stdout=subprocess.PIPE, text=True))
-    child = int(parent.stdout.readline())
+    child = None
     try:
+        child = int(parent.stdout.readline())
         before = masks([child])
         assert as_nobody(d.socket, "attach", pid=child) == {"refused": "permission_denied"}
         assert as_nobody(d.socket, "attach", pid=parent.pid, descendants=True)["target"]["pid"] == parent.pid
@@ -1111,5 +1115,6 @@ def test_a_non_root_peer_manages_only_the_descendants_it_owns(open_dir, kill_aft
         assert child not in seen and parent.pid in seen
         assert masks([child]) == before
     finally:
-        os.kill(child, signal.SIGKILL)  # the parent's child, not the test's: init reaps it
         d.stop()
+        if child is not None:
+            os.kill(child, signal.SIGKILL)  # the parent's child, not the test's: init reaps it
