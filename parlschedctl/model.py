@@ -237,8 +237,8 @@ def predict(params_path: str, nsp: tuple[int, ...] | None, as_json: bool) -> Non
 
 def _cell(x: float | None, width: int, spec: str, scale: float = 1) -> str:
     """``x * scale`` in a table column ``width`` wide; n/a where there is no number: None
-    or not finite (an energy not fitted or not measured, a time that overflows), before scaling (an error too
-    large to scale is one, shown as inf)."""
+    or not finite (an energy not fitted or not measured, a time that overflows). Checked
+    before scaling: a finite error that overflows when scaled shows as inf."""
     return f"{'n/a' if x is None or not np.isfinite(x) else format(x * scale, spec):>{width}}"
 
 
@@ -307,6 +307,8 @@ def recommend(params_path: str, goal: str, nsp: tuple[int, ...] | None, as_json:
         best = recommendation.recommend(fitted.model, goal, _candidates(fitted, nsp))
     except recommendation.NeedsEnergy as exc:
         raise ValueError(f"{params_path}: fitted without energies; only --objective time is possible") from exc
+    except recommendation.NoFinitePrediction as exc:
+        raise ValueError(f"{params_path}: {exc}: its parameters overflow the predictions (fit again)") from exc
     energy_text = "" if np.isnan(best.energy_wh) else f", {best.energy_wh:.2f} Wh"
     text = f"best nsp for {goal}: {best.nsp} (predicted {best.time_s:.1f} s{energy_text})"
     if best.near_best:

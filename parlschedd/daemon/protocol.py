@@ -58,7 +58,7 @@ def parse_request(line: bytes) -> Request:
     if obj.repeated is not None:  # a value that is an object is refused by its field's own check
         raise ProtocolError("bad_request", f"field {clip(repr(obj.repeated))} given twice")
     cmd = obj.get("cmd")
-    if cmd is None:
+    if "cmd" not in obj:
         raise ProtocolError("bad_request", f"missing field 'cmd': one of {', '.join(COMMANDS)}")
     if not isinstance(cmd, str) or cmd not in COMMANDS:
         raise ProtocolError("bad_request", f"unknown command {clip(repr(cmd))}; expected one of {', '.join(COMMANDS)}")

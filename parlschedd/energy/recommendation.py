@@ -22,6 +22,10 @@ class NeedsEnergy(ValueError):
     """An objective other than time asked of a model fitted without energies."""
 
 
+class NoFinitePrediction(ValueError):
+    """Every candidate's prediction overflows (parameters near the largest float)."""
+
+
 @dataclass(frozen=True)
 class Recommendation:
     objective: str
@@ -40,12 +44,16 @@ class Recommendation:
 
 
 def recommend(model: EnergyTimeModel, goal: str, candidates: np.ndarray) -> Recommendation:
-    """The best of ``candidates`` (NSp values) for ``goal``, one of metrics.OBJECTIVES;
-    NeedsEnergy when ``goal`` is not time and ``model`` has no energies."""
+    """The best of ``candidates`` (NSp values) for ``goal``, one of metrics.OBJECTIVES,
+    among those with a finite prediction; NeedsEnergy when ``goal`` is not time and
+    ``model`` has no energies, NoFinitePrediction when none has one."""
     t, e = model.predict(candidates)
     if goal != "time" and np.all(np.isnan(e)):
         raise NeedsEnergy(f"fitted without energies; {goal} cannot be predicted")
     value = objective(goal, t, e)
+    value = np.where(np.isfinite(value), value, np.nan)  # an overflowed prediction ranks no candidate
+    if np.all(np.isnan(value)):
+        raise NoFinitePrediction(f"no candidate's predicted {goal} is a finite number")
     best = int(np.nanargmin(value))
     near = tuple(int(k) for k, v in zip(candidates, value, strict=True)
                  if k != candidates[best] and v <= value[best] * (1 + NEAR_BEST))

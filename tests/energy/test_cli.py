@@ -68,6 +68,8 @@ def test_predictions_that_overflow_are_no_numbers(params, tmp_path):
     assert [(r["time_s"], r["energy_wh"]) for r in rows] == [(None, None)] * 2
     r = run("model", "predict", "--params", str(huge), "--nsp", "1,2")
     assert r.exit_code == 0 and [line.split()[1:] for line in r.output.splitlines()[1:]] == [["n/a", "n/a"]] * 2
+    r = run("model", "recommend", "--params", str(huge), "--objective", "energy")
+    assert r.exit_code == 1 and "no candidate's predicted energy is a finite number" in r.output  # not "inf Wh"
 
 
 def test_validate(params):
