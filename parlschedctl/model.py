@@ -309,7 +309,7 @@ def recommend(params_path: str, goal: str, nsp: tuple[int, ...] | None, as_json:
         raise ValueError(f"{params_path}: fitted without energies; only --objective time is possible") from exc
     except recommendation.NoFinitePrediction as exc:
         raise ValueError(f"{params_path}: {exc}: its parameters overflow the predictions (fit again)") from exc
-    energy_text = "" if np.isnan(best.energy_wh) else f", {best.energy_wh:.2f} Wh"
+    energy_text = f", {best.energy_wh:.2f} Wh" if np.isfinite(best.energy_wh) else ""  # none fitted, or it overflows
     text = f"best nsp for {goal}: {best.nsp} (predicted {best.time_s:.1f} s{energy_text})"
     if best.near_best:
         said = ", ".join(f"{quantity} NRMSE {_nrmse(value)}" for quantity, value in best.nrmse.items())

@@ -38,6 +38,10 @@ class NoCpusFound(TopologyError):
     """sysfs shows no online CPU at all: the host's fault (a missing or foreign sysfs),
     not the config's."""
 
+    def of_config(self) -> str:
+        """Said as it is: no key of the config is to blame."""
+        return str(self)
+
 
 @dataclass(frozen=True)
 class Topology:

@@ -427,14 +427,15 @@ class Engine:
         of microseconds (all 1024 threads' took half a CPU), so beyond
         OBSERVED_PER_PERIOD threads they are read in turns, each new one at once, and
         the others keep the CPU last read: the kernel seldom moves a thread that runs
-        well where it is."""
+        well where it is. A scheduler made afresh (a cpuset that changed, which moves
+        threads; a reload) has every thread's read once."""
         fresh = target.scheduler.periods == 0
         if not target.observe and not target.exec_watches and not fresh and r.pinned.all():
             return None
         ran = np.full(r.tids.size, -1, dtype=np.int64)
         if target.observe:
             ran[:] = r.cpu
-            known = r.cpu >= 0
+            known = (r.cpu >= 0) & (not fresh)
             batch, target.observed_last = in_turn(r.tids[known].tolist(), target.observed_last, OBSERVED_PER_PERIOD)
             rows = np.flatnonzero(~known | np.isin(r.tids, batch))
         elif fresh:  # one pinned to a core runs there: /proc's last CPU may predate the pin

@@ -129,7 +129,9 @@ def count_afresh(target: Target, main: int, mask: frozenset[int] | None, now: fl
     r = target.current()
     row = int(np.searchsorted(r.tids, main))
     r.last[row], r.since[row] = counted, now
-    if mask is not None:  # pin mode
+    if mask is None:  # observe mode: the CPU last read was the thread's that went; read the new one's at once
+        r.cpu[row] = -1
+    else:  # pin mode
         r.cpu[row] = next(iter(mask)) if len(mask) == 1 else -1  # a whole domain: free
         r.domain[row] = next((d for d, cpus in enumerate(whole) if mask <= cpus), r.domain[row])
     return True

@@ -1067,6 +1067,10 @@ def test_an_observed_targets_cpus_are_read_in_turns(workload, monkeypatch: pytes
             rounds.append(sorted(read))
         assert [len(r) for r in rounds] == [2, 2, 2] and sorted(sum(rounds, [])) == w.all_tids()
         assert all(t["cpu"] in (0, 1) for t in engine.describe(target)["threads"])
+        target.scheduler = engine._scheduler(target.pid, target.cpus)  # afresh, as a cpuset change makes it
+        read.clear()
+        engine.tick(time.monotonic())
+        assert sorted(read) == w.all_tids(), "a scheduler made afresh places every thread by where it runs now"
 
 
 NAMED_LATE = """

@@ -70,6 +70,11 @@ def test_predictions_that_overflow_are_no_numbers(params, tmp_path):
     assert r.exit_code == 0 and [line.split()[1:] for line in r.output.splitlines()[1:]] == [["n/a", "n/a"]] * 2
     r = run("model", "recommend", "--params", str(huge), "--objective", "energy")
     assert r.exit_code == 1 and "no candidate's predicted energy is a finite number" in r.output  # not "inf Wh"
+    doc["model"]["parameters"] = {k: 1.7e308 if k.startswith("Pow") else v for k, v in json.loads(params.read_text())
+                                  ["model"]["parameters"].items()}  # times as fitted, energies overflowing
+    huge.write_text(json.dumps(doc))
+    r = run("model", "recommend", "--params", str(huge), "--objective", "time")
+    assert r.exit_code == 0 and "Wh" not in r.output and "best nsp for time" in r.output
 
 
 def test_validate(params):
