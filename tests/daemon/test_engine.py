@@ -809,6 +809,24 @@ def test_an_exec_from_any_thread_leaves_the_main_thread_counted_and_restored(who
 
 
 @needs_root
+def test_an_observed_main_thread_has_its_cpu_read_again_after_an_exec(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In observe mode, an exec from the thread that is not main gives the main tid
+    another thread: the CPU last read was the one that went's, and is read again at
+    once, not in its turn (here never: no thread of a known CPU is read in turns)."""
+    monkeypatch.setattr(engine_module, "OBSERVED_PER_PERIOD", 0)
+    read: list[int] = []
+    running_on = Engine._running_on
+    monkeypatch.setattr(Engine, "_running_on", lambda self, tid: (read.append(tid), running_on(self, tid))[1])
+    with _exec_case("other") as (p, engine):
+        target = engine.attach(p.pid, time.monotonic(), observe=True)
+        _ticks(engine, 3)
+        read.clear()
+        p.go()
+        _ticks_until(engine, lambda: not target.exec_watches and p.pid in read, "the main tid's CPU read again")
+        assert set(target.threads) == {p.pid}
+
+
+@needs_root
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
 @pytest.mark.parametrize("release", ["detach", "stop"])
 def test_an_exec_just_before_a_release_is_told_too(release: str) -> None:
