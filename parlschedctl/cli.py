@@ -10,6 +10,7 @@ import functools
 import importlib
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -141,7 +142,8 @@ def top(sock: str, interval: float | None, iterations: int | None) -> None:
                 if not lost:
                     click.echo(f"parlschedctl: lost the daemon ({exc}); waiting for it", err=True)
                 lost = True
-                time.sleep(interval or period)
+                if _reader_left(interval or period):  # while nothing is written, no EPIPE tells
+                    break
                 continue
             lost = False
             period = reply["daemon"]["period_s"]
@@ -153,6 +155,14 @@ def top(sock: str, interval: float | None, iterations: int | None) -> None:
         pass
     except BrokenPipeError:  # the reader left: the view's end, not an error (click's own handling exits 1)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush has nowhere to fail
+
+
+def _reader_left(seconds: float) -> bool:
+    """Wait ``seconds``; True as soon as the reader of a piped stdout has left (``| head``
+    ended: poll(2) reports POLLERR on the pipe). A terminal or a file never reports it."""
+    watch = select.poll()
+    watch.register(sys.stdout.fileno(), 0)  # no events asked: only POLLERR, POLLHUP and POLLNVAL come back
+    return bool(watch.poll(seconds * 1000))
 
 
 # Sent to run alone (a supervisor, a closed ssh session, kill), they are passed on to CMD,

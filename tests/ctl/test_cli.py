@@ -217,6 +217,23 @@ def test_top_waits_for_a_restarted_daemon(tmp_path):
             second.stop()
 
 
+def test_top_ends_when_its_reader_leaves_while_the_daemon_is_down(tmp_path):
+    """``parlschedctl top | head`` with the daemon stopped under it: nothing is written
+    while it waits, so no EPIPE told it the reader had left, and it waited for good."""
+    first = start_daemon(tmp_path)
+    proc = subprocess.Popen([*CTL, "top", "--interval", "0.05"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "PARLSCHED_SOCKET": first.socket})
+    try:
+        assert proc.stdout.readline().startswith("parlschedd")
+        first.stop()
+        assert proc.stderr.readline().startswith("parlschedctl: lost the daemon (")
+        proc.stdout.close()
+        assert proc.wait(timeout=10) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_top_exits_3_when_there_is_no_daemon_to_show(daemon):
     daemon.stop()
     assert ctl("top", "--iterations", "1", socket=daemon.socket).returncode == 3
