@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from enum import Enum, auto
+from enum import Enum
 from typing import Any
 
 import click
@@ -24,7 +24,8 @@ import click
 from parlschedd import __version__
 from parlschedctl import client
 from parlschedctl.outputs import FILE, check_figure
-from parlschedctl.render import placements, printable, progress_line, status_table, n_threads
+from parlschedctl.render import placements, printable, progress_line, status_table
+from parlschedd.words import n_threads
 
 
 class _Pid(click.IntRange):
@@ -219,10 +220,10 @@ def _signal_name(number: int) -> str:
 class Watched(Enum):
     """How far run watched CMD, which is what its summary can say of CMD's threads."""
 
-    TO_THE_END = auto()  # attached until CMD ended: the count, and when managed the last placements
-    DETACHED = auto()  # a client detached CMD while it ran: the count, said to stop there
-    DAEMON_STOPPED = auto()  # the daemon went away (before the attach or after): the same
-    NEVER_ATTACHED = auto()  # the daemon refused the attach: nothing to count
+    TO_THE_END = ""  # attached until CMD ended: the count, and when managed the last placements
+    DETACHED = "detached before the end"  # a client detached CMD while it ran: the count and this
+    DAEMON_STOPPED = "the daemon stopped before the end"  # it went away (before the attach or after): the same
+    NEVER_ATTACHED = None  # the daemon refused the attach: nothing to count
 
 
 @cli.command(context_settings={"allow_interspersed_args": False})
@@ -286,10 +287,8 @@ def _run_summary(watched: Watched, observe: bool, managed: set[int], last: dict[
     if watched is Watched.NEVER_ATTACHED:
         return ""
     said = f"; {'observed' if observe else 'managed'} {n_threads(len(managed))}"
-    if watched is Watched.DETACHED:
-        return f"{said} (detached before the end)"
-    if watched is Watched.DAEMON_STOPPED:
-        return f"{said} (the daemon stopped before the end)"
+    if watched in (Watched.DETACHED, Watched.DAEMON_STOPPED):
+        return f"{said} ({watched.value})"
     if observe:
         return said
     left = last.get("threads", [])

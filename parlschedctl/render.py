@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from parlschedd.cpulist import format_cpulist
+from parlschedd.words import n_threads
 
 
 def printable(name: str) -> str:
@@ -13,11 +14,6 @@ def printable(name: str) -> str:
     as escapes, as ps(1) does, never sent to root's terminal as they are."""
     return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
                    for c in name)
-
-
-def n_threads(n: int) -> str:
-    """'1 thread', '4 threads'."""
-    return f"{n} thread" if n == 1 else f"{n} threads"
 
 
 UTILITY_UNITS = {"perf:instructions": "instructions per second",

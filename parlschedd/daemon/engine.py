@@ -38,6 +38,7 @@ from parlschedd.host.errors import HostError, Overridden, ThreadGone, TooManyFil
 from parlschedd.learning.scheduler import TwoLevelScheduler
 from parlschedd.patterns import PatternError, compile_pattern
 from parlschedd.topology import online_cpus
+from parlschedd.words import n_threads
 
 log = structlog.get_logger("parlschedd.engine")
 
@@ -48,10 +49,6 @@ OBSERVED_PER_PERIOD = 128  # observe mode: the threads whose CPU is read each pe
 
 def _not_yours(pid: int, owner: int, uid: int) -> EngineError:
     return EngineError("permission_denied", f"process {pid} belongs to uid {owner}, not to you (uid {uid})")
-
-
-def _threads(n: int) -> str:
-    return f"{n} thread" if n == 1 else f"{n} threads"
 
 
 class EngineError(Exception):
@@ -223,7 +220,7 @@ class Engine:
         manager_pid = None if hint else self._manager_of(pid)  # a thread is managed with its process
         manager = None if manager_pid is None else self.targets[manager_pid]
         if gone is not None and uid in (None, 0, gone[0]) and self.start_time(pid) in (None, gone[1]):
-            message += f": it exited, and parlschedd dropped it ({_threads(gone[2])} managed at most)"
+            message += f": it exited, and parlschedd dropped it ({n_threads(gone[2])} managed at most)"
         elif manager is not None and uid in (None, 0, manager.uid):
             message += f"; it is managed as a descendant of {manager.pid}; detach {manager.pid} to release it"
         elif not hint:
