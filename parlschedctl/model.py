@@ -226,10 +226,9 @@ def predict(params_path: str, nsp: tuple[int, ...] | None, as_json: bool) -> Non
     fitted = load_params(params_path)
     ks = _candidates(fitted, nsp)
     t, e = fitted.model.predict(ks)
-    # None where not finite (an energy not fitted), for the JSON and the text made from it. Not
-    # rounded: the text rounds what it shows, and JSON is read by programs, which get what the model computed.
-    rows = json_safe([{"nsp": int(k), "time_s": a, "energy_wh": b}
-                      for k, a, b in zip(ks, t.tolist(), e.tolist(), strict=True)])
+    # Not rounded: the text rounds what it shows, and JSON is read by programs, which get what the model
+    # computed (null where it is not finite: _emit's json_safe; n/a in the text: _cell).
+    rows = [{"nsp": int(k), "time_s": a, "energy_wh": b} for k, a, b in zip(ks, t.tolist(), e.tolist(), strict=True)]
     text = "\n".join([f"{'nsp':>4} {'time_s':>10} {'energy_wh':>10}"]
                      + [f"{r['nsp']:>4} {_cell(r['time_s'], 10, '.2f')} {_cell(r['energy_wh'], 10, '.3f')}" for r in rows])
     _emit(as_json, {"predictions": rows}, text)

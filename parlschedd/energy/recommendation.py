@@ -50,7 +50,8 @@ def recommend(model: EnergyTimeModel, goal: str, candidates: np.ndarray) -> Reco
     t, e = model.predict(candidates)
     if goal != "time" and np.all(np.isnan(e)):
         raise NeedsEnergy(f"fitted without energies; {goal} cannot be predicted")
-    value = objective(goal, t, e)
+    with np.errstate(over="ignore"):  # edp multiplies two predictions: inf too where they overflow it
+        value = objective(goal, t, e)
     value = np.where(np.isfinite(value), value, np.nan)  # an overflowed prediction ranks no candidate
     if np.all(np.isnan(value)):
         raise NoFinitePrediction(f"no candidate's predicted {goal} is a finite number")
