@@ -6,14 +6,16 @@ divided by periods and threads, and its RSS. The floor is measured in this same 
 in this process: one counter read per thread per period plus as many
 sched_setaffinity calls as the daemon made (its reported migrations), nothing else.
 
-    sudo .venv/bin/python bench/overhead.py [--window 10] [--sizes 16,256,1024] [--rounds 3] [--paper]
+    sudo .venv/bin/python bench/overhead.py [--window 10] [--sizes 16,256,1024] [--rounds 3] [--paper] [--observe]
 
 Each size is measured in ``--rounds`` rounds (a fresh daemon and target, then the
 floor) and the table gives the medians, with the range of the ratio: on a VM one
 round's figures swing by 2x from the next's. Prints a table and writes
 bench/results/overhead.json (the daemon's default learning parameters) or, with
 --paper, bench/results/overhead-paper.json (the paper's: every thread pinned to one
-core, so about half the threads move each period on 2 CPUs).
+core, so about half the threads move each period on 2 CPUs), or, with --observe,
+bench/results/overhead-observe.json (attached in observe mode: no pins, the CPU each
+thread ran on read from /proc in turns).
 """
 
 from __future__ import annotations
@@ -47,20 +49,20 @@ def cpu_seconds(pid: int) -> float:
     return sum(int((task / t / "schedstat").read_text().split()[0]) for t in os.listdir(task)) / 1e9
 
 
-def measure_daemon(n: int, window: float, extra: str) -> dict:
+def measure_daemon(n: int, window: float, extra: str, observe: bool = False) -> dict:
     target = start_idle_target(n)
     try:
-        return measure_target(target, window, extra)
+        return measure_target(target, window, extra, observe)
     finally:
         target.kill()
         target.wait()
 
 
-def measure_target(target, window: float, extra: str) -> dict:
+def measure_target(target, window: float, extra: str, observe: bool = False) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         proc, sock = start_daemon(Path(tmp), f"period_s: {PERIOD_S}\ndomain_period_s: 4.0\n" + extra)
         try:
-            client.request(sock, "attach", pid=target.pid, timeout=60)
+            client.request(sock, "attach", pid=target.pid, observe=observe, timeout=60)
             time.sleep(3.0)  # adoption and the first learning periods settle
             p = psutil.Process(proc.pid)
             s0, t0 = client.request(sock, "status"), cpu_seconds(proc.pid)
@@ -146,9 +148,12 @@ def main() -> None:
                     help="daemon-and-floor measurements per size; the table shows their medians")
     ap.add_argument("--paper", action="store_true",
                     help="the paper's learning parameters instead of the daemon's defaults (writes overhead-paper.json)")
+    ap.add_argument("--observe", action="store_true",
+                    help="attach in observe mode (no pins; writes overhead-observe.json)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    args.out = args.out or Path(__file__).parent / "results" / ("overhead-paper.json" if args.paper else "overhead.json")
+    name = "overhead-paper.json" if args.paper else "overhead-observe.json" if args.observe else "overhead.json"
+    args.out = args.out or Path(__file__).parent / "results" / name
     if os.geteuid() != 0:
         sys.exit("overhead.py: run as root (the daemon needs it)")
     if args.rounds < 1:
@@ -160,14 +165,14 @@ def main() -> None:
         for k in range(args.rounds):
             print(f"measuring {n} threads for {args.window:g} s, round {k + 1} of {args.rounds} ...",
                   file=sys.stderr, flush=True)
-            rounds.append(measure_daemon(n, args.window, PAPER if args.paper else ""))
+            rounds.append(measure_daemon(n, args.window, PAPER if args.paper else "", args.observe))
         rows.append(summarise(rounds))
     text = table(rows)
     print(text)
     out = {"benchmark": "overhead", "date": stamp(),
            "machine": machine(),
            "period_s": PERIOD_S, "window_s": args.window, "rounds": args.rounds,
-           "learning": "paper" if args.paper else "daemon defaults",
+           "learning": "paper" if args.paper else "daemon defaults", "mode": "observe" if args.observe else "pin",
            "targets": {"ratio_to_floor": 3.0, "us_per_thread_period": 10.0},
            "rows": rows, "table": text}
     args.out.parent.mkdir(parents=True, exist_ok=True)
