@@ -23,11 +23,13 @@ SHELL = {"os", "sys", "io", "time", "datetime", "socket", "subprocess", "pathlib
 
 def _imports(tree: ast.AST) -> list[tuple[int, str]]:
     """(line, module) of each import; a relative one as seen from a core package
-    (``from ..host import x`` is parlschedd.host)."""
+    (``from ..host import x`` is parlschedd.host, ``from .. import host`` too)."""
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level > 1 and node.module is None:
+            found += [(node.lineno, f"parlschedd.{alias.name}") for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             module = node.module or ""
             found.append((node.lineno, f"parlschedd.{module}" if node.level > 1 else module))
@@ -52,7 +54,8 @@ def test_a_core_module_imports_no_io_clock_or_adapter(path: Path) -> None:
 def test_the_check_finds_what_it_looks_for() -> None:
     """The test above would pass on modules it cannot read right; each kind of leak is caught."""
     tree = ast.parse("import time\nfrom parlschedd.host import procfs\nfrom os.path import join\n"
-                     "from ..daemon import engine\nopen('x')\n")
+                     "from ..daemon import engine\nopen('x')\nfrom .. import host\n")
     assert _leaks(tree, "m.py") == ["m.py:1 imports time", "m.py:2 imports parlschedd.host", "m.py:3 imports os.path",
-                                    "m.py:4 imports parlschedd.daemon", "m.py:5 calls open()"]
+                                    "m.py:4 imports parlschedd.daemon", "m.py:6 imports parlschedd.host",
+                                    "m.py:5 calls open()"]
     assert len(CORE) >= 15 and all(p.exists() for p in CORE)

@@ -194,44 +194,40 @@ def test_top_ends_quietly_when_its_reader_leaves(daemon):
     assert proc.stderr.read() == b""
 
 
-def test_top_waits_for_a_restarted_daemon(tmp_path):
+def _top_that_lost(daemon, kill_after) -> subprocess.Popen:
+    """``top`` showing ``daemon``, which is then stopped under it: it has said so."""
+    proc = kill_after(subprocess.Popen([*CTL, "top", "--interval", "0.05"], stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True,
+                                       env={**os.environ, "PARLSCHED_SOCKET": daemon.socket}))
+    assert proc.stdout.readline().startswith(f"parlschedd {__version__} pid {daemon.proc.pid} ")
+    daemon.stop()
+    assert proc.stderr.readline().startswith("parlschedctl: lost the daemon (")
+    return proc
+
+
+@pytest.mark.timeout(60)  # a top gone silent would hang the readlines
+def test_top_waits_for_a_restarted_daemon(daemon, kill_after, tmp_path):
     """A restart under a running view (systemctl restart) ended top with exit 3; it
     says the daemon is lost once, waits, and shows the new daemon when it is back."""
-    first = start_daemon(tmp_path)
-    proc = subprocess.Popen([*CTL, "top", "--interval", "0.05"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "PARLSCHED_SOCKET": first.socket})
-    second = None
+    proc = _top_that_lost(daemon, kill_after)
+    second = start_daemon(tmp_path)
     try:
-        assert proc.stdout.readline().startswith(f"parlschedd {__version__} pid {first.proc.pid} ")
-        first.stop()
-        assert proc.stderr.readline().startswith("parlschedctl: lost the daemon (")
-        second = start_daemon(tmp_path)
         while not (line := proc.stdout.readline()).startswith(f"parlschedd {__version__} pid {second.proc.pid} "):
             assert line, "top ended"
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 0
         assert "lost the daemon" not in proc.stderr.read()  # said once, not at each retry
     finally:
-        proc.kill()
-        if second is not None:
-            second.stop()
+        second.stop()
 
 
-def test_top_ends_when_its_reader_leaves_while_the_daemon_is_down(tmp_path):
+@pytest.mark.timeout(60)
+def test_top_ends_when_its_reader_leaves_while_the_daemon_is_down(daemon, kill_after):
     """``parlschedctl top | head`` with the daemon stopped under it: nothing is written
     while it waits, so no EPIPE told it the reader had left, and it waited for good."""
-    first = start_daemon(tmp_path)
-    proc = subprocess.Popen([*CTL, "top", "--interval", "0.05"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "PARLSCHED_SOCKET": first.socket})
-    try:
-        assert proc.stdout.readline().startswith("parlschedd")
-        first.stop()
-        assert proc.stderr.readline().startswith("parlschedctl: lost the daemon (")
-        proc.stdout.close()
-        assert proc.wait(timeout=10) == 0
-    finally:
-        proc.kill()
-        proc.wait()
+    proc = _top_that_lost(daemon, kill_after)
+    proc.stdout.close()
+    assert proc.wait(timeout=10) == 0
 
 
 def test_top_exits_3_when_there_is_no_daemon_to_show(daemon):
@@ -303,7 +299,8 @@ def test_run_waits_for_cmd_when_the_daemon_goes_away(daemon, tmp_path):
 
 
 @needs_root
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM],
+                         ids=lambda sig: sig.name)
 def test_run_passes_signals_on_to_cmd(daemon, sig):
     """A signal sent to run alone (a supervisor, a closed ssh session, kill) reaches CMD,
     and run still waits, reports and exits as CMD did; before, run died and left CMD
@@ -364,7 +361,7 @@ def test_options_after_cmd_are_cmds(daemon):
 
 
 @needs_root
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGQUIT])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGQUIT], ids=lambda sig: sig.name)
 def test_the_keyboards_signals_reach_cmd_once(daemon, sig):
     """Ctrl-C and Ctrl-\\ go to the terminal's whole process group, CMD included: run
     passed SIGQUIT on as well, and CMD got it twice (a JVM dumps its threads twice)."""
