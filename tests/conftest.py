@@ -146,6 +146,15 @@ def kill_after():
             p.kill()
 
 
+def fake_cpus(sysfs: Path, possible: str, online: str) -> str:
+    """A sysfs tree that says which CPUs the kernel could bring online and which are."""
+    cpu = sysfs / "devices" / "system" / "cpu"
+    cpu.mkdir(parents=True)
+    (cpu / "possible").write_text(possible + "\n")
+    (cpu / "online").write_text(online + "\n")
+    return str(sysfs)
+
+
 def wait_for(predicate, timeout: float = 5.0, interval: float = 0.05):
     deadline = time.monotonic() + timeout
     while True:

@@ -983,14 +983,19 @@ def test_a_target_bound_to_one_domain_is_never_moved_to_another(tmp_path, worklo
         d.stop()
 
 
+def _started(config, socket, state_dir) -> subprocess.CompletedProcess:
+    """A daemon started in the foreground on these paths, run until it exits (here: it
+    refuses to start), with its output."""
+    return subprocess.run([sys.executable, "-m", "parlschedd", "--config", str(config), "--socket", str(socket),
+                           "--state-dir", str(state_dir)], capture_output=True, text=True, timeout=30)
+
+
 def test_a_socket_path_that_is_not_a_socket_is_left_alone(tmp_path):
     """A mistyped --socket naming a file must not delete it: the daemon refuses to start."""
     precious = tmp_path / "parlschedd.yaml.bak"
     precious.write_text("keep me\n")
     (tmp_path / "cfg.yaml").write_text("period_s: 0.05\n")
-    proc = subprocess.run([sys.executable, "-m", "parlschedd", "--config", str(tmp_path / "cfg.yaml"),
-                           "--socket", str(precious), "--state-dir", str(tmp_path / "state")],
-                          capture_output=True, text=True, timeout=30)
+    proc = _started(tmp_path / "cfg.yaml", precious, tmp_path / "state")
     assert proc.returncode == 1
     assert "exists and is not a socket" in proc.stderr
     assert precious.read_text() == "keep me\n"
@@ -1001,9 +1006,7 @@ def test_a_socket_path_too_long_makes_no_directory(tmp_path):
     root, and left behind): checked first now."""
     (tmp_path / "cfg.yaml").write_text("period_s: 0.05\n")
     sock = tmp_path / "made" / ("s" * 120)
-    proc = subprocess.run([sys.executable, "-m", "parlschedd", "--config", str(tmp_path / "cfg.yaml"),
-                           "--socket", str(sock), "--state-dir", str(tmp_path / "state")],
-                          capture_output=True, text=True, timeout=30)
+    proc = _started(tmp_path / "cfg.yaml", sock, tmp_path / "state")
     assert proc.returncode == 1 and "choose a shorter --socket" in proc.stderr, proc.stderr
     assert not (tmp_path / "made").exists()
 
@@ -1013,9 +1016,7 @@ def test_a_config_for_cpus_this_host_lacks_is_refused_naming_the_file_and_keys(t
     of its own on this host: the refusal said only "no usable CPUs"."""
     config = tmp_path / "cfg.yaml"
     config.write_text("cpus: [4095]\n")
-    proc = subprocess.run([sys.executable, "-m", "parlschedd", "--config", str(config),
-                           "--socket", str(tmp_path / "d.sock"), "--state-dir", str(tmp_path / "state")],
-                          capture_output=True, text=True, timeout=30)
+    proc = _started(config, tmp_path / "d.sock", tmp_path / "state")
     assert proc.returncode == 1 and f"parlschedd: {config}: domains, cpus: no usable CPUs" in proc.stderr, proc.stderr
     assert "on this host" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -1028,8 +1029,7 @@ def test_a_path_under_missing_directories_makes_none(tmp_path, what):
     (tmp_path / "cfg.yaml").write_text("period_s: 0.05\n")
     paths = {"--socket": str(tmp_path / "d.sock"), "--state-dir": str(tmp_path / "state")}
     paths[what] = str(tmp_path / "typo" / "run" / "d.sock" if what == "--socket" else tmp_path / "typo" / "run")
-    proc = subprocess.run([sys.executable, "-m", "parlschedd", "--config", str(tmp_path / "cfg.yaml"),
-                           *(x for kv in paths.items() for x in kv)], capture_output=True, text=True, timeout=30)
+    proc = _started(tmp_path / "cfg.yaml", paths["--socket"], paths["--state-dir"])
     assert proc.returncode == 1 and f"no directory {tmp_path / 'typo'} " in proc.stderr, proc.stderr
     assert not (tmp_path / "typo").exists()
 
@@ -1051,9 +1051,7 @@ def test_an_unusable_state_dir_or_socket_group_stops_the_start(tmp_path, case):
         config += "socket: {group: no-such-group-here}\n"
     (tmp_path / "cfg.yaml").write_text(config)
     sock = tmp_path / "d.sock"
-    proc = subprocess.run([sys.executable, "-m", "parlschedd", "--config", str(tmp_path / "cfg.yaml"),
-                           "--socket", str(sock), "--state-dir", str(state)],
-                          capture_output=True, text=True, timeout=30)
+    proc = _started(tmp_path / "cfg.yaml", sock, state)
     assert proc.returncode == 1
     if case == "no such socket group":
         assert "socket.group 'no-such-group-here' does not exist" in proc.stderr
@@ -1073,9 +1071,7 @@ def test_a_second_daemon_on_the_same_state_dir_is_refused(daemon, workload, tmp_
     daemon.request("attach", pid=w.pid)
     wait_for(lambda: all(len(c) == 1 for c in masks(w.all_tids()).values()))
     saved = (daemon.state_dir / "state.json").read_text()
-    proc = subprocess.run([sys.executable, "-m", "parlschedd", "--config", str(daemon.config),
-                           "--socket", str(tmp_path / "second.sock"), "--state-dir", str(daemon.state_dir)],
-                          capture_output=True, text=True, timeout=30)
+    proc = _started(daemon.config, tmp_path / "second.sock", daemon.state_dir)
     assert proc.returncode == 1
     assert f"state dir {daemon.state_dir} is in use by pid {daemon.proc.pid}" in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -34,7 +34,7 @@ from parlschedd.host.base import CounterSource
 from parlschedd.host.errors import HostError
 from parlschedd.host.perf import CounterSet
 from parlschedd.topology import read_topology
-from tests.conftest import needs_root, wait_for
+from tests.conftest import fake_cpus, needs_root, wait_for
 from tests.reliability.helpers import NS_LAST_PID, masks, sleepy, spawn_with_pid, tids_of
 
 
@@ -808,15 +808,21 @@ def test_an_exec_from_any_thread_leaves_the_main_thread_counted_and_restored(who
         assert os.sched_getaffinity(p.pid) == after
 
 
+def _cpu_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The tids whose CPU the engine reads from /proc (``_running_on``), in order."""
+    read: list[int] = []
+    running_on = Engine._running_on
+    monkeypatch.setattr(Engine, "_running_on", lambda self, tid: (read.append(tid), running_on(self, tid))[1])
+    return read
+
+
 @needs_root
 def test_an_observed_main_thread_has_its_cpu_read_again_after_an_exec(monkeypatch: pytest.MonkeyPatch) -> None:
     """In observe mode, an exec from the thread that is not main gives the main tid
     another thread: the CPU last read was the one that went's, and is read again at
     once, not in its turn (here never: no thread of a known CPU is read in turns)."""
     monkeypatch.setattr(engine_module, "OBSERVED_PER_PERIOD", 0)
-    read: list[int] = []
-    running_on = Engine._running_on
-    monkeypatch.setattr(Engine, "_running_on", lambda self, tid: (read.append(tid), running_on(self, tid))[1])
+    read = _cpu_reads(monkeypatch)
     with _exec_case("other") as (p, engine):
         target = engine.attach(p.pid, time.monotonic(), observe=True)
         _ticks(engine, 3)
@@ -1069,9 +1075,7 @@ def test_an_observed_targets_cpus_are_read_in_turns(workload, monkeypatch: pytes
     1024 threads' took half a CPU a period. Beyond OBSERVED_PER_PERIOD (2 here) they
     are read in turns, a new thread's at once, and every thread shows a CPU."""
     monkeypatch.setattr(engine_module, "OBSERVED_PER_PERIOD", 2)
-    read: list[int] = []
-    running_on = Engine._running_on
-    monkeypatch.setattr(Engine, "_running_on", lambda self, tid: (read.append(tid), running_on(self, tid))[1])
+    read = _cpu_reads(monkeypatch)
     w = workload(5)
     engine, counters = _engine()
     with _released(engine, counters):
@@ -1084,7 +1088,7 @@ def test_an_observed_targets_cpus_are_read_in_turns(workload, monkeypatch: pytes
             engine.tick(time.monotonic())
             rounds.append(sorted(read))
         assert [len(r) for r in rounds] == [2, 2, 2] and sorted(sum(rounds, [])) == w.all_tids()
-        assert all(t["cpu"] in (0, 1) for t in engine.describe(target)["threads"])
+        assert all(t["cpu"] in os.sched_getaffinity(0) for t in engine.describe(target)["threads"])
         target.scheduler = engine._scheduler(target.pid, target.cpus)  # afresh, as a cpuset change makes it
         read.clear()
         engine.tick(time.monotonic())
@@ -1390,12 +1394,8 @@ class HotplugKernel:
 
     def __init__(self, sysfs: Path, monkeypatch: pytest.MonkeyPatch, online: str) -> None:
         self._real_set = os.sched_setaffinity
-        cpu = sysfs / "devices" / "system" / "cpu"
-        cpu.mkdir(parents=True)
-        (cpu / "possible").write_text("0-3\n")
-        self._online = cpu / "online"
-        self.online(online)
-        self.sysfs = str(sysfs)
+        self.sysfs = fake_cpus(sysfs, "0-3", online)
+        self._online = sysfs / "devices" / "system" / "cpu" / "online"
         self.as_set: dict[int, frozenset[int]] = {}
         monkeypatch.setattr(os, "sched_setaffinity", self.set)
         monkeypatch.setattr(os, "sched_getaffinity", lambda tid: self.whole(tid) & self.cpus_online())

@@ -15,6 +15,8 @@ from parlschedd.host.base import Drift
 from parlschedd.host.errors import AccessDenied, InvalidMask, Overridden, ThreadGone
 from parlschedd.host.state import read_state, write_state
 
+from tests.conftest import fake_cpus
+
 from .conftest import FakeProc, Worker, fd_count
 
 CPUSET_ROOT = Path(cgroups.CGROUP_ROOT, "cpuset")
@@ -572,15 +574,6 @@ def test_a_domain_unplugged_cpu_by_cpu_stays_ours(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(affinity, "get_affinity", lambda tid: frozenset({2, 3}))
     assert pinner.drifted([7]) == Drift([], [])
     assert pinner.records[7].current == {2, 3}
-
-
-def fake_cpus(sysfs: Path, possible: str, online: str) -> str:
-    """A sysfs tree that says which CPUs the kernel could bring online and which are."""
-    cpu = sysfs / "devices" / "system" / "cpu"
-    cpu.mkdir(parents=True)
-    (cpu / "possible").write_text(possible + "\n")
-    (cpu / "online").write_text(online + "\n")
-    return str(sysfs)
 
 
 def test_while_a_cpu_is_offline_the_original_is_the_mask_as_set(tmp_path: Path, fake_proc: FakeProc) -> None:
