@@ -79,7 +79,7 @@ class Engine:
         self._unsaved: set[int] = set()  # tids adopted since the last persist: not pinned before it
         self._single = {c: frozenset({c}) for d in domains for c in d}  # pin masks, made once
         self._whole = [frozenset(d) for d in domains]  # a free thread's mask: its domain
-        self._usable = frozenset(c for d in domains for c in d)
+        self._usable = frozenset(self._single)  # every CPU of the domains
         self.placements = frozenset([*self._single.values(), *self._whole])  # every mask we pin to (the state file's)
         self._schedulers_made = 0
         self.read_errors = 0  # periods a live thread was not measured: a failed read, or a PMU group multiplexed out throughout
