@@ -88,10 +88,17 @@ def measure_target(target, window: float, extra: str, observe: bool = False) -> 
             "counter_source": s1["daemon"]["counter_source"]}
 
 
+def spread(calls: int, periods: int) -> list[int]:
+    """``calls`` over ``periods`` as evenly as whole calls go: 7 in 10 periods are
+    seven periods of one call, not none in each (the floor made 0.7 migrations a
+    period into no pin at all)."""
+    return [calls * (i + 1) // periods - calls * i // periods for i in range(periods)]
+
+
 def measure_floor(source: str, tids: list[int], periods: int, migrations: int) -> float:
     """CPU us per thread per period of the bare syscalls, at the daemon's cadence (one
     burst every T_CPU, so caches are as cold as the daemon's): a counter read per
-    thread and as many sched_setaffinity calls as the daemon made."""
+    thread and as many sched_setaffinity calls as the daemon made (``spread``)."""
     cpus = sorted(os.sched_getaffinity(0))
     originals = {t: os.sched_getaffinity(t) for t in tids}
     with CounterSet(CounterSource(source)) as counters:
@@ -99,13 +106,13 @@ def measure_floor(source: str, tids: list[int], periods: int, migrations: int) -
             counters.open(t)
         spent, k = 0.0, 0
         deadline = time.monotonic()
-        for _ in range(periods):
+        for pins in spread(migrations, periods):
             deadline += PERIOD_S
             time.sleep(max(0.0, deadline - time.monotonic()))
             start = time.process_time()
             for t in tids:
                 counters.read(t)
-            for _ in range(migrations // max(periods, 1)):
+            for _ in range(pins):
                 t = tids[k % len(tids)]
                 os.sched_setaffinity(t, {cpus[k % len(cpus)]})
                 k += 1

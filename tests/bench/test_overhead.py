@@ -12,7 +12,7 @@ import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
-from overhead import summarise, table  # noqa: E402
+from overhead import spread, summarise, table  # noqa: E402
 
 
 def _round(daemon: float, floor: float, loop_max: float) -> dict:
@@ -31,6 +31,13 @@ def test_a_row_is_the_median_of_its_rounds_with_the_ratio_taken_round_by_round()
     assert row["loop_max_ms"] == 12.0  # the worst period of any round
     assert row["rounds"] == rounds  # every round kept in the JSON
     assert "| 16 | 30.0 | 9.0 | 3.00 (2.50-5.00) |" in table([row])
+
+
+@pytest.mark.parametrize(("calls", "periods"), [(7, 10), (0, 5), (10, 10), (33, 10), (1, 100)])
+def test_the_floor_pins_as_often_as_the_daemon_did_spread_evenly(calls: int, periods: int) -> None:
+    per_period = spread(calls, periods)
+    assert len(per_period) == periods and sum(per_period) == calls
+    assert max(per_period) - min(per_period) <= 1
 
 
 @pytest.mark.slow
