@@ -18,6 +18,7 @@ from overhead import spread, summarise, table  # noqa: E402
 def _round(daemon: float, floor: float, loop_max: float) -> dict:
     return {"threads": 16, "fds": 59, "counter_source": "perf:task-clock", "daemon_us_per_thread_period": daemon,
             "floor_us_per_thread_period": floor, "ratio_to_floor": daemon / floor, "migrations_per_period": 2.0,
+            "floor_with_wakeup_us_per_thread_period": floor + 4.0, "ratio_to_floor_with_wakeup": daemon / (floor + 4.0),
             "rss_mib": 46.0, "loop_mean_ms": 0.5, "loop_max_ms": loop_max}
 
 
@@ -30,7 +31,8 @@ def test_a_row_is_the_median_of_its_rounds_with_the_ratio_taken_round_by_round()
     assert (row["ratio_min"], row["ratio_max"]) == (2.5, 5.0)
     assert row["loop_max_ms"] == 12.0  # the worst period of any round
     assert row["rounds"] == rounds  # every round kept in the JSON
-    assert "| 16 | 30.0 | 9.0 | 3.00 (2.50-5.00) |" in table([row])
+    assert row["floor_with_wakeup_us_per_thread_period"] == 13.0
+    assert "| 16 | 30.0 | 9.0 | 3.00 (2.50-5.00) | 13.0 (2.14) |" in table([row])  # 2.14: its ratio too is taken round by round
 
 
 @pytest.mark.parametrize(("calls", "periods"), [(7, 10), (0, 5), (10, 10), (33, 10), (1, 100)])
