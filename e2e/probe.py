@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import re
 import subprocess
 import time
@@ -68,14 +69,6 @@ def save() -> None:
     tmp = IO / "result.json.tmp"
     tmp.write_text(json.dumps(result, indent=1, default=str))
     tmp.replace(IO / "result.json")
-
-
-def os_name() -> str | None:
-    """The container's PRETTY_NAME (os-release(5)), such as "Debian GNU/Linux 12 (bookworm)"."""
-    for line in Path("/etc/os-release").read_text().splitlines():
-        if line.startswith("PRETTY_NAME="):
-            return line.split("=", 1)[1].strip().strip('"')
-    return None
 
 
 def show(*props: str) -> dict:
@@ -193,7 +186,7 @@ def main() -> None:
         r["uname"] = os.uname().release
         r["cpus"] = sorted(os.sched_getaffinity(0))
         r["systemd"] = run(["systemctl", "--version"])["stdout"].splitlines()[0]
-        r["os"] = os_name()
+        r["os"] = platform.freedesktop_os_release()["PRETTY_NAME"]  # "Debian GNU/Linux 12 (bookworm)"
         r["system_state"] = run(["systemctl", "is-system-running"])["stdout"].strip()
         r["paranoid"] = Path("/proc/sys/kernel/perf_event_paranoid").read_text().strip()
 
