@@ -29,7 +29,7 @@ from parlschedd.energy.cluster import Cluster, load_cluster
 from parlschedd.energy.estimator import EnergyTimeModel, parameter_names
 from parlschedd.energy.fitting import Problem, leave_one_out
 from parlschedd.energy.measurements import Measurements, load_measurements
-from parlschedd.energy.metrics import nrmse
+from parlschedd.energy.validation import model_errors
 from harness import machine, stamp
 from shared import ENERGY_DATA as DATA
 
@@ -85,12 +85,9 @@ def main() -> None:
     runs.append(repeated(cluster, m, "de", "whole-run", args.repeat, args.seed))
 
     base = BaselineModel(cluster).fit(m.nsp, m.time_s, m.energy_wh)
-    bt, be = base.predict(m.nsp)
-    baselines = {
-        "refitted_eq5": {"nrmse_time": float(nrmse(bt, m.time_s)), "nrmse_energy": float(nrmse(be, m.energy_wh))},
-        "stored_[33]": {"nrmse_time": float(nrmse(m.baseline_time_s, m.time_s)),
-                        "nrmse_energy": float(nrmse(m.baseline_energy_wh, m.energy_wh))},
-    }
+    baselines = {name: {"nrmse_time": errors.nrmse_time, "nrmse_energy": errors.nrmse_energy} for name, errors in (
+        ("refitted_eq5", model_errors(*base.predict(m.nsp), m)),
+        ("stored_[33]", model_errors(m.baseline_time_s, m.baseline_energy_wh, m)))}
     loo = None
     if not args.no_loo:
         out, wall, _ = clocked(leave_one_out, problem, "de", args.seed)
