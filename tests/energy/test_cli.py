@@ -457,14 +457,13 @@ def run_unprivileged(*args: str) -> tuple[int, str]:
 def test_an_unreadable_input_fails_naming_the_file_as_a_missing_one_does(params, open_dir):
     """click's readable check made an unreadable input a usage error (exit 2, and no
     request was made) while a missing one failed (exit 1)."""
-    tmp = open_dir  # outside pytest's 0700 tmp dirs
-    ok = {".yaml": tmp / "c.yaml", ".csv": tmp / "m.csv", ".json": tmp / "p.json"}
-    bad = {ext: tmp / f"unreadable{ext}" for ext in ok}
+    ok = {".yaml": open_dir / "c.yaml", ".csv": open_dir / "m.csv", ".json": open_dir / "p.json"}
+    bad = {ext: open_dir / f"unreadable{ext}" for ext in ok}
     for ext, source in ((".yaml", CLUSTER_YAML), (".csv", MEASUREMENTS_CSV), (".json", params)):
         for path, mode in ((ok[ext], 0o644), (bad[ext], 0o000)):
             shutil.copyfile(source, path)
             path.chmod(mode)
-    out = tmp / "out"  # where nobody may write
+    out = open_dir / "out"  # where nobody may write
     out.mkdir()
     out.chmod(0o777)
     figure = str(out / "f.png")
@@ -480,7 +479,7 @@ def test_an_unreadable_input_fails_naming_the_file_as_a_missing_one_does(params,
         code, output = run_unprivileged("model", *map(str, args))
         assert code == 1 and f"{unreadable}: " in output and "cannot read: Permission denied" in output, \
             (args, output)
-    closed = tmp / "powercap"  # measure: no readable zones, as when the root is absent
+    closed = open_dir / "powercap"  # measure: no readable zones, as when the root is absent
     closed.mkdir(mode=0o000)
     code, output = run_unprivileged("model", "measure", "--nsp", "1", "--out", str(out / "m.csv"),
                                     "--powercap-root", str(closed), "--", "true")
@@ -490,14 +489,13 @@ def test_an_unreadable_input_fails_naming_the_file_as_a_missing_one_does(params,
 def test_an_out_that_can_be_written_is_taken_though_it_cannot_be_read(params, open_dir):
     """click's readable check refused an existing write-only --out as a usage error
     (exit 2, "is not readable"); one that cannot be written fails naming it (exit 1)."""
-    tmp = open_dir  # outside pytest's 0700 tmp dirs
-    tmp.chmod(0o777)  # fit and measure replace the file through a temporary one beside it
-    shutil.copyfile(params, tmp / "p.json")
-    (tmp / "p.json").chmod(0o644)
-    outs = {name: tmp / name for name in ("params.json", "fig.png", "m.csv")}
+    open_dir.chmod(0o777)  # fit and measure replace the file through a temporary one beside it
+    shutil.copyfile(params, open_dir / "p.json")
+    (open_dir / "p.json").chmod(0o644)
+    outs = {name: open_dir / name for name in ("params.json", "fig.png", "m.csv")}
     commands = {"params.json": ["fit", "--cluster", str(CLUSTER_YAML), "--data", str(MEASUREMENTS_CSV), *QUICK],
-                "fig.png": ["plot", "--params", str(tmp / "p.json"), "--data", str(MEASUREMENTS_CSV)],
-                "m.csv": ["measure", "--nsp", "1", "--powercap-root", str(tmp / "none")]}
+                "fig.png": ["plot", "--params", str(open_dir / "p.json"), "--data", str(MEASUREMENTS_CSV)],
+                "m.csv": ["measure", "--nsp", "1", "--powercap-root", str(open_dir / "none")]}
     for name, out in outs.items():
         args = [*commands[name], "--out", str(out)] + (["--", "true"] if name == "m.csv" else [])
         for mode in (0o222, 0o444, 0o000):

@@ -25,6 +25,7 @@ time.sleep(3600)
 """
 
 
+# sleepy(n, wake=False): threads that block until the process is killed
 BLOCKED = r"""
 import sys, threading
 for _ in range(int(sys.argv[1]) - 1):
@@ -60,19 +61,14 @@ def tids_of(pid: int) -> list[int]:
     return sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
 
 
-def sleepy(n: int, user: int | None = None) -> subprocess.Popen:
-    """A process with n threads that only sleep (cheap to have many), run as ``user``."""
-    proc = subprocess.Popen([sys.executable, "-c", SLEEPY, str(n), *([] if user is None else [str(user)])],
-                            stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "ready"
-    return proc
-
-
-def blocked(n: int) -> subprocess.Popen:
-    """A process with n threads that block until it is killed: unlike ``sleepy``'s,
+def sleepy(n: int, user: int | None = None, *, wake: bool = True) -> subprocess.Popen:
+    """A process with n threads that only sleep (cheap to have many), run as ``user``.
+    With ``wake=False`` they block until it is killed (BLOCKED, as the caller's user):
     they never wake, so a mask the kernel would only rewrite at a wake-up (a pin to a
     CPU gone offline) stays as it was set."""
-    proc = subprocess.Popen([sys.executable, "-c", BLOCKED, str(n)], stdout=subprocess.PIPE, text=True)
+    assert wake or user is None, "BLOCKED does not drop to a user"
+    proc = subprocess.Popen([sys.executable, "-c", SLEEPY if wake else BLOCKED, str(n),
+                             *([] if user is None else [str(user)])], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
     return proc
 

@@ -28,7 +28,7 @@ from parlschedd.host.affinity import Pinner
 from parlschedd.host.base import CounterSource
 from parlschedd.host.perf import CounterSet, perf_event_open
 from tests.conftest import PINNING, needs_root, start_daemon, threads_of, wait_for
-from tests.reliability.helpers import (NS_LAST_PID, blocked, errors_in_log, fd_count, log_records, masks, sleepy,
+from tests.reliability.helpers import (NS_LAST_PID, errors_in_log, fd_count, log_records, masks, sleepy,
                                        spawn_with_pid, tids_of)
 
 pytestmark = needs_root
@@ -244,7 +244,7 @@ def test_a_cpu_that_goes_offline_and_comes_back(daemon, hotplug):
     daemon goes on, its target learns on the CPUs left (its cpuset's effective CPUs,
     read every rescan_s), then on all of them again and pins threads to the returned
     CPU; detach restores the exact originals, and nothing is logged as an error."""
-    target = blocked(6)  # a thread that never wakes keeps its pin to the CPU gone: read as an empty mask
+    target = sleepy(6, wake=False)  # a thread that never wakes keeps its pin to the CPU gone: read as an empty mask
     try:
         tids = tids_of(target.pid)
         before = masks(tids)
@@ -276,7 +276,7 @@ def test_a_cpu_plugged_in_after_start_is_named_and_left_alone(tmp_path, hotplug)
     restart that would use it, and goes on as it was."""
     hotplug.write_text("0")
     d = start_daemon(tmp_path, "period_s: 0.05\nrescan_s: 0.2\n" + PINNING)
-    target = blocked(4)
+    target = sleepy(4, wake=False)
     try:
         tids = tids_of(target.pid)
         as_set = {t: procfs.thread_cpus_allowed(t) for t in tids}  # sched_getaffinity would leave the offline CPU out
