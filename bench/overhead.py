@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from harness import machine, stamp, start_daemon, start_idle_target, stop_daemon
+from harness import cpu_seconds, machine, stamp, start_daemon, start_idle_target, stop_daemon
 from parlschedctl import client
 from parlschedd.host.base import CounterSource
 from parlschedd.host.perf import CounterSet, raise_fd_limit
@@ -41,13 +41,6 @@ PERIOD_S = 0.1
 
 
 PAPER = "learning: {eps: 0.05, free: false, reward: thread}\n"  # the paper's Level 2: every thread on one core
-
-
-def cpu_seconds(pid: int) -> float:
-    """CPU time of every thread of ``pid`` in ns resolution (schedstat), not the 10 ms
-    clock ticks of /proc/<pid>/stat, which at 16 threads are 8 us per thread-period."""
-    task = Path(f"/proc/{pid}/task")
-    return sum(int((task / t / "schedstat").read_text().split()[0]) for t in os.listdir(task)) / 1e9
 
 
 def measure_daemon(n: int, window: float, extra: str, observe: bool = False) -> dict:

@@ -21,6 +21,11 @@ Run as root (the daemon pins threads):
     .venv/bin/python bench/scenarios.py                      # the full matrix, 5 reps
     .venv/bin/python bench/scenarios.py --quick --scenarios 'cpu-.*-nonuniform'
     .venv/bin/python bench/scenarios.py --set learning.eps=0.3 --set learning.lambda=0.005 --tag tuned
+    .venv/bin/python bench/scenarios.py --observe --scenarios '.*-uniform'   # writes scenarios-observe.json
+
+With --observe, B attaches in observe mode: the daemon measures and learns but pins
+nothing, so B differs from A only by the daemon's presence (its CPU time, its wake-ups),
+not by any placement: what the daemon costs a workload, apart from where it puts it.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from harness import machine, start_daemon, stop_daemon  # noqa: E402
+from harness import cpu_seconds, machine, start_daemon, stop_daemon  # noqa: E402
 from scipy.stats import binom  # noqa: E402
 
 from parlschedctl import client  # noqa: E402
@@ -266,19 +271,24 @@ class HistoryPoller(threading.Thread):
 
 
 def run_once(sc: dict, mode: str, sock: str | None, toggle_s: float, keep_history: bool,
-             during: Callable[[subprocess.Popen], dict] | None = None) -> dict:
+             during: Callable[[subprocess.Popen], dict] | None = None, observe: bool = False,
+             daemon_pid: int | None = None) -> dict:
     """One timed run of ``sc``'s command: under the plain kernel (mode A) or attached to
-    the daemon at ``sock`` (B). ``during`` is called with the running command before it
-    is waited for (bench/headroom.py pins its threads there); its fields join the record."""
+    the daemon at ``sock`` (B; in observe mode with ``observe``). ``during`` is called
+    with the running command before it is waited for (bench/headroom.py pins its
+    threads there); its fields join the record. With ``daemon_pid``, a B run records
+    the daemon's CPU time over the run as a share of the machine's usable CPUs
+    (``daemon_cpu_pct``): what its own work took from the workload."""
     bg = start_background(sc["cpu_availability"], toggle_s)
     if bg is not None:
         time.sleep(0.3)  # the hog runs before the workload starts
     load = os.getloadavg()[0]
+    daemon_cpu = cpu_seconds(daemon_pid) if mode == "B" and daemon_pid is not None else None
     t0 = time.monotonic()
     proc = subprocess.Popen(sc["cmd"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     poller = None
     if mode == "B":
-        client.request(sock, "attach", pid=proc.pid, descendants=True)
+        client.request(sock, "attach", pid=proc.pid, descendants=True, observe=observe)
         poller = HistoryPoller(sock, proc.pid)
         poller.start()
     sampler = TaskSampler(proc.pid)
@@ -296,6 +306,8 @@ def run_once(sc: dict, mode: str, sock: str | None, toggle_s: float, keep_histor
     sampler.join()
     rec = {"mode": mode, "wall_s": round(wall, 4), "rc": rc, "load1": round(load, 2),
            "speed": sampler.per_thread_speed(), **extra}
+    if daemon_cpu is not None:
+        rec["daemon_cpu_pct"] = round(100.0 * (cpu_seconds(daemon_pid) - daemon_cpu) / (wall * len(usable_cpus())), 3)
     if poller is not None:
         poller.halt.set()
         poller.join()
@@ -336,6 +348,7 @@ def summarise(sc: dict, runs: list[dict]) -> dict:
     du = [r["daemon_utility"] for r in runs if r.get("daemon_utility") is not None]
     imb = [r["imbalanced_share"] for r in runs if r.get("imbalanced_share") is not None]
     mv = [r["moves_per_period"] for r in runs if r.get("moves_per_period") is not None]
+    own = [r["daemon_cpu_pct"] for r in runs if r.get("daemon_cpu_pct") is not None]
     return {
         "name": sc["name"], "workload": sc["workload"], "availability": sc["availability"],
         "cpu_availability": sc["cpu_availability"], "threads": sc["threads"], "cmd": " ".join(sc["cmd"]),
@@ -352,6 +365,7 @@ def summarise(sc: dict, runs: list[dict]) -> dict:
         "daemon_utility_b": round(statistics.fmean(du), 3) if du else None,
         "b_imbalanced_share": round(statistics.fmean(imb), 3) if imb else None,
         "b_moves_per_period": round(statistics.fmean(mv), 2) if mv else None,
+        "b_daemon_cpu_pct": round(statistics.fmean(own), 3) if own else None,
         "runs": [{k: v for k, v in r.items() if k != "history"} for r in runs],
     }
 
@@ -359,8 +373,8 @@ def summarise(sc: dict, runs: list[dict]) -> dict:
 def markdown(rows: list[dict]) -> str:
     out = ["| scenario | threads | kernel A median s | parlsched B median s | gain median % [IQR] "
            "| median's CI % (coverage) | gain mean +- std % "
-           "| speed A | speed B (daemon) | B imbalanced periods | B moves/period |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| speed A | speed B (daemon) | B imbalanced periods | B moves/period | B daemon CPU % |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         du = f" ({r['daemon_utility_b']:.3f})" if r["daemon_utility_b"] is not None else ""
         out.append(f"| {r['name']} | {r['threads']} | {r['a_median_s']:.3f} | {r['b_median_s']:.3f} "
@@ -371,7 +385,8 @@ def markdown(rows: list[dict]) -> str:
                    f"| {r['speed_a'] if r['speed_a'] is not None else '-'} "
                    f"| {r['speed_b'] if r['speed_b'] is not None else '-'}{du} "
                    f"| {r['b_imbalanced_share'] if r['b_imbalanced_share'] is not None else '-'} "
-                   f"| {r['b_moves_per_period'] if r['b_moves_per_period'] is not None else '-'} |")
+                   f"| {r['b_moves_per_period'] if r['b_moves_per_period'] is not None else '-'} "
+                   f"| {r['b_daemon_cpu_pct'] if r.get('b_daemon_cpu_pct') is not None else '-'} |")
     return "\n".join(out)
 
 
@@ -402,6 +417,8 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="daemon config override, e.g. learning.eps=0.3 or period_s=0.05 (repeatable)")
     ap.add_argument("--tag", default="", help="write bench/results/scenarios-TAG.json instead of scenarios.json")
+    ap.add_argument("--observe", action="store_true",
+                    help="B attaches in observe mode (no pins: the daemon's presence alone); tag 'observe' unless --tag")
     ap.add_argument("--plots", action="store_true", help="draw plots even with --quick")
     ap.add_argument("--no-plots", action="store_true")
     args = ap.parse_args()
@@ -411,6 +428,7 @@ def main() -> None:
     reps = args.reps if not args.quick or args.reps != 5 else 2
     scale = args.scale if args.scale is not None else (1.25 if args.quick else 2.5)
     plots = (not args.no_plots) and (args.plots or not args.quick)
+    tag = args.tag or ("observe" if args.observe else "")  # a tagged run leaves the committed results alone
     ensure_tools()
     pattern = re.compile(args.scenarios)
     matrix = [s for s in scenario_matrix(scale) if pattern.search(s["name"])]
@@ -430,7 +448,8 @@ def main() -> None:
                 for i in range(reps):
                     for mode in ("A", "B"):
                         keep = plots and mode == "B" and i == reps - 1 and sc["name"] in PLOTTED.values()
-                        runs.append(run_once(sc, mode, sock, args.toggle_s, keep))
+                        runs.append(run_once(sc, mode, sock, args.toggle_s, keep, observe=args.observe,
+                                             daemon_pid=daemon.pid))
                         time.sleep(0.2)
                 row = summarise(sc, runs)
                 rows.append(row)
@@ -440,7 +459,7 @@ def main() -> None:
                 for r in runs:
                     if "history" in r and r["history"].get("samples"):
                         from parlschedd.plots import plot_history
-                        out = RESULTS / f"scenario-{sc['name']}.png"
+                        out = RESULTS / f"scenario-{sc['name']}{'-' + tag if tag else ''}.png"
                         plot_history(r["history"], out)
                         print(f"wrote {out}", file=sys.stderr)
         finally:
@@ -453,10 +472,11 @@ def main() -> None:
                          "load1_mean_during_runs": round(statistics.fmean(loads), 2),
                          "load1_min": min(loads), "load1_max": max(loads)},
         "reps": reps, "scale": scale, "toggle_s": args.toggle_s, "quick": args.quick,
+        "mode": "observe" if args.observe else "pin",
         "daemon_config": cfg, "overrides": args.set, "duration_s": round(time.monotonic() - t_start, 1),
         "verdict": verdict(rows), "scenarios": rows,
     }
-    name = f"scenarios-{args.tag}.json" if args.tag else "scenarios.json"
+    name = f"scenarios-{tag}.json" if tag else "scenarios.json"
     (RESULTS / name).write_text(json.dumps(result, indent=1) + "\n")
     print(markdown(rows))
     print()
