@@ -125,7 +125,7 @@ class Engine:
             raise
         cpuset, cpus = read_cpuset(pid, self.allowed, self._every_cpu) or (None, self._every_cpu)  # unread: the rescan retries
         target = Target(pid, name, owner, observe, pattern, descendants, handle, self._scheduler(pid, cpus),
-                        procfs.ThreadExits(self.proc_root, watch=not descendants),  # descendants: listed every period
+                        procfs.ThreadExits(self.proc_root),
                         cpuset=cpuset, cpus=cpus, rule=rule, caller=None if uid in (None, 0) else uid,
                         history=History(self.config.history_periods, now))
         self.targets[pid] = target
@@ -300,6 +300,7 @@ class Engine:
                 log.exception("rescan failed for target", pid=target.pid, step=step.__name__)
 
     def _resync(self, target: Target, now: float) -> None:
+        target.births_at = None  # a full listing every rescan_s: see _unchanged
         if follow_cpuset(target, self.allowed, self._every_cpu):  # it learns afresh on the CPUs allowed now
             target.scheduler = self._scheduler(target.pid, target.cpus)
         if target.observe:
@@ -469,6 +470,7 @@ class Engine:
     def _refresh(self, target: Target, now: float) -> None:
         """Adopt the target's new threads and drop those gone: one directory listing
         per process; a thread's name is read once, when it is new."""
+        births = self._birth_mark() if target.descendants and target.caller is None else None
         seen: set[int] = set()
         listed: dict[int, set[int]] = {}  # each process's threads listed now
         exited = target.exits.exited()  # before the listing: a tid both exited and listed was reused
@@ -498,6 +500,7 @@ class Engine:
                          for main, tids in listed.items()}
         target.ignored_masks = self._masks_of(main for main in listed if main in target.ignored and not target.observe)
         target.went.clear()
+        target.births_at = births if seen <= target.threads.keys() | target.ignored else None
 
     @staticmethod
     def _masks_of(tids: Iterable[int]) -> dict[int, frozenset[int]]:
@@ -523,8 +526,7 @@ class Engine:
         if tid in target.threads:
             self._drop_thread(target, tid)
 
-    @staticmethod
-    def _unchanged(target: Target) -> bool:
+    def _unchanged(self, target: Target) -> bool:
         """The process has exactly the threads we know (adopted or ignored), so the
         period needs neither the liveness check nor the listing: as many threads as the
         task directory's link count says, and none of them exited (they all would if
@@ -532,15 +534,34 @@ class Engine:
         (procfs builds an entry per thread: 1.9 ms of 8.6,
         bench/results/period_profile-8131649.json). Counted first, then polled: a
         birth before the count changes it unless an exit before it hides it, and that
-        exit is then seen by the poll."""
+        exit is then seen by the poll.
+
+        With descendants, a new process can appear anywhere below the target, so it
+        is not counted but known unborn: no task was created on the host since the
+        last listing (``procfs.birth_mark``), none of the target's threads exited, and
+        that listing saw no thread the target does not watch (one another target
+        manages; a non-root caller's tree, where processes not its own are not
+        listed, is listed every period as before). A task whose pid was taken just
+        before the listing but which only showed in /proc after it moves the mark's
+        task count when it shows (unless an exit elsewhere evens it out in that
+        instant): every rescan_s a full listing catches what that could miss."""
         known = len(target.threads) + len(target.ignored)
-        if target.descendants or not known or target.went:  # went: dropped since the listing, see _refresh
+        if not known or target.went:  # went: dropped since the listing, see _refresh
             return False
+        if target.descendants:
+            return (target.births_at is not None and self._birth_mark() == target.births_at
+                    and not target.exits.any_exited())
         try:
             count = target.handle.thread_count()
         except HostError:
             return False  # the listing reports what happened
         return count == known and not target.exits.any_exited()
+
+    def _birth_mark(self) -> tuple[int, int] | None:
+        try:
+            return procfs.birth_mark(self.proc_root)
+        except (HostError, ValueError):  # a fake /proc without it: list every period
+            return None
 
     def _manager_of(self, tid: int) -> int | None:
         """The pid of the target that manages ``tid``, if one does. A thread is adopted

@@ -111,6 +111,9 @@ class Target:
     ignored_masks: dict[int, frozenset[int]] = field(default_factory=dict)  # an ignored main tid's mask then
     exec_watches: dict[int, ExecWatch] = field(default_factory=dict)  # while one is set, that thread is not moved
     went: dict[int, Masks | None] = field(default_factory=dict)  # dropped since the listing: masks, if adopted
+    # with descendants: procfs.birth_mark read before the last listing, when that
+    # listing saw only threads this target watches (else None: list every period)
+    births_at: tuple[int, int] | None = None
 
     @property
     def mode(self) -> str:

@@ -403,6 +403,18 @@ class ThreadExits:
             self._poller = None
 
 
+def birth_mark(root: str = PROC_ROOT) -> tuple[int, int]:
+    """(tasks on the host, the pid allocated last in this pid namespace): the last two
+    fields of /proc/loadavg (proc(5)). Any process or thread created anywhere, in
+    this namespace or one below it, moves the second at once and the first when the
+    task becomes visible in /proc; so a mark unchanged since a listing says that
+    nothing was born since, with one read. ValueError for a malformed file."""
+    fields = _read(os.path.join(root, "loadavg")).split()
+    if len(fields) != 5 or "/" not in fields[3]:
+        raise ValueError(f"unexpected /proc/loadavg: {' '.join(fields)!r}")
+    return int(fields[3].split("/")[1]), int(fields[4])
+
+
 def list_tids(pid: int, root: str = PROC_ROOT) -> list[int]:
     """The tids of ``pid``, ascending: one directory listing, for the per-period scan
     (names are read only for threads not seen before). ThreadGone if the process is."""

@@ -365,3 +365,24 @@ def test_thread_exits_asks_to_list_when_a_thread_cannot_be_watched(fake_proc: Fa
     real.remove(2**22 + 12345)
     assert not real.any_exited(), "nothing left unwatched"
     real.close()
+
+
+def test_a_thread_born_anywhere_moves_the_birth_mark() -> None:
+    """The real /proc/loadavg: a thread of this process takes a new pid, so the
+    mark's last pid moves (the daemon takes an unchanged mark for "nothing born")."""
+    before = procfs.birth_mark()
+    t = threading.Thread(target=lambda: None)
+    t.start()
+    t.join()
+    assert procfs.birth_mark()[1] != before[1]
+
+
+def test_the_birth_mark_is_read_from_the_roots_loadavg(tmp_path: Path) -> None:
+    (tmp_path / "loadavg").write_text("0.52 0.58 0.59 3/467 24193\n")
+    assert procfs.birth_mark(str(tmp_path)) == (467, 24193)
+    (tmp_path / "loadavg").write_text("0.52 0.58 0.59\n")
+    with pytest.raises(ValueError, match="unexpected /proc/loadavg"):
+        procfs.birth_mark(str(tmp_path))
+    (tmp_path / "loadavg").unlink()
+    with pytest.raises(HostError):
+        procfs.birth_mark(str(tmp_path))
