@@ -73,6 +73,7 @@ class Engine:
         self.counters = counters
         self.pinner = pinner
         self.proc_root, self.sysfs = proc_root, sysfs
+        self._births_trusted: bool | None = None  # procfs.birth_mark_is_the_kernels, checked once
         self.targets: dict[int, Target] = {}
         self.on_change = on_change  # called when the set of targets or adopted threads changed
         self.persist = persist  # writes the adopted threads' original masks; False when it could not
@@ -267,7 +268,7 @@ class Engine:
         live = []
         for target in list(self.targets.values()):
             try:
-                if not self._unchanged(target):
+                if not self._unchanged(target, now):
                     if not target.handle.alive():
                         self._drop_target(target, "exited")
                         continue
@@ -300,7 +301,6 @@ class Engine:
                 log.exception("rescan failed for target", pid=target.pid, step=step.__name__)
 
     def _resync(self, target: Target, now: float) -> None:
-        target.births_at = None  # a full listing every rescan_s: see _unchanged
         if follow_cpuset(target, self.allowed, self._every_cpu):  # it learns afresh on the CPUs allowed now
             target.scheduler = self._scheduler(target.pid, target.cpus)
         if target.observe:
@@ -481,7 +481,7 @@ class Engine:
                 continue
             listed[pid] = set(tids)
             for tid in exited.intersection(tids):
-                self._forget_reused(target, tid)
+                self._forget_reused(target, tid, pid)
             for tid in sorted(set(tids).difference(target.threads, target.ignored)):
                 if self._manager_of(tid) is None:  # one target per thread: its saved mask is the real original
                     self._adopt(target, tid, now, process=pid)
@@ -501,6 +501,7 @@ class Engine:
         target.ignored_masks = self._masks_of(main for main in listed if main in target.ignored and not target.observe)
         target.went.clear()
         target.births_at = births if seen <= target.threads.keys() | target.ignored else None
+        target.listed_at = now
 
     @staticmethod
     def _masks_of(tids: Iterable[int]) -> dict[int, frozenset[int]]:
@@ -512,13 +513,14 @@ class Engine:
                 pass  # gone: the next listing drops it
         return masks
 
-    def _forget_reused(self, target: Target, tid: int) -> None:
-        """``tid``'s thread exited and the tid is listed again: a new thread took it, and
-        is adopted as new. Not the leader's: its tid is the process's id, which no other
-        thread gets while the process lives; its pidfd polls readable while it is a
-        zombie whose threads run on (Linux 6.9-6.14). Start times cannot tell them
-        apart: they count clock ticks, and a thread can exit and be replaced within one."""
-        if tid == target.pid:
+    def _forget_reused(self, target: Target, tid: int, process: int) -> None:
+        """``tid``'s thread exited and the tid is listed again in ``process``: a new
+        thread took it, and is adopted as new. Not the process's leader: its tid is the
+        process's id, which no other thread gets while the process lives; its pidfd
+        polls readable while it is a zombie: a process not reaped yet, or (Linux
+        6.9-6.14) a leader whose other threads run on. Start times cannot tell them apart: they count clock ticks, and a
+        thread can exit and be replaced within one."""
+        if tid == process:
             return
         target.ignored.discard(tid)
         target.exits.remove(tid)
@@ -526,7 +528,7 @@ class Engine:
         if tid in target.threads:
             self._drop_thread(target, tid)
 
-    def _unchanged(self, target: Target) -> bool:
+    def _unchanged(self, target: Target, now: float) -> bool:
         """The process has exactly the threads we know (adopted or ignored), so the
         period needs neither the liveness check nor the listing: as many threads as the
         task directory's link count says, and none of them exited (they all would if
@@ -537,20 +539,25 @@ class Engine:
         exit is then seen by the poll.
 
         With descendants, a new process can appear anywhere below the target, so it
-        is not counted but known unborn: no task was created on the host since the
-        last listing (``procfs.birth_mark``), none of the target's threads exited, and
-        that listing saw no thread the target does not watch (one another target
-        manages; a non-root caller's tree, where processes not its own are not
-        listed, is listed every period as before). A task whose pid was taken just
-        before the listing but which only showed in /proc after it moves the mark's
-        task count when it shows (unless an exit elsewhere evens it out in that
-        instant): every rescan_s a full listing catches what that could miss."""
+        is not counted but known unborn: no pid was allocated in the daemon's pid
+        namespace (which holds every task it can see) since the last listing and no
+        task was added to or released from the host's count (``procfs.birth_mark``),
+        none of the target's threads exited, and that listing saw no thread the
+        target does not watch (one another target manages; a non-root caller's tree,
+        where processes not its own are not listed, is listed every period as before;
+        so is a tree holding an exited process its parent has not reaped, whose pidfd
+        polls readable). What the mark can miss, a full listing every
+        rescan_s catches: a task whose pid was taken before the mark was read but that
+        showed in /proc only after the listing, while a release elsewhere evened out
+        the count before the next read; a pid given by clone3's set_tid (a checkpoint
+        restore) or after a write to ns_last_pid; a process reparented into the tree
+        from outside it (a pid namespace's init below the target adopting orphans)."""
         known = len(target.threads) + len(target.ignored)
         if not known or target.went:  # went: dropped since the listing, see _refresh
             return False
         if target.descendants:
-            return (target.births_at is not None and self._birth_mark() == target.births_at
-                    and not target.exits.any_exited())
+            return (target.births_at is not None and now - target.listed_at < self.config.rescan_s
+                    and self._birth_mark() == target.births_at and not target.exits.any_exited())
         try:
             count = target.handle.thread_count()
         except HostError:
@@ -558,9 +565,15 @@ class Engine:
         return count == known and not target.exits.any_exited()
 
     def _birth_mark(self) -> tuple[int, int] | None:
+        """``procfs.birth_mark``, or None where it cannot be trusted (a fake /proc
+        without it, a loadavg that is not the kernel's): then every period lists."""
+        if self._births_trusted is None:
+            self._births_trusted = procfs.birth_mark_is_the_kernels(self.proc_root)
+        if not self._births_trusted:
+            return None
         try:
             return procfs.birth_mark(self.proc_root)
-        except (HostError, ValueError):  # a fake /proc without it: list every period
+        except (HostError, ValueError):
             return None
 
     def _manager_of(self, tid: int) -> int | None:

@@ -114,6 +114,7 @@ class Target:
     # with descendants: procfs.birth_mark read before the last listing, when that
     # listing saw only threads this target watches (else None: list every period)
     births_at: tuple[int, int] | None = None
+    listed_at: float = float("-inf")  # when it was last listed (Engine._refresh)
 
     @property
     def mode(self) -> str:

@@ -340,17 +340,16 @@ class ThreadExits:
     threads it knows: no new one (the count would differ) and no exit hidden by a birth
     in the same period. A thread that cannot be watched (an older kernel, a fake /proc
     root, no fd or epoll watch left) makes :meth:`any_exited` say True for as long as
-    it is in the set, so the caller lists as it would without this; ``watch=False``
-    makes that the rule (a caller that lists every period anyway). Kernel notes: on
+    it is in the set, so the caller lists as it would without this. Kernel notes: on
     6.9-6.14 a zombie leader's thread pidfd polls readable, so a process whose main
     thread exited before the others is listed every period; nothing is missed.
     """
 
-    def __init__(self, root: str = PROC_ROOT, *, watch: bool = True) -> None:
+    def __init__(self, root: str = PROC_ROOT) -> None:
         self._fds: dict[int, int] = {}
         self._unwatched: set[int] = set()
         self._poller: select.epoll | None = None
-        if watch and root == PROC_ROOT and hasattr(os, "pidfd_open"):
+        if root == PROC_ROOT and hasattr(os, "pidfd_open"):
             try:
                 self._poller = select.epoll()
             except OSError:  # EMFILE: watch nothing, the caller lists
@@ -404,15 +403,26 @@ class ThreadExits:
 
 
 def birth_mark(root: str = PROC_ROOT) -> tuple[int, int]:
-    """(tasks on the host, the pid allocated last in this pid namespace): the last two
-    fields of /proc/loadavg (proc(5)). Any process or thread created anywhere, in
-    this namespace or one below it, moves the second at once and the first when the
-    task becomes visible in /proc; so a mark unchanged since a listing says that
-    nothing was born since, with one read. ValueError for a malformed file."""
+    """(tasks on the host, the pid allocated last in the reader's pid namespace): the
+    last two fields of /proc/loadavg (proc(5)). A process or thread created in that
+    namespace or one below it takes a pid there, which moves the second (pids are
+    handed out in turn; not a pid asked for with clone3's set_tid, nor after a write
+    to ns_last_pid); the first moves when a task shows in /proc and when one is
+    released (reaped). ValueError for a malformed file."""
     fields = _read(os.path.join(root, "loadavg")).split()
     if len(fields) != 5 or "/" not in fields[3]:
         raise ValueError(f"unexpected /proc/loadavg: {' '.join(fields)!r}")
     return int(fields[3].split("/")[1]), int(fields[4])
+
+
+def birth_mark_is_the_kernels(root: str = PROC_ROOT) -> bool:
+    """Whether ``root``/loadavg is the proc file system's own, not a file mounted over
+    it: LXCFS (LXD, some Kubernetes nodes) serves a container's loadavg refreshed
+    every few seconds, whose fields do not move at each birth."""
+    try:
+        return os.stat(os.path.join(root, "loadavg")).st_dev == os.stat(root).st_dev
+    except OSError:
+        return False
 
 
 def list_tids(pid: int, root: str = PROC_ROOT) -> list[int]:

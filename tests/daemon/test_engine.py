@@ -496,7 +496,7 @@ def test_a_quiet_period_of_a_descendants_target_lists_nothing(workload) -> None:
     """With descendants every period listed the whole tree (its directories, each
     thread's children file): 40% of the daemon's CPU time beside a 4-thread sysbench.
     Now a period lists only when a task was born on the host since the last listing
-    (``procfs.birth_mark``), a thread of the target exited, or a rescan came. The
+    (``procfs.birth_mark``), a thread of the target exited, or rescan_s went by. The
     host's pid allocator is shared with every process on it, which a test cannot hold
     still, so the mark is a stand-in here that moves when the test says."""
     w = workload(2)
@@ -519,8 +519,7 @@ def test_a_quiet_period_of_a_descendants_target_lists_nothing(workload) -> None:
         wait_for(lambda: len(w.all_tids()) == 3)
         engine.tick(time.monotonic())
         assert listings == [w.pid, w.pid] and set(target.threads) == set(w.all_tids())
-        engine.resync(time.monotonic())  # every rescan_s a full listing, whatever the mark says
-        engine.tick(time.monotonic())
+        engine.tick(time.monotonic() + engine.config.rescan_s)  # a full listing every rescan_s, whatever the mark says
         assert listings == [w.pid, w.pid, w.pid]
 
 

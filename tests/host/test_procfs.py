@@ -386,3 +386,19 @@ def test_the_birth_mark_is_read_from_the_roots_loadavg(tmp_path: Path) -> None:
     (tmp_path / "loadavg").unlink()
     with pytest.raises(HostError):
         procfs.birth_mark(str(tmp_path))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="bind-mounts a file")
+def test_a_loadavg_mounted_over_procs_own_is_not_trusted(tmp_path: Path) -> None:
+    """LXCFS mounts a loadavg of its own over /proc/loadavg in containers, refreshed
+    every few seconds: its fields do not move at each birth. Stood in for by the
+    kernel's file bind-mounted over a plain one."""
+    assert procfs.birth_mark_is_the_kernels()
+    (tmp_path / "loadavg").write_text("0.52 0.58 0.59 3/467 24193\n")
+    assert procfs.birth_mark_is_the_kernels(str(tmp_path))  # a fake tree's own file
+    subprocess.run(["mount", "--bind", "/proc/loadavg", str(tmp_path / "loadavg")], check=True)
+    try:
+        assert not procfs.birth_mark_is_the_kernels(str(tmp_path))
+    finally:
+        subprocess.run(["umount", str(tmp_path / "loadavg")], check=True)
+    assert not procfs.birth_mark_is_the_kernels(str(tmp_path / "absent"))
