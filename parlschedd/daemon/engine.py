@@ -518,8 +518,8 @@ class Engine:
         thread took it, and is adopted as new. Not the process's leader: its tid is the
         process's id, which no other thread gets while the process lives; its pidfd
         polls readable while it is a zombie: a process not reaped yet, or (Linux
-        6.9-6.14) a leader whose other threads run on. Start times cannot tell them apart: they count clock ticks, and a
-        thread can exit and be replaced within one."""
+        6.9-6.14) a leader whose other threads run on. Start times cannot tell them
+        apart: they count clock ticks, and a thread can exit and be replaced within one."""
         if tid == process:
             return
         target.ignored.discard(tid)

@@ -494,8 +494,8 @@ def _listings(engine: Engine) -> list[int]:
 @needs_root
 def test_a_quiet_period_of_a_descendants_target_lists_nothing(workload) -> None:
     """With descendants every period listed the whole tree (its directories, each
-    thread's children file): 40% of the daemon's CPU time beside a 4-thread sysbench.
-    Now a period lists only when a task was born on the host since the last listing
+    thread's children file; in the scenarios' cpu rows the daemon took 0.64% of the
+    machine, 0.55% after: bench/results/scenarios-cpu-pin*.json). Now a period lists only when a task was born on the host since the last listing
     (``procfs.birth_mark``), a thread of the target exited, or rescan_s went by. The
     host's pid allocator is shared with every process on it, which a test cannot hold
     still, so the mark is a stand-in here that moves when the test says."""
