@@ -146,9 +146,9 @@ class Daemon:
             log.warning("without CAP_PERFMON the kernel refuses perf counters on other users' threads, so those "
                         "are not managed; give the daemon CAP_PERFMON, or set utility: schedstat", using=source.value)
         self.counters = CounterSet(source, proc_root=self.proc_root)
-        host = {"allowed": partial(cgroups.task_cpus, root=self.cgroup_root, proc_root=self.proc_root),  # per thread
-                "proc_root": self.proc_root, "sysfs": self.sysfs}
-        self.engine = Engine(self.config, self.domains, self.counters, Pinner(**host),
+        pinner = Pinner(allowed=partial(cgroups.task_cpus, root=self.cgroup_root, proc_root=self.proc_root),
+                        proc_root=self.proc_root, sysfs=self.sysfs)
+        self.engine = Engine(self.config, self.domains, self.counters, pinner,
                              proc_root=self.proc_root, on_change=self._mark_dirty, persist=self._persist,
                              allowed=cgroups.CpusetReader(self.cgroup_root, self.proc_root), sysfs=self.sysfs)
         try:
@@ -157,7 +157,7 @@ class Daemon:
             raise StartupError(str(exc)) from None
         gid = self._socket_gid()  # all three checked before recover changes any thread
         self._claim_socket_path()
-        saved = self.statefile.recover(self.engine, host)
+        saved = self.statefile.recover(self.engine)
         self.metrics = self._start_metrics()
         self._open_socket(gid)
         self._wake_r, self._wake_w = socket.socketpair()

@@ -9,9 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import structlog
 
@@ -19,7 +17,6 @@ from parlschedd.cpulist import format_cpulist, parse_cpulist
 from parlschedd.daemon import protocol
 from parlschedd.daemon.engine import Engine, EngineError
 from parlschedd.host import procfs
-from parlschedd.host.affinity import Pinner
 from parlschedd.host.errors import HostError, ThreadGone
 from parlschedd.host.state import StateDirBusy, lock_dir, read_state, write_state
 
@@ -81,12 +78,11 @@ class StateFile:
             return
         self.dirty = False
 
-    def recover(self, engine: Engine, host: Mapping[str, Any]) -> list[dict]:
+    def recover(self, engine: Engine) -> list[dict]:
         """After a crash: put every thread the last run pinned back on its original
-        mask (``host``: the daemon's Pinner options, its cgroup and proc readers and
-        its sysfs). After a crash or a clean stop: return the targets attached
-        by hand, to attach again (``reattach``), and keep leaving alone the threads it
-        handed over."""
+        mask, read through the engine's Pinner (its host's cgroup, /proc and sysfs).
+        After a crash or a clean stop: return the targets attached by hand, to attach
+        again (``reattach``), and keep leaving alone the threads it handed over."""
         try:
             state = read_state(self.path)
         except (OSError, ValueError) as exc:
@@ -97,7 +93,7 @@ class StateFile:
         try:
             if state.get("version") != STATE_VERSION:
                 raise ValueError(f"version {protocol.clip(repr(state.get('version')))}, this daemon reads {STATE_VERSION}")
-            old = Pinner.from_json(state.get("pinner"), placements=_placements(state), **host)
+            old = engine.pinner.from_saved(state.get("pinner"), placements=_placements(state))
         except ValueError as exc:
             self._set_aside(str(exc))
             return []

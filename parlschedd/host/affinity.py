@@ -487,6 +487,12 @@ class Pinner:
                 log.warning("state file: a thread's saved mask is unreadable, skipped", tid=f"{tid:.40}", error=str(exc))
         return cls(records=records, **kwargs)
 
+    def from_saved(self, data: Any, placements: Iterable[frozenset[int]]) -> Pinner:
+        """A Pinner on this one's host (its cpuset, /proc and sysfs readers) holding the
+        records a previous run saved (:meth:`from_json`): what crash recovery restores."""
+        return self.from_json(data, allowed=self._allowed, proc_root=self._proc_root, sysfs=self._sysfs,
+                              placements=placements)
+
     def _check_identity(self, tid: int, start_time: int) -> None:
         """ThreadGone unless ``tid`` is still the thread started at ``start_time``. The
         first check opens a ThreadHandle; later ones only re-read it (hot path)."""
