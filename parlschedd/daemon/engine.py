@@ -107,7 +107,7 @@ class Engine:
                 raise _not_yours(pid, owner, uid)
             if pid in self.targets:
                 raise EngineError("already_attached", f"process {pid} is already attached")
-            if stat.state == "Z":
+            if stat.exited:
                 raise EngineError("no_such_process", f"process {pid} has exited (a zombie its parent has not reaped)")
             if stat.kernel_thread:
                 raise EngineError("bad_request", f"process {pid} ({name}) is a kernel thread; parlschedd manages user processes")

@@ -40,10 +40,19 @@ class Stat:
     start_time: int  # field 22: clock ticks after boot
     processor: int  # field 39: the CPU it last ran on
     flags: int = 0  # field 9: PF_* (include/linux/sched.h)
+    num_threads: int = 1  # field 20: the thread group's threads, an exited leader among them
 
     @property
     def kernel_thread(self) -> bool:
         return bool(self.flags & PF_KTHREAD)
+
+    @property
+    def exited(self) -> bool:
+        """A process that has exited and awaits its parent's wait(2): a zombie leader
+        alone in its thread group. A leader that ended with pthread_exit(3) is a zombie
+        too while its other threads run on (they count in ``num_threads``, it with
+        them): that process is alive."""
+        return self.state == "Z" and self.num_threads <= 1
 
 
 @dataclass(frozen=True)
@@ -78,6 +87,7 @@ def parse_stat(text: str) -> Stat:
         state=rest[0],
         ppid=int(rest[1]),
         flags=int(rest[6]),
+        num_threads=int(rest[17]),
         start_time=int(rest[19]),
         processor=int(rest[36]),
     )

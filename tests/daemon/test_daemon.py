@@ -896,6 +896,32 @@ def test_zombies_and_kernel_threads_are_refused_with_the_reason(daemon):
     assert daemon.request("status")["targets"] == []
 
 
+LEADER_EXITS = """
+import ctypes, threading, time
+for _ in range(2):
+    threading.Thread(target=time.sleep, args=(60,)).start()
+ctypes.CDLL(None).pthread_exit(None)
+"""
+
+
+def test_a_process_whose_main_thread_exited_before_its_others_is_attached(daemon):
+    """A program may end main() with pthread_exit(3) while its workers run on: its
+    leader is then a zombie ('Z') as an exited process's is, but the process lives
+    (stat's num_threads counts the workers). It was refused as "a zombie"."""
+    proc = subprocess.Popen([sys.executable, "-c", LEADER_EXITS])
+    try:
+        wait_for(lambda: procfs.process_stat(proc.pid).state == "Z" and len(os.listdir(f"/proc/{proc.pid}/task")) == 3)
+        workers = [t for t in map(int, os.listdir(f"/proc/{proc.pid}/task")) if t != proc.pid]
+        before = masks(workers)
+        daemon.request("attach", pid=proc.pid)
+        wait_for(lambda: all(threads_of(daemon, proc.pid).get(t, {}).get("pinned") for t in workers))
+        daemon.request("detach", pid=proc.pid)
+        assert masks(workers) == before
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def procfs_children(pid: int) -> list[int]:
     return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 

@@ -69,12 +69,14 @@ def spin(seconds: float) -> None:
         pass
 
 
-def stat_line(pid: int, comm: str, *, ppid: int = 1, start: int = 100, state: str = "S", flags: int = 0) -> str:
+def stat_line(pid: int, comm: str, *, ppid: int = 1, start: int = 100, state: str = "S", flags: int = 0,
+              threads: int = 1) -> str:
     """A /proc/<pid>/stat line of 52 fields (Linux 5.x+); field 22 is ``start``."""
     fields = ["0"] * 50
     fields[0] = state
     fields[1] = str(ppid)
     fields[6] = str(flags)
+    fields[17] = str(threads)
     fields[19] = str(start)
     return f"{pid} ({comm}) {' '.join(fields)}\n"
 

@@ -31,6 +31,15 @@ def test_parse_stat_with_parentheses_and_spaces_in_comm() -> None:
     assert procfs.parse_stat(stat_line(2, "kthreadd", flags=0x00208040)).kernel_thread
 
 
+def test_a_zombie_leader_with_threads_left_has_not_exited() -> None:
+    """Field 20 counts the thread group; a leader that called pthread_exit(3) is 'Z'
+    while the others run (the real case: tests/daemon, main thread exited)."""
+    assert procfs.parse_stat(stat_line(7, "app", state="Z", threads=1)).exited
+    assert not procfs.parse_stat(stat_line(7, "app", state="Z", threads=3)).exited
+    assert not procfs.parse_stat(stat_line(7, "app", state="S", threads=1)).exited
+    assert procfs.process_stat(os.getpid()).num_threads == len(os.listdir(f"/proc/{os.getpid()}/task"))
+
+
 def test_real_kernel_and_user_threads_are_told_apart() -> None:
     if procfs.comm(2) != "kthreadd":
         pytest.skip("pid 2 is not kthreadd here (a pid namespace)")
