@@ -49,6 +49,11 @@ ACCEPT_PAUSE_S = 0.1  # after accept() fails (EMFILE), stop listening this long
 MAX_PENDING = 4 * 1024 * 1024  # reply bytes a client may leave unread, request bytes it may have waiting
 PARTS_TTL_S = 30.0  # the rest of a long reply is dropped when its client is idle this long
 SUN_PATH_MAX = 108  # sockaddr_un.sun_path (unix(7)); Python binds a path of up to this many bytes
+# SIGQUIT asks a program to stop as SIGTERM does (its core dump matters less than the
+# masks); the signals admins send daemons by habit (USR1 to reopen logs, ...) would
+# otherwise end it by their default action, leaving every thread pinned.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
+IGNORED_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM)
 
 
 class StartupError(Exception):
@@ -104,6 +109,7 @@ class Daemon:
         self.started = time.monotonic()
         self.should_exit = False
         self.reload_requested = False
+        self.ignored_signals: set[int] = set()
         self.stats = LoopStats()
         self.clients: dict[int, Client] = {}
         self.selector = selectors.DefaultSelector()
@@ -165,8 +171,10 @@ class Daemon:
             s.setblocking(False)
         signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
         self.selector.register(self._wake_r, selectors.EVENT_READ, "wake")
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in STOP_SIGNALS:
             signal.signal(sig, self.handle_exit)
+        for sig in IGNORED_SIGNALS:
+            signal.signal(sig, self.handle_ignored)
         signal.signal(signal.SIGHUP, self.handle_reload)
         now = time.monotonic()
         for t in saved:
@@ -184,6 +192,9 @@ class Daemon:
 
     def handle_reload(self, signum: int = 0, frame: object = None) -> None:
         self.reload_requested = True
+
+    def handle_ignored(self, signum: int, frame: object = None) -> None:
+        self.ignored_signals.add(signum)
 
     def run(self) -> None:
         self.startup()  # raises StartupError before the loop owns anything to undo
@@ -205,6 +216,11 @@ class Daemon:
                 if self._past_deadline():
                     break  # the rest stay ready and are served after the tick
                 self._dispatch(key, events)
+            if self.ignored_signals:
+                for signum in sorted(self.ignored_signals):
+                    log.warning("signal ignored", signal=signal.Signals(signum).name,
+                                hint="SIGTERM, SIGINT or SIGQUIT stop the daemon and restore every thread; SIGHUP reloads")
+                self.ignored_signals.clear()
             if self.reload_requested:
                 self.reload_requested = False
                 try:

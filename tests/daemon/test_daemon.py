@@ -542,15 +542,31 @@ def test_a_reload_applies_to_the_targets_already_attached(tmp_path, workload, ki
         d.stop()
 
 
-def test_sigterm_restores_and_removes_the_socket(tmp_path, workload):
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGQUIT])
+def test_sigterm_restores_and_removes_the_socket(tmp_path, workload, stop):
     d = start_daemon(tmp_path)
     w = workload(2)
     before = masks(w.all_tids())
     d.request("attach", pid=w.pid)
     wait_for(lambda: all_pinned(d, w.pid))
-    assert d.stop() == 0
+    assert d.stop(stop) == 0
     assert masks(w.all_tids()) == before
     assert not os.path.exists(d.socket)
+
+
+def test_signals_sent_to_daemons_by_habit_are_ignored_not_fatal(tmp_path, workload):
+    """SIGUSR1 (reopen your logs), SIGUSR2 and SIGALRM end a Python process by
+    default: the daemon died with every thread still pinned. They are logged, and the
+    daemon goes on managing."""
+    d = start_daemon(tmp_path)
+    w = workload(2)
+    d.request("attach", pid=w.pid)
+    wait_for(lambda: all_pinned(d, w.pid))
+    for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM):
+        d.proc.send_signal(sig)
+        wait_for(lambda sig=sig: f'"signal": "{sig.name}"' in d.log_text())
+    assert d.proc.poll() is None and all_pinned(d, w.pid)
+    assert d.stop() == 0
 
 
 def test_clean_restart_attaches_hand_attached_targets_again(tmp_path, workload):
