@@ -644,14 +644,14 @@ class Daemon:
                 raise EngineError("bad_request", f"process {a['pid']} is parlschedd itself")
             target = self.engine.attach(a["pid"], now, observe=a.get("observe", False), threads=a.get("threads"),
                                         descendants=a.get("descendants", False), uid=uid)
-            self.rules.left_alone.pop(a["pid"], None)
+            self.engine.left_alone.pop(a["pid"], None)
             self.statefile.save(self.engine)
             return {"target": self.engine.describe(target)}
         if request.cmd == "detach":
             target = self.engine.targets.get(a["pid"])
             restored = self.engine.detach(a["pid"], uid=uid)
             if target is not None and target.rule is not None:  # else the next rescan attaches it again
-                self.rules.left_alone[target.pid] = target.handle.start_time
+                self.engine.left_alone[target.pid] = target.handle.start_time
                 log.info("detached by hand: the config rules leave it alone until it exits", pid=target.pid,
                          rule=f"targets[{target.rule}]")
             self.statefile.save(self.engine)

@@ -64,11 +64,13 @@ class StateFile:
 
     def save(self, engine: Engine, targets: list[dict] | None = None) -> None:
         """Write the pinner's records, the hand-attached targets (``targets``: the ones
-        given, by default those of now), the threads handed over to someone else and the
-        masks this run pins to (by which the next run judges the records)."""
+        given, by default those of now), the threads handed over to someone else, the
+        rule matches left alone and the masks this run pins to (by which the next run
+        judges the records)."""
         state = {"version": STATE_VERSION, "pinner": engine.pinner.to_json(),
                  "targets": by_hand(engine) if targets is None else targets,
                  "handed_over": sorted([tid, start] for tid, start in engine.handed_over.items()),
+                 "left_alone": sorted([pid, start] for pid, start in engine.left_alone.items()),
                  "placements": sorted(format_cpulist(p) for p in engine.placements)}
         try:
             self.path.parent.mkdir(exist_ok=True, mode=0o755)  # removed under us (a tmpfiles clean-up): made again
@@ -106,6 +108,7 @@ class StateFile:
                      failed=len(report.failed), left_as_set_by_someone_else=len(report.kept))
         saved = state.get("handed_over", [])
         engine.keep_handed_over([*(saved if isinstance(saved, list) else ()), *([t, starts[t]] for t in report.kept)])
+        engine.keep_left_alone(state.get("left_alone", []))
         targets = state.get("targets", [])
         if not isinstance(targets, list):
             log.error("state file: the targets attached by hand are not a list, none is attached again",

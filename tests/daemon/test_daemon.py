@@ -621,15 +621,23 @@ def rule_daemon(tmp_path: Path, tag: str) -> Iterator[Daemon]:
         d.stop()
 
 
-def test_a_rule_target_detached_by_hand_stays_detached_until_it_exits(tmp_path, kill_after):
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["clean restart", "SIGKILL"])
+def test_a_rule_target_detached_by_hand_stays_detached_until_it_exits(tmp_path, kill_after, stop):
     """detach of a process a rule matches sticks (the next rescan re-attached it, 0.1 s
-    after "detached"); attach by hand takes it back."""
+    after "detached"), across a restart too (the next daemon attached it again); attach
+    by hand takes it back."""
     tag = f"parlsched-detach-{os.getpid()}"
     proc = kill_after(tagged_sleeper(tag))
-    with rule_daemon(tmp_path, tag) as d:
+    d = start_rule_daemon(tmp_path, tag)
+    try:
         wait_for(lambda: proc.pid in {t["pid"] for t in d.request("status")["targets"]})
         d.request("detach", pid=proc.pid)
         time.sleep(0.5)  # five rescans
+        assert proc.pid not in {t["pid"] for t in d.request("status")["targets"]}
+    finally:
+        d.stop(stop)
+    with rule_daemon(tmp_path, tag) as d:
+        time.sleep(0.5)
         assert proc.pid not in {t["pid"] for t in d.request("status")["targets"]}
         assert d.request("attach", pid=proc.pid)["target"]["pid"] == proc.pid
 
