@@ -110,6 +110,8 @@ class Daemon:
         self.should_exit = False
         self.reload_requested = False
         self.ignored_signals: set[int] = set()
+        self._socket_id: tuple[int, int] | None = None  # (st_dev, st_ino) of the socket we bound
+        self._socket_taken_said = False
         self.stats = LoopStats()
         self.clients: dict[int, Client] = {}
         self.selector = selectors.DefaultSelector()
@@ -238,6 +240,8 @@ class Daemon:
                     self.engine.resync(now)
                     self.engine.refilter(now)
                     self._notice_new_cpus()
+                    self._keep_socket()
+                    self.statefile.keep_lock()
                 except Exception as exc:  # /proc unreadable, out of fds: the periods go on
                     log.error("rescan failed", error=f"{type(exc).__name__}: {exc}")
             try:
@@ -281,10 +285,8 @@ class Daemon:
         for client in list(self.clients.values()):
             self._close(client)
         self.selector.close()
-        try:
+        if _file_id(self.socket_path) == self._socket_id:  # not another daemon's, made since at this path
             os.unlink(self.socket_path)
-        except FileNotFoundError:
-            pass
         self.statefile.unlock()  # last: the state file is final
         log.info("stopped")
 
@@ -442,7 +444,36 @@ class Daemon:
         sock.listen(1 << 16)  # the kernel's largest queue (net.core.somaxconn) for a burst; MAX_CLIENTS bounds those served
         sock.setblocking(False)
         self.listener = sock
+        self._socket_id = _file_id(path)
         self.selector.register(sock, selectors.EVENT_READ, "accept")
+
+    def _keep_socket(self) -> None:
+        """Make the control socket again when its path was removed under the daemon
+        (``make clean``, an ``rm -rf`` of the run dir): else clients are told the daemon
+        is not running while it still manages their threads. Connections already open
+        stay. A path that leads to another file now (another daemon's socket) is left
+        alone, and said once."""
+        found = _file_id(self.socket_path)
+        if found == self._socket_id:
+            return
+        if found is not None:
+            if not self._socket_taken_said:
+                log.error("the control socket's path leads to another file now; this daemon is reachable only on "
+                          "connections already open: stop it and start it again", path=self.socket_path)
+                self._socket_taken_said = True
+            return
+        old = self.listener
+        try:
+            Path(self.socket_path).parent.mkdir(exist_ok=True, mode=0o755)
+            self._open_socket(self._socket_gid())
+        except (OSError, StartupError) as exc:
+            log.error("control socket removed, and cannot be made again", path=self.socket_path, error=str(exc))
+            return
+        if not self._listen_paused_until:  # else it was unregistered already
+            self.selector.unregister(old)
+        self._listen_paused_until = 0.0
+        old.close()
+        log.warning("control socket removed under the daemon, made again", path=self.socket_path)
 
     def _dispatch(self, key: selectors.SelectorKey, events: int) -> None:
         if key.data == "wake":
@@ -684,3 +715,11 @@ class Daemon:
             "targets": [self.engine.describe(t, time.monotonic()) for t in targets],
         }
 
+
+def _file_id(path: str) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of what ``path`` names, None when nothing is there."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino

@@ -37,6 +37,7 @@ class StateFile:
         self.path = Path(state_dir) / "state.json"
         self.dirty = False
         self._lock: int | None = None  # the state dir's lock, held while we run
+        self._lock_lost_said = False
 
     def lock(self) -> None:
         """Refuse to start without a state dir to write in, or one another daemon uses:
@@ -56,6 +57,34 @@ class StateFile:
             reason = "it or a parent is not a directory" if isinstance(exc, FileExistsError) else exc.strerror or str(exc)
             raise StateDirUnusable(f"cannot use state dir {where}: {reason} (the original masks of pinned threads "
                                    "are kept there; choose another --state-dir)") from None
+
+    def keep_lock(self) -> None:
+        """Take the state dir's lock again when its file was removed under the daemon
+        (an ``rm -rf`` of the run dir): a lock on a removed file keeps no other daemon
+        out, and one started now would restore and overwrite this one's threads. The
+        state file is written again at the next save. Another daemon that has taken the
+        dir since is said once."""
+        if self._lock is None:
+            return
+        where = self.path.parent
+        try:
+            ours, there = os.fstat(self._lock), os.stat(where / "lock")
+            if (ours.st_dev, ours.st_ino) == (there.st_dev, there.st_ino):
+                return
+        except FileNotFoundError:
+            pass
+        try:
+            where.mkdir(exist_ok=True, mode=0o755)
+            lock = lock_dir(where)
+        except (StateDirBusy, OSError) as exc:
+            if not self._lock_lost_said:
+                log.error("the state dir's lock was removed and cannot be taken again; stop this daemon or the "
+                          "other one: two on one state dir restore each other's threads", path=str(where), error=str(exc))
+                self._lock_lost_said = True
+            return
+        os.close(self._lock)
+        self._lock, self.dirty = lock, True
+        log.warning("state dir removed under the daemon, its lock taken and its state written again", path=str(where))
 
     def unlock(self) -> None:
         """Give up the state dir's lock: once the file is final, at the daemon's exit."""

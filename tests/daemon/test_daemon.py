@@ -1040,6 +1040,39 @@ def _started(config, socket, state_dir) -> subprocess.CompletedProcess:
                            "--state-dir", str(state_dir)], capture_output=True, text=True, timeout=30)
 
 
+def test_a_run_dir_removed_under_the_daemon_is_made_again(tmp_path, workload):
+    """``make clean`` (rm -rf run/) while the daemon runs: it went on managing but no
+    client could reach it, and with its lock file gone a second daemon started on the
+    same state dir and fought it over the threads. Both come back at the next rescan;
+    connections already open are kept."""
+    (tmp_path / "parlschedd.yaml").write_text("period_s: 0.05\nrescan_s: 0.1\n" + PINNING)
+    run = tmp_path / "run"
+    run.mkdir()
+    sock = run / "ctl.sock"
+    proc = subprocess.Popen([sys.executable, "-m", "parlschedd", "--config", str(tmp_path / "parlschedd.yaml"),
+                             "--socket", str(sock), "--state-dir", str(run / "state"), "--log-format", "json"],
+                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "daemon.log", "ab"))
+    d = Daemon(proc, str(sock), run / "state", tmp_path / "parlschedd.yaml", tmp_path / "daemon.log")
+    try:
+        wait_for(lambda: sock.exists(), timeout=15)
+        w = workload(2)
+        before = masks(w.all_tids())
+        with socket.socket(socket.AF_UNIX) as kept:
+            kept.connect(str(sock))
+            d.request("attach", pid=w.pid)
+            shutil.rmtree(run)
+            wait_for(lambda: (run / "state" / "lock").exists() and (run / "state" / "state.json").exists() and sock.exists())
+            assert d.request("status", pid=w.pid)["targets"][0]["pid"] == w.pid
+            kept.sendall(b'{"cmd": "ping"}\n')
+            assert json.loads(kept.makefile().readline())["ok"]
+        second = _started(tmp_path / "parlschedd.yaml", tmp_path / "second.sock", run / "state")
+        assert second.returncode == 1 and "is in use by" in second.stderr, second.stderr
+        assert "control socket removed under the daemon, made again" in d.log_text()
+    finally:
+        assert d.stop() == 0
+    assert masks(w.all_tids()) == before and not sock.exists()
+
+
 def test_a_socket_path_that_is_not_a_socket_is_left_alone(tmp_path):
     """A mistyped --socket naming a file must not delete it: the daemon refuses to start."""
     precious = tmp_path / "parlschedd.yaml.bak"
