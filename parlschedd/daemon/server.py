@@ -398,7 +398,8 @@ class Daemon:
         path = self.socket_path
         if len(os.fsencode(path)) > SUN_PATH_MAX:  # before any directory is made for it
             raise StartupError(f"cannot use control socket path {path}: {len(os.fsencode(path))} bytes, a Unix "
-                               f"socket's path holds at most {SUN_PATH_MAX} (choose a shorter --socket)")
+                               f"socket's path holds at most {SUN_PATH_MAX} (choose a shorter one: --socket, or "
+                               "socket.path in the config)")
         try:
             Path(path).parent.mkdir(exist_ok=True, mode=0o755)  # its own directory (/run/parlsched), not a path of them
             found = os.lstat(path) if os.path.lexists(path) else None
@@ -410,7 +411,8 @@ class Daemon:
         except OSError as exc:
             raise StartupError(f"cannot use control socket path {path}: {exc.strerror or exc}") from None
         if found is not None and not stat.S_ISSOCK(found.st_mode):
-            raise StartupError(f"{path} exists and is not a socket; not replacing it (choose another --socket or remove it)")
+            raise StartupError(f"{path} exists and is not a socket; not replacing it (choose another: --socket, or "
+                               "socket.path in the config; or remove it)")
         if found is not None:
             probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:

@@ -1090,7 +1090,7 @@ def test_a_socket_path_too_long_makes_no_directory(tmp_path):
     (tmp_path / "cfg.yaml").write_text("period_s: 0.05\n")
     sock = tmp_path / "made" / ("s" * 120)
     proc = _started(tmp_path / "cfg.yaml", sock, tmp_path / "state")
-    assert proc.returncode == 1 and "choose a shorter --socket" in proc.stderr, proc.stderr
+    assert proc.returncode == 1 and "choose a shorter one: --socket, or socket.path" in proc.stderr, proc.stderr
     assert not (tmp_path / "made").exists()
 
 
