@@ -30,8 +30,12 @@ class TopologyError(ValueError):
 
     def of_config(self) -> str:
         """What it says of a config's ``domains`` and ``cpus`` (valid keys that this host
-        cannot serve): the daemon's refusal to start and ``config check``'s warning."""
-        return f"domains, cpus: {self} on this host"
+        cannot serve): the daemon's refusal to start and ``config check``'s."""
+        return ": ".join(self.finding())
+
+    def finding(self) -> tuple[str, str]:
+        """``of_config`` as (key path, message), as config errors are listed."""
+        return "domains, cpus", f"{self} on this host"
 
 
 class NoCpusFound(TopologyError):
@@ -41,6 +45,9 @@ class NoCpusFound(TopologyError):
     def of_config(self) -> str:
         """Said as it is: no key of the config is to blame."""
         return str(self)
+
+    def finding(self) -> tuple[str, str]:
+        return "(host)", str(self)
 
 
 @dataclass(frozen=True)
