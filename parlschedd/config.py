@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields
@@ -26,6 +27,10 @@ from parlschedd.topology import DOMAIN_MODES
 
 UTILITIES = ("auto", "instructions", "task-clock", "schedstat")
 DEFAULT_PATH = Path("/etc/parlsched/parlschedd.yaml")
+# sockaddr_un.sun_path (unix(7)): no host binds a longer socket path, so a longer
+# socket.path is the config's error, not this host's. Python binds a path of up to this
+# many bytes. parlschedd.daemon.server checks --socket against its own copy of it.
+SUN_PATH_MAX = 108
 
 
 class ConfigError(KeyPathError):
@@ -327,6 +332,9 @@ def _socket(c: _Checker, raw: Any) -> SocketConfig:
     path = m.get("path", DEFAULT_SOCKET)
     if not isinstance(path, str) or not path.startswith("/"):
         c.fail("socket.path", f"must be an absolute path, got {_shown(path)}")
+        path = DEFAULT_SOCKET
+    elif (size := len(os.fsencode(path))) > SUN_PATH_MAX:
+        c.fail("socket.path", f"{size} bytes, a Unix socket's path holds at most {SUN_PATH_MAX}; choose a shorter path")
         path = DEFAULT_SOCKET
     group = m.get("group")
     if group is not None and not isinstance(group, str):

@@ -9,7 +9,10 @@ depends on the machine (its CPUs, groups, addresses, cgroups) is checked here, f
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import NamedTuple
 
 from parlschedd.config import Config, split_cgroup
@@ -40,6 +43,7 @@ def check_host(cfg: Config) -> HostReport:
     """Check ``cfg`` against this host as the daemon's start does, and more."""
     report = HostReport()
     report.refused += _socket_group(cfg.socket.group)
+    report.refused += _socket_path(cfg.socket.path)
     _topology(cfg, report)
     report.refused += _metrics(cfg.metrics)
     report.warnings += _cgroups(cfg)
@@ -53,6 +57,26 @@ def _socket_group(group: str | None) -> list[Finding]:
     except LookupError as exc:
         return [Finding("socket.group", str(exc))]
     return []
+
+
+def _socket_path(path: str) -> list[Finding]:
+    """Where the daemon cannot make its socket: it makes the socket's own directory
+    (/run/parlsched) but not that directory's parents, and replaces a dead daemon's
+    socket but no other file. (Its length is the config's own check.) A path this user
+    may not look into is not judged: the daemon runs as root."""
+    folder = Path(path).parent
+    try:
+        if folder.exists() and not folder.is_dir():
+            problem = f"{folder} is not a directory"
+        elif not folder.exists() and not folder.parent.is_dir():
+            problem = f"no directory {folder.parent} (parlschedd makes the socket's own directory, {folder}, not its parents)"
+        elif os.path.lexists(path) and not stat.S_ISSOCK(os.lstat(path).st_mode):
+            problem = f"{path} exists and is not a socket; parlschedd does not replace it"
+        else:
+            return []
+    except PermissionError:
+        return []
+    return [Finding("socket.path", problem)]
 
 
 def _topology(cfg: Config, report: HostReport) -> None:

@@ -172,3 +172,15 @@ def test_a_config_that_is_not_utf8_names_its_line(tmp_path):
     with pytest.raises(ConfigError) as e:
         load(latin1)
     assert e.value.errors == [("line 2", "not UTF-8 text (byte 0xe9); save the file as UTF-8")]
+
+
+def test_a_socket_path_longer_than_a_unix_socket_holds_is_an_error():
+    """No host binds a socket path of more than sun_path's 108 bytes: config check said
+    ok, and the daemon then refused to start ("147 bytes, ... at most 108")."""
+    from parlschedd.daemon.server import SUN_PATH_MAX
+
+    at_most = "/run/" + "s" * (SUN_PATH_MAX - len("/run/"))
+    assert from_mapping({"socket": {"path": at_most}}).socket.path == at_most
+    assert errors_of({"socket": {"path": at_most + "x"}}) == {
+        "socket.path": f"{SUN_PATH_MAX + 1} bytes, a Unix socket's path holds at most {SUN_PATH_MAX}; choose a shorter path"}
+    assert "socket.path" in errors_of({"socket": {"path": "/run/" + "\u00e9" * 52}})  # bytes, not characters: 109

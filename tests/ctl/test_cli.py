@@ -158,6 +158,30 @@ def test_config_check_fails_for_a_config_the_daemon_refuses_here(tmp_path, text)
     assert r.stdout == f"{path}: valid, but parlschedd would not start with it on this host\n"  # not "ok"
 
 
+def test_config_check_fails_for_a_socket_path_the_daemon_cannot_use(tmp_path):
+    """Too long for a Unix socket (the daemon: "147 bytes, a Unix socket's path holds at
+    most 108"): invalid on any host. Under a missing directory, or over a file that is
+    no socket: refused here. The socket's own directory is made by the daemon: ok."""
+    path = tmp_path / "cfg.yaml"
+    (tmp_path / "a-file").write_text("")
+    refused = {tmp_path / "missing" / "run" / "d.sock": f"no directory {tmp_path / 'missing'} (parlschedd makes",
+               tmp_path / "a-file" / "d.sock": f"{tmp_path / 'a-file'} is not a directory",
+               tmp_path / "a-file": f"{tmp_path / 'a-file'} exists and is not a socket"}
+    for sock, said in refused.items():
+        path.write_text(f"socket: {{path: '{sock}'}}\n")
+        r = ctl("config", "check", str(path))
+        assert r.returncode == 1 and f"{path}: socket.path: {said}" in r.stderr, r.stderr
+        assert ctl("config", "check", "--any-host", str(path)).returncode == 0
+    path.write_text(f"socket: {{path: '{tmp_path / 'made-by-the-daemon' / 'd.sock'}'}}\n")
+    r = ctl("config", "check", str(path))
+    assert r.returncode == 0 and r.stdout == f"{path}: ok\n", r.stderr
+    long = "/run/" + "s" * 142
+    path.write_text(f"socket: {{path: '{long}'}}\n")
+    for how in ((), ("--any-host",)):
+        r = ctl("config", "check", *how, str(path))
+        assert r.returncode == 1 and f"{path}: socket.path: 147 bytes, a Unix socket's path holds at most 108" in r.stderr
+
+
 def test_config_check_any_host_still_fails_an_invalid_config(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("period_s: fast\nsocket: {group: no-such-group-here}\n")
