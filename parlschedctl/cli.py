@@ -16,15 +16,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
 from parlschedd import __version__
 from parlschedctl import client
 from parlschedctl.outputs import FILE, check_figure
-from parlschedctl.render import placements, printable, progress_line, status_table
+from parlschedctl.render import placement_counts, placements, printable, progress_line, status_table
 from parlschedd.words import n_threads
 
 
@@ -35,8 +36,20 @@ class _Pid(click.IntRange):
 PID = _Pid(min=1, max=4_194_303)  # below PID_MAX_LIMIT (4194304): the largest pid any kernel hands out
 
 
+def print_json(value: Any) -> None:
+    """--json's output: one JSON object on stdout, for scripts (stderr keeps the messages
+    for people)."""
+    click.echo(json.dumps(value, indent=2))
+
+
+AS_JSON = click.option("--json", "as_json", is_flag=True,
+                       help='Machine-readable output on stdout; a refusal as {"error": {"code": ..., "message": ...}}.')
+
+
 def talks_to_daemon(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Map the client's errors to the contract's exit codes and one-line messages."""
+    """Map the client's errors to the contract's exit codes and one-line messages; with
+    --json a refusal is also the daemon's error object on stdout, so that a script
+    reading stdout gets an object either way (an unreachable daemon sent none: exit 3)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -46,6 +59,8 @@ def talks_to_daemon(fn: Callable[..., Any]) -> Callable[..., Any]:
             click.echo(f"parlschedctl: {exc}", err=True)
             sys.exit(3)
         except client.Refused as exc:
+            if kwargs.get("as_json"):
+                print_json({"error": {"code": exc.code, "message": str(exc)}})
             click.echo(f"parlschedctl: {exc} ({exc.code})", err=True)
             sys.exit(1)
 
@@ -85,13 +100,17 @@ def cli(ctx: click.Context, socket_path: str | None) -> None:
 @click.option("--observe", is_flag=True, help="Measure and learn without pinning.")
 @click.option("--threads", metavar="REGEX", help="Only threads whose name matches.")
 @click.option("--descendants", is_flag=True, help="Also manage child processes, present and future.")
+@AS_JSON
 @click.pass_obj
 @talks_to_daemon
-def attach(sock: str, pid: int, observe: bool, threads: str | None, descendants: bool) -> None:
+def attach(sock: str, pid: int, observe: bool, threads: str | None, descendants: bool, as_json: bool) -> None:
     """Manage all threads of PID."""
     reply = client.request(sock, "attach", pid=pid, observe=observe, threads=threads, descendants=descendants)
     t = reply["target"]
-    click.echo(f"attached {t['pid']} ({printable(t['name'])}), {n_threads(len(t['threads']))}, mode {t['mode']}")
+    if as_json:
+        print_json(reply)
+    else:
+        click.echo(f"attached {t['pid']} ({printable(t['name'])}), {n_threads(len(t['threads']))}, mode {t['mode']}")
     if threads and not t["threads"]:
         click.echo(f"parlschedctl: warning: no thread name of {pid} matches --threads {threads!r} "
                    f"({t.get('threads_ignored', 0)} left out); threads created or renamed later to a matching name are adopted",
@@ -100,23 +119,30 @@ def attach(sock: str, pid: int, observe: bool, threads: str | None, descendants:
 
 @cli.command()
 @click.argument("pid", type=PID)
+@AS_JSON
 @click.pass_obj
 @talks_to_daemon
-def detach(sock: str, pid: int) -> None:
+def detach(sock: str, pid: int, as_json: bool) -> None:
     """Stop managing PID and restore its threads' original affinity."""
     reply = client.request(sock, "detach", pid=pid)
-    click.echo(f"detached {pid}, restored {n_threads(reply['restored'])}")
+    if as_json:
+        print_json(reply)
+    else:
+        click.echo(f"detached {pid}, restored {n_threads(reply['restored'])}")
 
 
 @cli.command()
 @click.argument("pid", type=PID, required=False)
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@AS_JSON
 @click.pass_obj
 @talks_to_daemon
 def status(sock: str, pid: int | None, as_json: bool) -> None:
     """The daemon and its targets; per thread: tid, name, cpu, domain, utility, pinned."""
     reply = client.request(sock, "status", pid=pid)
-    click.echo(json.dumps(reply, indent=2) if as_json else status_table(reply))
+    if as_json:
+        print_json(reply)
+    else:
+        click.echo(status_table(reply))
 
 
 @cli.command()
@@ -199,11 +225,12 @@ class _Relay:
             proc.send_signal(self.pending.pop(0))
 
 
-def _say(text: str, nl: bool = True) -> None:
-    """A message of run's on stderr, where one that cannot be written (a closed pipe, a
-    full disk) is lost rather than turning CMD's exit code into run's failure."""
+def _say(text: str, nl: bool = True, err: bool = True) -> None:
+    """A message of run's on stderr (its --json summary on stdout), where one that cannot
+    be written (a closed pipe, a full disk) is lost rather than turning CMD's exit code
+    into run's failure."""
     try:
-        click.echo(text, nl=nl, err=True)
+        click.echo(text, nl=nl, err=err)
     except OSError:
         pass
 
@@ -223,76 +250,129 @@ class Watched(Enum):
     TO_THE_END = ""  # attached until CMD ended: the count, and when managed the last placements
     DETACHED = "detached before the end"  # a client detached CMD while it ran: the count and this
     DAEMON_STOPPED = "the daemon stopped before the end"  # it went away (before the attach or after): the same
-    NEVER_ATTACHED = None  # the daemon refused the attach: nothing to count
+    NEVER_ATTACHED = None  # the daemon refused the attach (or CMD could not start): nothing to count
 
 
 @cli.command(context_settings={"allow_interspersed_args": False})
 @click.option("--observe", is_flag=True, help="Measure and learn without pinning.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Also print the summary as one JSON object, the last line on stdout (CMD's output shares stdout).")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_obj
 @talks_to_daemon
-def run(sock: str, observe: bool, cmd: tuple[str, ...]) -> None:
+def run(sock: str, observe: bool, as_json: bool, cmd: tuple[str, ...]) -> None:
     """Start CMD, attach it, wait for it, print a summary, exit with CMD's exit code
     (128 + N when a signal N killed it; 127 when CMD is not found, 126 when it cannot run).
     Everything from CMD on is CMD's, options too."""
     client.request(sock, "ping")
     started = time.monotonic()
     relay = _Relay()
+    end = RunEnd(cmd, observe)
     try:
         proc = subprocess.Popen(cmd)
     except OSError as exc:  # the shell's and env(1)'s codes: 127 not found, 126 not runnable
-        _say(f"parlschedctl: cannot start {cmd[0]}: {exc.strerror}")
-        sys.exit(127 if isinstance(exc, FileNotFoundError) else 126)
+        end.not_managed = f"cannot start {cmd[0]}: {exc.strerror}"
+        end.watched = Watched.NEVER_ATTACHED
+        end.returncode = 127 if isinstance(exc, FileNotFoundError) else 126
+        end.seconds = time.monotonic() - started
+        _say(f"parlschedctl: {end.not_managed}")
+        _finish(end, as_json, summary=False)
     relay.started(proc)
+    end.pid = proc.pid
     for sig in FROM_KEYBOARD:  # after the fork: CMD must not inherit them ignored
         signal.signal(sig, signal.SIG_IGN)
-    last: dict[str, Any] = {}
-    watched = Watched.TO_THE_END
-    managed: set[int] = set()
     try:
-        last = client.request(sock, "attach", pid=proc.pid, observe=observe, descendants=True)["target"]
-        managed.update(t["tid"] for t in last.get("threads", []))
+        end.last = client.request(sock, "attach", pid=proc.pid, observe=observe, descendants=True)["target"]
+        end.managed.update(t["tid"] for t in end.last.get("threads", []))
         live = sys.stderr.isatty()
         while proc.poll() is None:
             try:
-                last = client.request(sock, "status", pid=proc.pid)["targets"][0]
+                end.last = client.request(sock, "status", pid=proc.pid)["targets"][0]
             except client.Refused:
                 if proc.poll() is None:  # it runs, and is not attached: a client detached it
-                    watched = Watched.DETACHED
+                    end.watched = Watched.DETACHED
                     _say(("\r\033[K" if live else "") + f"parlschedctl: {cmd[0]} was detached; waiting for it")
                     break
                 continue  # it ended, and the daemon dropped it: the loop's end
-            managed.update(t["tid"] for t in last.get("threads", []))
-            if live and last:
-                _say("\r\033[K" + progress_line(last, time.monotonic() - started), nl=False)
+            end.managed.update(t["tid"] for t in end.last.get("threads", []))
+            if live and end.last:
+                _say("\r\033[K" + progress_line(end.last, time.monotonic() - started), nl=False)
             time.sleep(0.2)
         if live:
             _say("\r\033[K", nl=False)
     except client.Refused as exc:
         ended = exc.code == "no_such_process" and proc.poll() is not None
-        _say(f"parlschedctl: not managed: {f'{cmd[0]} ended before it could be attached' if ended else exc}")
-        watched = Watched.NEVER_ATTACHED
+        end.not_managed = f"{cmd[0]} ended before it could be attached" if ended else str(exc)
+        _say(f"parlschedctl: not managed: {end.not_managed}")
+        end.watched = Watched.NEVER_ATTACHED
     except client.Unreachable as exc:
-        watched = Watched.DAEMON_STOPPED
+        end.watched = Watched.DAEMON_STOPPED
         _say(("\r\033[K" if sys.stderr.isatty() else "") + f"parlschedctl: lost the daemon ({exc}); waiting for {cmd[0]}")
-    code = proc.wait()
-    wall = time.monotonic() - started
-    how = f"exited {code}" if code >= 0 else f"was killed by {_signal_name(-code)}"
-    _say(f"parlschedctl: {cmd[0]} {how} after {wall:.2f} s{_run_summary(watched, observe, managed, last)}")
-    sys.exit(code if code >= 0 else 128 - code)
+    end.returncode = proc.wait()
+    end.seconds = time.monotonic() - started
+    _finish(end, as_json)
 
 
-def _run_summary(watched: Watched, observe: bool, managed: set[int], last: dict[str, Any]) -> str:
+@dataclass
+class RunEnd:
+    """What run saw of CMD, for its summary: the last line on stderr, and with --json
+    one JSON object on stdout."""
+
+    cmd: tuple[str, ...]
+    observe: bool
+    pid: int | None = None  # None: CMD could not be started
+    returncode: int = 0  # Popen's: -N when signal N killed CMD
+    seconds: float = 0.0
+    watched: Watched = Watched.TO_THE_END
+    managed: set[int] = field(default_factory=set)  # every tid managed (observed) at some poll
+    last: dict[str, Any] = field(default_factory=dict)  # the target at the last poll
+    not_managed: str | None = None  # why CMD was never attached (or started)
+
+    @property
+    def exit_code(self) -> int:
+        """run's own: CMD's, or 128 + N when signal N killed it, as a shell gives it."""
+        return self.returncode if self.returncode >= 0 else 128 - self.returncode
+
+    def line(self) -> str:
+        """'parlschedctl: CMD exited 3 after 1.20 s; managed 4 threads (at the end: ...)'."""
+        how = f"exited {self.returncode}" if self.returncode >= 0 else f"was killed by {_signal_name(-self.returncode)}"
+        return f"parlschedctl: {self.cmd[0]} {how} after {self.seconds:.2f} s{_run_summary(self)}"
+
+    def as_json(self) -> dict[str, Any]:
+        """The summary's facts under status --json's names (pid, mode, threads), each
+        null where the summary says nothing of it."""
+        attached = self.watched is not Watched.NEVER_ATTACHED
+        at_end = self.watched is Watched.TO_THE_END and not self.observe  # the summary gives the last placements
+        left = self.last.get("threads", []) if at_end else None
+        one_cpu, free = placement_counts(left) if left is not None else (None, None)
+        return {"command": list(self.cmd), "pid": self.pid, "exit_code": self.exit_code,
+                "signal": _signal_name(-self.returncode) if self.returncode < 0 else None,
+                "seconds": round(self.seconds, 3), "mode": "observe" if self.observe else "pin",
+                "watched": self.watched.name.lower(), "not_managed": self.not_managed,
+                "threads_managed": len(self.managed) if attached else None,
+                "threads": left, "on_one_cpu": one_cpu, "free_in_domain": free}
+
+
+def _finish(end: RunEnd, as_json: bool, summary: bool = True) -> NoReturn:
+    """Say how CMD ended (stderr; stdout too with --json) and exit with its code."""
+    if summary:
+        _say(end.line())
+    if as_json:  # one line: CMD's output shares stdout, and a script takes the last line
+        _say(json.dumps(end.as_json(), separators=(",", ":")), err=False)
+    sys.exit(end.exit_code)
+
+
+def _run_summary(end: RunEnd) -> str:
     """'; managed 4 threads (at the end ...)' for run's last line; '' when never attached."""
-    if watched is Watched.NEVER_ATTACHED:
+    if end.watched is Watched.NEVER_ATTACHED:
         return ""
-    said = f"; {'observed' if observe else 'managed'} {n_threads(len(managed))}"
-    if watched in (Watched.DETACHED, Watched.DAEMON_STOPPED):
-        return f"{said} ({watched.value})"
-    if observe:
+    said = f"; {'observed' if end.observe else 'managed'} {n_threads(len(end.managed))}"
+    if end.watched in (Watched.DETACHED, Watched.DAEMON_STOPPED):
+        return f"{said} ({end.watched.value})"
+    if end.observe:
         return said
-    left = last.get("threads", [])
-    at_end = "at the end" if len(left) == len(managed) else f"{len(left)} left at the end"
+    left = end.last.get("threads", [])
+    at_end = "at the end" if len(left) == len(end.managed) else f"{len(left)} left at the end"
     return said + f" ({at_end}: {placements(left)})"
 
 
@@ -317,13 +397,18 @@ def plot(sock: str, pid: int, out: str, last: int | None) -> None:
 
 
 @cli.command()
+@AS_JSON
 @click.pass_obj
 @talks_to_daemon
-def reload(sock: str) -> None:
+def reload(sock: str, as_json: bool) -> None:
     """Re-read the daemon's config (as SIGHUP does)."""
-    pending = client.request(sock, "reload").get("restart_pending")
-    click.echo(f"reloaded; {', '.join(pending)}: takes effect at the next restart (systemctl restart parlschedd)"
-               if pending else "reloaded")
+    reply = client.request(sock, "reload")
+    pending = reply.get("restart_pending")
+    if as_json:
+        print_json(reply)
+    else:
+        click.echo(f"reloaded; {', '.join(pending)}: takes effect at the next restart (systemctl restart parlschedd)"
+                   if pending else "reloaded")
 
 
 @cli.group("config")
@@ -336,7 +421,9 @@ def config_group() -> None:
 @click.option("--any-host", is_flag=True,
               help="Check only what holds on every host, for a config meant for another machine: "
                    "what this host's daemon would refuse is a warning, not an error.")
-def config_check(path: str, any_host: bool) -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help="The verdict as one JSON object on stdout: path, valid, any_host, errors, refused_here, warnings.")
+def config_check(path: str, any_host: bool, as_json: bool) -> None:
     """Validate a config file; print every error with its key path. Exit 1 if the file
     is invalid, or if parlschedd would refuse to start with it on this host (a CPU, a
     group, a listen address it lacks) unless --any-host."""
@@ -355,16 +442,17 @@ def config_check(path: str, any_host: bool) -> None:
                    err=True)
     for key, message in host.warnings:
         click.echo(f"{path}: warning: {key}: {message}", err=True)
-    if errors:
-        sys.exit(1)
-    if not host.refused:
-        click.echo(f"{path}: ok")
-    elif any_host:
-        click.echo(f"{path}: valid, but parlschedd would not start with it on this host")
-    else:
-        click.echo(f"{path}: valid, but parlschedd would not start with it on this host "
-                   "(--any-host checks a config meant for another machine)", err=True)
-        sys.exit(1)
+    failed = bool(errors) or bool(host.refused and not any_host)
+    verdict = "ok" if not host.refused else "valid, but parlschedd would not start with it on this host"
+    if as_json:
+        listed = {"errors": errors, "refused_here": host.refused, "warnings": host.warnings}
+        print_json({"path": path, "valid": not errors, "any_host": any_host,
+                    **{name: [f._asdict() for f in found] for name, found in listed.items()}})
+    elif not failed:
+        click.echo(f"{path}: {verdict}")
+    if failed and not errors:
+        click.echo(f"{path}: {verdict} (--any-host checks a config meant for another machine)", err=True)
+    sys.exit(int(failed))
 
 
 def main() -> None:

@@ -66,7 +66,13 @@ def progress_line(target: dict[str, Any], elapsed: float) -> str:
 
 
 def placements(threads: list[dict[str, Any]]) -> str:
-    """How many of ``threads`` we placed on one CPU, and how many free in their domain
-    (both have a mask we set: ``pinned``)."""
+    """How many of ``threads`` we placed on one CPU, and how many free in their domain."""
+    one_cpu, free = placement_counts(threads)
+    return f"{one_cpu} on one CPU, {free} free in their domain"
+
+
+def placement_counts(threads: list[dict[str, Any]]) -> tuple[int, int]:
+    """(on one CPU, free in their domain) of ``threads`` (both have a mask we set:
+    ``pinned``; the rest have their own)."""
     free = sum(bool(t["pinned"] and t.get("free")) for t in threads)
-    return f"{sum(t['pinned'] for t in threads) - free} on one CPU, {free} free in their domain"
+    return sum(t["pinned"] for t in threads) - free, free

@@ -82,8 +82,8 @@ def test_usage_error_exits_2(tmp_path):
     assert ctl("attach", "99999999999").returncode == 2  # no kernel hands out such a pid
     assert ctl("attach", "4194304").returncode == 2  # PID_MAX_LIMIT itself: pids stay below it
     assert ctl("attach", "4194303", socket=str(tmp_path / "none.sock")).returncode == 3  # a pid: asks the daemon
-    r = ctl("run", "--json", "--", "true", socket=str(tmp_path / "none.sock"))
-    assert r.returncode == 2 and "No such option '--json'" in r.stderr  # not a program named --json
+    r = ctl("run", "--jsn", "--", "true", socket=str(tmp_path / "none.sock"))
+    assert r.returncode == 2 and "No such option '--jsn'" in r.stderr  # not a program named --jsn
 
 
 def test_daemon_commands_do_not_load_the_models_libraries(tmp_path):
@@ -182,6 +182,29 @@ def test_config_check_fails_for_a_socket_path_the_daemon_cannot_use(tmp_path):
         assert r.returncode == 1 and f"{path}: socket.path: 147 bytes, a Unix socket's path holds at most 108" in r.stderr
 
 
+def test_config_check_json(tmp_path):
+    """A script reads the verdict from stdout: every error, refusal and warning under
+    its key path; the exit code is the text's."""
+    path = tmp_path / "cfg.yaml"
+    path.write_text("period_s: fast\nlearning: {gamma: 3}\n")
+    r = ctl("config", "check", "--json", str(path))
+    assert r.returncode == 1 and json.loads(r.stdout) == {
+        "path": str(path), "valid": False, "any_host": False, "refused_here": [], "warnings": [],
+        "errors": [{"key": "period_s", "message": "must be a number, got 'fast'"},
+                   {"key": "learning.gamma", "message": "must be > 0 and <= 1, got 3"}]}
+    path.write_text("cpus: [0, 4095]\nsocket: {group: no-such-group-here}\n")
+    for how, code in (((), 1), (("--any-host",), 0)):
+        r = ctl("config", "check", "--json", *how, str(path))
+        out = json.loads(r.stdout)
+        assert r.returncode == code and out["valid"] and out["any_host"] == bool(how) and out["errors"] == []
+        assert out["refused_here"] == [{"key": "socket.group", "message": "no group 'no-such-group-here' on this host"}]
+        assert [w["key"] for w in out["warnings"]] == ["cpus"] and "4095 not usable" in out["warnings"][0]["message"]
+    path.write_text("period_s: 0.2\n")
+    r = ctl("config", "check", "--json", str(path))
+    assert r.returncode == 0 and json.loads(r.stdout) == {"path": str(path), "valid": True, "any_host": False,
+                                                          "errors": [], "refused_here": [], "warnings": []}
+
+
 def test_config_check_any_host_still_fails_an_invalid_config(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("period_s: fast\nsocket: {group: no-such-group-here}\n")
@@ -277,6 +300,61 @@ def test_top_ends_when_its_reader_leaves_while_the_daemon_is_down(daemon, kill_a
 def test_top_exits_3_when_there_is_no_daemon_to_show(daemon):
     daemon.stop()
     assert ctl("top", "--iterations", "1", socket=daemon.socket).returncode == 3
+
+
+@needs_root
+def test_attach_detach_reload_and_status_json(daemon, workload):
+    """--json prints the daemon's reply for scripts, and on a refusal its error object
+    (exit 1, the message on stderr too): only status had --json."""
+    w = workload(2)
+    r = ctl("attach", "--json", str(w.pid), socket=daemon.socket)
+    assert r.returncode == 0, r.stderr
+    target = json.loads(r.stdout)["target"]
+    assert target["pid"] == w.pid and target["mode"] == "pin" and {t["tid"] for t in target["threads"]} == {w.pid, *w.tids}
+    r = ctl("attach", "--json", str(w.pid), socket=daemon.socket)
+    assert r.returncode == 1 and "already_attached" in r.stderr
+    assert json.loads(r.stdout)["error"]["code"] == "already_attached"
+    r = ctl("detach", "--json", str(w.pid), socket=daemon.socket)
+    assert r.returncode == 0 and json.loads(r.stdout) == {"pid": w.pid, "restored": 3}, r.stdout
+    r = ctl("detach", "--json", str(w.pid), socket=daemon.socket)
+    assert r.returncode == 1 and json.loads(r.stdout)["error"]["code"] == "not_attached"
+    r = ctl("status", "--json", str(w.pid), socket=daemon.socket)
+    assert r.returncode == 1 and json.loads(r.stdout)["error"]["code"] == "not_attached"
+    r = ctl("reload", "--json", socket=daemon.socket)
+    assert r.returncode == 0 and json.loads(r.stdout) == {"restart_pending": []}
+    daemon.config.write_text("period_s: fast\n")
+    r = ctl("reload", "--json", socket=daemon.socket)
+    error = json.loads(r.stdout)["error"]
+    assert r.returncode == 1 and error["code"] == "bad_config" and "period_s: must be a number" in error["message"]
+    assert ctl("reload", "--json", socket=daemon.socket + ".none").stdout == ""  # no daemon, no reply: exit 3
+
+
+@needs_root
+def test_run_json_summary(daemon, tmp_path):
+    """run --json: its summary as one JSON object, the last line on stdout after CMD's
+    own output; progress and the summary line stay on stderr."""
+    code = ("import threading,time,sys; [threading.Thread(target=time.sleep,args=(1,)).start() for _ in range(3)]; "
+            "print('cmd says hi'); time.sleep(1.2); sys.exit(7)")
+    r = ctl("run", "--json", "--", sys.executable, "-c", code, socket=daemon.socket)
+    assert r.returncode == 7, r.stderr
+    said, last = r.stdout.splitlines()
+    assert said == "cmd says hi" and "exited 7" in r.stderr
+    out = json.loads(last)
+    assert out["command"] == [sys.executable, "-c", code] and out["exit_code"] == 7 and out["signal"] is None
+    assert out["seconds"] >= 1.2 and out["mode"] == "pin" and out["watched"] == "to_the_end" and out["not_managed"] is None
+    assert out["threads_managed"] == 4 and out["pid"] > 0
+    assert out["on_one_cpu"] + out["free_in_domain"] == sum(t["pinned"] for t in out["threads"])
+    left = len(out["threads"])
+    at_end = "at the end" if left == 4 else f"{left} left at the end"
+    assert f"managed 4 threads ({at_end}: {out['on_one_cpu']} on one CPU, {out['free_in_domain']} free" in r.stderr
+    r = ctl("run", "--json", "--observe", "--", "sh", "-c", "sleep 0.5; kill -TERM $$", socket=daemon.socket)
+    out = json.loads(r.stdout.splitlines()[-1])
+    assert r.returncode == 143 and out["exit_code"] == 143 and out["signal"] == "SIGTERM" and out["mode"] == "observe"
+    assert out["threads"] is None and out["on_one_cpu"] is None  # observed: no placements said
+    r = ctl("run", "--json", "--", str(tmp_path / "no-such-program"), socket=daemon.socket)
+    out = json.loads(r.stdout)
+    assert r.returncode == 127 and out["exit_code"] == 127 and out["pid"] is None and out["watched"] == "never_attached"
+    assert out["not_managed"].startswith("cannot start") and out["threads_managed"] is None
 
 
 @needs_root
