@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import Enum
 from typing import Any, NoReturn
 
@@ -152,12 +153,15 @@ def status(sock: str, pid: int | None, as_json: bool) -> None:
 @talks_to_daemon
 def top(sock: str, interval: float | None, iterations: int | None) -> None:
     """Live view of status, refreshed every period (Ctrl-C to quit; a reader that
-    stops reading, like | head, ends it as well, with exit code 0). A daemon that
+    stops reading, like | head, ends it as well, with exit code 0). Piped or in a
+    file, a line with the time parts one frame from the next. A daemon that
     goes away once the view is up (a restart) is waited for; the view's last refresh
     failing exits 3."""
     n = 0
     lost = False
     period = 0.1  # until the daemon says its own
+    shown = 0
+    tty = sys.stdout.isatty()
     try:
         while iterations is None or n < iterations:
             n += 1
@@ -174,14 +178,24 @@ def top(sock: str, interval: float | None, iterations: int | None) -> None:
                 continue
             lost = False
             period = reply["daemon"]["period_s"]
-            if sys.stdout.isatty():
-                click.clear()
-            click.echo(status_table(reply))
+            click.echo(_top_frame(status_table(reply), tty, first=not shown), nl=False)
+            shown += 1
             time.sleep(interval or period)
     except KeyboardInterrupt:
         pass
     except BrokenPipeError:  # the reader left: the view's end, not an error (click's own handling exits 1)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush has nowhere to fail
+
+
+def _top_frame(text: str, tty: bool, first: bool) -> str:
+    """One refresh of top. On a terminal it is drawn over the last from the top left,
+    each line and then the rest of the screen cleared after it (clearing the whole
+    screen first made every refresh flicker). Piped or in a file, each frame but the
+    first follows a line with the time, where frames ran together untold and undated."""
+    if tty:
+        return "\033[H" + text.replace("\n", "\033[K\n") + "\033[K\n\033[J"
+    stamp = datetime.now().astimezone().isoformat(timespec="milliseconds")
+    return f"{text}\n" if first else f"--- {stamp} ---\n{text}\n"
 
 
 def _reader_left(seconds: float) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import re
 import signal
 import socket
@@ -259,6 +260,43 @@ def test_top_ends_quietly_when_its_reader_leaves(daemon):
     proc.stdout.close()
     assert proc.wait(timeout=30) == 0
     assert proc.stderr.read() == b""
+
+
+def test_top_parts_its_frames_with_the_time_when_piped(daemon):
+    """``top --iterations 3 > file`` ran the frames together, with nothing to tell one
+    from the next or when each was taken."""
+    r = ctl("top", "--iterations", "3", "--interval", "0.05", socket=daemon.socket)
+    assert r.returncode == 0 and r.stdout.startswith("parlschedd "), r.stderr
+    parts = re.split(r"^--- (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}[+-]\d\d:\d\d) ---\n", r.stdout, flags=re.M)
+    frames, stamps = parts[::2], parts[1::2]
+    assert len(frames) == 3 and all(f.startswith("parlschedd ") for f in frames), r.stdout
+    assert len(stamps) == 2 and stamps == sorted(stamps) and "\033" not in r.stdout
+
+
+def test_top_on_a_terminal_redraws_in_place(daemon):
+    """On a terminal each refresh cleared the whole screen (ESC[2J) and then drew: it
+    flickered. It moves the cursor home, draws over the last frame and clears the rest."""
+    main, terminal = pty.openpty()
+    try:
+        proc = subprocess.Popen([*CTL, "top", "--iterations", "2", "--interval", "0.05"], stdout=terminal,
+                                stderr=subprocess.PIPE, env={**os.environ, "PARLSCHED_SOCKET": daemon.socket})
+    finally:
+        os.close(terminal)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(main, 1 << 16)
+        except OSError:  # EIO: the terminal's last writer is gone
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(main)
+    assert proc.wait(timeout=30) == 0, proc.stderr.read()
+    assert b"\033[2J" not in seen and seen.startswith(b"\033[H"), seen[:200]
+    frames = seen.split(b"\033[H")[1:]
+    assert len(frames) == 2 and all(f.startswith(b"parlschedd ") and f.endswith(b"\033[J") for f in frames), seen
+    assert b"---" not in seen
 
 
 def _top_that_lost(daemon, kill_after) -> subprocess.Popen:
