@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from parlschedd.cpulist import parse_cpulist
 from parlschedd.daemon.protocol import DEFAULT_SOCKET
 from parlschedd.keypaths import Collector, KeyPathError, yaml12_number
 from parlschedd.learning.normalize import MODES as NORMALISE_MODES
@@ -192,10 +193,25 @@ class _Checker(Collector):
         return value
 
     def cpu_list(self, value: Any, path: str) -> tuple[int, ...] | None:
+        """A list of CPU numbers, or a CPU list as the kernel and the daemon write one
+        ("0-3,8", which admins write too); else an error under ``path``."""
+        if isinstance(value, str):
+            return self._cpu_list_text(value, path)
         if not isinstance(value, list) or not value or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in value):
-            self.fail(path, f"must be a non-empty list of CPU numbers, got {_shown(value)}")
+            self.fail(path, f"must be a non-empty list of CPU numbers or a CPU list such as '0-3,8', got {_shown(value)}")
             return None
         return tuple(value)
+
+    def _cpu_list_text(self, text: str, path: str) -> tuple[int, ...] | None:
+        try:
+            cpus = parse_cpulist(text)
+        except ValueError as exc:
+            self.fail(path, f"{exc}; write CPU numbers and ranges such as '0-3,8', or a list such as [0, 1, 2, 3, 8]")
+            return None
+        if not cpus:
+            self.fail(path, f"names no CPU, got {_shown(text)}; write CPU numbers and ranges such as '0-3,8'")
+            return None
+        return tuple(sorted(cpus))
 
     def section(self, raw: Any, path: str, known: Collection[str]) -> Mapping[str, Any]:
         """``Collector.section``, but an empty section (null) is all defaults: every key

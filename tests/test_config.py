@@ -184,3 +184,20 @@ def test_a_socket_path_longer_than_a_unix_socket_holds_is_an_error():
     assert errors_of({"socket": {"path": at_most + "x"}}) == {
         "socket.path": f"{SUN_PATH_MAX + 1} bytes, a Unix socket's path holds at most {SUN_PATH_MAX}; choose a shorter path"}
     assert "socket.path" in errors_of({"socket": {"path": "/run/" + "\u00e9" * 52}})  # bytes, not characters: 109
+
+
+def test_cpus_may_be_a_cpu_list_as_the_kernel_writes_it(tmp_path):
+    """``cpus: "0-1"`` was refused ("must be a non-empty list of CPU numbers"), though
+    admins write CPU lists so and the daemon prints them so; a domain may be one too."""
+    assert from_mapping({"cpus": "0-1"}).cpus == (0, 1)
+    assert from_mapping({"cpus": " 8, 0-3 "}).cpus == (0, 1, 2, 3, 8)
+    assert from_mapping({"domains": ["0-1", [2, 3]]}).domains == ((0, 1), (2, 3))
+    written = tmp_path / "cpus.yaml"
+    written.write_text("cpus: 0-3,8\n")  # plain YAML: a string
+    assert load(written).cpus == (0, 1, 2, 3, 8)
+    assert errors_of({"cpus": "0-x"}) == {"cpus": "bad CPU number 'x' in CPU list '0-x'; write CPU numbers and "
+                                                  "ranges such as '0-3,8', or a list such as [0, 1, 2, 3, 8]"}
+    assert "descending CPU range '3-1'" in errors_of({"cpus": "3-1"})["cpus"]
+    assert errors_of({"cpus": ""})["cpus"].startswith("names no CPU, got ''")
+    assert "domains[1]" in errors_of({"domains": ["0-1", "2-"]})
+    assert "or a CPU list such as '0-3,8'" in errors_of({"cpus": 3})["cpus"]

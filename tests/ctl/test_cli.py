@@ -128,6 +128,13 @@ def test_config_check(tmp_path):
     assert r.returncode == 1
     assert f"{layout}: domains[1]: repeats CPUs [0] of an earlier domain" in r.stderr
     assert f"{layout}: domain_period_s: must be a whole multiple of period_s (0.1), got 0.25" in r.stderr
+    listed = tmp_path / "listed.yaml"
+    listed.write_text("cpus: 0-4095\ndomains: ['0']\n")  # CPU lists as the kernel writes them ("0-3,8")
+    r = ctl("config", "check", str(listed))
+    assert r.returncode == 0 and r.stdout == f"{listed}: ok\n", r.stderr  # CPUs past this host's: a warning
+    listed.write_text("cpus: '0-x'\n")
+    r = ctl("config", "check", str(listed))
+    assert r.returncode == 1 and f"{listed}: cpus: bad CPU number 'x' in CPU list '0-x'" in r.stderr
     some = tmp_path / "some.yaml"
     some.write_text("cpus: [0, 4094, 4095]\n")  # CPU 0 runs, the rest are dropped: said, not silent
     r = ctl("config", "check", str(some))
