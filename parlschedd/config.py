@@ -30,7 +30,7 @@ UTILITIES = ("auto", "instructions", "task-clock", "schedstat")
 DEFAULT_PATH = Path("/etc/parlsched/parlschedd.yaml")
 # sockaddr_un.sun_path (unix(7)): no host binds a longer socket path, so a longer
 # socket.path is the config's error, not this host's. Python binds a path of up to this
-# many bytes. parlschedd.daemon.server checks --socket against its own copy of it.
+# many bytes. The daemon checks --socket against it too.
 SUN_PATH_MAX = 108
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from parlschedd.config import Config, ConfigError, from_mapping, load
+from parlschedd.config import SUN_PATH_MAX, Config, ConfigError, from_mapping, load
 
 
 def errors_of(raw):
@@ -177,8 +177,6 @@ def test_a_config_that_is_not_utf8_names_its_line(tmp_path):
 def test_a_socket_path_longer_than_a_unix_socket_holds_is_an_error():
     """No host binds a socket path of more than sun_path's 108 bytes: config check said
     ok, and the daemon then refused to start ("147 bytes, ... at most 108")."""
-    from parlschedd.daemon.server import SUN_PATH_MAX
-
     at_most = "/run/" + "s" * (SUN_PATH_MAX - len("/run/"))
     assert from_mapping({"socket": {"path": at_most}}).socket.path == at_most
     assert errors_of({"socket": {"path": at_most + "x"}}) == {

@@ -28,7 +28,7 @@ import numpy as np
 import structlog
 
 from parlschedd import __version__, config as config_mod
-from parlschedd.config import Config, ConfigError
+from parlschedd.config import SUN_PATH_MAX, Config, ConfigError
 from parlschedd.daemon import notify, protocol
 from parlschedd.daemon.engine import Engine, EngineError
 from parlschedd.daemon.rules import RuleMatcher
@@ -48,7 +48,6 @@ MAX_LINES_PER_TURN = 64  # requests of one client handled before others get a tu
 ACCEPT_PAUSE_S = 0.1  # after accept() fails (EMFILE), stop listening this long
 MAX_PENDING = 4 * 1024 * 1024  # reply bytes a client may leave unread, request bytes it may have waiting
 PARTS_TTL_S = 30.0  # the rest of a long reply is dropped when its client is idle this long
-SUN_PATH_MAX = 108  # sockaddr_un.sun_path (unix(7)); Python binds a path of up to this many bytes
 # SIGQUIT asks a program to stop as SIGTERM does (its core dump matters less than the
 # masks); the signals admins send daemons by habit (USR1 to reopen logs, ...) would
 # otherwise end it by their default action, leaving every thread pinned.
