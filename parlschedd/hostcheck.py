@@ -17,8 +17,10 @@ from typing import NamedTuple
 
 from parlschedd.config import Config, split_cgroup
 from parlschedd.cpulist import format_cpulist
+from parlschedd.host.base import CounterSource
 from parlschedd.host.cgroups import cgroup_dir
 from parlschedd.host.errors import HostError
+from parlschedd.host.perf import detect_source
 from parlschedd.host.privileges import group_id
 from parlschedd.topology import TopologyError, read_topology
 
@@ -47,6 +49,7 @@ def check_host(cfg: Config) -> HostReport:
     _topology(cfg, report)
     report.refused += _metrics(cfg.metrics)
     report.warnings += _cgroups(cfg)
+    report.warnings += _utility(cfg.utility)
     return report
 
 
@@ -101,6 +104,21 @@ def _metrics(address: str | None) -> list[Finding]:
 
     problem = cannot_listen(address)
     return [Finding("metrics", problem)] if problem else []
+
+
+def _utility(wanted: str) -> list[Finding]:
+    """A counter source asked for by name that does not count here (no PMU, perf
+    refused): the daemon starts with the next one that does, and says so only in its
+    log. Probed as the daemon probes, so only as root, as it runs: another user may be
+    refused perf where root is not."""
+    if wanted == "auto" or os.geteuid() != 0:
+        return []
+    skipped: dict[CounterSource, str] = {}
+    using = detect_source(wanted, skipped=skipped)
+    if using.value.removeprefix("perf:") == wanted:
+        return []
+    why = "; ".join(f"{source.value}: {reason}" for source, reason in skipped.items())
+    return [Finding("utility", f"{wanted} does not count on this host ({why}); parlschedd falls back to {using.value}")]
 
 
 def _cgroups(cfg: Config) -> list[Finding]:

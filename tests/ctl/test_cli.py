@@ -15,6 +15,8 @@ import threading
 import pytest
 
 from parlschedd.host import cgroups
+from parlschedd.host.base import CounterSource
+from parlschedd.host.perf import detect_source
 from parlschedd import __version__
 from tests.conftest import PINNING, needs_root, start_daemon, wait_for
 
@@ -140,6 +142,22 @@ def test_config_check(tmp_path):
     r = ctl("config", "check", str(some))
     assert r.returncode == 0 and "ok" in r.stdout
     assert "warning: cpus: 4094-4095 not usable on this host" in r.stderr and "parlschedd runs on 0\n" in r.stderr
+
+
+@needs_root
+def test_config_check_warns_of_a_counter_source_this_host_lacks(tmp_path):
+    """An explicit ``utility: instructions`` on a host without a PMU: the daemon starts
+    on task-clock and says so only in its log; config check said ok."""
+    if detect_source("instructions") is CounterSource.INSTRUCTIONS:
+        pytest.skip("this host counts instructions (a PMU)")
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("utility: instructions\n")
+    r = ctl("config", "check", str(cfg))
+    assert r.returncode == 0 and "ok" in r.stdout
+    assert f"{cfg}: warning: utility: instructions does not count on this host (perf:instructions: " in r.stderr
+    assert "parlschedd falls back to perf:task-clock" in r.stderr or "falls back to schedstat" in r.stderr
+    cfg.write_text("utility: task-clock\n")
+    assert "utility" not in ctl("config", "check", str(cfg)).stderr
 
 
 REFUSED_HERE = {  # valid configs this host's daemon refuses to start with, and what it says
