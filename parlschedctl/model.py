@@ -18,6 +18,7 @@ from typing import Any
 import click
 import numpy as np
 
+from parlschedd.cpulist import format_cpulist
 from parlschedd.energy import recommendation, validation
 from parlschedd.energy.baseline import BaselineModel
 from parlschedd.energy.cluster import ClusterError, NspError, check_measured, load_cluster, nsp_candidates
@@ -85,6 +86,21 @@ def _candidates(fitted: Fitted, nsp: tuple[int, ...] | None) -> np.ndarray:
         return nsp_candidates(fitted.cluster.run, nsp)
     except NspError as exc:
         raise click.BadParameter(str(exc), param_hint="--nsp") from exc
+
+
+def _extrapolated(fitted: Fitted, ks: np.ndarray, params_path: str) -> list[bool] | None:
+    """Per NSp in ``ks``, whether the model extrapolates there (store.Fitted.extrapolated),
+    with a warning on stderr naming those NSp; None for a parameters file that does not
+    record the NSp it was fitted on."""
+    outside = fitted.extrapolated(ks)
+    if outside is None:
+        return None
+    if outside.any():
+        fitted_on = fitted.fitted_nsp
+        click.echo(f"parlschedctl model: warning: nsp {format_cpulist(ks[outside].tolist())} outside the NSp "
+                   f"{params_path} was fitted on ({fitted_on[0]}-{fitted_on[-1]}): its predictions there are "
+                   "extrapolated and may be far off; measure some of them and fit again", err=True)
+    return outside.tolist()
 
 
 def fails_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -226,9 +242,13 @@ def predict(params_path: str, nsp: tuple[int, ...] | None, as_json: bool) -> Non
     fitted = load_params(params_path)
     ks = _candidates(fitted, nsp)
     t, e = fitted.model.predict(ks)
+    outside = _extrapolated(fitted, ks, params_path)
+    if outside is None:  # not known
+        outside = [None] * len(ks)
     # Not rounded: the text rounds what it shows, and JSON is read by programs, which get what the model
     # computed (null where it is not finite: _emit's json_safe; n/a in the text: _cell).
-    rows = [{"nsp": int(k), "time_s": a, "energy_wh": b} for k, a, b in zip(ks, t.tolist(), e.tolist(), strict=True)]
+    rows = [{"nsp": int(k), "time_s": a, "energy_wh": b, "extrapolated": x}
+            for k, a, b, x in zip(ks, t.tolist(), e.tolist(), outside, strict=True)]
     text = "\n".join([f"{'nsp':>4} {'time_s':>10} {'energy_wh':>10}"]
                      + [f"{r['nsp']:>4} {_cell(r['time_s'], 10, '.2f')} {_cell(r['energy_wh'], 10, '.3f')}" for r in rows])
     _emit(as_json, {"predictions": rows}, text)
@@ -302,8 +322,9 @@ def plot(params_path: str, data_path: str, out_path: str) -> None:
 def recommend(params_path: str, goal: str, nsp: tuple[int, ...] | None, as_json: bool) -> None:
     """The NSp with the best predicted runtime, energy or energy-delay product."""
     fitted = load_params(params_path)
+    ks = _candidates(fitted, nsp)
     try:
-        best = recommendation.recommend(fitted.model, goal, _candidates(fitted, nsp))
+        best = recommendation.recommend(fitted.model, goal, ks)
     except recommendation.NeedsEnergy as exc:
         raise ValueError(f"{params_path}: fitted without energies; only --objective time is possible") from exc
     except recommendation.NoFinitePrediction as exc:
@@ -315,7 +336,11 @@ def recommend(params_path: str, goal: str, nsp: tuple[int, ...] | None, as_json:
         text += (f"\nwithin {recommendation.NEAR_BEST:.0%} of it: nsp {', '.join(map(str, best.near_best))}; the model "
                  f"cannot tell these apart (its {said} on the runs it was fitted to), so measure them before choosing")
         text = "\n".join([text, *_why_undefined([best.nrmse.get("time")], [best.nrmse.get("energy")])])
-    _emit(as_json, best.to_dict(), text)
+    outside = _extrapolated(fitted, ks, params_path)
+    extrapolation = {"extrapolated": None, "extrapolated_candidates": None} if outside is None else {
+        "extrapolated": outside[ks.tolist().index(best.nsp)],
+        "extrapolated_candidates": [int(k) for k, x in zip(ks, outside, strict=True) if x]}
+    _emit(as_json, best.to_dict() | extrapolation, text)
 
 
 # Everything from CMD on is CMD's: its own options (--out x{nsp}) must not be taken as ours,

@@ -78,6 +78,7 @@ class EnergyTimeModel:
                 raise ValueError("energy_wh must have the shape of nsp")
             energy_wh = energy_wh if energy_rows(energy_wh) is not None else None
         self.problem_ = Problem(self.cluster, nsp, time_s, energy_wh, self.rounding, self.master_power)
+        self.fitted_nsp_ = tuple(sorted(int(k) for k in nsp))  # outside their range, predict() extrapolates
         self.repetitions_, self.repetition_seconds_ = self._repeat(progress)
         best = self.repetitions_.fits[self.repetitions_.best]
         self._set_best(best)

@@ -506,3 +506,44 @@ def test_an_out_that_can_be_written_is_taken_though_it_cannot_be_read(params, op
                 assert code == 0 and f"wrote {out}" in output and out.stat().st_size > 0, (name, output)
             else:
                 assert code == 1 and f"{out}: cannot write: permission denied" in output, (name, mode, output)
+
+
+def test_predictions_outside_the_fitted_nsp_are_said_to_be_extrapolated(params, tmp_path):
+    """Fitted on NSp 1-5, predict and recommend answered for NSp 32 (56.6 s, measured
+    174 s) as for the NSp they were fitted on, without a word."""
+    lines = MEASUREMENTS_CSV.read_text().splitlines()
+    first, fitted = tmp_path / "nsp-1-5.csv", tmp_path / "p.json"
+    first.write_text("\n".join(lines[:6]) + "\n")
+    assert run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(first), "--out", str(fitted),
+               *QUICK).exit_code == 0
+    assert json.loads(fitted.read_text())["fitted_nsp"] == [1, 2, 3, 4, 5]
+    r = run("model", "predict", "--params", str(fitted), "--nsp", "2-5,7,32", "--json")
+    assert r.exit_code == 0
+    assert [p["extrapolated"] for p in json.loads(r.stdout)["predictions"]] == [False] * 4 + [True] * 2
+    assert f"warning: nsp 7,32 outside the NSp {fitted} was fitted on (1-5)" in r.stderr
+    r = run("model", "recommend", "--params", str(fitted), "--json")
+    doc = json.loads(r.stdout)
+    assert doc["extrapolated_candidates"] == list(range(6, 33)) and doc["extrapolated"] == (doc["nsp"] > 5)
+    assert f"warning: nsp 6-32 outside the NSp {fitted} was fitted on (1-5)" in r.stderr
+    r = run("model", "predict", "--params", str(fitted), "--nsp", "1-5")
+    assert r.exit_code == 0 and r.stderr == ""
+    r = run("model", "predict", "--params", str(params), "--json")  # fitted on 1-32: all inside
+    assert r.stderr == "" and not any(p["extrapolated"] for p in json.loads(r.stdout)["predictions"])
+
+
+def test_a_params_file_without_fitted_nsp_is_read_as_before(params, tmp_path):
+    """Files written before fitted_nsp was recorded: read, extrapolation unknown (null);
+    a fitted_nsp that is not a list of NSp is refused naming the key."""
+    doc = json.loads(params.read_text())
+    del doc["fitted_nsp"]
+    older = tmp_path / "older.json"
+    older.write_text(json.dumps(doc))
+    r = run("model", "predict", "--params", str(older), "--nsp", "1,40", "--json")
+    assert r.exit_code == 0 and r.stderr == ""
+    assert [p["extrapolated"] for p in json.loads(r.stdout)["predictions"]] == [None, None]
+    r = run("model", "recommend", "--params", str(older), "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["extrapolated"] is None
+    doc["fitted_nsp"] = [1, "2"]
+    older.write_text(json.dumps(doc))
+    r = run("model", "predict", "--params", str(older))
+    assert r.exit_code == 1 and f"{older}: fitted_nsp: must be a non-empty list of integers >= 1" in r.stderr
