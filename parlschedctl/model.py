@@ -30,7 +30,7 @@ from parlschedd.energy.measurements import MeasurementsError, load_measurements,
 from parlschedd.energy.metrics import OBJECTIVES
 from parlschedd.energy.model import MASTER_POWER, SUBPOP_SIZES
 from parlschedd.energy.store import Fitted, ParamsError, json_safe, load_params, params_document, save_params
-from parlschedctl.outputs import FILE, check_figure, check_writable
+from parlschedctl.outputs import FILE, check_figure, check_writable, writing
 
 FAILURES = (ClusterError, MeasurementsError, ParamsError, MeasureError, ValueError, OSError)
 
@@ -207,7 +207,8 @@ def fit(cluster_path: str, data_path: str, method: str, repeat: int, seed: int |
     summary = summarise_fit(est, base, m, data_path, held_out)
     document = params_document(cluster, est, base, {"fit": summary.to_dict()})
     if out_path:
-        save_params(out_path, document)
+        with writing(out_path):
+            save_params(out_path, document)
     _emit(as_json, document, _fit_text(est, summary, out_path))
 
 
@@ -307,8 +308,9 @@ def plot(params_path: str, data_path: str, out_path: str) -> None:
     proposed = fitted.model.predict(m.nsp)
     error = validation.model_errors(*proposed, m).nrmse_time  # on the data plotted, not the fit's
     said = _nrmse(error) + (", runtimes without spread" if np.isnan(error) else "")
-    figure3(out_path, m, proposed, fitted.baseline.predict(m.nsp),
-            title=f"{Path(data_path).name}: proposed model (NRMSE time {said}) vs baseline")
+    with writing(out_path):
+        figure3(out_path, m, proposed, fitted.baseline.predict(m.nsp),
+                title=f"{Path(data_path).name}: proposed model (NRMSE time {said}) vs baseline")
     click.echo(f"wrote {out_path}")
 
 
@@ -368,7 +370,8 @@ def measure_cmd(nsp: tuple[int, ...], repeat: int, out_path: str, powercap_root:
         for t, e in measure(cmd, nsp, repeat, zones, progress_printer("run", False)):
             times.append(t)
             energies.append(e)
-            write_measurements(out_path, np.array(nsp[:len(times)]), np.array(times), np.array(energies))
+            with writing(out_path):
+                write_measurements(out_path, np.array(nsp[:len(times)]), np.array(times), np.array(energies))
     except MeasureError as exc:
         if not times:
             raise MeasureError(f"{exc}; nothing was measured, {out_path} was not written") from exc

@@ -3,7 +3,9 @@ long fit or a daemon's history is not computed for a path that cannot be written
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -36,3 +38,15 @@ def check_figure(path: str | os.PathLike[str]) -> None:
 
     check_writable(path)
     figure_format(path)
+
+
+@contextlib.contextmanager
+def writing(path: str | os.PathLike[str]) -> Iterator[None]:
+    """An OSError in the block, which writes ``path``, as ValueError saying so as
+    ``check_writable`` does: ``PATH: cannot write: File too large``. What fails only when
+    written (a full disk, /dev/full, ``ulimit -f``) came out as "cannot write: ..."
+    without the file's name."""
+    try:
+        yield
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot write: {exc.strerror or exc}") from exc

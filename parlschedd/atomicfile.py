@@ -5,7 +5,7 @@ one, never half of one: the text goes to a temporary file in the same directory,
 fsync'ed, replaces the old file with rename(2) (atomic within a filesystem), and the
 directory is fsync'ed so the rename itself survives a power loss. The daemon's state
 file (the original masks of pinned threads) and the CLI's outputs (fitted parameters,
-measurements) are written this way.
+measurements, figures) are written this way.
 
 Only a regular file is replaced: a path through a symbolic link replaces the file it
 leads to (the link stays), and a device or a FIFO (``--out /dev/stdout``) is written
@@ -23,17 +23,26 @@ from pathlib import Path
 
 
 def replace_text(path: str | os.PathLike[str], text: str, *, mode: int | None = None) -> None:
-    """Atomically replace the file at ``path`` with ``text`` (UTF-8). ``mode``: the
-    new file's permissions; by default the old file's, or for a new file those open(2)
-    gives under the umask."""
+    """Atomically replace the file at ``path`` with ``text`` (UTF-8, line ends as
+    given): ``replace_bytes``."""
+    replace_bytes(path, text.encode("utf-8"), mode=mode)
+
+
+def replace_bytes(path: str | os.PathLike[str], data: bytes | memoryview, *, mode: int | None = None) -> None:
+    """Atomically replace the file at ``path`` with ``data``. ``mode``: the new file's
+    permissions; by default the old file's, or for a new file those open(2) gives under
+    the umask. An OSError is named by ``path``, whichever file it happened in."""
     target = Path(os.path.realpath(path))
     try:
         old: os.stat_result | None = target.stat()
     except FileNotFoundError:
         old = None
     if old is not None and not stat.S_ISREG(old.st_mode):
-        with open(target, "w", encoding="utf-8", newline="") as out:
-            out.write(text)
+        try:
+            with open(target, "wb") as out:
+                out.write(data)
+        except OSError as exc:  # /dev/full: ENOSPC on close, named by nothing
+            raise _named(exc, path) from None
         return
     if mode is None:
         mode = stat.S_IMODE(old.st_mode) if old is not None else 0o666 & ~_umask()
@@ -42,8 +51,8 @@ def replace_text(path: str | os.PathLike[str], text: str, *, mode: int | None = 
     except OSError as exc:
         raise _named(exc, path) from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
-            out.write(text)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
             out.flush()
             if old is not None and (old.st_uid, old.st_gid) != (os.geteuid(), os.getegid()):
                 _keep_owner(out.fileno(), old)

@@ -14,6 +14,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.backend_bases import FigureCanvasBase  # noqa: E402
 import numpy as np  # noqa: E402
 
+from parlschedd.atomicfile import replace_bytes  # noqa: E402
+
 UNITS = {"perf:instructions": (1e9, "instructions / s (x1e9)"),
          "perf:task-clock": (1e9, "CPU share (s of CPU per s)"),
          "schedstat": (1e9, "CPU share (s of CPU per s)")}
@@ -33,16 +35,17 @@ def save_figure(fig: plt.Figure, path: str | Path) -> None:
     """Write ``fig`` to ``path`` exactly (without a suffix, matplotlib would write
     ``path.png`` instead) in :func:`figure_format`, and close it.
 
-    The figure is rendered first, then ``path`` opened for writing only: given the name,
-    matplotlib's PNG writer (PIL) opened it for reading too, which a file that may be
-    written but not read refuses."""
+    The figure is rendered in memory first, then replaces ``path`` whole
+    (atomicfile.replace_bytes): written in place, a write that failed half-way (a full
+    disk, ``ulimit -f``) left a truncated image in place of the old one. Nor is ``path``
+    given to matplotlib, whose PNG writer (PIL) opened it for reading too, which a file
+    that may be written but not read refuses."""
     rendered = io.BytesIO()
     try:
         fig.savefig(rendered, dpi=110, format=figure_format(path))
     finally:
         plt.close(fig)
-    with open(path, "wb") as out:
-        out.write(rendered.getbuffer())
+    replace_bytes(path, rendered.getbuffer())
 
 
 def running_average(u: np.ndarray) -> np.ndarray:

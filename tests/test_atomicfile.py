@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from parlschedd.atomicfile import replace_text
+from parlschedd.atomicfile import replace_bytes, replace_text
 
 
 def test_replaces_the_file_and_leaves_nothing_beside_it(tmp_path: Path) -> None:
@@ -24,7 +24,7 @@ def test_a_write_that_fails_half_way_keeps_the_old_file(tmp_path: Path) -> None:
     path = tmp_path / "out.json"
     path.write_text("old")
     with pytest.raises(UnicodeEncodeError):
-        replace_text(path, "a" * 100_000 + "\ud800")  # a lone surrogate: encoding fails, after the temporary file was made
+        replace_text(path, "a" * 100_000 + "\ud800")  # a lone surrogate: encoding fails
     assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["out.json"]
 
 
@@ -78,3 +78,12 @@ def test_what_is_not_a_regular_file_is_written_to_not_replaced(tmp_path: Path) -
     replace_text(fifo, "through the pipe")
     reader.join(5)
     assert got == ["through the pipe"] and stat.S_ISFIFO(fifo.stat().st_mode)
+
+
+@pytest.mark.skipif(not os.access("/dev/full", os.W_OK), reason="no writable /dev/full")
+def test_a_device_that_refuses_the_write_is_named() -> None:
+    """/dev/full fails on close with ENOSPC, an OSError without a file name: the CLI
+    said "cannot write: No space left on device", naming nothing."""
+    with pytest.raises(OSError) as e:
+        replace_bytes("/dev/full", b"x" * 100_000)
+    assert e.value.filename == "/dev/full" and e.value.strerror == "No space left on device"

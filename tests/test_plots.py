@@ -47,6 +47,7 @@ def test_a_figure_is_written_to_a_file_that_may_be_written_but_not_read(open_dir
     nobody, since root reads every file."""
     history = {"name": "hand", "pid": 1, "period_s": 0.1, "counter_source": "perf:task-clock", "samples": SAMPLES}
     plot_history(history, Path("/dev/null"))  # matplotlib's lazy imports, before the child cannot read them
+    open_dir.chmod(0o777)  # the figure replaces the file through a temporary one beside it
     out = open_dir / "run.png"
     out.write_text("")
     out.chmod(0o222)

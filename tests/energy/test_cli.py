@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
+import resource
 import shutil
+import subprocess
 import sys
 
 import pytest
@@ -547,3 +550,29 @@ def test_a_params_file_without_fitted_nsp_is_read_as_before(params, tmp_path):
     older.write_text(json.dumps(doc))
     r = run("model", "predict", "--params", str(older))
     assert r.exit_code == 1 and f"{older}: fitted_nsp: must be a non-empty list of integers >= 1" in r.stderr
+
+
+def test_a_figure_cut_short_leaves_the_old_file_and_the_error_names_it(params, tmp_path):
+    """Under ulimit -f 20 plot left a truncated PNG in place of the old file, and said
+    "cannot write: File too large" without naming the file."""
+    out = tmp_path / "fig.png"
+    out.write_bytes(b"the old figure")
+    limit = 20 * 1024  # the PNG is several times larger
+
+    def ulimit_f() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    r = subprocess.run([sys.executable, "-m", "parlschedctl", "model", "plot", "--params", str(params),
+                        "--data", str(MEASUREMENTS_CSV), "--out", str(out)],
+                       preexec_fn=ulimit_f, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and f"{out}: cannot write: File too large" in r.stderr, r.stderr
+    assert out.read_bytes() == b"the old figure" and [p.name for p in tmp_path.iterdir()] == ["fig.png"]
+
+
+@pytest.mark.skipif(not os.access("/dev", os.W_OK) or not os.access("/dev/full", os.W_OK),
+                    reason="--out /dev/full needs /dev writable (check_writable)")
+def test_an_out_that_fails_when_written_is_named(tmp_path):
+    """fit --out /dev/full said "cannot write: No space left on device", naming nothing."""
+    r = run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(MEASUREMENTS_CSV), "--out", "/dev/full",
+            *QUICK)
+    assert r.exit_code == 1 and "/dev/full: cannot write: No space left on device" in r.stderr, r.output
