@@ -302,6 +302,7 @@ def plot(params_path: str, data_path: str, out_path: str) -> None:
     """Measured vs predicted runtime and energy for both models (the paper's Figure 3)."""
     from parlschedd.energy.plot import figure3  # matplotlib is slow to import; only here
 
+    _not_an_input(out_path, params_path, data_path)
     check_figure(out_path)
     fitted, m = load_params(params_path), load_measurements(data_path)
     check_measured(fitted.cluster.run, m.nsp, data_path)

@@ -321,6 +321,18 @@ def test_fit_out_may_not_be_an_input(tmp_path):
     assert data.read_text() == MEASUREMENTS_CSV.read_text()
 
 
+def test_plot_out_may_not_be_an_input(params, tmp_path):
+    """--params params --out params wrote a PNG over the parameters (no suffix: PNG)."""
+    bare = tmp_path / "params"
+    bare.write_bytes(params.read_bytes())
+    data = tmp_path / "m"
+    data.write_bytes(MEASUREMENTS_CSV.read_bytes())
+    for out in (bare, data, tmp_path / "." / "params"):
+        r = run("model", "plot", "--params", str(bare), "--data", str(data), "--out", str(out))
+        assert r.exit_code == 1 and f"--out {out} is an input of this command" in r.stderr, r.output
+    assert bare.read_bytes() == params.read_bytes() and data.read_bytes() == MEASUREMENTS_CSV.read_bytes()
+
+
 def test_plot_title_gives_the_error_on_the_data_plotted(params, tmp_path, monkeypatch):
     """It gave the fit's NRMSE whatever the data (0.047 on a subset for 0.999 on all)."""
     from parlschedd.energy import plot as plot_mod
