@@ -142,10 +142,12 @@ class EnergyTimeModel:
                     d.get("generations"))
         model._check_options()
         values = d["parameters"]
-        with_energy = len(values) > len(cluster.devices) + 2
+        if not isinstance(values, dict):
+            raise ValueError("parameters must be an object of name: value")
+        energy_names = parameter_names(cluster)[len(parameter_names(cluster, False)):]
+        with_energy = any(n in values for n in energy_names)  # else fitted on time only
         names = parameter_names(cluster, with_energy)
-        if list(values) != names:
-            raise ValueError(f"parameters do not match the cluster: expected {names}, got {list(values)}")
+        _check_names(names, values)
         vector = np.array([values[n] for n in names], dtype=float)
         bad = [n for n, v in zip(names, vector.tolist(), strict=True) if not (math.isfinite(v) and v >= 0)]
         if bad:  # the model's times and powers are non-negative; NaN or inf predicts nothing
@@ -157,6 +159,18 @@ class EnergyTimeModel:
         model.problem_ = Problem(cluster, np.array([], dtype=int), np.array([]), None, model.rounding,
                                  model.master_power)
         return model
+
+
+def _check_names(names: list[str], values: dict[str, Any]) -> None:
+    """ValueError naming the parameters of ``names`` missing from ``values`` and those of
+    ``values`` not in ``names``. The order is not checked: a file sorted by a tool
+    (``jq -S``) holds the same parameters, each read by its name."""
+    missing = [n for n in names if n not in values]
+    unknown = [n for n in values if n not in names]
+    if missing or unknown:
+        said = [f"missing {', '.join(missing)}"] if missing else []
+        said += [f"unknown {', '.join(map(str, unknown))}"] if unknown else []
+        raise ValueError(f"parameters do not match the cluster: {'; '.join(said)}")
 
 
 def _none_if_nan(x: float) -> float | None:

@@ -588,3 +588,26 @@ def test_an_out_that_fails_when_written_is_named(tmp_path):
     r = run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(MEASUREMENTS_CSV), "--out", "/dev/full",
             *QUICK)
     assert r.exit_code == 1 and "/dev/full: cannot write: No space left on device" in r.stderr, r.output
+
+
+def test_a_params_file_with_its_keys_sorted_is_the_same_model(params, tmp_path):
+    """jq -S (keys sorted) made the file "malformed: parameters do not match the cluster"
+    with both full lists of 22 names; a name really missing or unknown is named alone."""
+    doc = json.loads(params.read_text())
+    shuffled = tmp_path / "sorted.json"
+    shuffled.write_text(json.dumps(doc, sort_keys=True))
+    assert list(json.loads(shuffled.read_text())["model"]["parameters"])[0] == "Pow[node1.cpu]"
+    r = run("model", "predict", "--params", str(shuffled), "--json")
+    assert r.exit_code == 0 and r.stdout == run("model", "predict", "--params", str(params), "--json").stdout
+    values = doc["model"]["parameters"]
+    values["Pow[node9.gpu]"] = values.pop("Pow[node3.gpu]")
+    del values["T_com"]
+    shuffled.write_text(json.dumps(doc, sort_keys=True))
+    r = run("model", "predict", "--params", str(shuffled))
+    assert r.exit_code == 1, r.output
+    assert r.stderr.strip().endswith("malformed parameters: parameters do not match the cluster: missing T_com, "
+                                     "Pow[node3.gpu]; unknown Pow[node9.gpu]")
+    doc["model"]["parameters"] = list(values)
+    shuffled.write_text(json.dumps(doc))
+    r = run("model", "predict", "--params", str(shuffled))
+    assert r.exit_code == 1 and "malformed parameters: parameters must be an object of name: value" in r.stderr
