@@ -371,6 +371,11 @@ def measure_cmd(nsp: tuple[int, ...], repeat: int, out_path: str, powercap_root:
         for t, e in measure(cmd, nsp, repeat, zones, progress_printer("run", False)):
             times.append(t)
             energies.append(e)
+            for run in np.flatnonzero(np.isnan(e)) if zones else ():
+                click.echo(f"parlschedctl model: warning: nsp {nsp[len(times) - 1]}, run {run + 1}: the RAPL "
+                           f"energy counters under {powercap_root} did not move, so nothing was measured (a run "
+                           "shorter than their update, or counters not updated here); its energy is left empty",
+                           err=True)
             with writing(out_path):
                 write_measurements(out_path, np.array(nsp[:len(times)]), np.array(times), np.array(energies))
     except MeasureError as exc:

@@ -3,8 +3,9 @@
 Energy comes from the powercap interface (``<root>/intel-rapl:N/energy_uj``, the
 top-level package zones only, so sub-zones such as ``intel-rapl:0:0`` are not counted
 twice), with the counter's wrap-around at ``max_energy_range_uj`` handled. The root is
-a parameter so tests run on a fake tree. Without readable zones the energy is NaN and
-only the runtime is recorded, which is enough for a time-only fit.
+a parameter so tests run on a fake tree. Without readable zones, or when a counter did
+not move during a run, the energy is NaN and only the runtime is recorded, which is
+enough for a time-only fit.
 """
 
 from __future__ import annotations
@@ -59,12 +60,18 @@ def read_uj(zones: Sequence[Zone]) -> list[int]:
 
 
 def consumed_wh(zones: Sequence[Zone], before: Sequence[int], after: Sequence[int]) -> float:
-    """Energy between two readings, each counter unwrapped once at most."""
+    """Energy between two readings, each counter unwrapped once at most; NaN without
+    zones or when a zone's counter did not move. A package draws power all the time, so a
+    counter that did not move measured nothing (a run shorter than its update interval,
+    or a counter that is not updated): that is no energy measured, not 0 Wh, which a fit
+    refuses (measurements must be positive)."""
     if not zones:
         return math.nan
-    total = sum((b - a) % z.max_range_uj if z.max_range_uj else b - a
-                for z, a, b in zip(zones, before, after, strict=True))
-    return total / UJ_PER_WH
+    moved = [(b - a) % z.max_range_uj if z.max_range_uj else b - a
+             for z, a, b in zip(zones, before, after, strict=True)]
+    if 0 in moved:
+        return math.nan
+    return sum(moved) / UJ_PER_WH
 
 
 def command_for(template: Sequence[str], nsp: int) -> list[str]:

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from parlschedctl.cli import cli
 from parlschedctl.model import NspRange
+from parlschedd.energy.measurements import load_measurements
 from tests.conftest import NOBODY, in_child_as
 from tests.energy.conftest import CLUSTER_YAML, MEASUREMENTS_CSV
 from tests.energy.test_measure import SLEEP, fake_powercap
@@ -194,6 +195,23 @@ def test_measure_reads_rapl(tmp_path):
                                  "--powercap-root", str(root), "--", *bump])
     assert r.exit_code == 0 and "no {nsp}" in r.output
     assert out.read_text().splitlines()[1].split(",")[-1] == "0.01"
+
+
+def test_a_rapl_counter_that_did_not_move_leaves_the_energy_empty_and_says_which_run(tmp_path):
+    """It wrote 0 Wh, which fit and validate then refused (must be a positive number)."""
+    root = fake_powercap(tmp_path / "powercap", {"intel-rapl:0": (5, 10**12)})  # nothing bumps it
+    out = tmp_path / "m.csv"
+    r = CliRunner().invoke(cli, ["model", "measure", "--nsp", "1-2", "--repeat", "2", "--out", str(out),
+                                 "--powercap-root", str(root), "--", *SLEEP])
+    assert r.exit_code == 0, r.output
+    for nsp, repetition in ((1, 1), (1, 2), (2, 1), (2, 2)):
+        assert (f"warning: nsp {nsp}, run {repetition}: the RAPL energy counters under {root} did not move"
+                in r.stderr), r.stderr
+    header, *rows = (line.split(",") for line in out.read_text().splitlines())
+    assert [[cell for name, cell in zip(header, row, strict=True) if name.startswith("energy")] for row in rows] \
+        == [["", "", ""]] * 2
+    m = load_measurements(out)
+    assert m.nsp.tolist() == [1, 2] and not m.has_energy
 
 
 def test_inputs_a_review_broke_give_one_line_errors_or_valid_json(params, tmp_path):

@@ -39,6 +39,13 @@ def test_counter_wrap_around(tmp_path):
     assert consumed_wh(zones, [900_000], [100_000]) == pytest.approx(200_000 / 3.6e9)
 
 
+def test_a_counter_that_did_not_move_measured_nothing(tmp_path):
+    """It gave 0 Wh, which a fit then refused (must be positive)."""
+    zones = rapl_zones(fake_powercap(tmp_path, {"intel-rapl:0": (0, 1_000_000), "intel-rapl:1": (0, 1_000_000)}))
+    assert np.isnan(consumed_wh(zones, [5, 7], [5, 7])) and np.isnan(consumed_wh(zones, [5, 7], [9, 7]))
+    assert consumed_wh(zones, [5, 7], [9, 8]) == pytest.approx(5 / 3.6e9)
+
+
 def test_run_a_real_command_with_energy(tmp_path):
     zones = rapl_zones(fake_powercap(tmp_path, {"intel-rapl:0": (3_600_000, 10**12)}))
     bump = [sys.executable, "-c",
