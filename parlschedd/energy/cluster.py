@@ -203,6 +203,7 @@ def _nodes(r: _Reader, data: Mapping[str, Any]) -> tuple[Node, ...]:
         r.fail("nodes", "must be a non-empty list of worker nodes")
         return ()
     nodes = []
+    labelled: dict[str, list[tuple[str, str, str]]] = {}  # label: (key path, node, device) of each device
     for i, raw_node in enumerate(raw):
         path = f"nodes[{i}]"
         node = r.section(raw_node, path, _keys(Node))
@@ -213,8 +214,28 @@ def _nodes(r: _Reader, data: Mapping[str, Any]) -> tuple[Node, ...]:
         built = [_device(r, dev, f"{path}.devices[{j}]", j) for j, dev in enumerate(devices)]
         _unique(r, [d.name for d in built if d], f"{path}.devices", "device")
         nodes.append(Node(r.text(node, "name", path, f"node{i + 1}"), tuple(d for d in built if d)))
+        for j, d in enumerate(built):
+            if d:
+                labelled.setdefault(f"{nodes[-1].name}.{d.name}", []).append(
+                    (f"{path}.devices[{j}]", nodes[-1].name, d.name))
     _unique(r, [n.name for n in nodes], "nodes", "node")
+    _distinct_labels(r, labelled)
     return tuple(nodes)
+
+
+def _distinct_labels(r: _Reader, labelled: dict[str, list[tuple[str, str, str]]]) -> None:
+    """Fitted parameters are keyed by ``node.device`` (``W[node1.gpu]``): node ``a.b``
+    with device ``c`` and node ``a`` with device ``b.c`` are both ``a.b.c``, and a fit
+    kept one device's parameters for both and wrote a file that predict refused. Devices
+    that share their node's and their own name are ``_unique``'s, not repeated here."""
+    for label, devices in labelled.items():
+        first: dict[tuple[str, str], str] = {}  # (node, device): the key path of its first device
+        for where, node, device in devices:
+            first.setdefault((node, device), where)
+        if len(first) > 1:
+            which = " and ".join(f"{where} (node {node!r}, device {device!r})" for (node, device), where in first.items())
+            r.fail("nodes", f"{which} have the same label {label!r} (node.device), which names their fitted "
+                            "parameters: rename one")
 
 
 def _keys(section: type) -> set[str]:

@@ -137,6 +137,22 @@ def test_names_crossover_and_span_that_would_break_a_fit_later_are_refused():
     assert "must not go above run.individuals" in keys["run.subpopulations"]
 
 
+def test_devices_whose_labels_collide_are_refused_naming_both():
+    """Node 'a.b' with device 'c' and node 'a' with device 'b.c' are both a.b.c, the
+    name of their fitted parameters: fit kept one device's parameters for both, and
+    wrote a params file predict refused."""
+    bad = copy.deepcopy(TINY)
+    bad["nodes"] = [{"name": "a.b", "devices": [{**TINY["nodes"][0]["devices"][0], "name": "c"}]},
+                    {"name": "a", "devices": [{**TINY["nodes"][0]["devices"][1], "name": "b.c"}]}]
+    with pytest.raises(ClusterError) as err:
+        parse_cluster(bad)
+    assert err.value.errors == [("nodes", "nodes[0].devices[0] (node 'a.b', device 'c') and nodes[1].devices[0] "
+                                          "(node 'a', device 'b.c') have the same label 'a.b.c' (node.device), which "
+                                          "names their fitted parameters: rename one")]
+    bad["nodes"][1]["name"] = "a2"
+    assert parse_cluster(bad).device_labels == ("a.b.c", "a2.b.c")
+
+
 def test_an_empty_device_is_an_error_with_its_key_path():
     """A device {} was dropped without a word: the node had one device fewer than the
     file listed, and every fit and prediction was of another cluster."""
