@@ -21,7 +21,8 @@ import numpy as np
 from parlschedd.cpulist import format_cpulist
 from parlschedd.energy import recommendation, validation
 from parlschedd.energy.baseline import BaselineModel
-from parlschedd.energy.cluster import ClusterError, NspError, check_measured, load_cluster, nsp_candidates
+from parlschedd.energy.cluster import (MAX_NSP, ClusterError, NspError, check_measured, load_cluster,
+                                      nsp_candidates)
 from parlschedd.energy.estimator import EnergyTimeModel
 from parlschedd.energy.fit_report import FitSummary, Nrmse, check_fittable, fit_notes, summarise_fit
 from parlschedd.energy.fitting import METHODS, Problem, leave_one_out
@@ -73,18 +74,17 @@ class NspRange(click.ParamType):
 
 
 NSP = NspRange()
-# Far above any GA's split of its population (the paper's: 1-32); the simulated
-# distribution (Algorithm 1) of every NSp up to it takes seconds, its cost growing with
-# the square of the range.
-MAX_NSP = 10_000
 
 
-def _candidates(fitted: Fitted, nsp: tuple[int, ...] | None) -> np.ndarray:
+def _candidates(fitted: Fitted, nsp: tuple[int, ...] | None, params_path: str) -> np.ndarray:
     """The NSp asked for (default: the cluster's run.subpopulations); a usage error
-    above run.individuals."""
+    above run.individuals, and a failure naming the file when its run.subpopulations
+    go above MAX_NSP."""
     try:
         return nsp_candidates(fitted.cluster.run, nsp)
     except NspError as exc:
+        if not nsp:  # the file's span, not an option given
+            raise ValueError(f"{params_path}: {exc} with --nsp (e.g. --nsp 1-32)") from exc
         raise click.BadParameter(str(exc), param_hint="--nsp") from exc
 
 
@@ -241,7 +241,7 @@ def _fit_text(est: EnergyTimeModel, s: FitSummary, out_path: str | None) -> str:
 def predict(params_path: str, nsp: tuple[int, ...] | None, as_json: bool) -> None:
     """Predicted runtime and energy per NSp."""
     fitted = load_params(params_path)
-    ks = _candidates(fitted, nsp)
+    ks = _candidates(fitted, nsp, params_path)
     t, e = fitted.model.predict(ks)
     outside = _extrapolated(fitted, ks, params_path)
     if outside is None:  # not known
@@ -325,7 +325,7 @@ def plot(params_path: str, data_path: str, out_path: str) -> None:
 def recommend(params_path: str, goal: str, nsp: tuple[int, ...] | None, as_json: bool) -> None:
     """The NSp with the best predicted runtime, energy or energy-delay product."""
     fitted = load_params(params_path)
-    ks = _candidates(fitted, nsp)
+    ks = _candidates(fitted, nsp, params_path)
     try:
         best = recommendation.recommend(fitted.model, goal, ks)
     except recommendation.NeedsEnergy as exc:

@@ -28,7 +28,13 @@ class ClusterError(KeyPathError):
 
 class NspError(ValueError):
     """NSp values above run.individuals: subpopulations of no one, where the model's
-    figures mean nothing."""
+    figures mean nothing; or, by default, above MAX_NSP."""
+
+
+# Far above any GA's split of its population (the paper's: 1-32); the simulated
+# distribution (Algorithm 1) of every NSp up to it takes seconds, its cost growing with
+# the square of the range.
+MAX_NSP = 10_000
 
 
 @dataclass(frozen=True)
@@ -102,8 +108,12 @@ def without_individuals(run: RunSettings, nsp: Iterable[int]) -> list[int]:
 
 def nsp_candidates(run: RunSettings, nsp: Sequence[int] | None = None) -> np.ndarray:
     """The NSp asked for (default: run.subpopulations, low to high); NspError when one
-    is above run.individuals."""
+    is above run.individuals, or when the default goes above MAX_NSP (the NSp asked for
+    are held to it where they are parsed: a span of [1, 200000] ran for minutes)."""
     lo, hi = run.subpopulations
+    if not nsp and hi > MAX_NSP:  # as below, no NSp is the default
+        raise NspError(f"run.subpopulations [{lo}, {hi}] goes above {MAX_NSP} subpopulations, too many to predict "
+                       "in reasonable time; ask for the NSp wanted")
     ks = np.array(nsp or range(lo, hi + 1))
     above = without_individuals(run, ks)
     if above:

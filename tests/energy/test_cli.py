@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from parlschedctl.cli import cli
-from parlschedctl.model import NspRange
+from parlschedctl.model import MAX_NSP, NspRange
 from parlschedd.energy.measurements import load_measurements
 from tests.conftest import NOBODY, in_child_as
 from tests.energy.conftest import CLUSTER_YAML, MEASUREMENTS_CSV
@@ -154,6 +154,23 @@ def test_usage_errors_exit_2(params):
     r = CliRunner().invoke(cli, ["model", "predict", "--params", str(params), "--nsp", str(individuals)])
     assert r.exit_code == 0  # one individual each is still a run
     assert CliRunner().invoke(cli, ["model", "fit", "--cluster", "x"]).exit_code == 2
+
+
+def test_a_default_span_above_max_nsp_is_refused_as_nsp_is(params, tmp_path):
+    """--nsp stops at MAX_NSP, the file's run.subpopulations did not: [1, 200000] ran
+    for minutes without a word. Refused now, naming the file and --nsp."""
+    doc = json.loads(params.read_text())
+    wide = tmp_path / "wide.json"
+    for span in ([MAX_NSP + 1, MAX_NSP + 1], [1, 200_000]):  # the first is quick to predict: a refusal is seen at once
+        doc["cluster"]["run"].update(individuals=400_000, subpopulations=span)
+        wide.write_text(json.dumps(doc))
+        for command in (["predict"], ["recommend"]):
+            r = run("model", *command, "--params", str(wide))
+            assert r.exit_code == 1 and r.stderr == (
+                f"parlschedctl model: {wide}: run.subpopulations {span} goes above {MAX_NSP} subpopulations, too many "
+                "to predict in reasonable time; ask for the NSp wanted with --nsp (e.g. --nsp 1-32)\n"), r.output
+    r = run("model", "predict", "--params", str(wide), "--nsp", "1-3")
+    assert r.exit_code == 0, r.output
 
 
 def test_nsp_range_type():

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import yaml
 
-from parlschedd.energy.cluster import (ClusterError, NspError, check_measured, cluster_to_dict, load_cluster,
+from parlschedd.energy.cluster import (MAX_NSP, ClusterError, NspError, check_measured, cluster_to_dict, load_cluster,
                                       nsp_candidates, parse_cluster, without_individuals)
 from tests.energy.conftest import TINY
 
@@ -176,6 +177,16 @@ def test_the_nsp_asked_for_default_to_the_run_s_span_and_each_needs_an_individua
     with pytest.raises(NspError) as err:
         nsp_candidates(tiny.run, (3, 17, 18))
     assert str(err.value) == "18 subpopulations of 16 individuals (run.individuals): each needs at least one"
+
+
+def test_the_default_nsp_stop_at_max_nsp_as_those_asked_for_do(tiny):
+    wide = dataclasses.replace(tiny.run, individuals=10 * MAX_NSP, subpopulations=(1, MAX_NSP + 1))
+    with pytest.raises(NspError) as err:
+        nsp_candidates(wide)
+    assert str(err.value) == (f"run.subpopulations [1, {MAX_NSP + 1}] goes above {MAX_NSP} subpopulations, too many "
+                              "to predict in reasonable time; ask for the NSp wanted")
+    assert nsp_candidates(wide, (1, 2)).tolist() == [1, 2]
+    assert len(nsp_candidates(dataclasses.replace(wide, subpopulations=(1, MAX_NSP)))) == MAX_NSP
 
 
 def test_measured_nsp_above_the_individuals_are_refused_naming_the_file(tiny):
