@@ -37,6 +37,9 @@ class NspError(ValueError):
 MAX_NSP = 10_000
 
 
+DEFAULT_SUBPOPULATIONS = (1, 32)  # the paper's span
+
+
 @dataclass(frozen=True)
 class RunSettings:
     """The GA being modelled: N, g, NGm, alpha and the NSp range of interest."""
@@ -45,7 +48,7 @@ class RunSettings:
     generations: int
     global_migrations: int
     crossover_probability: float
-    subpopulations: tuple[int, int] = (1, 32)
+    subpopulations: tuple[int, int] = DEFAULT_SUBPOPULATIONS
 
 
 @dataclass(frozen=True)
@@ -179,7 +182,7 @@ def _run(r: _Reader, data: Mapping[str, Any]) -> RunSettings | None:
     if alpha == 0.0:  # eq. 1 divides by it: a GA that never crosses over is not the one modelled
         r.fail("run.crossover_probability", "must be in (0, 1], got 0")
         alpha = None
-    span = run.get("subpopulations", [1, 32])
+    span = run.get("subpopulations", list(DEFAULT_SUBPOPULATIONS))
     ok_span = (isinstance(span, list) and len(span) == 2 and all(isinstance(v, int) and v >= 1 for v in span)
                and span[0] <= span[1])
     if not ok_span:
@@ -187,8 +190,12 @@ def _run(r: _Reader, data: Mapping[str, Any]) -> RunSettings | None:
     if g is not None and ngm is not None and g % ngm:
         r.fail("run.global_migrations", f"must divide generations ({g}), got {ngm}")
     if ok_span and n is not None and span[1] > n:
-        r.fail("run.subpopulations", f"must not go above run.individuals ({n}): each subpopulation "
-                                     f"needs at least one individual, got {span!r}")
+        if "subpopulations" in run:
+            r.fail("run.subpopulations", f"must not go above run.individuals ({n}): each subpopulation "
+                                         f"needs at least one individual, got {span!r}")
+        else:  # the default, which the user never wrote
+            r.fail("run.subpopulations", f"is not given, and its default {list(DEFAULT_SUBPOPULATIONS)} goes above "
+                                         f"run.individuals ({n}): set it, e.g. subpopulations: [1, {n}]")
         ok_span = False
     if None in (n, g, ngm, alpha) or not ok_span:
         return None

@@ -154,6 +154,20 @@ def test_devices_whose_labels_collide_are_refused_naming_both():
     assert parse_cluster(bad).device_labels == ("a.b.c", "a2.b.c")
 
 
+def test_a_default_span_above_the_individuals_is_said_to_be_the_default():
+    """individuals: 20 without subpopulations said "run.subpopulations: ... got [1, 32]",
+    a value the user never wrote."""
+    bad = copy.deepcopy(TINY)
+    bad["run"]["individuals"] = 20
+    del bad["run"]["subpopulations"]
+    with pytest.raises(ClusterError) as err:
+        parse_cluster(bad)
+    assert err.value.errors == [("run.subpopulations", "is not given, and its default [1, 32] goes above "
+                                                       "run.individuals (20): set it, e.g. subpopulations: [1, 20]")]
+    bad["run"]["individuals"] = 32
+    assert parse_cluster(bad).run.subpopulations == (1, 32)
+
+
 def test_an_empty_device_is_an_error_with_its_key_path():
     """A device {} was dropped without a word: the node had one device fewer than the
     file listed, and every fit and prediction was of another cluster."""
