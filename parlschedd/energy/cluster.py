@@ -267,11 +267,16 @@ def _unique(r: _Reader, names: list[str], path: str, what: str) -> None:
         r.fail(path, f"the {what} name {name!r} appears {names.count(name)} times; names must be unique")
 
 
+_SECTIONS = "a mapping with the keys run, master, switch and nodes"
+
+
 def parse_cluster(data: Any, source: str = "<cluster>") -> Cluster:
     """Validate a parsed YAML document; raise ClusterError listing every problem."""
+    if not isinstance(data, Mapping):  # nothing in it to read: one error, not one per key it lacks
+        raise ClusterError(source, [("<top>", f"must be {_SECTIONS}, got {_yaml_kind(data)}")])
     r = _Reader()
-    top = r.mapping(data, "<top>")
-    run = _run(r, top) if top else None
+    top = data
+    run = _run(r, top)
     master = r.mapping(top.get("master", {}), "master")
     switch = r.mapping(top.get("switch", {}), "switch")
     r.only_known(master, "master", {"tdp_w", "cpu_threads", "frequency_hz"})
@@ -280,11 +285,24 @@ def parse_cluster(data: Any, source: str = "<cluster>") -> Cluster:
     switch_tdp = r.number(switch, "tdp_w", "switch", above=0.0)
     threads = r.number(master, "cpu_threads", "master", integer=True, low=1, required=False)
     freq = r.number(master, "frequency_hz", "master", low=1.0, required=False)
-    nodes = _nodes(r, top) if top else ()
+    nodes = _nodes(r, top)
     r.only_known(top, "", {"run", "master", "switch", "nodes"})
     if r.errors:
         raise ClusterError(source, r.errors)
     return Cluster(run, master_tdp, switch_tdp, nodes, threads, freq)
+
+
+def _yaml_kind(value: Any) -> str:
+    """What ``value`` is in YAML's words, not Python's (NoneType, str)."""
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int | float):
+        return f"the number {value}"
+    if isinstance(value, str):
+        return f"the text {value[:40]!r}"
+    return "a list" if isinstance(value, list) else "no mapping"
 
 
 def load_cluster(path: str | Path) -> Cluster:
@@ -300,6 +318,9 @@ def load_cluster(path: str | Path) -> Cluster:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "<file>"
         raise ClusterError(source, [(where, f"not valid YAML: {getattr(exc, 'problem', exc)}")]) from exc
+    if data is None:
+        raise ClusterError(source, [("<file>", f"empty (nothing but blanks or comments): a cluster description is "
+                                               f"{_SECTIONS}")])
     return parse_cluster(data, source)
 
 

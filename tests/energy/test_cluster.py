@@ -89,6 +89,33 @@ def test_missing_nodes_and_run():
     assert {"run", "nodes"} <= dict(err.value.errors).keys()
 
 
+@pytest.mark.parametrize("text, key, message", [
+    ("", "<file>", "empty (nothing but blanks or comments): a cluster description is a mapping with the keys run, "
+                   "master, switch and nodes"),
+    ("# run: ...\n\n", "<file>", "empty (nothing but blanks or comments)"),
+    ("- run\n- nodes\n", "<top>", "must be a mapping with the keys run, master, switch and nodes, got a list"),
+    ("cluster.yaml\n", "<top>", "must be a mapping with the keys run, master, switch and nodes, got the text "
+                                "'cluster.yaml'"),
+    ("42\n", "<top>", "got the number 42"),
+    ("null\n", "<file>", "empty"),
+])
+def test_a_file_that_is_no_mapping_is_one_error_without_python_s_words(tmp_path, text, key, message):
+    """An empty file gave '<top>: must be a mapping, got NoneType; master.tdp_w: is
+    required; ...': a Python type name, then every key it lacks."""
+    path = tmp_path / "cluster.yaml"
+    path.write_text(text)
+    with pytest.raises(ClusterError) as err:
+        load_cluster(path)
+    assert len(err.value.errors) == 1 and err.value.errors[0][0] == key and message in err.value.errors[0][1]
+    assert str(err.value).startswith(f"{path}: {key}: ") and "Type" not in str(err.value)
+
+
+def test_a_mapping_without_sections_names_each_one_it_needs():
+    with pytest.raises(ClusterError) as err:
+        parse_cluster({})
+    assert [key for key, _ in err.value.errors] == ["run", "master.tdp_w", "switch.tdp_w", "nodes"]
+
+
 def test_unreadable_and_invalid_yaml(tmp_path):
     with pytest.raises(ClusterError, match="cannot read"):
         load_cluster(tmp_path / "missing.yaml")
