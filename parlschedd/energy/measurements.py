@@ -78,6 +78,18 @@ def _cell(value: str | None, column: str, source: str, line: int) -> float:
     return x
 
 
+def _count(raw: str) -> int | None:
+    """``raw`` as a whole number written in ASCII digits; None for anything else.
+    str.isdigit() takes other digits too: '²', which int() then refuses (a message
+    without file or line), and '٣', which it reads as 3."""
+    if not (raw.isascii() and raw.isdigit()):
+        return None
+    try:
+        return int(raw)
+    except ValueError:  # more digits than int() converts (sys.get_int_max_str_digits())
+        return None
+
+
 def _repeat_columns(header: list[str], quantity: str) -> list[str]:
     found = sorted((int(m.group(2)), c) for c in header if (m := _REPEAT.match(c)) and m.group(1) == quantity)
     return [c for _, c in found]
@@ -113,9 +125,10 @@ def parse_measurements(rows: list[dict[str, str]], header: list[str], source: st
         if (cells := _cells(row, len(header))) != len(header):  # after the header's checks: theirs say more
             raise MeasurementsError(source, line, f"{cells} cells for {len(header)} columns")
         raw = (row.get("nsp") or "").strip()
-        if not raw.isdigit() or int(raw) < 1:
-            raise MeasurementsError(source, line, f"column nsp: must be an integer >= 1, got {raw!r}")
-        k = int(raw)
+        k = _count(raw)
+        if k is None or k < 1:
+            shown = repr(raw) if len(raw) <= 20 else f"{raw[:20]!r}... ({len(raw)} characters)"
+            raise MeasurementsError(source, line, f"column nsp: must be an integer >= 1 in digits 0-9, got {shown}")
         if k in seen:
             raise MeasurementsError(source, line, f"nsp {k} repeats line {seen[k]}")
         seen[k] = line

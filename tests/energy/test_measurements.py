@@ -40,6 +40,10 @@ def refusal(tmp_path, text):
     ("nsp,time_s_mean\n1,10\n2,abc\n", ":3:", "column time_s_mean: not a number: 'abc'"),
     ("nsp,time_s_mean\n1,10\n1,12\n", ":3:", "nsp 1 repeats line 2"),
     ("nsp,time_s_mean\n0,10\n", ":2:", "column nsp: must be an integer >= 1"),
+    # isdigit() took them: int() then failed without file or line, or read another script's 3 as 3
+    ("nsp,time_s_mean\n1,10\n\u00b2,10\n", ":3:", "column nsp: must be an integer >= 1 in digits 0-9, got '\u00b2'"),
+    ("nsp,time_s_mean\n\u0663,10\n", ":2:", "column nsp: must be an integer >= 1 in digits 0-9, got '\u0663'"),
+    ("nsp,time_s_mean\n" + "9" * 5000 + ",10\n", ":2:", f"got {'9' * 20!r}... (5000 characters)"),
     ("nsp,time_s_mean\n1,-3\n", ":2:", "must be a positive number"),
     ("nsp,time_s_mean\n1,10,4\n", ":2:", "3 cells for 2 columns"),
     ("nsp,time_s_r1,time_s_r2,time_s_mean\n1,10,12,11\n2,5,6\n", ":3:", "3 cells for 4 columns"),
