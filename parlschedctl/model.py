@@ -210,6 +210,8 @@ def fit(cluster_path: str, data_path: str, method: str, repeat: int, seed: int |
         with writing(out_path):
             save_params(out_path, document)
     _emit(as_json, document, _fit_text(est, summary, out_path))
+    for note in summary.poor_fit_notes():
+        click.echo(f"parlschedctl model: {note}", err=True)
 
 
 def _fit_text(est: EnergyTimeModel, s: FitSummary, out_path: str | None) -> str:

@@ -89,12 +89,30 @@ class FitSummary:
         """The ``fit`` part of the parameters file and of `model fit --json`; NaN is
         left to the writer (store.json_safe)."""
         d: dict[str, Any] = {"data": self.data, "nrmse": self.best.to_dict(), "nrmse_mean": self.mean.to_dict(),
-                             "baseline_nrmse": self.baseline.to_dict(), "fit_seconds": self.fit_seconds}
+                             "baseline_nrmse": self.baseline.to_dict(), "fit_seconds": self.fit_seconds,
+                             "worse_than_mean": self.worse_than_mean}
         if self.leave_one_out is not None:
             lo, errors = self.leave_one_out, self.leave_one_out_nrmse
             d["leave_one_out"] = {"nrmse_time": errors.time, "nrmse_energy": errors.energy,
                                   "time_s": lo.time_s.tolist(), "energy_wh": lo.energy_wh.tolist()}
         return d
+
+    @property
+    def worse_than_mean(self) -> list[str]:
+        """The quantities (time, energy) the kept fit predicts no better than their mean
+        would: NRMSE >= 1 (eq. 15 divides the RMSE by the spread of the measurements,
+        which is the RMSE of predicting their mean for every NSp). Such a fit is most
+        often of a cluster description that is not the machine measured."""
+        errors = {"time": self.best.time, "energy": self.best.energy}
+        return [what for what, error in errors.items() if error is not None and error >= 1]
+
+    def poor_fit_notes(self) -> list[str]:
+        """A warning for each quantity in ``worse_than_mean``, naming the data."""
+        errors = {"time": self.best.time, "energy": self.best.energy}
+        measured = {"time": "runtimes", "energy": "energies"}
+        return [f"warning: {self.data}: the fit's NRMSE of {what} is {errors[what]:.3f} (>= 1): its predictions are "
+                f"no better than the mean of the measured {measured[what]}; check that the cluster description "
+                "(nodes, devices, compute units) is the machine that was measured" for what in self.worse_than_mean]
 
     @property
     def leave_one_out_nrmse(self) -> Nrmse | None:

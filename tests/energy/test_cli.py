@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from parlschedctl.cli import cli
@@ -43,6 +44,21 @@ def test_fit_json_and_file(params):
     assert len(doc["model"]["repetitions"]) == 2 and doc["fit"]["baseline_nrmse"]["time"] > 0
     seconds = [r["seconds"] for r in doc["model"]["repetitions"]]
     assert all(s > 0 for s in seconds) and doc["fit"]["fit_seconds"] == pytest.approx(sum(seconds), abs=2e-3)
+
+
+def test_a_fit_worse_than_the_mean_is_flagged(params, tmp_path):
+    """A 1-node, 1-CPU cluster fitted to the HPMoon data (NRMSE of energy near 3) was
+    reported as any other fit."""
+    one = tmp_path / "one-cpu.yaml"
+    one.write_text(yaml.safe_dump({**yaml.safe_load(CLUSTER_YAML.read_text()), "nodes": [{"name": "n1", "devices": [
+        {"name": "cpu", "kind": "cpu", "compute_units": 1, "frequency_hz": 2.1e9, "tdp_w": 85}]}]}))
+    r = run("model", "fit", "--cluster", str(one), "--data", str(MEASUREMENTS_CSV), "--json", *QUICK)
+    assert r.exit_code == 0, r.output
+    fit = json.loads(r.stdout)["fit"]
+    assert fit["nrmse"]["energy"] >= 1 and "energy" in fit["worse_than_mean"]
+    assert (f"warning: {MEASUREMENTS_CSV}: the fit's NRMSE of energy is {fit['nrmse']['energy']:.3f} (>= 1): its "
+            "predictions are no better than the mean of the measured energies") in r.stderr
+    assert json.loads(params.read_text())["fit"]["worse_than_mean"] == []
 
 
 def test_fit_json_to_stdout_with_ga(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 from parlschedd.energy.baseline import BaselineModel
 from parlschedd.energy.cluster import NspError, parse_cluster
 from parlschedd.energy.estimator import EnergyTimeModel
-from parlschedd.energy.fit_report import check_fittable, fit_notes, summarise_fit
+from parlschedd.energy.fit_report import FitSummary, Nrmse, check_fittable, fit_notes, summarise_fit
 from parlschedd.energy.fitting import LeaveOneOut
 from parlschedd.energy.metrics import nrmse
 from tests.energy.conftest import TINY, measurements
@@ -76,7 +76,7 @@ def test_the_summary_gives_the_best_and_mean_repetition_and_the_baseline(fitted_
     assert s.to_dict() == {"data": "m.csv", "nrmse": {"time": s.best.time, "energy": s.best.energy},
                            "nrmse_mean": {"time": s.mean.time, "energy": s.mean.energy},
                            "baseline_nrmse": {"time": s.baseline.time, "energy": s.baseline.energy},
-                           "fit_seconds": s.fit_seconds}
+                           "fit_seconds": s.fit_seconds, "worse_than_mean": s.worse_than_mean}
 
 
 def test_the_summary_without_energies_has_none_for_them(fitted_tiny):
@@ -107,3 +107,22 @@ def test_an_undefined_nrmse_is_nan_and_one_not_fitted_is_none(fitted_tiny):
     lo = LeaveOneOut(np.array([9.0, 6.5, 5.0, 5.0]), np.array([0.8] * 4), 0.25, NAN)
     s = summarise_fit(model, BaselineModel(cluster).fit(flat.nsp, flat.time_s, flat.energy_wh), flat, "m.csv", lo)
     assert all(np.isnan(e.energy) for e in (s.best, s.mean, s.baseline, s.leave_one_out_nrmse))
+
+
+def test_a_fit_no_better_than_the_mean_is_a_warning():
+    """NRMSE >= 1 (a 1-node, 1-CPU cluster fitted to the HPMoon data: energy 2.858) was
+    reported as any other fit."""
+    def summary(time: float, energy: float | None) -> FitSummary:
+        return FitSummary("m.csv", Nrmse(time, energy), Nrmse(time, energy), Nrmse(0.5, 0.5), 1.0)
+
+    poor = summary(1.0, 2.858)
+    assert poor.worse_than_mean == ["time", "energy"] and poor.to_dict()["worse_than_mean"] == ["time", "energy"]
+    assert poor.poor_fit_notes() == [
+        "warning: m.csv: the fit's NRMSE of time is 1.000 (>= 1): its predictions are no better than the mean of the "
+        "measured runtimes; check that the cluster description (nodes, devices, compute units) is the machine that "
+        "was measured",
+        "warning: m.csv: the fit's NRMSE of energy is 2.858 (>= 1): its predictions are no better than the mean of "
+        "the measured energies; check that the cluster description (nodes, devices, compute units) is the machine "
+        "that was measured"]
+    for fine in (summary(0.999, 0.2), summary(0.1, None), summary(NAN, NAN)):  # NaN: undefined, said elsewhere
+        assert fine.worse_than_mean == [] and fine.poor_fit_notes() == []
