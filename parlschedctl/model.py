@@ -131,13 +131,17 @@ def _not_an_input(out_path: str, *inputs: str) -> None:
             raise ValueError(f"--out {out_path} is an input of this command; writing there would replace it")
 
 
-def progress_printer(label: str, quiet: bool) -> Callable[[int, int], None] | None:
+def progress_printer(label: str, quiet: bool, total: int) -> Callable[[int, int], None] | None:
+    """A progress line on stderr (a terminal, not quiet), updated as each of ``total``
+    steps ends, and shown at 0 at once: steps are reported only as they end, so a single
+    fit (the default --repeat 1) said nothing until it was done."""
     if quiet or not sys.stderr.isatty():
         return None
 
     def show(done: int, total: int) -> None:
         click.echo(f"\r{label} {done}/{total}", err=True, nl=done == total)
 
+    show(0, total)
     return show
 
 
@@ -197,12 +201,12 @@ def fit(cluster_path: str, data_path: str, method: str, repeat: int, seed: int |
         click.echo(f"parlschedctl model: {note}", err=True)
     energy = m.energy_wh if m.has_energy else None
     est = EnergyTimeModel(cluster, method, repeat, seed, rounding, master_power, generations)
-    est.fit(m.nsp, m.time_s, energy, progress=progress_printer("fit", as_json))
+    est.fit(m.nsp, m.time_s, energy, progress=progress_printer("fit", as_json, repeat))
     base = BaselineModel(cluster, rounding).fit(m.nsp, m.time_s, energy)
     held_out = None
     if loo:
         problem = Problem.from_measurements(cluster, m, rounding=rounding, master_power=master_power)
-        held_out = leave_one_out(problem, method, seed, progress=progress_printer("leave-one-out", as_json),
+        held_out = leave_one_out(problem, method, seed, progress=progress_printer("leave-one-out", as_json, len(m.nsp)),
                                  **est.settings())
     summary = summarise_fit(est, base, m, data_path, held_out)
     document = params_document(cluster, est, base, {"fit": summary.to_dict()})
@@ -215,7 +219,7 @@ def fit(cluster_path: str, data_path: str, method: str, repeat: int, seed: int |
 
 
 def _fit_text(est: EnergyTimeModel, s: FitSummary, out_path: str | None) -> str:
-    lines = [f"{'parameter':<22} {'value':>14} {'RSD %':>8}"]
+    lines = [f"{'parameter':<22} {'value':>14}" + (f" {'RSD %':>8}" if est.repeat > 1 else "")]  # one fit has no RSD
     for name, value in est.parameters().items():
         r = est.rsd_.get(name, float("nan"))
         lines.append(f"{name:<22} {value:>14.6g} {r:>8.1f}" if est.repeat > 1 else f"{name:<22} {value:>14.6g}")
@@ -370,7 +374,7 @@ def measure_cmd(nsp: tuple[int, ...], repeat: int, out_path: str, powercap_root:
     check_writable(out_path)  # an existing file is left as it is until the first configuration is measured
     times, energies = [], []
     try:
-        for t, e in measure(cmd, nsp, repeat, zones, progress_printer("run", False)):
+        for t, e in measure(cmd, nsp, repeat, zones, progress_printer("run", False, len(nsp) * repeat)):
             times.append(t)
             energies.append(e)
             for run in np.flatnonzero(np.isnan(e)) if zones else ():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import pty
 import resource
 import shutil
 import subprocess
@@ -662,3 +663,30 @@ def test_a_params_file_with_its_keys_sorted_is_the_same_model(params, tmp_path):
     shuffled.write_text(json.dumps(doc))
     r = run("model", "predict", "--params", str(shuffled))
     assert r.exit_code == 1 and "malformed parameters: parameters must be an object of name: value" in r.stderr
+
+
+def test_one_fit_shows_its_progress_from_the_start_and_no_rsd_column():
+    """With --repeat 1 (the default) the progress line came only when the fit was done,
+    and the table had an "RSD %" column with no values."""
+    controller, terminal = pty.openpty()  # progress is shown on a terminal only
+    proc = subprocess.Popen([sys.executable, "-m", "parlschedctl", "model", "fit", "--cluster", str(CLUSTER_YAML),
+                             "--data", str(MEASUREMENTS_CSV), *QUICK], stdout=subprocess.PIPE, stderr=terminal,
+                            text=True)
+    os.close(terminal)
+    stdout, _ = proc.communicate(timeout=120)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(controller, 4096)
+        except OSError:  # EIO: the terminal's other end is closed, all was read
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(controller)
+    lines = shown.decode().replace("\r\n", "\n").split("\r")  # the terminal writes a line end as \r\n
+    assert proc.returncode == 0 and lines == ["", "fit 0/1", "fit 1/1\n"], shown
+    assert stdout.splitlines()[0].split() == ["parameter", "value"] and "RSD" not in stdout
+    with_rsd = run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(MEASUREMENTS_CSV), "--repeat", "2",
+                   *QUICK).stdout
+    assert with_rsd.splitlines()[0].split() == ["parameter", "value", "RSD", "%"]
