@@ -851,16 +851,28 @@ def test_without_cap_perfmon_the_daemon_counts_with_schedstat_or_says_why_it_can
 
 
 def test_descendants_present_and_future_are_managed(daemon):
-    tree = subprocess.Popen(["bash", "-c", "sleep 30 & sleep 0.5; sleep 30 & wait"])
+    """--descendants manages the children a process has at attach and those it starts
+    later: the tree starts its second child only when told (a line on its stdin),
+    after the first is managed, and that child is then adopted and pinned too. The
+    tree is a session of its own, killed whole at the end: no orphan left behind."""
+    tree = subprocess.Popen(["bash", "-c", "sleep 30 & read -r; sleep 30 & wait"], stdin=subprocess.PIPE,
+                            start_new_session=True)
     try:
+        first = wait_for(lambda: procfs_children(tree.pid))
         daemon.request("attach", pid=tree.pid, descendants=True)
-        wait_for(lambda: all_pinned(daemon, tree.pid, 3))
+        wait_for(lambda: all_pinned(daemon, tree.pid, 2))
+        assert set(threads_of(daemon, tree.pid)) == {tree.pid, *first}
+        tree.stdin.write(b"\n")  # now the second child is born, after the attach
+        tree.stdin.flush()
+        later = wait_for(lambda: set(procfs_children(tree.pid)) - set(first))
+        wait_for(lambda: pinned_where_shown(daemon, tree.pid, 3))
+        assert set(threads_of(daemon, tree.pid)) == {tree.pid, *first, *later}
         # a child is adopted between fork and exec as "bash"; its name follows the exec
         wait_for(lambda: sorted(t["name"] for t in threads_of(daemon, tree.pid).values()) == ["bash", "sleep", "sleep"])
     finally:
-        subprocess.run(["pkill", "-P", str(tree.pid)])
-        tree.kill()
+        os.killpg(tree.pid, signal.SIGKILL)  # bash and every sleep it started
         tree.wait()
+        tree.stdin.close()
 
 
 def test_the_target_name_follows_an_exec(daemon, kill_after):
