@@ -1102,26 +1102,39 @@ class FailsOnce(CounterSet):
         return values, gone
 
 
+def _run_ns(tid: int) -> int:
+    """The time the thread has run on a CPU, in ns (/proc's schedstat, the kernel's own
+    account, beside the counters the engine reads)."""
+    return int(Path(f"/proc/{tid}/schedstat").read_text().split()[0])
+
+
 @needs_root
 def test_a_period_without_a_reading_does_not_double_the_next_utility(kill_after) -> None:
     """The time since the last reading moved on for every thread, the last value only
     for those read: the period after a failed read divided two periods' count by one
     (1e9 ns/s of a spinning thread came out as 2e9). The reading's time now stays
-    with its value."""
+    with its value. The utility after the failed read is checked by its size: a
+    thread runs at most one CPU-second a second (task-clock counts ns), and it is the
+    run time the kernel's schedstat gives the thread over those two periods, per
+    second of them (the spinner may share its CPU with other work: schedstat, not
+    1e9, is what it got)."""
     spinner = kill_after(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
     counters = FailsOnce(CounterSource.TASK_CLOCK)
     engine = Engine(Config(), read_topology("/sys").domains(Config().domains), counters, Pinner())
     with _released(engine, counters):
         target = engine.attach(spinner.pid, time.monotonic(), observe=True)
-        times = []
+        times, ran = [], []
         for period in range(3):
             if period == 1:
                 counters.failing = spinner.pid
-            time.sleep(0.05)
+            time.sleep(0.1)
             times.append(time.monotonic())
             engine.tick(times[-1])
+            ran.append(_run_ns(spinner.pid))
         r = target.current()
         assert r.since[0] == times[2] and np.isfinite(r.utility[0])
+        assert r.utility[0] <= 1.05e9, "more than one CPU-second a second"
+        assert r.utility[0] == pytest.approx((ran[2] - ran[0]) / (times[2] - times[0]), rel=0.25)
         counters.failing = spinner.pid
         engine.tick(times[2] + 0.05)
         assert np.isnan(target.current().utility[0]) and target.current().since[0] == times[2], \
