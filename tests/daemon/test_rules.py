@@ -1,0 +1,158 @@
+"""The config rules (parlschedd/daemon/rules.py): which processes a rule matches, on
+real processes in real cgroups, through a real RuleMatcher over this host's /proc and
+/sys/fs/cgroup, and what a real engine and a real daemon attach by them.
+
+The rules in tests/daemon/test_daemon.py match by a command-line tag or by a cgroup
+alone; these check a name matched by comm only, and a rule with both a cgroup and a
+name."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from parlschedd.config import Config, TargetRule
+from parlschedd.daemon.engine import Engine
+from parlschedd.daemon.rules import RuleMatcher
+from parlschedd.host import cgroups, procfs
+from parlschedd.host.affinity import Pinner
+from parlschedd.host.base import CounterSource
+from parlschedd.host.perf import CounterSet
+from parlschedd.topology import read_topology
+from tests.conftest import needs_root, start_daemon, wait_for
+
+pytestmark = needs_root
+
+# comm set from the environment, which is not in the command line: a name rule can find
+# it only by comm
+NAMED_BY_COMM = """
+import os, time
+with open("/proc/self/comm", "w") as comm:
+    comm.write(os.environ["PARLSCHED_COMM"])
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def matcher() -> RuleMatcher:
+    return RuleMatcher(procfs.PROC_ROOT, cgroups.CGROUP_ROOT)
+
+
+def named_by_comm(comm: str) -> subprocess.Popen:
+    """A process whose comm is ``comm`` and whose command line does not hold it."""
+    proc = subprocess.Popen([sys.executable, "-c", NAMED_BY_COMM], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PARLSCHED_COMM": comm})
+    assert proc.stdout.readline() == "ready\n"
+    return proc
+
+
+def tagged_sleeper(tag: str) -> subprocess.Popen:
+    """A process a name rule matches by ``tag``, an argument of its command line."""
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", tag])
+
+
+@contextlib.contextmanager
+def killed_at_end(*procs: subprocess.Popen) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+            if p.stdout:
+                p.stdout.close()
+
+
+def test_a_name_rule_matches_a_process_by_its_comm_alone(kill_after):
+    """A rule's ``name`` is searched in the process's comm as well as in its command
+    line: a program that names itself (prctl PR_SET_NAME, a write to
+    /proc/self/comm) is matched by that name though its command line is only
+    "python -c ...". A real engine attaches it by the rule, and a process with the
+    same command line but another comm is not matched."""
+    comm = f"psr-{uuid.uuid4().hex[:8]}"
+    named = kill_after(named_by_comm(comm))
+    other = kill_after(named_by_comm(f"psr-{uuid.uuid4().hex[:8]}"))
+    assert procfs.comm(named.pid) == comm
+    assert comm not in " ".join(procfs.cmdline(named.pid)), "the command line must not hold the name"
+    rule = TargetRule(name=f"^{comm}$")
+    assert matcher().matching(rule) == {named.pid}
+    counters = CounterSet(CounterSource.TASK_CLOCK)
+    engine = Engine(Config(), read_topology("/sys").domains(Config().domains), counters, Pinner())
+    try:
+        matcher().rescan(engine, (rule,), time.monotonic())
+        assert set(engine.targets) == {named.pid} and engine.targets[named.pid].rule == 0
+        assert other.pid not in engine.targets
+    finally:
+        engine.detach_all()
+        counters.close_all()
+
+
+CGROUP_MOUNTS = [  # as tests/daemon/test_daemon.py's CGROUP_RULES
+    ("/sys/fs/cgroup/unified", ""),         # v2 (the unified hierarchy of a hybrid host)
+    ("/sys/fs/cgroup/cpuset", "cpuset:"),  # a v1 controller hierarchy
+]
+
+
+@contextlib.contextmanager
+def own_cgroup(mount: str) -> Iterator[Path]:
+    """A cgroup of its own under ``mount``, removed at the end (its processes, which
+    the test kills first, are moved back to the root if any is left)."""
+    if not os.path.isdir(mount) or not os.access(mount, os.W_OK):
+        pytest.skip(f"{mount} is not mounted, or not writable, on this host")
+    group = Path(mount) / f"parlsched-test-{uuid.uuid4().hex[:8]}"
+    group.mkdir()
+    try:
+        if (group / "cpuset.cpus").exists():  # a v1 cpuset needs its CPUs and memory nodes set
+            (group / "cpuset.cpus").write_text((Path(mount) / "cpuset.cpus").read_text())
+            (group / "cpuset.mems").write_text((Path(mount) / "cpuset.mems").read_text())
+        yield group
+    finally:
+        for pid in (group / "cgroup.procs").read_text().split():
+            with contextlib.suppress(OSError):
+                (Path(mount) / "cgroup.procs").write_text(pid)
+        for _ in range(50):  # a killed process leaves its cgroup when it is reaped
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                time.sleep(0.05)
+
+
+@pytest.mark.parametrize("mount, prefix", CGROUP_MOUNTS, ids=["v2", "v1 cpuset"])
+def test_a_rule_with_a_cgroup_and_a_name_matches_only_the_named_in_the_cgroup(tmp_path, mount, prefix):
+    """Both a cgroup and a name: a process must be in the cgroup (or below it) and have
+    the name. Of three processes, the one in the cgroup with the name matches; one
+    with the name outside the cgroup and one in the cgroup without the name do not;
+    nor does anything when the cgroup does not exist. Checked on the matcher, and
+    on a real daemon, which attaches that one process and no other over several
+    rescans."""
+    tag = f"parlsched-rule-{uuid.uuid4().hex[:8]}"
+    with own_cgroup(mount) as group:
+        inside, outside, unnamed = tagged_sleeper(tag), tagged_sleeper(tag), tagged_sleeper("not-the-tag")
+        with killed_at_end(inside, outside, unnamed):
+            for p in (inside, unnamed):
+                (group / "cgroup.procs").write_text(str(p.pid))
+            rule = TargetRule(name=tag, cgroup=f"{prefix}/{group.name}")
+            assert matcher().matching(TargetRule(name=tag)) == {inside.pid, outside.pid}
+            assert matcher().matching(TargetRule(cgroup=rule.cgroup)) == {inside.pid, unnamed.pid}
+            assert matcher().matching(rule) == {inside.pid}
+            assert matcher().matching(TargetRule(name=tag, cgroup=f"{prefix}/{group.name}-absent")) == set()
+
+            (tmp_path / "parlschedd.yaml").write_text(
+                f"period_s: 0.05\nrescan_s: 0.1\ntargets:\n  - cgroup: '{rule.cgroup}'\n    name: '{tag}'\n")
+            d = start_daemon(tmp_path)
+            try:
+                targets = lambda: {t["pid"] for t in d.request("status")["targets"]}  # noqa: E731
+                wait_for(lambda: inside.pid in targets())
+                time.sleep(0.5)  # five rescans
+                assert targets() == {inside.pid}
+            finally:
+                d.stop()
