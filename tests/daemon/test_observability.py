@@ -35,8 +35,29 @@ def scrape(port: int) -> dict[str, float]:
     return series
 
 
+def of_one_period(d, pid: int, port: int) -> tuple[dict[str, float], dict] | None:
+    """A scrape and a ``status`` of target ``pid`` from the same period, or None. The
+    daemon ticks and answers requests in one thread, so the two show the same period
+    when the target's last history sample is the same before and after both."""
+    before = d.request("history", pid=pid, last=1)["samples"][-1]["t"]
+    series = scrape(port)
+    status = d.request("status", pid=pid)
+    after = d.request("history", pid=pid, last=1)["samples"][-1]["t"]
+    return (series, status) if before == after else None
+
+
+def per_tid(series: dict[str, float], name: str) -> dict[str, float]:
+    """The values of the per-thread series ``name``, by their tid label ("other" too)."""
+    return {re.search(r'tid="(\w+)"', k).group(1): v for k, v in series.items() if k.startswith(name + "{")}
+
+
 @needs_root
 def test_prometheus_endpoint_reports_the_managed_threads(tmp_path, workload):
+    """The endpoint's series, bounded to metrics_max_threads threads a target (the
+    rest summed as tid="other"), against what status shows of the same period: each
+    thread's utility and domain, the other threads' summed utility, the target's
+    total; and facts of the host: a domain is one of the daemon's, holding the CPU
+    the thread is on."""
     port = free_port()
     (tmp_path / "parlschedd.yaml").write_text(
         f"period_s: 0.05\nmetrics: '127.0.0.1:{port}'\nmetrics_max_threads: 3\n" + PINNING)
@@ -63,6 +84,22 @@ def test_prometheus_endpoint_reports_the_managed_threads(tmp_path, workload):
         assert m[f'parlsched_counter_source_info{{source="{source}"}}'] == 1
         assert m["process_open_fds"] > 0 and m["process_resident_memory_bytes"] > 10e6
         assert m["parlsched_counter_read_errors_total"] == 0
+
+        m, status = wait_for(lambda: of_one_period(d, w.pid, port), timeout=10)
+        shown = {t["tid"]: t for t in status["targets"][0]["threads"]}
+        domains = status["daemon"]["domains"]
+        assert sorted(shown) == tids
+        utility, domain = per_tid(m, "parlsched_thread_utility"), per_tid(m, "parlsched_thread_domain")
+        assert sorted(domain) == sorted(map(str, tids[:3]))
+        for tid in tids[:3]:
+            assert utility[str(tid)] == pytest.approx(shown[tid]["utility"], rel=1e-9)
+            assert domain[str(tid)] == shown[tid]["domain"]
+            assert shown[tid]["cpu"] in domains[int(domain[str(tid)])], "the domain holds the thread's CPU"
+        rest = sum(shown[t]["utility"] for t in tids[3:])
+        assert rest > 0, "the workers summed as other run: a sum of 0 would be no check"
+        assert utility["other"] == pytest.approx(rest, rel=1e-9)
+        assert m[f'parlsched_target_utility{{name="python",pid="{w.pid}"}}'] == \
+            pytest.approx(sum(t["utility"] for t in shown.values()), rel=1e-9)
     finally:
         d.stop()
     with pytest.raises(OSError):
