@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import random
+import select
 import signal
 import subprocess
 import sys
@@ -58,21 +59,34 @@ time.sleep(3600)
 
 
 def test_thread_churn_at_hundreds_per_second(daemon):
+    """A target that starts and ends hundreds of threads a second beside three that
+    live on: the daemon answers status throughout, and every answer lists the
+    threads that live on (a thread is never dropped for others' exits); after the
+    churn it manages exactly the threads left, each pinned on the CPU status shows;
+    nothing is logged as an error, detach restores every mask, no fd leaks."""
     seconds = 3.0
     proc = subprocess.Popen([sys.executable, "-c", CHURN, str(seconds)], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"
         fds0 = fd_count(daemon.proc.pid)
         daemon.request("attach", pid=proc.pid)
+        during = []  # the tids each status showed while the threads churned
+        while not select.select([proc.stdout], [], [], 0.1)[0]:
+            during.append(set(threads_of(daemon, proc.pid)))
         made = int(proc.stdout.readline())
         rate = made / seconds
         assert rate >= 200, f"churn only {rate:.0f} threads/s"
-        status = threads_of(daemon, proc.pid)
-        keep = [t for t in tids_of(proc.pid) if t != proc.pid]
-        assert len(keep) == 3
-        wait_for(lambda: set(threads_of(daemon, proc.pid)) == set(tids_of(proc.pid)), timeout=3)
-        assert all(t["pinned"] for t in threads_of(daemon, proc.pid).values())
-        assert status is not None and daemon.request("ping")
+        # main and the three kept (a joined thread may take a moment more to be gone)
+        survivors = set(wait_for(lambda: len(tids_of(proc.pid)) == 4 and tids_of(proc.pid), timeout=3))
+        assert len(during) >= 10, "status answered throughout the churn"
+        assert all(survivors <= shown for shown in during), "a surviving thread missing from a status"
+
+        def pinned_where_shown() -> bool:  # retried: a period between status and the masks may move a thread
+            shown = threads_of(daemon, proc.pid)
+            return (set(shown) == survivors and all(t["pinned"] for t in shown.values())
+                    and masks(survivors) == {tid: frozenset({t["cpu"]}) for tid, t in shown.items()})
+
+        wait_for(pinned_where_shown, timeout=3)
         bad = errors_in_log(daemon)
         assert not bad, bad[:3]
         daemon.request("detach", pid=proc.pid)
