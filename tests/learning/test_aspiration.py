@@ -22,10 +22,17 @@ def test_benchmarks_three_branches():
 
 
 def test_benchmark_boundaries_belong_to_the_right_branch():
-    bench = Benchmarks(lower=np.array([5.0, 5.0]), upper=np.array([10.0, 10.0]))
-    out = aspiration.update_benchmarks(np.array([10.0, 5.0]), bench, eta=2.0)
-    np.testing.assert_allclose(out.upper, [10.0, 10.0])  # rho == bbar raises (to itself)
-    np.testing.assert_allclose(out.lower, [5.0, 5.0])    # rho == b is "between": unchanged
+    """rho == bbar raises both benchmarks and rho == b leaves them unchanged (step 3's
+    ">=" and "<"). With bbar != eta * b the branches give different benchmarks at the
+    boundaries, so a ">" or "<=" would show: b = 4, bbar = 10, eta = 2.
+
+    - rho = 10 == bbar, raise: bbar = 10, b = 10 / 2 = 5 (unchanged would keep b = 4);
+    - rho = 4 == b, unchanged: bbar = 10, b = 4 (lowering would give bbar = 2 * 4 = 8).
+    """
+    bench = Benchmarks(lower=np.array([4.0, 4.0]), upper=np.array([10.0, 10.0]))
+    out = aspiration.update_benchmarks(np.array([10.0, 4.0]), bench, eta=2.0)
+    np.testing.assert_allclose(out.upper, [10.0, 10.0])
+    np.testing.assert_allclose(out.lower, [5.0, 4.0])
 
 
 def test_better_replies_with_gamma():
