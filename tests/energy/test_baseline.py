@@ -16,13 +16,47 @@ def test_node_workload_deals_subpopulations_round_robin_to_devices(hpmoon):
     assert x[2].tolist() == [3 * 15, 2 * 18, 2 * 12]  # nsp 7: SS_p = 548, C = 37, 31, 47
 
 
-def test_fit_recovers_parameters_of_data_it_generated(hpmoon):
-    truth = BaselineParams(np.array([0.03, 0.05, 0.02]), 4.0, np.array([200.0, 150.0, 230.0]),
-                           np.array([160.0, 130.0, 170.0]), 20000.0)
+def test_time_and_energy_are_eq5_and_node_level_eq7_by_hand(tiny):
+    """predict_time is eq. 5 and predict_energy eq. 7 at node level (module docstring),
+    checked on a 2-node workload computed by hand. theta = (2, 3) s per round and
+    x = [[10, 5], [4, 8]] rounds give node times [[20, 15], [8, 24]] s, slowest 20 and 24:
+
+    - time: NGm * overhead_s + slowest = 2 * 1.5 + (20, 24) = (23, 27) s;
+    - energy: active Pow_i * T_i, idle Powidle_i * (slowest - T_i), plus overhead_j:
+      row 0: 100*20 + 50*15 + 10*0 + 20*5 + 3600 = 6450 J = 6450/3600 Wh;
+      row 1: 100*8 + 50*24 + 10*16 + 20*0 + 3600 = 5760 J = 1.6 Wh.
+    """
+    p = BaselineParams(np.array([2.0, 3.0]), 1.5, np.array([100.0, 50.0]), np.array([10.0, 20.0]), 3600.0)
+    x = np.array([[10.0, 5.0], [4.0, 8.0]])
+    np.testing.assert_allclose(predict_time(tiny, p, x), [23.0, 27.0])
+    np.testing.assert_allclose(predict_energy(p, x), [6450.0 / 3600.0, 1.6])
+
+
+def test_fit_recovers_the_parameters_of_data_from_the_equations(hpmoon):
+    """Runtimes and energies written out here from eqs. 5 and 7 (not with the module's
+    own design matrices), fitted: the fit must give back the parameters they came from.
+
+    theta = (0.03, 0.025, 0.04) makes each of the three nodes the slowest for some NSp
+    in 1..32, so every theta is constrained by the runtimes. Node-level eq. 7 is
+    sum_i (Pow_i - Powidle_i) T_i + (sum_i Powidle_i) max_i T_i + overhead_j: the
+    energies fix Pow_i - Powidle_i (40, 20, 60 W), the sum of the idle powers (460 W) and
+    overhead_j, not Pow_i and Powidle_i one by one, so those combinations are compared.
+    """
+    theta, overhead_s = np.array([0.03, 0.025, 0.04]), 4.0
+    pow_, idle, overhead_j = np.array([200.0, 150.0, 230.0]), np.array([160.0, 130.0, 170.0]), 20000.0
     nsp = np.arange(1, 33)
-    x = node_workload(hpmoon, nsp)
-    t, e = predict_time(hpmoon, truth, x), predict_energy(truth, x)
+    node_s = node_workload(hpmoon, nsp) * theta  # T_i, whole run
+    slowest = node_s.max(axis=1)
+    assert set(np.argmax(node_s, axis=1).tolist()) == {0, 1, 2}  # every node's theta is seen
+    t = hpmoon.run.global_migrations * overhead_s + slowest
+    e = ((pow_ * node_s).sum(axis=1) + (idle * (slowest[:, None] - node_s)).sum(axis=1) + overhead_j) / 3600.0
     fitted = BaselineModel(hpmoon).fit(nsp, t, e)
+    p = fitted.params_
+    np.testing.assert_allclose(p.theta, theta, rtol=1e-6)
+    assert p.overhead_s == pytest.approx(overhead_s, rel=1e-6)
+    np.testing.assert_allclose(p.pow - p.pow_idle, pow_ - idle, rtol=1e-5)
+    assert p.pow_idle.sum() == pytest.approx(idle.sum(), rel=1e-5)
+    assert p.overhead_j == pytest.approx(overhead_j, rel=1e-5)
     bt, be = fitted.predict(nsp)
     np.testing.assert_allclose(bt, t, rtol=1e-6)
     np.testing.assert_allclose(be, e, rtol=1e-5)
