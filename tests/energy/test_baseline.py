@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 
-from parlschedd.energy.baseline import BaselineModel, BaselineParams, node_workload, predict_energy, predict_time
+from parlschedd.energy.baseline import (BaselineModel, BaselineParams, fit_time, node_workload, predict_energy,
+                                        predict_time)
+from parlschedd.energy.cluster import parse_cluster
+from tests.energy.conftest import TINY
 
 
 def test_node_workload_deals_subpopulations_round_robin_to_devices(hpmoon):
@@ -60,6 +65,37 @@ def test_fit_recovers_the_parameters_of_data_from_the_equations(hpmoon):
     bt, be = fitted.predict(nsp)
     np.testing.assert_allclose(bt, t, rtol=1e-6)
     np.testing.assert_allclose(be, e, rtol=1e-5)
+
+
+def test_fit_time_keeps_the_round_with_the_least_squared_error():
+    """When the alternation does not settle, fit_time returns the round whose eq. 5
+    runtimes have the least squared error, not the last round (nor the one that
+    predicts least). NGm = 2, two nodes, rounds of evaluations x (A, B) = (3, 2), (4, 2),
+    (3, 3), (6, 3) and runtimes t = 14, 26, 24, 20. By hand:
+
+    - start: theta = medians of t / x = (5.583, 7.5), node times A (16.75, 22.33, 16.75,
+      33.5), B (15, 15, 22.5, 22.5): slowest A, A, B, A;
+    - round 1: A's rows (3, 14), (4, 26), (6, 20) give theta_A = 9/7 and 2 o = 101/7,
+      B's row (3, 24) theta_B = 67/21; B is then the slowest on every row, predictions
+      437/21, 437/21, 24, 24, squared error 39386/441 = 89.31;
+    - round 2: all rows on B, (2, 14), (2, 26), (3, 24), (3, 20): theta_B = 2, o = 8
+      (theta_A kept at 9/7); slowest B, A, B, A, predictions 20, 148/7, 22, 166/7,
+      squared error 3792/49 = 77.39, the least;
+    - round 3: A on rows 1, 3 and B on rows 0, 2: theta = (16/13, 20/13), o = 8
+      (normal equations); slowest A, A, B, A as in round 1, predictions 256/13, 272/13,
+      268/13, 304/13 (the smallest of the three rounds), squared error 13704/169 = 81.09;
+    - round 1's slowest nodes again: the three rounds repeat until MAX_ROUNDS (100), and
+      the last one is round 1's.
+    """
+    two_nodes = copy.deepcopy(TINY)
+    a, b = two_nodes["nodes"][0]["devices"]
+    two_nodes["nodes"] = [{"name": "A", "devices": [a]}, {"name": "B", "devices": [b]}]
+    cluster = parse_cluster(two_nodes, "two nodes")
+    assert cluster.run.global_migrations == 2
+    x = np.array([[3.0, 2.0], [4.0, 2.0], [3.0, 3.0], [6.0, 3.0]])
+    theta, overhead = fit_time(cluster, x, np.array([14.0, 26.0, 24.0, 20.0]))
+    np.testing.assert_allclose(theta, [9 / 7, 2.0], rtol=1e-6)
+    assert overhead == pytest.approx(8.0, rel=1e-6)
 
 
 def test_on_the_shared_data_and_time_only(hpmoon, measured):
