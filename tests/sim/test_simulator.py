@@ -7,7 +7,7 @@ from parlschedd.learning.scheduler import FREE
 from parlschedd.sim.background import Background
 from parlschedd.sim.baselines import HomeDomainBalancer, KernelBalancer
 from parlschedd.sim.game import Machine, Threads
-from parlschedd.sim.simulator import Observation, ParlschedPolicy, Workload, place_free, simulate
+from parlschedd.sim.simulator import Observation, ParlschedPolicy, Trace, Workload, place_free, simulate
 
 
 def test_free_threads_go_heaviest_first_to_the_least_loaded_core_of_their_domain():
@@ -41,3 +41,41 @@ def test_the_home_domain_balancer_keeps_threads_home_and_balances_each_domain():
     assert cpus.tolist() == [1, 0, 0, 0, 2]  # 3.0 alone, the 1.0s beside the background (a tie goes to core 0)
     assert out.makespan.tolist() == [4.0, 4.0, 4.0]
     assert out.migrations[1:].tolist() == [0, 0]  # the same placement every period
+
+
+def _trace(ratios: list[float], bound: float = 2.0) -> Trace:
+    """A trace whose makespan / bound is exactly ``ratios`` (bound 2: doubling is exact)."""
+    n = len(ratios)
+    return Trace(makespan=np.array(ratios) * bound, bound=np.full(n, bound), mean_utility=np.zeros(n),
+                 migrations=np.zeros(n, dtype=np.int64))
+
+
+def test_periods_to_within_is_where_the_running_median_settles_for_good():
+    """The step from which the running median of makespan / bound over ``hold`` steps
+    stays at or below the factor to the end of the run (bench/sim_scale.py's "settle
+    within 1.10"). Factor 1.1, hold 3 unless said, medians by hand:
+
+    - always 2: never within, None;
+    - 1.1, 1, 1.1, 1.1, 1: medians 1.1, 1.05, 1.1, 1.1, 1.1: within from step 0 (a
+      median of exactly 1.1 counts: "at or below");
+    - 2, 1, 1, 1, 1, 2, 2, 2: medians 2, 1.5, 1, 1, 1, 1, 2, 2: within for a while, then
+      not, to the end: None;
+    - 3, 3, 1.05, 3, 1, 1, 5, 1, 1: medians 3, 3, 3, 3, 1.05, 1, 1, 1, 1: step 4, whose
+      window (1.05, 3, 1) has median 1.05 though step 3's ratio was 3; the spike of 5 at
+      step 6 does not move the median;
+    - two steps, shorter than hold 3: None;
+    - hold 1 with makespans 4, 4, 2, 2 over bounds 2, 4, 2, 2: ratios 2, 1, 1, 1, step 1
+      (the ratio decides, not the makespan, which never falls below 2);
+    - the default hold 10 on five 2s then twenty 1s: a window of 10 has a median <= 1.1
+      once it holds 6 ones, first at step 10 (window steps 1..10); at step 9 it holds
+      5 and 5, median 1.5.
+    """
+    assert _trace([2.0] * 6).periods_to_within(1.1, hold=3) is None
+    assert _trace([1.1, 1.0, 1.1, 1.1, 1.0]).periods_to_within(1.1, hold=3) == 0
+    assert _trace([2.0, 1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0]).periods_to_within(1.1, hold=3) is None
+    assert _trace([3.0, 3.0, 1.05, 3.0, 1.0, 1.0, 5.0, 1.0, 1.0]).periods_to_within(1.1, hold=3) == 4
+    assert _trace([1.0, 1.0]).periods_to_within(1.1, hold=3) is None
+    varying = Trace(makespan=np.array([4.0, 4.0, 2.0, 2.0]), bound=np.array([2.0, 4.0, 2.0, 2.0]),
+                    mean_utility=np.zeros(4), migrations=np.zeros(4, dtype=np.int64))
+    assert varying.periods_to_within(1.1, hold=1) == 1
+    assert _trace([2.0] * 5 + [1.0] * 20).periods_to_within(1.1) == 10
