@@ -7,10 +7,14 @@ from parlschedd.energy.metrics import fit_distance, nrmse, objective, relative_e
 
 
 def test_rmse_and_nrmse_by_hand():
-    measured = np.array([1.0, 3.0])  # population std 1
-    assert rmse(np.array([2.0, 3.0]), measured) == pytest.approx(np.sqrt(0.5))
-    assert nrmse(np.array([2.0, 3.0]), measured) == pytest.approx(np.sqrt(0.5))
-    assert relative_errors(np.array([2.0, 3.0]), measured).tolist() == [1.0, 0.0]
+    """Eqs. 10 and 15 on errors of +3 and -1: RMSE = sqrt((9 + 1) / 2) = sqrt(5), which
+    differs from the mean absolute error (2) and the mean error (1). The measurements 1
+    and 5 have population std 2 (the sample std would be 2 sqrt 2), so NRMSE = sqrt(5) / 2
+    (a product would give 2 sqrt 5). Relative errors: 3 / 1 = 3 and -1 / 5 = -0.2."""
+    predicted, measured = np.array([4.0, 4.0]), np.array([1.0, 5.0])
+    assert rmse(predicted, measured) == pytest.approx(np.sqrt(5.0))
+    assert nrmse(predicted, measured) == pytest.approx(np.sqrt(5.0) / 2.0)
+    np.testing.assert_allclose(relative_errors(predicted, measured), [3.0, -0.2])
 
 
 def test_rsd_eq17_uses_the_sample_std_over_repetitions():
