@@ -16,7 +16,11 @@ given the slowest nodes, a bounded least-squares solve for (T_master + T_com, th
 given theta, the slowest nodes; until the slowest nodes stop changing. With the times
 fixed, the energy (eq. 7 at node level: active and idle power per node and a constant
 master/switch overhead energy) is linear in its parameters and is one more bounded
-least-squares solve.
+least-squares solve. Energy data determine only each node's active minus idle power,
+the sum of the idle powers and the overhead (E = sum_i (Pow_i - Powidle_i) T_i +
+sum_i Powidle_i max_i T_i + overhead): the split of the idle sum among nodes is one of
+many equally good ones, so the reported ``pow_w`` and ``pow_idle_w`` are not each a
+node's measured power.
 """
 
 from __future__ import annotations
