@@ -110,7 +110,7 @@ class Daemon:
         self.reload_requested = False
         self.ignored_signals: set[int] = set()
         self._socket_id: tuple[int, int] | None = None  # (st_dev, st_ino) of the socket we bound
-        self._socket_taken_said = False
+        self._socket_trouble_said = False
         self.stats = LoopStats()
         self.clients: dict[int, Client] = {}
         self.selector = selectors.DefaultSelector()
@@ -239,10 +239,13 @@ class Daemon:
                     self.engine.resync(now)
                     self.engine.refilter(now)
                     self._notice_new_cpus()
-                    self._keep_socket()
-                    self.statefile.keep_lock()
                 except Exception as exc:  # /proc unreadable, out of fds: the periods go on
                     log.error("rescan failed", error=f"{type(exc).__name__}: {exc}")
+                try:  # apart: a rescan failing every time must not keep the daemon unreachable
+                    self._keep_socket()
+                    self.statefile.keep_lock()
+                except Exception as exc:  # a bug: said, and tried again at the next rescan
+                    log.error("socket and lock check failed", error=f"{type(exc).__name__}: {exc}")
             try:
                 self.engine.tick(now)
                 if self.statefile.dirty:
@@ -384,7 +387,7 @@ class Daemon:
     # -- socket -----------------------------------------------------------------------
 
     def _socket_gid(self) -> int | None:
-        group = self.config.socket.group
+        group = self._started_with.socket.group  # a reload's waits for a restart, as it says
         try:
             return group_id(group)
         except LookupError:
@@ -434,14 +437,15 @@ class Daemon:
             raise StartupError(f"cannot bind control socket {path}: {exc.strerror or exc}") from None
         finally:
             os.umask(umask)
-        os.chmod(path, self.config.socket.mode)
-        if gid is not None:
-            try:
+        try:
+            os.chmod(path, self._started_with.socket.mode)
+            if gid is not None:
                 os.chown(path, 0, gid)
-            except OSError as exc:
-                sock.close()
-                raise StartupError(f"cannot give control socket {path} to group {self.config.socket.group}: "
-                                   f"{exc.strerror}") from None
+        except OSError as exc:
+            sock.close()
+            os.unlink(path)  # not left at the path as if it were another daemon's
+            raise StartupError(f"cannot give control socket {path} mode {self._started_with.socket.mode:o} and group "
+                               f"{self._started_with.socket.group}: {exc.strerror}") from None
         sock.listen(1 << 16)  # the kernel's largest queue (net.core.somaxconn) for a burst; MAX_CLIENTS bounds those served
         sock.setblocking(False)
         self.listener = sock
@@ -450,31 +454,37 @@ class Daemon:
 
     def _keep_socket(self) -> None:
         """Make the control socket again when its path was removed under the daemon
-        (``make clean``, an ``rm -rf`` of the run dir): else clients are told the daemon
-        is not running while it still manages their threads. Connections already open
-        stay. A path that leads to another file now (another daemon's socket) is left
-        alone, and said once."""
+        (``make clean``, an ``rm -rf`` of the run dir), with the mode and group it
+        started with: else clients are told the daemon is not running while it still
+        manages their threads. Connections already open stay. A path that leads to
+        another file now (another daemon's socket) is left alone; that, or a socket
+        that cannot be made again, is said once until it is mended."""
         found = _file_id(self.socket_path)
         if found == self._socket_id:
+            self._socket_trouble_said = False
             return
         if found is not None:
-            if not self._socket_taken_said:
-                log.error("the control socket's path leads to another file now; this daemon is reachable only on "
-                          "connections already open: stop it and start it again", path=self.socket_path)
-                self._socket_taken_said = True
+            self._say_socket_trouble("the control socket's path leads to another file now; this daemon is reachable "
+                                     "only on connections already open: stop it and start it again")
             return
         old = self.listener
         try:
             Path(self.socket_path).parent.mkdir(exist_ok=True, mode=0o755)
             self._open_socket(self._socket_gid())
         except (OSError, StartupError) as exc:
-            log.error("control socket removed, and cannot be made again", path=self.socket_path, error=str(exc))
+            self._say_socket_trouble("control socket removed, and cannot be made again", error=str(exc))
             return
         if not self._listen_paused_until:  # else it was unregistered already
             self.selector.unregister(old)
         self._listen_paused_until = 0.0
         old.close()
+        self._socket_trouble_said = False
         log.warning("control socket removed under the daemon, made again", path=self.socket_path)
+
+    def _say_socket_trouble(self, message: str, **fields: str) -> None:
+        if not self._socket_trouble_said:
+            log.error(message, path=self.socket_path, **fields)
+            self._socket_trouble_said = True
 
     def _dispatch(self, key: selectors.SelectorKey, events: int) -> None:
         if key.data == "wake":

@@ -70,8 +70,9 @@ class StateFile:
         try:
             ours, there = os.fstat(self._lock), os.stat(where / "lock")
             if (ours.st_dev, ours.st_ino) == (there.st_dev, there.st_ino):
+                self._lock_lost_said = False
                 return
-        except FileNotFoundError:
+        except OSError:  # gone, or a path through a file now: taken again below, or said why not
             pass
         try:
             where.mkdir(exist_ok=True, mode=0o755)
@@ -83,7 +84,7 @@ class StateFile:
                 self._lock_lost_said = True
             return
         os.close(self._lock)
-        self._lock, self.dirty = lock, True
+        self._lock, self.dirty, self._lock_lost_said = lock, True, False
         log.warning("state dir removed under the daemon, its lock taken and its state written again", path=str(where))
 
     def unlock(self) -> None:

@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -1055,9 +1056,12 @@ def _started(config, socket, state_dir) -> subprocess.CompletedProcess:
 def test_a_run_dir_removed_under_the_daemon_is_made_again(tmp_path, workload):
     """``make clean`` (rm -rf run/) while the daemon runs: it went on managing but no
     client could reach it, and with its lock file gone a second daemon started on the
-    same state dir and fought it over the threads. Both come back at the next rescan;
-    connections already open are kept."""
-    (tmp_path / "parlschedd.yaml").write_text("period_s: 0.05\nrescan_s: 0.1\n" + PINNING)
+    same state dir and fought it over the threads. Both come back at the next rescan,
+    the socket with the mode the daemon started with (a reload's waits for a restart);
+    connections already open are kept. While they cannot be made again (a file where
+    the run dir was) that is said once, not every rescan."""
+    config = "period_s: 0.05\nrescan_s: 0.1\n" + PINNING
+    (tmp_path / "parlschedd.yaml").write_text(config + "socket: {mode: '0600'}\n")
     run = tmp_path / "run"
     run.mkdir()
     sock = run / "ctl.sock"
@@ -1072,14 +1076,25 @@ def test_a_run_dir_removed_under_the_daemon_is_made_again(tmp_path, workload):
         with socket.socket(socket.AF_UNIX) as kept:
             kept.connect(str(sock))
             d.request("attach", pid=w.pid)
+            (tmp_path / "parlschedd.yaml").write_text(config + "socket: {mode: '0666'}\n")
+            assert d.request("reload")["restart_pending"] == ["socket"]
             shutil.rmtree(run)
             wait_for(lambda: (run / "state" / "lock").exists() and (run / "state" / "state.json").exists() and sock.exists())
+            assert stat.S_IMODE(os.stat(sock).st_mode) == 0o600
             assert d.request("status", pid=w.pid)["targets"][0]["pid"] == w.pid
             kept.sendall(b'{"cmd": "ping"}\n')
             assert json.loads(kept.makefile().readline())["ok"]
         second = _started(tmp_path / "parlschedd.yaml", tmp_path / "second.sock", run / "state")
         assert second.returncode == 1 and "is in use by" in second.stderr, second.stderr
         assert "control socket removed under the daemon, made again" in d.log_text()
+        shutil.rmtree(run)
+        run.write_text("not a directory\n")
+        time.sleep(0.6)  # six rescans
+        assert d.log_text().count("control socket removed, and cannot be made again") == 1
+        assert d.log_text().count("the state dir's lock was removed and cannot be taken again") == 1
+        run.unlink()
+        wait_for(lambda: sock.exists() and (run / "state" / "lock").exists())
+        assert d.request("ping")["version"]
     finally:
         assert d.stop() == 0
     assert masks(w.all_tids()) == before and not sock.exists()
