@@ -88,9 +88,9 @@ class Engine:
         # threads someone else re-pinned (_hand_over): tid -> start time; in the state file,
         # so that a target attached again after a restart leaves them alone too
         self.handed_over: dict[int, int] = {}
-        # processes the config rules match but do not attach while they live (RuleMatcher):
-        # pid -> start time; in the state file, so that one detached by hand stays detached
-        # across a restart
+        # processes a config rule matches, detached by hand, that the rules do not attach
+        # again while they live (RuleMatcher): pid -> start time; in the state file, so
+        # that they stay detached across a restart
         self.left_alone: dict[int, int] = {}
 
     # -- requests ---------------------------------------------------------------------

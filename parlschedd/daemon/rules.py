@@ -24,12 +24,15 @@ class RuleMatcher:
 
     def __init__(self, proc_root: str, cgroup_root: str) -> None:
         self.proc_root, self.cgroup_root = proc_root, cgroup_root
+        # matches whose attach failed on a bug, left alone while they live (pid -> start
+        # time): retried each rescan, one would log a traceback every rescan_s and hold
+        # up the rest. Not in the state file, unlike the engine's left_alone: a restart
+        # (an upgrade) tries them again.
+        self.failed: dict[int, int] = {}
 
     def rescan(self, engine: Engine, rules: tuple[config_mod.TargetRule, ...], now: float) -> None:
-        """Attach the processes the rules match, but those in ``engine.left_alone``
-        while they live: detached by hand, or their attach failed on a bug (retried
-        each rescan, it would log a traceback every rescan_s and hold up the rest)."""
-        left_alone = engine.left_alone
+        """Attach the processes the rules match, but while they live those detached by
+        hand (``engine.left_alone``) and those whose attach failed on a bug (``failed``)."""
         if not rules and not any(t.rule is not None for t in engine.targets.values()):
             return
         wanted: dict[int, int] = {}
@@ -43,11 +46,12 @@ class RuleMatcher:
                 engine.detach(pid, again=pid in wanted)  # restored; attached again below when a rule still wants it
             else:
                 target.rule = wanted[pid]  # the same settings, perhaps at another place in a reloaded config
-        for pid, started in list(left_alone.items()):
-            if pid not in wanted or engine.start_time(pid) != started:
-                del left_alone[pid]  # exited: its pid may come back as another process
+        for left_alone in (engine.left_alone, self.failed):
+            for pid, started in list(left_alone.items()):
+                if pid not in wanted or engine.start_time(pid) != started:
+                    del left_alone[pid]  # exited: its pid may come back as another process
         for pid, i in wanted.items():
-            if pid in engine.targets or pid in left_alone or pid == os.getpid():
+            if pid in engine.targets or pid in engine.left_alone or pid in self.failed or pid == os.getpid():
                 continue
             rule = rules[i]
             try:
@@ -57,7 +61,7 @@ class RuleMatcher:
                 log.debug("rule match not attached", pid=pid, reason=str(exc))
             except Exception:  # a bug: that process, once, not the rescan
                 log.exception("rule match not attached, left alone while it lives", pid=pid)
-                left_alone[pid] = engine.start_time(pid) or 0
+                self.failed[pid] = engine.start_time(pid) or 0
 
     def matching(self, rule: config_mod.TargetRule) -> set[int]:
         pids: set[int] | None = None
