@@ -40,9 +40,8 @@ class Fitted:
 
     def extrapolated(self, nsp: Sequence[int] | np.ndarray) -> np.ndarray | None:
         """Per NSp, whether it is below or above every NSp the model was fitted on. There
-        the model extrapolates, and nothing bounds its error: fitted on NSp 1-5 it
-        predicted 56.6 s at NSp 32, measured 174 s. None when the file does not say
-        what the model was fitted on."""
+        the model extrapolates, and nothing bounds its error (docs/energy-time-model.md).
+        None when the file does not say what the model was fitted on."""
         if self.fitted_nsp is None:
             return None
         ks = np.asarray(nsp)
