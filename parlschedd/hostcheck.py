@@ -4,7 +4,8 @@ and what it would only warn of.
 ``parlschedd.config`` checks what holds on every host (a key's type and range); what
 depends on the machine (its CPUs, groups, addresses, cgroups) is checked here, for
 ``parlschedctl config check``, which must fail where the daemon would, so that
-``config check && systemctl restart parlschedd`` never restarts into a refusal.
+``config check && systemctl restart parlschedd`` does not restart into a refusal it
+can foresee (the daemon checks the same things again at its start, in its own words).
 """
 
 from __future__ import annotations
