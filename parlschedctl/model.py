@@ -104,14 +104,20 @@ def _extrapolated(fitted: Fitted, ks: np.ndarray, params_path: str) -> list[bool
 
 
 def fails_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Library errors become one line on stderr and exit 1."""
+    """Library errors become one line on stderr and exit 1; with --json also an error
+    object on stdout, as the daemon's commands give one (code ``io_error`` for a file
+    that cannot be read or written, else ``invalid_input``)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except FAILURES as exc:
-            click.echo(f"parlschedctl model: {_said(exc)}", err=True)
+            said = _said(exc)
+            code = "io_error" if isinstance(exc, OSError) or isinstance(exc.__cause__, OSError) else "invalid_input"
+            if kwargs.get("as_json"):
+                _emit(True, {"error": {"code": code, "message": said}}, "")
+            click.echo(f"parlschedctl model: {said}", err=True)
             sys.exit(1)
 
     return wrapper

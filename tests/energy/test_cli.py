@@ -690,3 +690,19 @@ def test_one_fit_shows_its_progress_from_the_start_and_no_rsd_column():
     with_rsd = run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(MEASUREMENTS_CSV), "--repeat", "2",
                    *QUICK).stdout
     assert with_rsd.splitlines()[0].split() == ["parameter", "value", "RSD", "%"]
+
+
+def test_a_failure_with_json_is_an_error_object_on_stdout(tmp_path):
+    """As the daemon's commands do with --json: a script reading stdout gets an object
+    either way (it got nothing), and the message stays on stderr."""
+    r = CliRunner().invoke(cli, ["model", "predict", "--params", str(tmp_path / "none.json"), "--json"])
+    assert r.exit_code == 1
+    error = json.loads(r.stdout)["error"]
+    assert error["code"] == "io_error" and str(tmp_path / "none.json") in error["message"]
+    assert error["message"] in r.stderr
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    r = CliRunner().invoke(cli, ["model", "recommend", "--params", str(bad), "--json"])
+    assert r.exit_code == 1 and json.loads(r.stdout)["error"]["code"] == "invalid_input"
+    r = CliRunner().invoke(cli, ["model", "recommend", "--params", str(bad)])
+    assert r.exit_code == 1 and r.stdout == ""
