@@ -436,7 +436,7 @@ def config_group() -> None:
               help="Check only what holds on every host, for a config meant for another machine: "
                    "what this host's daemon would refuse is a warning, not an error.")
 @click.option("--json", "as_json", is_flag=True,
-              help="The verdict as one JSON object on stdout: path, valid, any_host, errors, refused_here, warnings.")
+              help="The verdict as one JSON object on stdout: path, passed, valid, any_host, errors, refused_here, warnings.")
 def config_check(path: str, any_host: bool, as_json: bool) -> None:
     """Validate a config file; print every error with its key path. Exit 1 if the file
     is invalid, or if parlschedd would refuse to start with it on this host (a CPU, a
@@ -460,7 +460,7 @@ def config_check(path: str, any_host: bool, as_json: bool) -> None:
     verdict = "ok" if not host.refused else "valid, but parlschedd would not start with it on this host"
     if as_json:
         listed = {"errors": errors, "refused_here": host.refused, "warnings": host.warnings}
-        print_json({"path": path, "valid": not errors, "any_host": any_host,
+        print_json({"path": path, "passed": not failed, "valid": not errors, "any_host": any_host,
                     **{name: [f._asdict() for f in found] for name, found in listed.items()}})
     elif not failed:
         click.echo(f"{path}: {verdict}")

@@ -210,12 +210,12 @@ def test_config_check_fails_for_a_socket_path_the_daemon_cannot_use(tmp_path):
 
 def test_config_check_json(tmp_path):
     """A script reads the verdict from stdout: every error, refusal and warning under
-    its key path; the exit code is the text's."""
+    its key path; ``passed`` is the exit code's verdict (a valid file may fail here)."""
     path = tmp_path / "cfg.yaml"
     path.write_text("period_s: fast\nlearning: {gamma: 3}\n")
     r = ctl("config", "check", "--json", str(path))
     assert r.returncode == 1 and json.loads(r.stdout) == {
-        "path": str(path), "valid": False, "any_host": False, "refused_here": [], "warnings": [],
+        "path": str(path), "passed": False, "valid": False, "any_host": False, "refused_here": [], "warnings": [],
         "errors": [{"key": "period_s", "message": "must be a number, got 'fast'"},
                    {"key": "learning.gamma", "message": "must be > 0 and <= 1, got 3"}]}
     path.write_text("cpus: [0, 4095]\nsocket: {group: no-such-group-here}\n")
@@ -223,12 +223,14 @@ def test_config_check_json(tmp_path):
         r = ctl("config", "check", "--json", *how, str(path))
         out = json.loads(r.stdout)
         assert r.returncode == code and out["valid"] and out["any_host"] == bool(how) and out["errors"] == []
+        assert out["passed"] == (code == 0)
         assert out["refused_here"] == [{"key": "socket.group", "message": "no group 'no-such-group-here' on this host"}]
         assert [w["key"] for w in out["warnings"]] == ["cpus"] and "4095 not usable" in out["warnings"][0]["message"]
     path.write_text("period_s: 0.2\n")
     r = ctl("config", "check", "--json", str(path))
-    assert r.returncode == 0 and json.loads(r.stdout) == {"path": str(path), "valid": True, "any_host": False,
-                                                          "errors": [], "refused_here": [], "warnings": []}
+    assert r.returncode == 0 and json.loads(r.stdout) == {"path": str(path), "passed": True, "valid": True,
+                                                          "any_host": False, "errors": [], "refused_here": [],
+                                                          "warnings": []}
 
 
 def test_config_check_any_host_still_fails_an_invalid_config(tmp_path):
