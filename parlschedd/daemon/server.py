@@ -469,7 +469,7 @@ class Daemon:
             return
         old = self.listener
         try:
-            Path(self.socket_path).parent.mkdir(exist_ok=True, mode=0o755)
+            self._claim_socket_path()  # its directory made again, or why not
             self._open_socket(self._socket_gid())
         except (OSError, StartupError) as exc:
             self._say_socket_trouble("control socket removed, and cannot be made again", error=str(exc))

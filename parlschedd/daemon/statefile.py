@@ -74,17 +74,17 @@ class StateFile:
                 return
         except OSError:  # gone, or a path through a file now: taken again below, or said why not
             pass
+        held = self._lock
         try:
-            where.mkdir(exist_ok=True, mode=0o755)
-            lock = lock_dir(where)
-        except (StateDirBusy, OSError) as exc:
+            self.lock()  # sets self._lock only when it took the lock
+        except StateDirUnusable as exc:
             if not self._lock_lost_said:
                 log.error("the state dir's lock was removed and cannot be taken again; stop this daemon or the "
                           "other one: two on one state dir restore each other's threads", path=str(where), error=str(exc))
                 self._lock_lost_said = True
             return
-        os.close(self._lock)
-        self._lock, self.dirty, self._lock_lost_said = lock, True, False
+        os.close(held)
+        self.dirty, self._lock_lost_said = True, False
         log.warning("state dir removed under the daemon, its lock taken and its state written again", path=str(where))
 
     def unlock(self) -> None:

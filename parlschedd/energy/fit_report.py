@@ -108,9 +108,8 @@ class FitSummary:
 
     def poor_fit_notes(self) -> list[str]:
         """A warning for each quantity in ``worse_than_mean``, naming the data."""
-        errors = {"time": self.best.time, "energy": self.best.energy}
         measured = {"time": "runtimes", "energy": "energies"}
-        return [f"warning: {self.data}: the fit's NRMSE of {what} is {errors[what]:.3f} (>= 1): its predictions are "
+        return [f"warning: {self.data}: the fit's NRMSE of {what} is {getattr(self.best, what):.3f} (>= 1): its predictions are "
                 f"no better than the mean of the measured {measured[what]}; check that the cluster description "
                 "(nodes, devices, compute units) is the machine that was measured" for what in self.worse_than_mean]
 
