@@ -171,6 +171,11 @@ def threads_of(d: Daemon, pid: int) -> dict[int, dict]:
     return {t["tid"]: t for t in targets[0]["threads"]}
 
 
+def tagged_sleeper(tag: str) -> subprocess.Popen:
+    """A process a name rule matches by ``tag``, an argument of its command line."""
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", tag])
+
+
 NOBODY = 65534  # the unprivileged user the tests drop to
 
 

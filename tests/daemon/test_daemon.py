@@ -21,7 +21,8 @@ import pytest
 from parlschedctl import client
 from parlschedd.host import procfs
 from parlschedd.cpulist import format_cpulist
-from tests.conftest import Daemon, NOBODY, PINNING, as_user, needs_root, start_daemon, threads_of, wait_for
+from tests.conftest import (Daemon, NOBODY, PINNING, as_user, needs_root, start_daemon, tagged_sleeper, threads_of,
+                            wait_for)
 from tests.reliability.helpers import raw_exchange
 
 pytestmark = needs_root
@@ -598,11 +599,6 @@ def test_clean_restart_attaches_hand_attached_targets_again(tmp_path, workload):
         assert d3.request("status")["targets"] == [], "a detached target stays detached"
     finally:
         d3.stop()
-
-
-def tagged_sleeper(tag: str) -> subprocess.Popen:
-    """A process a name rule matches by ``tag``, an argument of its command line."""
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", tag])
 
 
 def start_rule_daemon(tmp_path: Path, tag: str, more: str = "") -> Daemon:

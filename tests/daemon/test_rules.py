@@ -27,7 +27,7 @@ from parlschedd.host.affinity import Pinner
 from parlschedd.host.base import CounterSource
 from parlschedd.host.perf import CounterSet
 from parlschedd.topology import read_topology
-from tests.conftest import needs_root, start_daemon, wait_for
+from tests.conftest import needs_root, start_daemon, tagged_sleeper, wait_for
 
 pytestmark = needs_root
 
@@ -52,11 +52,6 @@ def named_by_comm(comm: str) -> subprocess.Popen:
                             env={**os.environ, "PARLSCHED_COMM": comm})
     assert proc.stdout.readline() == "ready\n"
     return proc
-
-
-def tagged_sleeper(tag: str) -> subprocess.Popen:
-    """A process a name rule matches by ``tag``, an argument of its command line."""
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", tag])
 
 
 @contextlib.contextmanager
