@@ -30,8 +30,15 @@ UTILITIES = ("auto", "instructions", "task-clock", "schedstat")
 DEFAULT_PATH = Path("/etc/parlsched/parlschedd.yaml")
 # sockaddr_un.sun_path (unix(7)): no host binds a longer socket path, so a longer
 # socket.path is the config's error, not this host's. Python binds a path of up to this
-# many bytes. The daemon checks --socket against it too.
+# many bytes.
 SUN_PATH_MAX = 108
+
+
+def socket_path_too_long(path: str) -> str | None:
+    """Why no host could bind a Unix socket at ``path``, or None; the daemon asks it of
+    --socket too."""
+    size = len(os.fsencode(path))
+    return f"{size} bytes, a Unix socket's path holds at most {SUN_PATH_MAX}" if size > SUN_PATH_MAX else None
 
 
 class ConfigError(KeyPathError):
@@ -349,8 +356,8 @@ def _socket(c: _Checker, raw: Any) -> SocketConfig:
     if not isinstance(path, str) or not path.startswith("/"):
         c.fail("socket.path", f"must be an absolute path, got {_shown(path)}")
         path = DEFAULT_SOCKET
-    elif (size := len(os.fsencode(path))) > SUN_PATH_MAX:
-        c.fail("socket.path", f"{size} bytes, a Unix socket's path holds at most {SUN_PATH_MAX}; choose a shorter path")
+    elif too_long := socket_path_too_long(path):
+        c.fail("socket.path", f"{too_long}; choose a shorter path")
         path = DEFAULT_SOCKET
     group = m.get("group")
     if group is not None and not isinstance(group, str):

@@ -5,7 +5,8 @@ and what it would only warn of.
 depends on the machine (its CPUs, groups, addresses, cgroups) is checked here, for
 ``parlschedctl config check``, which must fail where the daemon would, so that
 ``config check && systemctl restart parlschedd`` does not restart into a refusal it
-can foresee (the daemon checks the same things again at its start, in its own words).
+can foresee. The daemon's start calls ``refusals`` itself, before it changes anything,
+so both say the same in the same words.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from parlschedd.config import Config, split_cgroup
+from parlschedd.config import Config, socket_path_too_long, split_cgroup
 from parlschedd.cpulist import format_cpulist
 from parlschedd.host.base import CounterSource
 from parlschedd.host.cgroups import cgroup_dir
@@ -27,10 +28,18 @@ from parlschedd.topology import TopologyError, read_topology
 
 
 class Finding(NamedTuple):
-    """One problem under its key path, as ConfigError lists them."""
+    """One problem under its key path, as ConfigError lists them ("--socket" for the
+    daemon's option, "(host)" where no key is to blame)."""
 
     key: str
     message: str
+
+
+def one_line(findings: list[Finding], config: str) -> str:
+    """``findings`` as the daemon's refusal to start says them: each key path in
+    ``config`` (the file's path), the host's fault as it is."""
+    where = {"(host)": "", "--socket": "--socket: "}
+    return "; ".join(f"{where.get(key, f'{config}: {key}: ')}{message}" for key, message in findings)
 
 
 @dataclass
@@ -44,57 +53,61 @@ class HostReport:
 
 def check_host(cfg: Config) -> HostReport:
     """Check ``cfg`` against this host as the daemon's start does, and more."""
-    report = HostReport()
-    report.refused += _socket_group(cfg.socket.group)
-    report.refused += _socket_path(cfg.socket.path)
-    _topology(cfg, report)
-    report.refused += _metrics(cfg.metrics)
-    report.warnings += _cgroups(cfg)
-    report.warnings += _utility(cfg.utility)
-    return report
+    return HostReport(refusals(cfg), _cpus(cfg) + _cgroups(cfg) + _utility(cfg.utility))
 
 
-def _socket_group(group: str | None) -> list[Finding]:
-    """The daemon looks the socket's group up at start, and stops when there is none."""
+def refusals(cfg: Config, socket_path: str | None = None, sysfs: str = "/sys") -> list[Finding]:
+    """What stops the daemon from starting with ``cfg`` here: a socket group or path it
+    cannot use (``socket_path``: the daemon's --socket, in place of socket.path), CPUs
+    the host lacks, a metrics address that is not this machine's."""
+    found = []
     try:
-        group_id(group)
+        group_id(cfg.socket.group)
     except LookupError as exc:
-        return [Finding("socket.group", str(exc))]
-    return []
+        found.append(Finding("socket.group", f"{exc}; create it (systemd-sysusers parlsched.sysusers.conf) "
+                                             "or set socket.group: null"))
+    path = socket_path or cfg.socket.path
+    if problem := socket_path_problem(path):
+        found.append(Finding("socket.path" if path == cfg.socket.path else "--socket", problem))
+    try:
+        read_topology(sysfs, cpus=cfg.cpus).domains(cfg.domains)
+    except TopologyError as exc:  # CPUs this host does not have or may not use
+        found.append(Finding(*exc.finding()))
+    return found + _metrics(cfg.metrics)
 
 
-def _socket_path(path: str) -> list[Finding]:
-    """Where the daemon cannot make its socket: it makes the socket's own directory
-    (/run/parlsched) but not that directory's parents, and replaces a dead daemon's
-    socket but no other file. (Its length is the config's own check.) A path this user
-    may not look into is not judged: the daemon runs as root."""
+def socket_path_problem(path: str) -> str | None:
+    """Why the daemon could not make its control socket at ``path``, or None: too long
+    for any host; or it would have to make more than the socket's own directory
+    (/run/parlsched), not that directory's parents; or a file other than a dead
+    daemon's socket is there, which it does not replace. A path this user may not look
+    into is not judged: the daemon runs as root."""
+    if too_long := socket_path_too_long(path):
+        return too_long
     folder = Path(path).parent
     try:
         if folder.exists() and not folder.is_dir():
-            problem = f"{folder} is not a directory"
-        elif not folder.exists() and not folder.parent.is_dir():
-            problem = f"no directory {folder.parent} (parlschedd makes the socket's own directory, {folder}, not its parents)"
-        elif os.path.lexists(path) and not stat.S_ISSOCK(os.lstat(path).st_mode):
-            problem = f"{path} exists and is not a socket; parlschedd does not replace it"
-        else:
-            return []
+            return f"{folder} is not a directory"
+        if not folder.exists() and not folder.parent.is_dir():
+            return f"no directory {folder.parent} (parlschedd makes the socket's own directory, {folder}, not its parents)"
+        if os.path.lexists(path) and not stat.S_ISSOCK(os.lstat(path).st_mode):
+            return f"{path} exists and is not a socket; parlschedd does not replace it"
     except PermissionError:
-        return []
-    return [Finding("socket.path", problem)]
+        pass
+    return None
 
 
-def _topology(cfg: Config, report: HostReport) -> None:
-    """CPUs the host lacks: none of ``cpus`` usable, or a domain naming one, stops the
-    daemon; some of ``cpus`` missing only narrows what it uses."""
+def _cpus(cfg: Config) -> list[Finding]:
+    """Some of ``cpus`` missing only narrows what the daemon uses (none usable is a
+    refusal)."""
     try:
         topology = read_topology(cpus=cfg.cpus)
-        topology.domains(cfg.domains)
-    except TopologyError as exc:  # CPUs this host does not have or may not use
-        report.refused.append(Finding(*exc.finding()))
-        return
+    except TopologyError:
+        return []
     if unusable := topology.unusable(cfg.cpus):
-        report.warnings.append(Finding("cpus", f"{format_cpulist(unusable)} not usable on this host (absent, offline, "
-                                               f"isolated or not allowed); parlschedd runs on {format_cpulist(topology.usable)}"))
+        return [Finding("cpus", f"{format_cpulist(unusable)} not usable on this host (absent, offline, "
+                                f"isolated or not allowed); parlschedd runs on {format_cpulist(topology.usable)}")]
+    return []
 
 
 def _metrics(address: str | None) -> list[Finding]:

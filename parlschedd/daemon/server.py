@@ -28,7 +28,7 @@ import numpy as np
 import structlog
 
 from parlschedd import __version__, config as config_mod
-from parlschedd.config import SUN_PATH_MAX, Config, ConfigError
+from parlschedd.config import Config, ConfigError
 from parlschedd.daemon import notify, protocol
 from parlschedd.daemon.engine import Engine, EngineError
 from parlschedd.daemon.rules import RuleMatcher
@@ -40,6 +40,7 @@ from parlschedd.host.base import CounterSource
 from parlschedd.cpulist import format_cpulist
 from parlschedd.host.perf import CounterSet, detect_source, raise_fd_limit
 from parlschedd.host.privileges import CAP_SYS_NICE, effective_capabilities, group_id, perfmon_capable
+from parlschedd.hostcheck import one_line, refusals, socket_path_problem
 from parlschedd.topology import NoCpusFound, TopologyError, online_cpus, read_topology
 
 log = structlog.get_logger("parlschedd")
@@ -127,13 +128,15 @@ class Daemon:
             raise StartupError("parlschedd needs CAP_SYS_NICE to set the CPU affinity of other users' threads: "
                                "run it as root, or give it the capability (AmbientCapabilities=CAP_SYS_NICE "
                                "CAP_PERFMON in its unit, or setpriv --ambient-caps)")
+        if refused := refusals(self.config, self.socket_path, self.sysfs):  # config check's own words
+            raise StartupError(one_line(refused, self.config_path or "the built-in config"))
         raise_fd_limit()
         try:
             topology = read_topology(self.sysfs, cpus=self.config.cpus)
             self.domains = topology.domains(self.config.domains)
         except NoCpusFound:
             raise
-        except TopologyError as exc:  # a valid config for another host: say which file and keys
+        except TopologyError as exc:  # a CPU gone since the check
             raise StartupError(f"{self.config_path or 'the built-in config'}: {exc.of_config()}") from None
         self.cpus = list(topology.usable)
         self.online = topology.online
@@ -387,34 +390,25 @@ class Daemon:
     # -- socket -----------------------------------------------------------------------
 
     def _socket_gid(self) -> int | None:
-        group = self._started_with.socket.group  # a reload's waits for a restart, as it says
         try:
-            return group_id(group)
-        except LookupError:
-            raise StartupError(f"socket.group {group!r} does not exist; create it (systemd-sysusers "
-                               "parlsched.sysusers.conf) or set socket.group: null") from None
+            return group_id(self._started_with.socket.group)  # a reload's waits for a restart, as it says
+        except LookupError as exc:  # removed since the start's check
+            raise StartupError(f"socket.group: {exc}") from None
 
     def _claim_socket_path(self) -> None:
-        """Refuse a socket path that cannot be used (too long, under missing
-        directories, a file, another daemon's), and clear a dead daemon's socket."""
+        """Refuse a socket path that cannot be used (``socket_path_problem``, or another
+        daemon's), make its own directory, and clear a dead daemon's socket: at the
+        start, and when the socket was removed under the daemon."""
         path = self.socket_path
-        if len(os.fsencode(path)) > SUN_PATH_MAX:  # before any directory is made for it
-            raise StartupError(f"cannot use control socket path {path}: {len(os.fsencode(path))} bytes, a Unix "
-                               f"socket's path holds at most {SUN_PATH_MAX} (choose a shorter one: --socket, or "
-                               "socket.path in the config)")
+        if problem := socket_path_problem(path):  # before any directory is made for it
+            raise StartupError(f"cannot use control socket path {path}: {problem}")
         try:
-            Path(path).parent.mkdir(exist_ok=True, mode=0o755)  # its own directory (/run/parlsched), not a path of them
+            Path(path).parent.mkdir(exist_ok=True, mode=0o755)
             found = os.lstat(path) if os.path.lexists(path) else None
-        except FileExistsError:  # what mkdir says when a parent is a file
-            raise StartupError(f"cannot use control socket path {path}: a parent is not a directory") from None
-        except FileNotFoundError:
-            raise StartupError(f"cannot use control socket path {path}: no directory {Path(path).parent.parent} "
-                               "(the socket's own directory is made, not its parents)") from None
-        except OSError as exc:
+        except OSError as exc:  # changed since the check
             raise StartupError(f"cannot use control socket path {path}: {exc.strerror or exc}") from None
-        if found is not None and not stat.S_ISSOCK(found.st_mode):
-            raise StartupError(f"{path} exists and is not a socket; not replacing it (choose another: --socket, or "
-                               "socket.path in the config; or remove it)")
+        if found is not None and not stat.S_ISSOCK(found.st_mode):  # made since the check: never unlinked
+            raise StartupError(f"cannot use control socket path {path}: {socket_path_problem(path)}")
         if found is not None:
             probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:

@@ -224,7 +224,8 @@ def test_config_check_json(tmp_path):
         out = json.loads(r.stdout)
         assert r.returncode == code and out["valid"] and out["any_host"] == bool(how) and out["errors"] == []
         assert out["passed"] == (code == 0)
-        assert out["refused_here"] == [{"key": "socket.group", "message": "no group 'no-such-group-here' on this host"}]
+        assert out["refused_here"] == [{"key": "socket.group", "message": "no group 'no-such-group-here' on this host; "
+                                        "create it (systemd-sysusers parlsched.sysusers.conf) or set socket.group: null"}]
         assert [w["key"] for w in out["warnings"]] == ["cpus"] and "4095 not usable" in out["warnings"][0]["message"]
     path.write_text("period_s: 0.2\n")
     r = ctl("config", "check", "--json", str(path))
