@@ -20,7 +20,7 @@ import yaml
 
 from parlschedd.cpulist import parse_cpulist
 from parlschedd.daemon.protocol import DEFAULT_SOCKET
-from parlschedd.keypaths import Collector, KeyPathError, yaml12_number
+from parlschedd.keypaths import Collector, KeyPathError, yaml12_number, yaml_kind
 from parlschedd.learning.normalize import MODES as NORMALISE_MODES
 from parlschedd.learning.params import RANGES as LEARNING_RANGES, REWARDS, LearningParams
 from parlschedd.patterns import PatternError, compile_pattern
@@ -307,7 +307,7 @@ def _targets(c: _Checker, raw: Any) -> tuple[TargetRule, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list):
-        c.fail("targets", f"must be a list of rules, got {type(raw).__name__}")
+        c.fail("targets", f"must be a list of rules, got {yaml_kind(raw)}")
         return ()
     rules = []
     known = {f.name for f in fields(TargetRule)}

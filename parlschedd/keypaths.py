@@ -42,7 +42,7 @@ class Collector:
         document is still read."""
         if isinstance(value, Mapping):
             return value
-        self.fail(path or "(top level)", f"must be a mapping, got {type(value).__name__}")
+        self.fail(path or "(top level)", f"must be a mapping, got {yaml_kind(value)}")
         return {}
 
     def section(self, value: Any, path: str, known: Collection[str]) -> Mapping[str, Any]:
@@ -58,6 +58,22 @@ class Collector:
         for key in section:
             if key not in known:
                 self.fail(f"{path}.{key}" if path else str(key), f"unknown key; expected one of {', '.join(sorted(known))}")
+
+
+def yaml_kind(value: Any) -> str:
+    """What ``value`` is in YAML's words, not Python's (NoneType, str, dict), for an
+    error that wanted another kind of node there."""
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int | float):
+        return f"the number {value}"
+    if isinstance(value, str):
+        return f"the text {value[:40]!r}"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    return "a list" if isinstance(value, list) else type(value).__name__
 
 
 def yaml12_number(value: Any) -> Any:

@@ -81,6 +81,12 @@ def test_a_rule_that_is_null_needs_a_name_or_cgroup():
     assert errors_of({"targets": [None]}) == {"targets[0]": "needs a name regex or a cgroup path"}
 
 
+def test_one_rule_without_its_list_is_said_in_yaml_s_words():
+    """``targets: {name: app}`` (the list's dash forgotten) said "got dict"."""
+    assert errors_of({"targets": {"name": "app"}}) == {"targets": "must be a list of rules, got a mapping"}
+    assert errors_of({"learning": ["free"]}) == {"learning": "must be a mapping, got a list"}
+
+
 def test_socket_mode_is_octal_as_written(tmp_path):
     """YAML reads a bare 400 as decimal 400, which became mode 0620 in silence; a bare
     0660 is YAML's octal, and stays accepted."""

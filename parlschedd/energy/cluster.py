@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from parlschedd.keypaths import Collector, KeyPathError, yaml12_number
+from parlschedd.keypaths import Collector, KeyPathError, yaml12_number, yaml_kind
 
 
 class ClusterError(KeyPathError):
@@ -273,7 +273,7 @@ _SECTIONS = "a mapping with the keys run, master, switch and nodes"
 def parse_cluster(data: Any, source: str = "<cluster>") -> Cluster:
     """Validate a parsed YAML document; raise ClusterError listing every problem."""
     if not isinstance(data, Mapping):  # nothing in it to read: one error, not one per key it lacks
-        raise ClusterError(source, [("<top>", f"must be {_SECTIONS}, got {_yaml_kind(data)}")])
+        raise ClusterError(source, [("<top>", f"must be {_SECTIONS}, got {yaml_kind(data)}")])
     r = _Reader()
     top = data
     run = _run(r, top)
@@ -290,19 +290,6 @@ def parse_cluster(data: Any, source: str = "<cluster>") -> Cluster:
     if r.errors:
         raise ClusterError(source, r.errors)
     return Cluster(run, master_tdp, switch_tdp, nodes, threads, freq)
-
-
-def _yaml_kind(value: Any) -> str:
-    """What ``value`` is in YAML's words, not Python's (NoneType, str)."""
-    if value is None:
-        return "nothing (null)"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, int | float):
-        return f"the number {value}"
-    if isinstance(value, str):
-        return f"the text {value[:40]!r}"
-    return "a list" if isinstance(value, list) else "no mapping"
 
 
 def load_cluster(path: str | Path) -> Cluster:

@@ -207,7 +207,7 @@ def test_an_empty_device_is_an_error_with_its_key_path():
     bad["nodes"][0]["devices"][2] = None  # not a mapping: one error, not one per key
     with pytest.raises(ClusterError) as err:
         parse_cluster(bad)
-    assert err.value.errors == [("nodes[0].devices[2]", "must be a mapping, got NoneType")]
+    assert err.value.errors == [("nodes[0].devices[2]", "must be a mapping, got nothing (null)")]
 
 
 def test_the_nsp_asked_for_default_to_the_run_s_span_and_each_needs_an_individual(tiny):
