@@ -27,7 +27,7 @@ from parlschedd.energy.estimator import EnergyTimeModel
 from parlschedd.energy.fit_report import FitSummary, Nrmse, check_fittable, fit_notes, summarise_fit
 from parlschedd.energy.fitting import METHODS, Problem, leave_one_out
 from parlschedd.energy.measure import POWERCAP_ROOT, MeasureError, measure, rapl_zones
-from parlschedd.energy.measurements import MeasurementsError, load_measurements, write_measurements
+from parlschedd.energy.measurements import Measurements, MeasurementsError, load_measurements, write_measurements
 from parlschedd.energy.metrics import OBJECTIVES
 from parlschedd.energy.model import MASTER_POWER, SUBPOP_SIZES
 from parlschedd.energy.store import Fitted, ParamsError, json_safe, load_params, params_document, save_params
@@ -88,10 +88,11 @@ def _candidates(fitted: Fitted, nsp: tuple[int, ...] | None, params_path: str) -
         raise click.BadParameter(str(exc), param_hint="--nsp") from exc
 
 
-def _extrapolated(fitted: Fitted, ks: np.ndarray, params_path: str) -> list[bool] | None:
+def _extrapolated(fitted: Fitted, ks: np.ndarray, params_path: str,
+                  then: str = "may be far off; measure some of them and fit again") -> list[bool] | None:
     """Per NSp in ``ks``, whether the model extrapolates there (store.Fitted.extrapolated),
-    with a warning on stderr naming those NSp; None for a parameters file that does not
-    record the NSp it was fitted on."""
+    with a warning on stderr naming those NSp and saying what ``then``; None for a
+    parameters file that does not record the NSp it was fitted on."""
     outside = fitted.extrapolated(ks)
     if outside is None:
         return None
@@ -99,8 +100,17 @@ def _extrapolated(fitted: Fitted, ks: np.ndarray, params_path: str) -> list[bool
         fitted_on = fitted.fitted_nsp
         click.echo(f"parlschedctl model: warning: nsp {format_cpulist(ks[outside].tolist())} outside the NSp "
                    f"{params_path} was fitted on ({fitted_on[0]}-{fitted_on[-1]}): its predictions there are "
-                   "extrapolated and may be far off; measure some of them and fit again", err=True)
+                   f"extrapolated and {then}", err=True)
     return outside.tolist()
+
+
+def _measured_outside(fitted: Fitted, m: Measurements, params_path: str) -> list[int] | None:
+    """The measured NSp the model extrapolates to (None: not recorded), warned of: their
+    errors are of extrapolation, not of the fit (which is how to measure it, said so)."""
+    ks = np.unique(m.nsp)
+    outside = _extrapolated(fitted, ks, params_path, then="their errors say how far extrapolation goes, not how "
+                                                          "well the model fits; fit with them to use those NSp")
+    return None if outside is None else [int(k) for k, x in zip(ks, outside, strict=True) if x]
 
 
 def fails_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -281,7 +291,9 @@ def _cell(x: float | None, width: int, spec: str, scale: float = 1) -> str:
 @fails_cleanly
 def validate(params_path: str, data_path: str, as_json: bool) -> None:
     """NRMSE of time and energy against measurements, and per-NSp relative errors."""
-    report = validation.validate(load_params(params_path), load_measurements(data_path), data_path)
+    fitted, m = load_params(params_path), load_measurements(data_path)
+    report = validation.validate(fitted, m, data_path)
+    outside = _measured_outside(fitted, m, params_path)
     lines = [f"{'model':<16} {'NRMSE time':>11} {'NRMSE energy':>13}"]
     for name, r in report.models.items():
         lines.append(f"{name:<16} {_nrmse(r.nrmse_time):>11} {_nrmse(r.nrmse_energy):>13}")
@@ -289,7 +301,7 @@ def validate(params_path: str, data_path: str, as_json: bool) -> None:
                             [r.nrmse_energy for r in report.models.values()])
     nsp, error = report.models["proposed"].largest_time_error
     lines.append(f"proposed: largest runtime error {error * 100:+.1f}% at nsp={nsp}")
-    _emit(as_json, report.to_dict(), "\n".join(lines + [""] + _per_nsp_table(report.models)))
+    _emit(as_json, report.to_dict() | {"extrapolated_nsp": outside}, "\n".join(lines + [""] + _per_nsp_table(report.models)))
 
 
 def _per_nsp_table(models: dict[str, validation.ModelErrors]) -> list[str]:
@@ -318,6 +330,7 @@ def plot(params_path: str, data_path: str, out_path: str) -> None:
     check_figure(out_path)
     fitted, m = load_params(params_path), load_measurements(data_path)
     check_measured(fitted.cluster.run, m.nsp, data_path)
+    _measured_outside(fitted, m, params_path)
     proposed = fitted.model.predict(m.nsp)
     error = validation.model_errors(*proposed, m).nrmse_time  # on the data plotted, not the fit's
     said = _nrmse(error) + (", runtimes without spread" if np.isnan(error) else "")

@@ -397,7 +397,7 @@ def test_plot_title_gives_the_error_on_the_data_plotted(params, tmp_path, monkey
     titles = []
     monkeypatch.setattr(plot_mod, "figure3", lambda *args, title: titles.append(title))  # the title, not a PNG
     validated = json.loads(run("model", "validate", "--params", str(fitted), "--data", str(MEASUREMENTS_CSV),
-                               "--json").output)["models"]["proposed"]["nrmse_time"]
+                               "--json").stdout)["models"]["proposed"]["nrmse_time"]
     assert round(validated, 3) != round(json.loads(fitted.read_text())["fit"]["nrmse"]["time"], 3)
     assert run("model", "plot", "--params", str(fitted), "--data", str(MEASUREMENTS_CSV),
                "--out", str(tmp_path / "f.png")).exit_code == 0
@@ -596,6 +596,26 @@ def test_predictions_outside_the_fitted_nsp_are_said_to_be_extrapolated(params, 
     assert r.exit_code == 0 and r.stderr == ""
     r = run("model", "predict", "--params", str(params), "--json")  # fitted on 1-32: all inside
     assert r.stderr == "" and not any(p["extrapolated"] for p in json.loads(r.stdout)["predictions"])
+
+
+def test_validate_and_plot_say_which_measured_nsp_are_extrapolated(params, tmp_path):
+    """Fitted on NSp 1-5 and validated on 1-32, validate gave its NRMSE as the fit's
+    (mostly of extrapolation) without a word; plot drew it so."""
+    lines = MEASUREMENTS_CSV.read_text().splitlines()
+    first, fitted = tmp_path / "nsp-1-5.csv", tmp_path / "p.json"
+    first.write_text("\n".join(lines[:6]) + "\n")
+    assert run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(first), "--out", str(fitted),
+               *QUICK).exit_code == 0
+    said = f"warning: nsp 6-32 outside the NSp {fitted} was fitted on (1-5): its predictions there are extrapolated " \
+           "and their errors say how far extrapolation goes"
+    r = run("model", "validate", "--params", str(fitted), "--data", str(MEASUREMENTS_CSV), "--json")
+    assert r.exit_code == 0 and said in r.stderr and json.loads(r.stdout)["extrapolated_nsp"] == list(range(6, 33))
+    r = run("model", "plot", "--params", str(fitted), "--data", str(MEASUREMENTS_CSV), "--out", str(tmp_path / "f.png"))
+    assert r.exit_code == 0 and said in r.stderr
+    r = run("model", "validate", "--params", str(fitted), "--data", str(first), "--json")
+    assert r.stderr == "" and json.loads(r.stdout)["extrapolated_nsp"] == []
+    r = run("model", "validate", "--params", str(params), "--data", str(MEASUREMENTS_CSV), "--json")
+    assert r.stderr == "" and json.loads(r.stdout)["extrapolated_nsp"] == []
 
 
 def test_a_params_file_without_fitted_nsp_is_read_as_before(params, tmp_path):
