@@ -20,7 +20,7 @@ from typing import NamedTuple
 from parlschedd.config import Config, socket_path_too_long, split_cgroup
 from parlschedd.cpulist import format_cpulist
 from parlschedd.host.base import CounterSource
-from parlschedd.host.cgroups import cgroup_dir
+from parlschedd.host.cgroups import CGROUP_ROOT, cgroup_dir
 from parlschedd.host.errors import HostError
 from parlschedd.host.perf import detect_source
 from parlschedd.host.privileges import group_id
@@ -53,7 +53,7 @@ class HostReport:
 
 def check_host(cfg: Config) -> HostReport:
     """Check ``cfg`` against this host as the daemon's start does, and more."""
-    return HostReport(refusals(cfg), _cpus(cfg) + _cgroups(cfg) + _utility(cfg.utility))
+    return HostReport(refusals(cfg), narrowings(cfg) + _utility(cfg.utility))
 
 
 def refusals(cfg: Config, socket_path: str | None = None, sysfs: str = "/sys") -> list[Finding]:
@@ -97,11 +97,17 @@ def socket_path_problem(path: str) -> str | None:
     return None
 
 
-def _cpus(cfg: Config) -> list[Finding]:
+def narrowings(cfg: Config, sysfs: str = "/sys", cgroup_root: str = CGROUP_ROOT) -> list[Finding]:
+    """What the daemon starts without, here: CPUs of ``cpus`` the host lacks, rules'
+    cgroups not there yet. Said by config check and logged by the daemon's start."""
+    return _cpus(cfg, sysfs) + _cgroups(cfg, cgroup_root)
+
+
+def _cpus(cfg: Config, sysfs: str) -> list[Finding]:
     """Some of ``cpus`` missing only narrows what the daemon uses (none usable is a
     refusal)."""
     try:
-        topology = read_topology(cpus=cfg.cpus)
+        topology = read_topology(sysfs, cpus=cfg.cpus)
     except TopologyError:
         return []
     if unusable := topology.unusable(cfg.cpus):
@@ -135,7 +141,7 @@ def _utility(wanted: str) -> list[Finding]:
     return [Finding("utility", f"{wanted} does not count on this host ({why}); parlschedd falls back to {using.value}")]
 
 
-def _cgroups(cfg: Config) -> list[Finding]:
+def _cgroups(cfg: Config, root: str) -> list[Finding]:
     """A rule's cgroup that is not there matches nothing until it is (a unit may create
     it later): a warning, never a refusal."""
     found = []
@@ -144,7 +150,7 @@ def _cgroups(cfg: Config) -> list[Finding]:
             continue
         controllers, cgroup = split_cgroup(rule.cgroup)
         try:
-            where = cgroup_dir(cgroup, controllers)
+            where = cgroup_dir(cgroup, controllers, root)
             missing = "" if where.is_dir() else f"no cgroup {where} on this host (yet)"
         except HostError as exc:
             missing = str(exc)

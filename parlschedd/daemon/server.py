@@ -40,7 +40,7 @@ from parlschedd.host.base import CounterSource
 from parlschedd.cpulist import format_cpulist
 from parlschedd.host.perf import CounterSet, detect_source, raise_fd_limit
 from parlschedd.host.privileges import CAP_SYS_NICE, effective_capabilities, group_id, perfmon_capable
-from parlschedd.hostcheck import one_line, refusals, socket_path_problem
+from parlschedd.hostcheck import narrowings, one_line, refusals, socket_path_problem
 from parlschedd.topology import NoCpusFound, TopologyError, online_cpus, read_topology
 
 log = structlog.get_logger("parlschedd")
@@ -140,8 +140,8 @@ class Daemon:
             raise StartupError(f"{self.config_path or 'the built-in config'}: {exc.of_config()}") from None
         self.cpus = list(topology.usable)
         self.online = topology.online
-        if unusable := topology.unusable(self.config.cpus):
-            log.warning("config cpus not usable on this host, left out", cpus=format_cpulist(unusable), using=format_cpulist(self.cpus))
+        for key, message in narrowings(self.config, self.sysfs, self.cgroup_root):
+            log.warning(message, key=key)
         skipped: dict[CounterSource, str] = {}
         source = detect_source(self.config.utility, proc_root=self.proc_root, sysfs=self.sysfs, skipped=skipped)
         why = "; ".join(f"{s.value}: {reason}" for s, reason in skipped.items())

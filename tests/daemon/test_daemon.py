@@ -499,10 +499,13 @@ def test_schedstat_asked_for_is_no_refusal_to_warn_of(tmp_path):
 
 
 def test_config_cpus_this_host_lacks_are_left_out_and_said(tmp_path):
-    d = start_daemon(tmp_path, "period_s: 0.05\ncpus: [0, 4095]\n")
+    """In config check's words, as is a rule's cgroup that is not there yet."""
+    d = start_daemon(tmp_path, "period_s: 0.05\ncpus: [0, 4095]\ntargets: [{cgroup: /parlsched-no-such-cgroup}]\n")
     try:
         assert d.request("status")["daemon"]["cpus"] == [0]
-        assert "config cpus not usable on this host, left out" in d.log_text() and "4095" in d.log_text()
+        said = {line["key"]: line["event"] for line in map(json.loads, d.log_text().splitlines()) if "key" in line}
+        assert said["cpus"].startswith("4095 not usable on this host") and said["cpus"].endswith("parlschedd runs on 0")
+        assert "/parlsched-no-such-cgroup on this host (yet); the rule matches nothing until" in said["targets[0].cgroup"]
     finally:
         d.stop()
 
