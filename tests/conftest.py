@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -11,7 +12,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 from pathlib import Path
@@ -49,20 +50,22 @@ PINNING = "learning: {free: false, reward: thread}\n"
 
 
 def start_daemon(tmp: Path, config_text: str = "period_s: 0.05\ndomain_period_s: 0.5\n" + PINNING,
-                 prefix: Sequence[str] = ()) -> Daemon:
-    """A daemon on a socket in ``tmp``, run through ``prefix`` (such as a setpriv(1)
-    command line) when given."""
+                 prefix: Sequence[str] = (), run: Path | None = None) -> Daemon:
+    """A daemon on a socket in ``tmp`` (its socket and state dir in ``run`` when
+    given; its config and log stay in ``tmp``), run through ``prefix`` (such as a
+    setpriv(1) command line) when given."""
     config = tmp / "parlschedd.yaml"
     if not config.exists():
         config.write_text(config_text)
-    sock = str(tmp / "ctl.sock")
+    run = run or tmp
+    sock = str(run / "ctl.sock")
     log = tmp / "daemon.log"
     proc = subprocess.Popen(
         [*prefix, sys.executable, "-m", "parlschedd", "--config", str(config), "--socket", sock,
-         "--state-dir", str(tmp / "state"), "--log-format", "json", "--log-level", "debug"],
+         "--state-dir", str(run / "state"), "--log-format", "json", "--log-level", "debug"],
         stdout=subprocess.DEVNULL, stderr=open(log, "ab"),
     )
-    d = Daemon(proc, sock, tmp / "state", config, log)
+    d = Daemon(proc, sock, run / "state", config, log)
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -216,26 +219,45 @@ def as_user(uid: int, socket_path: str, cmd: str, timeout: float = 10.0, **args)
 
 
 CPUSET = Path("/sys/fs/cgroup/cpuset")
+CGROUP_MOUNTS = [  # where own_cgroup makes one, and a rule's prefix for that hierarchy
+    ("/sys/fs/cgroup/unified", ""),         # v2 (the unified hierarchy of a hybrid host)
+    (str(CPUSET), "cpuset:"),               # a v1 controller hierarchy
+]
+
+
+@contextlib.contextmanager
+def own_cgroup(mount: Path | str, cpus: str | None = None) -> Iterator[Path]:
+    """A cgroup of its own under ``mount`` (a cgroup left behind by another test cannot
+    clash), with ``cpus`` (else its parent's) where it is a v1 cpuset, which needs its
+    CPUs and memory nodes set; removed at the end, its tasks moved back to the root
+    (the test kills its processes first: one leaves its cgroup when it is reaped)."""
+    mount = Path(mount)
+    if not mount.is_dir() or not os.access(mount, os.W_OK):
+        pytest.skip(f"{mount} is not mounted, or not writable, on this host")
+    group = mount / f"parlsched-test-{uuid.uuid4().hex[:8]}"
+    group.mkdir()
+    try:
+        if (group / "cpuset.cpus").exists():
+            (group / "cpuset.mems").write_text((mount / "cpuset.mems").read_text())
+            (group / "cpuset.cpus").write_text(cpus or (mount / "cpuset.cpus").read_text())
+        yield group
+    finally:
+        members = "tasks" if (group / "tasks").exists() else "cgroup.procs"  # v1 moves threads, v2 processes
+        for tid in (group / members).read_text().split():
+            with contextlib.suppress(OSError):
+                (mount / members).write_text(tid)
+        for _ in range(50):
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                time.sleep(0.05)
 
 
 @pytest.fixture
 def cpuset():
     """A real cgroup v1 cpuset of CPUs 0-1 for the test's processes, removed after."""
-    if not (CPUSET / "cpuset.cpus").exists() or not os.access(CPUSET, os.W_OK):
-        pytest.skip("no writable cgroup v1 cpuset hierarchy")
-    path = CPUSET / f"parlsched-test-{uuid.uuid4().hex[:8]}"  # its own: a cgroup left behind by another test cannot clash
-    path.mkdir()
-    (path / "cpuset.mems").write_text((CPUSET / "cpuset.mems").read_text())
-    (path / "cpuset.cpus").write_text("0-1")
-    yield path
-    for tid in (path / "tasks").read_text().split():
-        try:
-            (CPUSET / "tasks").write_text(tid)
-        except OSError:
-            pass
-    for _ in range(50):
-        try:
-            path.rmdir()
-            break
-        except OSError:
-            time.sleep(0.05)
+    if not (CPUSET / "cpuset.cpus").exists():
+        pytest.skip("no cgroup v1 cpuset hierarchy")
+    with own_cgroup(CPUSET, cpus="0-1") as path:
+        yield path

@@ -21,8 +21,8 @@ import pytest
 from parlschedctl import client
 from parlschedd.host import procfs
 from parlschedd.cpulist import format_cpulist
-from tests.conftest import (Daemon, NOBODY, PINNING, as_user, needs_root, start_daemon, tagged_sleeper, threads_of,
-                            wait_for)
+from tests.conftest import (CGROUP_MOUNTS, NOBODY, Daemon, PINNING, as_user, needs_root, own_cgroup, start_daemon, tagged_sleeper,
+                            threads_of, wait_for)
 from tests.reliability.helpers import raw_exchange
 
 pytestmark = needs_root
@@ -967,42 +967,26 @@ def procfs_children(pid: int) -> list[int]:
     return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
 
-CGROUP_RULES = [
-    ("/sys/fs/cgroup/unified", "/parlsched-test-{pid}"),          # v2 (the unified hierarchy of a hybrid host)
-    ("/sys/fs/cgroup/cpuset", "cpuset:/parlsched-test-{pid}"),    # a v1 controller hierarchy
-]
-
-
-@pytest.mark.parametrize("mount, rule", CGROUP_RULES)
-def test_config_rule_adopts_a_cgroup_and_releases_when_it_leaves(tmp_path, mount, rule):
+@pytest.mark.parametrize("mount, prefix", CGROUP_MOUNTS, ids=["v2", "v1 cpuset"])
+def test_config_rule_adopts_a_cgroup_and_releases_when_it_leaves(tmp_path, mount, prefix):
     """The process sits in a cgroup below the rule's (a unit in a slice): it matches."""
-    if not os.path.isdir(mount):
-        pytest.skip(f"{mount} is not mounted on this host")
-    group = Path(mount) / f"parlsched-test-{os.getpid()}"
-    job = group / "job"
-    for g in (group, job):
-        g.mkdir()
-        if (g / "cpuset.cpus").exists():  # a v1 cpuset needs its CPUs and memory nodes set
-            (g / "cpuset.cpus").write_text((Path(mount) / "cpuset.cpus").read_text())
-            (g / "cpuset.mems").write_text((Path(mount) / "cpuset.mems").read_text())
-    proc = subprocess.Popen(["sleep", "60"])
-    try:
-        (job / "cgroup.procs").write_text(str(proc.pid))
-        (tmp_path / "parlschedd.yaml").write_text(
-            f"period_s: 0.05\nrescan_s: 0.1\ntargets:\n  - cgroup: '{rule.format(pid=os.getpid())}'\n")
-        d = start_daemon(tmp_path)
+    with own_cgroup(mount) as group, own_cgroup(group) as job:
+        proc = subprocess.Popen(["sleep", "60"])
         try:
-            wait_for(lambda: proc.pid in {t["pid"] for t in d.request("status")["targets"]})
-            (Path(mount) / "cgroup.procs").write_text(str(proc.pid))  # moved out: no longer matches
-            wait_for(lambda: d.request("status")["targets"] == [])
-            assert os.sched_getaffinity(proc.pid) == ALL
+            (job / "cgroup.procs").write_text(str(proc.pid))
+            (tmp_path / "parlschedd.yaml").write_text(
+                f"period_s: 0.05\nrescan_s: 0.1\ntargets:\n  - cgroup: '{prefix}/{group.name}'\n")
+            d = start_daemon(tmp_path)
+            try:
+                wait_for(lambda: proc.pid in {t["pid"] for t in d.request("status")["targets"]})
+                (Path(mount) / "cgroup.procs").write_text(str(proc.pid))  # moved out: no longer matches
+                wait_for(lambda: d.request("status")["targets"] == [])
+                assert os.sched_getaffinity(proc.pid) == ALL
+            finally:
+                d.stop()
         finally:
-            d.stop()
-    finally:
-        proc.kill()
-        proc.wait()
-        job.rmdir()
-        group.rmdir()
+            proc.kill()
+            proc.wait()
 
 
 def test_free_threads_get_their_whole_domain_and_are_restored(tmp_path, workload):
@@ -1065,16 +1049,11 @@ def test_a_run_dir_removed_under_the_daemon_is_made_again(tmp_path, workload):
     connections already open are kept. While they cannot be made again (a file where
     the run dir was) that is said once, not every rescan."""
     config = "period_s: 0.05\nrescan_s: 0.1\n" + PINNING
-    (tmp_path / "parlschedd.yaml").write_text(config + "socket: {mode: '0600'}\n")
     run = tmp_path / "run"
     run.mkdir()
-    sock = run / "ctl.sock"
-    proc = subprocess.Popen([sys.executable, "-m", "parlschedd", "--config", str(tmp_path / "parlschedd.yaml"),
-                             "--socket", str(sock), "--state-dir", str(run / "state"), "--log-format", "json"],
-                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "daemon.log", "ab"))
-    d = Daemon(proc, str(sock), run / "state", tmp_path / "parlschedd.yaml", tmp_path / "daemon.log")
+    d = start_daemon(tmp_path, config + "socket: {mode: '0600'}\n", run=run)
+    sock = Path(d.socket)
     try:
-        wait_for(lambda: sock.exists(), timeout=15)
         w = workload(2)
         before = masks(w.all_tids())
         with socket.socket(socket.AF_UNIX) as kept:
@@ -1082,7 +1061,8 @@ def test_a_run_dir_removed_under_the_daemon_is_made_again(tmp_path, workload):
             d.request("attach", pid=w.pid)
             (tmp_path / "parlschedd.yaml").write_text(config + "socket: {mode: '0666'}\n")
             assert d.request("reload")["restart_pending"] == ["socket"]
-            shutil.rmtree(run)
+            os.rename(run, tmp_path / "removed")  # at once: a rescan amid rmtree would make state/ again under it
+            shutil.rmtree(tmp_path / "removed")
             wait_for(lambda: (run / "state" / "lock").exists() and (run / "state" / "state.json").exists() and sock.exists())
             assert stat.S_IMODE(os.stat(sock).st_mode) == 0o600
             assert d.request("status", pid=w.pid)["targets"][0]["pid"] == w.pid
@@ -1091,11 +1071,12 @@ def test_a_run_dir_removed_under_the_daemon_is_made_again(tmp_path, workload):
         second = _started(tmp_path / "parlschedd.yaml", tmp_path / "second.sock", run / "state")
         assert second.returncode == 1 and "is in use by" in second.stderr, second.stderr
         assert "control socket removed under the daemon, made again" in d.log_text()
-        shutil.rmtree(run)
+        said_before = len(d.log_text())
+        os.rename(run, tmp_path / "gone")
         run.write_text("not a directory\n")
         time.sleep(0.6)  # six rescans
-        assert d.log_text().count("control socket removed, and cannot be made again") == 1
-        assert d.log_text().count("the state dir's lock was removed and cannot be taken again") == 1
+        assert d.log_text()[said_before:].count("control socket removed, and cannot be made again") == 1
+        assert d.log_text()[said_before:].count("the state dir's lock was removed and cannot be taken again") == 1
         run.unlink()
         wait_for(lambda: sock.exists() and (run / "state" / "lock").exists())
         assert d.request("ping")["version"]

@@ -15,7 +15,6 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -27,7 +26,7 @@ from parlschedd.host.affinity import Pinner
 from parlschedd.host.base import CounterSource
 from parlschedd.host.perf import CounterSet
 from parlschedd.topology import read_topology
-from tests.conftest import needs_root, start_daemon, tagged_sleeper, wait_for
+from tests.conftest import CGROUP_MOUNTS, needs_root, own_cgroup, start_daemon, tagged_sleeper, wait_for
 
 pytestmark = needs_root
 
@@ -88,37 +87,6 @@ def test_a_name_rule_matches_a_process_by_its_comm_alone(kill_after):
     finally:
         engine.detach_all()
         counters.close_all()
-
-
-CGROUP_MOUNTS = [  # as tests/daemon/test_daemon.py's CGROUP_RULES
-    ("/sys/fs/cgroup/unified", ""),         # v2 (the unified hierarchy of a hybrid host)
-    ("/sys/fs/cgroup/cpuset", "cpuset:"),  # a v1 controller hierarchy
-]
-
-
-@contextlib.contextmanager
-def own_cgroup(mount: str) -> Iterator[Path]:
-    """A cgroup of its own under ``mount``, removed at the end (its processes, which
-    the test kills first, are moved back to the root if any is left)."""
-    if not os.path.isdir(mount) or not os.access(mount, os.W_OK):
-        pytest.skip(f"{mount} is not mounted, or not writable, on this host")
-    group = Path(mount) / f"parlsched-test-{uuid.uuid4().hex[:8]}"
-    group.mkdir()
-    try:
-        if (group / "cpuset.cpus").exists():  # a v1 cpuset needs its CPUs and memory nodes set
-            (group / "cpuset.cpus").write_text((Path(mount) / "cpuset.cpus").read_text())
-            (group / "cpuset.mems").write_text((Path(mount) / "cpuset.mems").read_text())
-        yield group
-    finally:
-        for pid in (group / "cgroup.procs").read_text().split():
-            with contextlib.suppress(OSError):
-                (Path(mount) / "cgroup.procs").write_text(pid)
-        for _ in range(50):  # a killed process leaves its cgroup when it is reaped
-            try:
-                group.rmdir()
-                break
-            except OSError:
-                time.sleep(0.05)
 
 
 @pytest.mark.parametrize("mount, prefix", CGROUP_MOUNTS, ids=["v2", "v1 cpuset"])
