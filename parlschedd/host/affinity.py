@@ -134,7 +134,7 @@ AllowedCpus = Callable[[int], "frozenset[int] | None"]
 class Pinner:
     """The real :class:`~parlschedd.host.base.Actuator`.
 
-    ``adopt`` saves a thread's mask once, ``pin`` changes it only when the target mask
+    ``adopt`` saves a thread's mask once, ``pin_many`` changes each only when the target mask
     differs from the last one set, ``restore`` puts the original back exactly. Before
     every write the thread's start time is compared with the adopted one, so a tid
     reused by another thread (after exit, or across a daemon restart) is never touched.
@@ -228,22 +228,13 @@ class Pinner:
                 return mask
         return every if cpuset is not None and mask == cpuset else mask
 
-    def pin(self, tid: int, cpus: frozenset[int]) -> bool:
-        """Restrict an adopted thread to ``cpus`` ∩ its allowed CPUs.
-
-        Returns True when a syscall changed the mask, False when it already had it.
-        Raises KeyError for a tid never adopted, InvalidMask when no allowed CPU is in
-        ``cpus``, ThreadGone when the thread is gone or the tid names another thread,
-        Overridden when someone else set its mask since we did (nothing is written).
-        """
-        outcome = self.pin_many([(tid, cpus)])[0]
-        if isinstance(outcome, HostError):
-            raise outcome
-        return outcome
-
     def pin_many(self, moves: Sequence[tuple[int, frozenset[int]]]) -> list[bool | HostError]:
-        """:meth:`pin` for many threads, one outcome per move (True, False, or the
-        HostError ``pin`` would raise); KeyError for a tid never adopted.
+        """Restrict adopted threads to CPUs (each move's ``cpus`` ∩ its allowed CPUs),
+        one outcome per move: True when a syscall changed the mask, False when it
+        already had it, or the HostError that stopped it: InvalidMask when no allowed
+        CPU is in ``cpus``, ThreadGone when the thread is gone or the tid names another
+        thread, Overridden when someone else set its mask since we did (nothing is
+        written). KeyError for a tid never adopted.
 
         The identity of every thread about to move is proven by one batched check
         (:func:`~parlschedd.host.procfs.exited`: a single poll(2) where the kernel has

@@ -11,12 +11,17 @@ engine treats as "drop this thread", never as a failure.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from parlschedd.host.errors import HostError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from parlschedd.host.affinity import PinRecord
 
 
 class CounterSource(StrEnum):
@@ -65,8 +70,15 @@ class Counters(Protocol):
     def read(self, tid: int) -> float:
         """The cumulative value for an opened ``tid``."""
 
+    def read_many(self, tids: Sequence[int]) -> tuple[np.ndarray, list[int]]:
+        """``read`` for many tids at once (the period's hot path): their values (NaN for
+        a failed read) and the tids that no longer exist."""
+
     def close(self, tid: int) -> None:
         """Stop counting ``tid`` and free what it held; unknown tids are ignored."""
+
+    def close_all(self) -> None:
+        """Close every counter (the daemon's exit)."""
 
 
 class Actuator(Protocol):
@@ -78,15 +90,17 @@ class Actuator(Protocol):
     def original_of(self, tid: int, mask: frozenset[int], cpuset: frozenset[int] | None) -> frozenset[int]:
         """The mask to restore for a thread found with ``mask`` in ``cpuset``."""
 
-    def pin(self, tid: int, cpus: frozenset[int]) -> bool:
-        """Restrict an adopted thread to ``cpus``; True when the mask actually changed."""
+    @property
+    def records(self) -> Mapping[int, PinRecord]:
+        """The adopted threads: each one's identity, original mask and the mask set last."""
 
     def pin_many(self, moves: Sequence[tuple[int, frozenset[int]]]) -> list[bool | HostError]:
-        """``pin`` for many threads at once: per move its result or the error it raised."""
+        """Restrict adopted threads to CPUs, a batch at once: per move True when the mask
+        changed, False when it had it already, or the HostError that stopped it."""
 
     def drifted(self, tids: Iterable[int]) -> Drift:
         """Which of ``tids`` the kernel (a shrunk cpuset) or someone else re-pinned
-        since our last ``pin``."""
+        since our last pin."""
 
     def reassign(self, tid: int, original: frozenset[int]) -> None:
         """Keep ``original`` to restore for a tid that names another thread of the same
@@ -100,3 +114,10 @@ class Actuator(Protocol):
 
     def restore_all(self) -> RestoreReport:
         """Restore every adopted thread; never raises for a single thread."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The records, as the state file keeps them for a restart to restore."""
+
+    def from_saved(self, data: Any, placements: Iterable[frozenset[int]]) -> Actuator:
+        """An actuator on this one's host holding the records a previous run saved
+        (``to_json``): what crash recovery restores."""

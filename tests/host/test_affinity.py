@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -12,23 +12,21 @@ import pytest
 from parlschedd.host import affinity, cgroups, procfs
 from parlschedd.host.affinity import Pinner, PinRecord, get_affinity, possible_cpus, set_affinity
 from parlschedd.host.base import Drift
-from parlschedd.host.errors import AccessDenied, InvalidMask, Overridden, ThreadGone
+from parlschedd.host.errors import AccessDenied, HostError, InvalidMask, Overridden, ThreadGone
 from parlschedd.host.state import read_state, write_state
 
-from tests.conftest import fake_cpus
+from tests.conftest import fake_cpus, own_cgroup
 
 from .conftest import FakeProc, Worker, fd_count
 
 CPUSET_ROOT = Path(cgroups.CGROUP_ROOT, "cpuset")
 
 
+@dataclass(frozen=True)
 class CpusetDir:
-    """A real v1 cpuset made for one test; its tasks go back to the root at the end."""
+    """A real v1 cpuset made for one test (``own_cgroup``)."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        path.mkdir()
-        (path / "cpuset.mems").write_text((CPUSET_ROOT / "cpuset.mems").read_text())
+    path: Path
 
     def set_cpus(self, cpus: str) -> None:
         (self.path / "cpuset.cpus").write_text(cpus)
@@ -36,23 +34,22 @@ class CpusetDir:
     def add(self, tid: int) -> None:
         (self.path / "tasks").write_text(str(tid))
 
-    def remove(self) -> None:
-        for tid in (self.path / "tasks").read_text().split():
-            try:
-                (CPUSET_ROOT / "tasks").write_text(tid)
-            except ProcessLookupError:
-                pass
-        self.path.rmdir()
-
 
 @pytest.fixture
 def cpuset() -> Iterator[CpusetDir]:
     """Skipped where there is no writable v1 cpuset hierarchy (this host has one)."""
-    if not os.access(CPUSET_ROOT / "cpuset.cpus", os.W_OK):
-        pytest.skip("no writable cgroup v1 cpuset hierarchy")
-    made = CpusetDir(CPUSET_ROOT / f"parlsched-test-{uuid.uuid4().hex[:8]}")
-    yield made
-    made.remove()
+    with own_cgroup(CPUSET_ROOT) as path:
+        yield CpusetDir(path)
+
+
+def pin(pinner: Pinner, tid: int, cpus: frozenset[int]) -> bool:
+    """One move through ``pin_many`` (the daemon moves its threads in batches), its
+    HostError raised."""
+    outcome = pinner.pin_many([(tid, cpus)])[0]
+    if isinstance(outcome, HostError):
+        raise outcome
+    return outcome
+
 
 ALL = frozenset(os.sched_getaffinity(0))
 pytestmark = pytest.mark.skipif(not {0, 1} <= ALL, reason="needs CPUs 0 and 1")
@@ -103,7 +100,7 @@ def test_pin_then_restore_exact_original(spawn: Callable[..., Worker]) -> None:
     set_affinity(worker.tid, {0, 1})
     pinner = Pinner()
     tid = adopted(pinner, worker)
-    assert pinner.pin(tid, frozenset({0})) is True
+    assert pin(pinner, tid, frozenset({0})) is True
     assert os.sched_getaffinity(tid) == {0}
     assert pinner.records[tid] == PinRecord(pinner.records[tid].start_time, frozenset({0, 1}), frozenset({0}),
                                             asked=frozenset({0}))
@@ -124,11 +121,11 @@ def test_reassign_keeps_the_identity_and_takes_the_mask_now_as_ours(spawn: Calla
     pinner = Pinner(allowed=unrestricted)
     tid = adopted(pinner, worker)
     start = pinner.records[tid].start_time
-    pinner.pin(tid, frozenset({0}))
+    pin(pinner, tid, frozenset({0}))
     os.sched_setaffinity(tid, {1})  # the mask the thread that exec'd carried
     pinner.reassign(tid, frozenset({1}))
     assert pinner.records[tid] == PinRecord(start, frozenset({1}), frozenset({1}))
-    assert pinner.pin(tid, frozenset({0})) is True  # ours: no Overridden
+    assert pin(pinner, tid, frozenset({0})) is True  # ours: no Overridden
     assert pinner.restore(tid) is True
     assert os.sched_getaffinity(tid) == {1}
     with pytest.raises(KeyError):
@@ -139,13 +136,13 @@ def test_pin_skips_the_syscall_when_the_mask_is_unchanged(spawn: Callable[..., W
     worker = spawn(busy=False)
     pinner = Pinner(allowed=unrestricted)
     tid = adopted(pinner, worker)
-    assert pinner.pin(tid, frozenset({1})) is True
-    assert pinner.pin(tid, frozenset({1})) is False
-    assert pinner.pin(tid, ALL) is True  # back to the original mask is a change too
+    assert pin(pinner, tid, frozenset({1})) is True
+    assert pin(pinner, tid, frozenset({1})) is False
+    assert pin(pinner, tid, ALL) is True  # back to the original mask is a change too
     os.sched_setaffinity(tid, {0})  # someone else moves it: theirs, no pin writes over it
-    assert pinner.pin(tid, ALL) is False
+    assert pin(pinner, tid, ALL) is False
     with pytest.raises(Overridden):
-        pinner.pin(tid, frozenset({1}))
+        pin(pinner, tid, frozenset({1}))
     assert os.sched_getaffinity(tid) == {0}
 
 
@@ -154,18 +151,18 @@ def test_pin_to_cpus_outside_every_cpuset(spawn: Callable[..., Worker]) -> None:
     pinner = Pinner()
     tid = adopted(pinner, worker)
     with pytest.raises(InvalidMask):
-        pinner.pin(tid, frozenset({1000}))
+        pin(pinner, tid, frozenset({1000}))
     assert os.sched_getaffinity(tid) == ALL
     assert pinner.records[tid].current == ALL
     with pytest.raises(KeyError):
-        pinner.pin(os.getpid(), frozenset({0}))  # never adopted
+        pin(pinner, os.getpid(), frozenset({0}))  # never adopted
 
 
 def test_the_kernel_drops_cpus_outside_the_cpuset(spawn: Callable[..., Worker]) -> None:
     worker = spawn(busy=False)
     pinner = Pinner()
     tid = adopted(pinner, worker)
-    assert pinner.pin(tid, frozenset({0, 1000})) is True  # CPU 1000 is in no cpuset
+    assert pin(pinner, tid, frozenset({0, 1000})) is True  # CPU 1000 is in no cpuset
     assert os.sched_getaffinity(tid) == {0}
 
 
@@ -178,9 +175,9 @@ def test_pin_inside_a_real_cpuset(spawn: Callable[..., Worker], cpuset: CpusetDi
     tid = adopted(pinner, worker)
     assert pinner.records[tid].original == possible_cpus()  # it follows its cpuset: every CPU, narrowed by it
     with pytest.raises(InvalidMask):
-        pinner.pin(tid, frozenset({0}))
+        pin(pinner, tid, frozenset({0}))
     assert os.sched_getaffinity(tid) == {1}
-    assert pinner.pin(tid, ALL) is True
+    assert pin(pinner, tid, ALL) is True
     assert os.sched_getaffinity(tid) == {1}  # the kernel keeps it inside the cpuset
 
 
@@ -191,7 +188,7 @@ def test_restore_after_the_cpuset_shrank(spawn: Callable[..., Worker], cpuset: C
     os.sched_setaffinity(worker.tid, {0})
     pinner = Pinner()
     tid = adopted(pinner, worker)
-    pinner.pin(tid, frozenset({1}))
+    pin(pinner, tid, frozenset({1}))
     cpuset.set_cpus("1")  # the original CPU 0 is no longer allowed
     report = pinner.restore_all()
     assert report.restored == (tid,)
@@ -204,10 +201,10 @@ def test_no_fd_left_behind(spawn: Callable[..., Worker]) -> None:
     pinner = Pinner()
     for w in workers:
         adopted(pinner, w)
-        pinner.pin(w.tid, frozenset({0}))
+        pin(pinner, w.tid, frozenset({0}))
     workers[0].finish()
     with pytest.raises(ThreadGone):
-        pinner.pin(workers[0].tid, frozenset({1}))
+        pin(pinner, workers[0].tid, frozenset({1}))
     assert pinner.restore(workers[1].tid) is True
     report = pinner.restore_all()
     assert len(report.restored) == 18
@@ -220,7 +217,7 @@ def test_thread_exiting_between_adopt_and_pin(spawn: Callable[..., Worker]) -> N
     tid = adopted(pinner, worker)
     worker.finish()
     with pytest.raises(ThreadGone):
-        pinner.pin(tid, frozenset({0}))
+        pin(pinner, tid, frozenset({0}))
     assert tid not in pinner.records
 
 
@@ -238,7 +235,7 @@ def test_restart_restores_from_another_pinners_state(spawn: Callable[..., Worker
     first = Pinner()
     for w in (keep, leave):
         adopted(first, w)
-        first.pin(w.tid, frozenset({0}))
+        pin(first, w.tid, frozenset({0}))
     write_state(state, first.to_json())
     leave.finish()
     del first  # the daemon was killed; a new one starts
@@ -256,7 +253,7 @@ def test_restore_after_a_crash_between_pin_and_state_write(spawn: Callable[..., 
     first = Pinner()
     tid = adopted(first, worker)
     saved = first.to_json()  # written before the pin; the pin never reached the file
-    first.pin(tid, frozenset({1}))
+    pin(first, tid, frozenset({1}))
     Pinner.from_json(saved, placements=[frozenset({0}), frozenset({1}), ALL]).restore(tid)
     assert os.sched_getaffinity(tid) == ALL
 
@@ -267,7 +264,7 @@ def test_restore_leaves_a_mask_someone_set_since_our_last_pin(spawn: Callable[..
     theirs, also_theirs, ours = spawn(busy=False), spawn(busy=False), spawn(busy=False)
     pinner = Pinner(allowed=unrestricted)
     for worker in (theirs, also_theirs, ours):
-        pinner.pin(adopted(pinner, worker), frozenset({1}))
+        pin(pinner, adopted(pinner, worker), frozenset({1}))
     os.sched_setaffinity(theirs.tid, {0})
     os.sched_setaffinity(also_theirs.tid, {0})
     with pytest.raises(Overridden):
@@ -287,7 +284,7 @@ def test_a_restart_tells_the_last_runs_pins_by_their_shape(spawn: Callable[..., 
     tids = [adopted(first, w) for w in (pinned, reset)]
     saved = first.to_json()
     for tid in tids:
-        first.pin(tid, frozenset({1}))
+        pin(first, tid, frozenset({1}))
     os.sched_setaffinity(reset.tid, {0})  # an administrator, while the daemon was down
     report = Pinner.from_json(saved, allowed=unrestricted, placements=[frozenset({1})]).restore_all()
     assert (report.restored, report.kept) == ((pinned.tid,), (reset.tid,))
@@ -302,7 +299,7 @@ def test_a_reused_tid_is_never_touched(spawn: Callable[..., Worker]) -> None:
     old = {"version": 1, "threads": {str(stranger.tid): {"start_time": start - 5, "original": "0", "current": "1"}}}
     pinner = Pinner.from_json(old)
     with pytest.raises(ThreadGone):
-        pinner.pin(stranger.tid, frozenset({0}))
+        pin(pinner, stranger.tid, frozenset({0}))
     pinner = Pinner.from_json(old)
     assert pinner.restore_all().gone == (stranger.tid,)
     assert os.sched_getaffinity(stranger.tid) == {1}
@@ -319,7 +316,7 @@ def test_a_thread_adopted_in_a_narrowed_cpuset_follows_it_again_after_restore(
     for w in (follows, untouched):
         cpuset.add(w.tid)
     pinner = Pinner()
-    pinner.pin(adopted(pinner, follows), frozenset({0}))
+    pin(pinner, adopted(pinner, follows), frozenset({0}))
     assert pinner.restore_all().restored == (follows.tid,)
     assert os.sched_getaffinity(follows.tid) == {0}
     cpuset.set_cpus("0-1")
@@ -391,7 +388,7 @@ def test_pin_many_gives_one_outcome_per_move(spawn: Callable[..., Worker], cpuse
     pinner = Pinner()
     for w in (moved, same, gone, fenced):
         adopted(pinner, w)
-    pinner.pin(same.tid, frozenset({1}))
+    pin(pinner, same.tid, frozenset({1}))
     cpuset.set_cpus("0")
     cpuset.add(fenced.tid)  # may only use CPU 0 from now on
     gone.finish()
@@ -417,7 +414,7 @@ def test_drifted_tells_the_kernels_narrowing_from_someone_elses_mask(spawn: Call
     cpuset.set_cpus("0-1")
     cpuset.add(fenced.tid)
     for w in (fenced, retasked, kept):
-        pinner.pin(w.tid, frozenset({0}))
+        pin(pinner, w.tid, frozenset({0}))
     assert pinner.drifted([fenced.tid, retasked.tid, kept.tid]) == Drift([], [])
     cpuset.set_cpus("1")
     os.sched_setaffinity(retasked.tid, {1})
@@ -425,9 +422,9 @@ def test_drifted_tells_the_kernels_narrowing_from_someone_elses_mask(spawn: Call
     assert pinner.records[fenced.tid].current == frozenset({1})
     assert pinner.drifted([fenced.tid, kept.tid]) == Drift([], [])
     with pytest.raises(InvalidMask):
-        pinner.pin(fenced.tid, frozenset({0}))
+        pin(pinner, fenced.tid, frozenset({0}))
     with pytest.raises(Overridden):
-        pinner.pin(retasked.tid, frozenset({0, 1}))
+        pin(pinner, retasked.tid, frozenset({0, 1}))
     assert os.sched_getaffinity(retasked.tid) == {1}
     pinner.release(retasked.tid)
     assert retasked.tid not in pinner.records
@@ -442,15 +439,15 @@ def test_a_mask_its_cpuset_keeps_part_of_is_not_a_drift(spawn: Callable[..., Wor
     w = spawn(busy=False)
     pinner = Pinner()
     adopted(pinner, w)
-    pinner.pin(w.tid, frozenset({0}))
+    pin(pinner, w.tid, frozenset({0}))
     cpuset.set_cpus("1")
     cpuset.add(w.tid)  # v1: its mask becomes the cpuset's
-    assert pinner.pin(w.tid, frozenset({0, 1})) is True
+    assert pin(pinner, w.tid, frozenset({0, 1})) is True
     assert os.sched_getaffinity(w.tid) == {1}
     assert pinner.drifted([w.tid]) == Drift([], [])
     record = pinner.records[w.tid]
     assert (record.current, record.wanted) == ({1}, {0, 1})
-    assert pinner.pin(w.tid, frozenset({0, 1})) is False, "asked for already: nothing to write"
+    assert pin(pinner, w.tid, frozenset({0, 1})) is False, "asked for already: nothing to write"
     assert pinner.drifted([w.tid]) == Drift([], [])
     cpuset.set_cpus("0-1")  # the grown cpuset gives back what we asked for
     assert pinner.drifted([w.tid]) == Drift([], []) and os.sched_getaffinity(w.tid) == {0, 1}
@@ -466,18 +463,18 @@ def test_a_cpuset_that_grows_back_gives_our_mask_back_not_someone_elses(spawn: C
     w = spawn(busy=False)
     pinner = Pinner()
     adopted(pinner, w)
-    pinner.pin(w.tid, frozenset({0}))
+    pin(pinner, w.tid, frozenset({0}))
     cpuset.set_cpus("0-1")
     cpuset.add(w.tid)
     cpuset.set_cpus("1")  # CPU 0 taken away: the thread gets the whole cpuset
     assert pinner.drifted([w.tid]) == Drift([w.tid], [])
     with pytest.raises(InvalidMask):
-        pinner.pin(w.tid, frozenset({0}))  # the learner draws the lost CPU again
+        pin(pinner, w.tid, frozenset({0}))  # the learner draws the lost CPU again
     cpuset.set_cpus("0-1")
     if os.sched_getaffinity(w.tid) != {0}:
         pytest.skip("a kernel before 6.2 gives the whole cpuset back, not the mask last asked for")
     assert pinner.drifted([w.tid]) == Drift([], []), "our own mask, given back"
-    assert pinner.pin(w.tid, frozenset({0})) is False
+    assert pin(pinner, w.tid, frozenset({0})) is False
     pinner.restore_all()
 
 
@@ -490,8 +487,8 @@ def test_the_first_pin_writes_even_the_mask_the_thread_shows(spawn: Callable[...
     cpuset.add(w.tid)
     pinner = Pinner()
     adopted(pinner, w)
-    assert pinner.pin(w.tid, frozenset({0})) is True, "written, though the thread shows {0}"
-    assert pinner.pin(w.tid, frozenset({0})) is False
+    assert pin(pinner, w.tid, frozenset({0})) is True, "written, though the thread shows {0}"
+    assert pin(pinner, w.tid, frozenset({0})) is False
     cpuset.set_cpus("0-1")
     if os.sched_getaffinity(w.tid) != {0}:
         pytest.skip("a kernel before 6.2 gives the whole cpuset, not the mask last asked for")
@@ -518,7 +515,7 @@ def whole_cpuset_after_a_pin(spawn: Callable[..., Worker], cpuset: CpusetDir) ->
     cpuset.add(w.tid)
     pinner = Pinner()
     adopted(pinner, w)
-    pinner.pin(w.tid, frozenset({0}))
+    pin(pinner, w.tid, frozenset({0}))
     cpuset.set_cpus("0-1")  # an update, even to the same CPUs
     os.sched_setaffinity(w.tid, {0, 1})
     return pinner, w.tid
@@ -533,7 +530,7 @@ def test_before_6_2_a_cpuset_change_that_gives_the_whole_cpuset_is_the_kernels(
     pinner, tid = whole_cpuset_after_a_pin(spawn, cpuset)
     assert pinner.drifted([tid]) == Drift([tid], []), "narrowed: to be placed again"
     assert pinner.records[tid].current == {0, 1}
-    assert pinner.pin(tid, frozenset({0})) is True and os.sched_getaffinity(tid) == {0}
+    assert pin(pinner, tid, frozenset({0})) is True and os.sched_getaffinity(tid) == {0}
     pinner.restore_all()
 
 
@@ -545,7 +542,7 @@ def test_from_6_2_the_whole_cpuset_over_a_mask_it_keeps_is_someone_elses(
     pinner, tid = whole_cpuset_after_a_pin(spawn, cpuset)
     assert pinner.drifted([tid]) == Drift([], [tid])
     with pytest.raises(Overridden):
-        pinner.pin(tid, frozenset({1}))  # a move checks the mask first
+        pin(pinner, tid, frozenset({1}))  # a move checks the mask first
     assert os.sched_getaffinity(tid) == {0, 1}
     pinner.release(tid)
 
