@@ -107,29 +107,23 @@ class Topology:
         return out
 
 
-def read_topology(
-    sysfs: str | os.PathLike[str] = "/sys",
-    allowed: Iterable[int] | None = None,
-    cpus: Iterable[int] | None = None,
-) -> Topology:
-    """Discover the topology.
-
-    allowed: CPUs threads may be placed on (default: every online CPU); ``cpus``: the
-             config's further restriction, which alone may name isolated or nohz_full
-             CPUs (an application reserved them for is what the daemon places there).
-    """
+def read_topology(sysfs: str | os.PathLike[str] = "/sys", cpus: Iterable[int] | None = None) -> Topology:
+    """Discover the topology. Usable: every online CPU but the isolated and nohz_full
+    ones, or the online ones of the config's ``cpus``, which alone may name those (an
+    application reserved them for is what the daemon places there). Not the daemon's
+    own affinity: each target's cpuset bounds it (the engine)."""
     base = Path(sysfs) / "devices" / "system"
     online = online_cpus(sysfs)
     if not online:
         raise NoCpusFound(f"no online CPUs found under {base / 'cpu' / 'online'}")
     excluded = _cpulist_file(base / "cpu" / "isolated") | _cpulist_file(base / "cpu" / "nohz_full")
-    usable = set(online) if allowed is None else set(online) & set(allowed)
+    usable = set(online)
     if cpus is None:
         usable -= excluded
     else:
         usable &= set(cpus)
     if not usable:
-        raise TopologyError("no usable CPUs: online, allowed, not isolated and in the config's cpus")
+        raise TopologyError("no usable CPUs: online, not isolated and in the config's cpus")
     return Topology(
         online=online,
         usable=tuple(sorted(usable)),

@@ -45,7 +45,7 @@ def two_socket(tmp_path):
 
 
 def test_numa_first_on_a_numa_machine(two_socket):
-    t = read_topology(two_socket, allowed=range(8))
+    t = read_topology(two_socket)
     assert t.domains() == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert t.domains("llc") == [[0, 1], [2, 3], [4, 5], [6, 7]]
     assert t.domains("package") == [[0, 1, 2, 3], [4, 5, 6, 7]]
@@ -53,12 +53,12 @@ def test_numa_first_on_a_numa_machine(two_socket):
 
 def test_llc_when_one_numa_node(tmp_path):
     root = fake_sysfs(tmp_path, ["0-3"], ["0-1", "0-1", "2-3", "2-3"], [0, 0, 0, 0])
-    assert read_topology(root, allowed=range(4)).domains() == [[0, 1], [2, 3]]
+    assert read_topology(root).domains() == [[0, 1], [2, 3]]
 
 
 def test_one_domain_when_nothing_splits(tmp_path):
     root = fake_sysfs(tmp_path, ["0-1"], ["0-1", "0-1"], [0, 0])
-    assert read_topology(root, allowed=range(2)).domains() == [[0, 1]]
+    assert read_topology(root).domains() == [[0, 1]]
 
 
 def test_auto_passes_over_caches_and_packages_of_one_cpu_each(tmp_path):
@@ -66,7 +66,7 @@ def test_auto_passes_over_caches_and_packages_of_one_cpu_each(tmp_path):
     per CPU left Level 2 nothing to choose and Level 1 one thread to move a T_NUMA.
     Asked for by name, such a grouping is still given."""
     root = fake_sysfs(tmp_path, ["0-3"], ["0", "1", "2", "3"], [0, 1, 2, 3])
-    t = read_topology(root, allowed=range(4))
+    t = read_topology(root)
     assert t.domains() == [[0, 1, 2, 3]]
     assert t.domains("llc") == [[0], [1], [2], [3]]
 
@@ -77,27 +77,27 @@ def test_auto_passes_over_a_grouping_of_one_core_each_to_the_next(tmp_path):
     are cores, the packages are the domains."""
     siblings = ["0,4", "1,5", "2,6", "3,7"] * 2
     root = fake_sysfs(tmp_path, ["0-7"], siblings, [0, 0, 1, 1, 0, 0, 1, 1], siblings=siblings)
-    t = read_topology(root, allowed=range(8))
+    t = read_topology(root)
     assert t.domains() == [[0, 1, 4, 5], [2, 3, 6, 7]]
     one_package = fake_sysfs(tmp_path / "one", ["0-7"], siblings, [0] * 8, siblings=siblings)
-    assert read_topology(one_package, allowed=range(8)).domains() == [list(range(8))]
+    assert read_topology(one_package).domains() == [list(range(8))]
 
 
 def test_cpus_no_numa_node_lists_are_a_domain_of_their_own(tmp_path):
     """Online CPUs 6-7 in no node's cpulist were in no domain, though usable."""
     root = fake_sysfs(tmp_path, ["0-1,4-5", "2-3"], ["0-7"] * 8, [0] * 8)
-    t = read_topology(root, allowed=range(8))
+    t = read_topology(root)
     assert t.domains() == t.domains("numa") == [[0, 1, 4, 5], [2, 3], [6, 7]]
-    assert read_topology(root, allowed=[0, 1, 6]).domains() == [[0, 1], [6]]
+    assert read_topology(root, cpus=[0, 1, 6]).domains() == [[0, 1], [6]]
 
 
-def test_isolated_nohz_and_affinity_narrow_the_usable_cpus(tmp_path):
+def test_isolated_and_nohz_narrow_the_usable_cpus_unless_named(tmp_path):
     root = fake_sysfs(tmp_path, ["0-3", "4-7"], ["0-7"] * 8, [0] * 8, isolated="7", nohz="6")
-    t = read_topology(root, allowed=[0, 1, 2, 4, 5, 6, 7])
-    assert t.usable == (0, 1, 2, 4, 5)
-    assert t.domains() == [[0, 1, 2], [4, 5]]
-    assert read_topology(root, allowed=range(8), cpus=[1, 2]).usable == (1, 2)
-    assert read_topology(root, allowed=range(8), cpus=[1, 6, 7]).usable == (1, 6, 7)  # named: opted in
+    t = read_topology(root)
+    assert t.usable == (0, 1, 2, 3, 4, 5)
+    assert t.domains() == [[0, 1, 2, 3], [4, 5]]
+    assert read_topology(root, cpus=[1, 2]).usable == (1, 2)
+    assert read_topology(root, cpus=[1, 6, 7]).usable == (1, 6, 7)  # named: opted in
 
 
 def test_the_daemons_own_affinity_does_not_narrow_the_usable_cpus(tmp_path):
@@ -113,11 +113,11 @@ def test_the_daemons_own_affinity_does_not_narrow_the_usable_cpus(tmp_path):
 
 
 def test_a_domain_left_without_usable_cpus_disappears(two_socket):
-    assert read_topology(two_socket, allowed=[0, 1]).domains() == [[0, 1]]
+    assert read_topology(two_socket, cpus=[0, 1]).domains() == [[0, 1]]
 
 
 def test_explicit_domains_are_checked(two_socket):
-    t = read_topology(two_socket, allowed=range(8))
+    t = read_topology(two_socket)
     assert t.domains([[0, 2], [1, 3]]) == [[0, 2], [1, 3]]
     with pytest.raises(TopologyError, match=r"domains\[1\] names CPUs \[9\]"):
         t.domains([[0], [9]])
