@@ -287,7 +287,7 @@ class Engine:
             try:
                 if not self._unchanged(target, now):
                     if not target.handle.alive():
-                        self._drop_target(target, "exited")
+                        self._drop_exited(target)
                         continue
                     self._refresh(target, now)
                 live.append(target)
@@ -775,12 +775,12 @@ class Engine:
         self.on_change()
         return restored
 
-    def _drop_target(self, target: Target, why: str) -> None:
+    def _drop_exited(self, target: Target) -> None:
         self._gone[target.pid] = (target.uid, target.handle.start_time, target.most_threads)
         while len(self._gone) > GONE_KEPT:
             del self._gone[next(iter(self._gone))]
         self._release(target)
-        log.info("target dropped", pid=target.pid, reason=why)
+        log.info("target dropped", pid=target.pid, reason="exited")
 
     # -- an exec from a thread other than the main one (see exec_handling.py) ---------
 

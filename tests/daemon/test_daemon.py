@@ -773,6 +773,43 @@ def test_a_request_that_hits_a_bug_is_answered_internal_and_the_daemon_goes_on(t
 
 
 
+LOOP_FAULTS = """
+from parlschedd.daemon import engine, rules, server
+def injected(*args, **kwargs):  # fault injection: a bug in every part of the loop's work
+    raise RuntimeError("injected")
+first_rescan = rules.RuleMatcher.rescan
+def rescan(self, *args):  # the start's rescan passes: a bug there stops the start, as it should
+    rules.RuleMatcher.rescan = injected
+    return first_rescan(self, *args)
+engine.Engine.tick = injected
+rules.RuleMatcher.rescan = rescan
+server.Daemon._keep_socket = injected
+server.Daemon.reload = injected
+"""
+
+
+def test_bugs_in_the_loops_work_are_logged_and_the_daemon_goes_on(tmp_path, workload, monkeypatch):
+    """Fault injection (a sitecustomize in the daemon): the period, the rules' rescan,
+    the socket's check and a reload all raise, every time. Each is logged, the daemon
+    goes on answering requests, and SIGTERM still stops it cleanly."""
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(LOOP_FAULTS)
+    monkeypatch.setenv("PYTHONPATH", str(inject))
+    w = workload(2)
+    d = start_daemon(tmp_path, "period_s: 0.05\nrescan_s: 0.1\n")
+    try:
+        d.request("attach", pid=w.pid)
+        d.proc.send_signal(signal.SIGHUP)
+        said = ("period failed", "rescan failed", "socket and lock check failed", "reload failed, keeping the old config")
+        wait_for(lambda: all(f'"{event}"' in d.log_text() for event in said))
+        time.sleep(0.3)  # more periods and rescans, all failing
+        assert w.pid in {t["pid"] for t in d.request("status")["targets"]}
+    finally:
+        assert d.stop() == 0
+    assert "RuntimeError: injected" in d.log_text()  # what failed, said
+
+
 def as_nobody(socket_path: str, cmd: str, **args) -> dict:
     return as_user(NOBODY, socket_path, cmd, **args)
 

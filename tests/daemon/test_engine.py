@@ -1346,6 +1346,35 @@ def test_a_rescan_that_fails_for_one_target_goes_on_for_the_others(workload) -> 
 
 
 @needs_root
+@pytest.mark.parametrize("phase", ["_refresh", "_step"])
+def test_a_period_that_fails_for_one_target_goes_on_for_the_others(workload, phase) -> None:
+    """A bug in one target's period (its listing of threads, or its counters, learning
+    and pins) costs that target's period, never the others' nor the daemon's: the
+    other target's threads are still measured and placed, and the failure is logged
+    with the target's pid."""
+    broken, fine = workload(2), workload(2)
+    engine, counters = _two_socket_engine()
+    with _released(engine, counters):
+        for w in (broken, fine):
+            engine.attach(w.pid, time.monotonic())
+        real = getattr(engine, phase)
+
+        def failing(target, now):
+            if target.pid == broken.pid:
+                raise RuntimeError("a bug")
+            real(target, now)
+
+        setattr(engine, phase, failing)
+        engine._unchanged = lambda target, now: False  # every period lists the threads again
+        with structlog.testing.capture_logs() as logs:
+            _ticks(engine, 5, pause=0.02)
+        failed = [e for e in logs if e["event"] == "period failed for target"]
+        assert [e["pid"] for e in failed] == [broken.pid] * 5 and all(e["exc_info"] for e in failed)
+        assert engine.targets[fine.pid].current().pinned.all()
+        assert set(engine.targets) == {broken.pid, fine.pid}
+
+
+@needs_root
 def test_attach_reads_a_targets_cpuset_once_not_per_thread(workload, cpuset) -> None:
     """Every thread of a target in a narrowed cpuset has the cpuset as its mask; the
     pinner read the cpuset (two files) for each to tell whether it follows it: 220 us
