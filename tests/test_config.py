@@ -205,3 +205,18 @@ def test_cpus_may_be_a_cpu_list_as_the_kernel_writes_it(tmp_path):
     assert errors_of({"cpus": ""})["cpus"].startswith("names no CPU, got ''")
     assert "domains[1]" in errors_of({"domains": ["0-1", "2-"]})
     assert "or a CPU list such as '0-3,8'" in errors_of({"cpus": 3})["cpus"]
+
+
+@pytest.mark.parametrize("raw, key, said", [
+    ({"domains": 3}, "domains", "must be one of"),
+    ({"domains": []}, "domains", "or a list of CPU lists, got []"),
+    ({"targets": [{"name": 5}]}, "targets[0].name", "must be a regular expression string, got 5"),
+    ({"targets": [{"name": "x", "threads": ["w"]}]}, "targets[0].threads", "must be a regular expression string, got [w]"),
+    ({"targets": [{"cgroup": 7}]}, "targets[0].cgroup", "must be an absolute cgroup path"),
+])
+def test_a_key_of_the_wrong_kind_is_named_with_what_it_got(raw, key, said):
+    """What a user wrote where another kind of value belongs is named under its key
+    path, never taken as something else (a number for a regex, an empty list for no
+    domains)."""
+    errors = errors_of(raw)
+    assert list(errors) == [key] and said in errors[key], errors
