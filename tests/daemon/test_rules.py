@@ -3,8 +3,9 @@ real processes in real cgroups, through a real RuleMatcher over this host's /pro
 /sys/fs/cgroup, and what a real engine and a real daemon attach by them.
 
 The rules in tests/daemon/test_daemon.py match by a command-line tag or by a cgroup
-alone; these check a name matched by comm only, and a rule with both a cgroup and a
-name."""
+alone; these check a name matched by comm only, a rule with both a cgroup and a
+name, and that a match detached by hand is left alone only until it exits, its pid
+given to a new process by the kernel (ns_last_pid) where that matters."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -39,6 +41,9 @@ with open("/proc/self/comm", "w") as comm:
 print("ready", flush=True)
 time.sleep(60)
 """
+
+
+NS_LAST_PID = Path("/proc/sys/kernel/ns_last_pid")
 
 
 def matcher() -> RuleMatcher:
@@ -119,3 +124,76 @@ def test_a_rule_with_a_cgroup_and_a_name_matches_only_the_named_in_the_cgroup(tm
                 assert targets() == {inside.pid}
             finally:
                 d.stop()
+
+
+def tagged_sleeper_at(pid: int, tag: str) -> subprocess.Popen:
+    """A ``tagged_sleeper`` with the pid ``pid``, free again (its process reaped): the
+    kernel's last pid set just below it (ns_last_pid, as CRIU sets it) makes the next
+    fork take it. Skips the test where that cannot be set, or where other forks take
+    the pid first each time."""
+    for _ in range(20):
+        try:
+            NS_LAST_PID.write_text(str(pid - 1))
+        except OSError as exc:
+            pytest.skip(f"cannot set {NS_LAST_PID}: {exc.strerror}")
+        proc = tagged_sleeper(tag)
+        if proc.pid == pid:
+            return proc
+        proc.kill()
+        proc.wait()
+    pytest.skip(f"other processes took pid {pid} first")
+
+
+def test_a_match_detached_by_hand_is_attached_again_once_it_exits(tmp_path):
+    """detach of a process a rule matches holds only while that process lives: once it
+    has exited (and rescans saw it gone), a new process the rule matches is attached,
+    though the kernel gave it the same pid. A record kept after the exit would leave
+    alone every later process given that pid while the daemon runs; a new process with
+    another pid could not show it, the record being of the pid."""
+    tag = f"parlsched-exit-{uuid.uuid4().hex[:8]}"
+    (tmp_path / "parlschedd.yaml").write_text(f"period_s: 0.05\nrescan_s: 0.1\ntargets:\n  - name: '{tag}'\n")
+    first = tagged_sleeper(tag)
+    d = start_daemon(tmp_path)
+    try:
+        targets = lambda: {t["pid"] for t in d.request("status")["targets"]}  # noqa: E731
+        with killed_at_end(first):
+            wait_for(lambda: first.pid in targets())
+            d.request("detach", pid=first.pid)
+            time.sleep(0.5)  # five rescans
+            assert first.pid not in targets(), "left alone while it lives"
+        time.sleep(0.5)  # five rescans see it gone
+        again = tagged_sleeper_at(first.pid, tag)
+        with killed_at_end(again):
+            wait_for(lambda: again.pid in targets())
+    finally:
+        d.stop()
+
+
+def test_a_match_left_alone_whose_pid_comes_back_as_another_process_is_attached(kill_after):
+    """The pid of a process detached by hand may be another process's by the next
+    rescan (it exited, and the kernel gave its pid to a new one, between two rescans):
+    the new process, told apart by its start time, is attached, while the one detached
+    is left alone as long as it runs. On a real RuleMatcher and a real engine, rescanned
+    by hand, so that no rescan falls between the exit and the new process."""
+    tag = f"parlsched-reuse-{uuid.uuid4().hex[:8]}"
+    rule = TargetRule(name=tag)
+    first = kill_after(tagged_sleeper(tag))
+    counters = CounterSet(CounterSource.TASK_CLOCK)
+    engine = Engine(Config(), read_topology("/sys").domains(Config().domains), counters, Pinner())
+    rules = matcher()
+    try:
+        rules.rescan(engine, (rule,), time.monotonic())
+        assert set(engine.targets) == {first.pid}
+        engine.detach(first.pid)
+        engine.left_alone[first.pid] = procfs.process_start_time(first.pid)  # as the daemon's detach records it
+        rules.rescan(engine, (rule,), time.monotonic())
+        assert engine.targets == {}, "the process detached by hand is left alone"
+        time.sleep(0.05)  # a start time in clock ticks: the new process's is a later one
+        first.kill()
+        first.wait()
+        again = kill_after(tagged_sleeper_at(first.pid, tag))
+        rules.rescan(engine, (rule,), time.monotonic())
+        assert set(engine.targets) == {again.pid} == {first.pid}
+    finally:
+        engine.detach_all()
+        counters.close_all()
