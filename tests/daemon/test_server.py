@@ -1,4 +1,5 @@
-"""parlschedd/daemon/server.py and status_cache.py: the per-period status snapshot and the period deadline.
+"""parlschedd/daemon/server.py and status_cache.py: the per-period status snapshot and the period deadline,
+and the counter source the start settles on.
 
 A real daemon on a real socket with real target processes. Most tests use a period of
 30 s, so that no tick falls inside the test: whatever status shows that changed was
@@ -20,6 +21,8 @@ import pytest
 from parlschedctl import client
 from parlschedd.daemon.protocol import MAX_LINE
 from parlschedd.daemon.statefile import _placements
+from parlschedd.host.base import CounterSource
+from parlschedd.host.perf import detect_source
 from tests.conftest import PINNING, as_user, needs_root, start_daemon, wait_for
 from tests.reliability.helpers import sleepy
 
@@ -82,6 +85,25 @@ def test_a_config_rule_match_shows_after_a_reload(slow, kill_after):
     slow.config.write_text(SLOW + f"targets: [{{name: '^sleep {naptime}$'}}]\n")
     slow.request("reload")
     assert [t["pid"] for t in slow.request("status")["targets"]] == [sleeper.pid]
+
+
+def test_a_counter_source_this_host_lacks_is_fallen_back_from_and_said(tmp_path):
+    """An explicit ``utility: instructions`` on a host without a PMU (hardware events
+    give ENOENT): the daemon starts all the same, on the next source that counts, and
+    its log says so once, naming the source asked for, the one it uses and why the
+    first failed; status reports the source it uses, not the one asked for."""
+    if detect_source("instructions") is CounterSource.INSTRUCTIONS:
+        pytest.skip("this host counts instructions (a PMU)")
+    d = start_daemon(tmp_path, SLOW + "utility: instructions\n")
+    try:
+        using = d.request("status")["daemon"]["counter_source"]
+        assert using in ("perf:task-clock", "schedstat")
+        said = [line for line in map(json.loads, d.log_text().splitlines())
+                if line["event"] == "counter source unavailable, falling back"]
+        assert len(said) == 1 and (said[0]["wanted"], said[0]["using"]) == ("instructions", using)
+        assert said[0]["level"] == "warning" and said[0]["why"].startswith("perf:instructions: ")
+    finally:
+        d.stop()
 
 
 def test_status_after_a_period_shows_new_numbers(daemon, workload):
