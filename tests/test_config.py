@@ -2,6 +2,7 @@
 
 import pytest
 
+from parlschedd import config
 from parlschedd.config import SUN_PATH_MAX, Config, ConfigError, from_mapping, load
 
 
@@ -136,6 +137,22 @@ def test_load_from_files(tmp_path):
         load(bad)
     with pytest.raises(ConfigError, match="No such file"):
         load(tmp_path / "missing.yaml")
+
+
+def test_without_a_config_path_the_default_file_is_read_or_the_built_in_defaults_used(tmp_path, monkeypatch):
+    """parlschedd without --config starts on the built-in defaults when there is no
+    file at the default path (README), and reads that file, errors and all, when there
+    is one. The default path is moved under tmp_path: the host's /etc is not read."""
+    default = tmp_path / "etc" / "parlsched" / "parlschedd.yaml"
+    monkeypatch.setattr(config, "DEFAULT_PATH", default)
+    assert load(None) == Config()
+    default.parent.mkdir(parents=True)
+    default.write_text("period_s: 0.5\ndomain_period_s: 5\n")
+    assert load(None).period_s == 0.5 and load(None).domain_every == 10
+    default.write_text("period_s: [\n")
+    with pytest.raises(ConfigError, match="line 2") as e:
+        load(None)
+    assert e.value.source == str(default)
 
 
 def test_shipped_default_config_is_valid():
