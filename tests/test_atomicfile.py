@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import errno
+import json
 import os
+import shutil
 import stat
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -87,3 +92,50 @@ def test_a_device_that_refuses_the_write_is_named() -> None:
     with pytest.raises(OSError) as e:
         replace_bytes("/dev/full", b"x" * 100_000)
     assert e.value.filename == "/dev/full" and e.value.strerror == "No space left on device"
+
+
+# replace_bytes in a process whose files may not grow past 4 KiB (RLIMIT_FSIZE): the
+# write of the temporary file fails with EFBIG, as a full disk fails it with ENOSPC
+WRITE_CUT_SHORT = """
+import json, resource, sys
+from parlschedd.atomicfile import replace_bytes
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))
+try:
+    replace_bytes(sys.argv[1], b"x" * 100_000)
+except OSError as exc:
+    print(json.dumps({"errno": exc.errno, "filename": exc.filename}))
+"""
+
+
+def _write_fails(path: Path) -> dict:
+    done = subprocess.run([sys.executable, "-c", WRITE_CUT_SHORT, str(path)], capture_output=True, text=True,
+                          check=True, cwd=Path(__file__).parents[1])  # this checkout's parlschedd
+    return json.loads(done.stdout)
+
+
+def _replace_fails(path: Path) -> dict:
+    """rename(2) onto an immutable file (chattr +i) fails with EPERM; the flag is
+    taken off again, so that the test's directory can be removed."""
+    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode:
+        pytest.skip("cannot make a file immutable here (chattr +i needs CAP_LINUX_IMMUTABLE and ext4, xfs, ...)")
+    try:
+        replace_text(path, "new")
+    except OSError as exc:
+        return {"errno": exc.errno, "filename": exc.filename}
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+    return {}
+
+
+@pytest.mark.parametrize("fail, code", [(_write_fails, errno.EFBIG), (_replace_fails, errno.EPERM)],
+                         ids=["the write", "the replace"])
+def test_a_failed_write_or_replace_leaves_no_temporary_file_and_names_the_file(tmp_path: Path, fail, code) -> None:
+    """When writing the temporary file fails (a full disk; here a file size limit) or
+    renaming it over the file does (here an immutable file), the old file is kept, the
+    temporary file is removed, not left beside it at each failure, and the error is
+    named by the file asked for, which the daemon's log and the CLI's message show,
+    not by the temporary file (a failed rename) or by nothing (a failed write)."""
+    path = tmp_path / "out.json"
+    path.write_text("old")
+    assert fail(path) == {"errno": code, "filename": str(path)}
+    assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["out.json"]
