@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -67,6 +68,31 @@ def test_fit_json_to_stdout_with_ga(tmp_path):
             "--json", *QUICK)
     doc = json.loads(r.output)
     assert doc["model"]["method"] == "ga" and doc["fit"]["nrmse"]["time"] < 1
+
+
+def test_fit_loo_reports_the_leave_one_out_error_in_text_and_json(tmp_path):
+    """``model fit --loo`` fits once more per configuration, without it, and reports
+    how well those fits predict the configuration left out: a line of the text, and
+    in --json the NRMSE with the held-out predictions it is of. Eight of the 32 NSp
+    (every fourth), so that the nine fits of each run take a few seconds."""
+    lines = MEASUREMENTS_CSV.read_text().splitlines()
+    few = tmp_path / "every-fourth.csv"
+    few.write_text("\n".join([lines[0], *lines[1::4]]) + "\n")
+    args = ["model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(few), *QUICK]
+    text, as_json = run(*args, "--loo"), run(*args, "--loo", "--json")
+    assert text.exit_code == 0 and as_json.exit_code == 0, text.output + as_json.output
+    fit = json.loads(as_json.stdout)["fit"]
+    held_out = fit["leave_one_out"]
+    measured = load_measurements(few)
+    assert list(measured.nsp) == [1, 5, 9, 13, 17, 21, 25, 29]
+    assert len(held_out["time_s"]) == len(held_out["energy_wh"]) == 8
+    for predicted, actual, error in ((held_out["time_s"], measured.time_s, held_out["nrmse_time"]),
+                                     (held_out["energy_wh"], measured.energy_wh, held_out["nrmse_energy"])):
+        assert error == pytest.approx(np.sqrt(np.mean((np.array(predicted) - actual) ** 2)) / np.std(actual))
+    assert (held_out["nrmse_time"], held_out["nrmse_energy"]) != (fit["nrmse"]["time"], fit["nrmse"]["energy"])
+    assert (f"leave-one-out NRMSE:        time {held_out['nrmse_time']:.3f}, "
+            f"energy {held_out['nrmse_energy']:.3f}\n") in text.stdout, "the same seed: the same figures"
+    assert "leave_one_out" not in json.loads(run(*args, "--json").stdout)["fit"]
 
 
 def test_predict(params):
