@@ -48,7 +48,7 @@ class RuleMatcher:
                 target.rule = wanted[pid]  # the same settings, perhaps at another place in a reloaded config
         for left_alone in (engine.left_alone, self.failed):
             for pid, started in list(left_alone.items()):
-                if pid not in wanted or engine.start_time(pid) != started:
+                if engine.start_time(pid) != started:
                     del left_alone[pid]  # exited: its pid may come back as another process
         for pid, i in wanted.items():
             if pid in engine.targets or pid in engine.left_alone or pid in self.failed or pid == os.getpid():

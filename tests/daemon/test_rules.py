@@ -173,7 +173,8 @@ def test_a_match_left_alone_whose_pid_comes_back_as_another_process_is_attached(
     """The pid of a process detached by hand may be another process's by the next
     rescan (it exited, and the kernel gave its pid to a new one, between two rescans):
     the new process, told apart by its start time, is attached, while the one detached
-    is left alone as long as it runs. On a real RuleMatcher and a real engine, rescanned
+    is left alone as long as it runs (even through a reload whose rules stop matching
+    it for a while: it was forgotten then, and attached when matched again). On a real RuleMatcher and a real engine, rescanned
     by hand, so that no rescan falls between the exit and the new process."""
     tag = f"parlsched-reuse-{uuid.uuid4().hex[:8]}"
     rule = TargetRule(name=tag)
@@ -188,6 +189,9 @@ def test_a_match_left_alone_whose_pid_comes_back_as_another_process_is_attached(
         engine.left_alone[first.pid] = procfs.process_start_time(first.pid)  # as the daemon's detach records it
         rules.rescan(engine, (rule,), time.monotonic())
         assert engine.targets == {}, "the process detached by hand is left alone"
+        rules.rescan(engine, (TargetRule(name=f"{tag}-another"),), time.monotonic())  # a reload: it matches no rule
+        rules.rescan(engine, (rule,), time.monotonic())  # and the rule back: still the process detached by hand
+        assert engine.targets == {}, "left alone until it exits, not until it stops matching"
         time.sleep(0.05)  # a start time in clock ticks: the new process's is a later one
         first.kill()
         first.wait()
