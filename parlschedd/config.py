@@ -378,10 +378,11 @@ def _socket(c: _Checker, raw: Any) -> SocketConfig:
 
 
 def load(path: str | Path | None) -> Config:
-    """Read and validate a YAML file; a missing default file gives built-in defaults."""
+    """Read and validate a YAML file; a missing default file gives built-in defaults
+    (a dangling link there is an error: someone meant a config)."""
     if path is None:
         path = DEFAULT_PATH
-        if not path.exists():
+        if not os.path.lexists(path):
             return Config()
     path = Path(path)
     try:

@@ -153,6 +153,11 @@ def test_without_a_config_path_the_default_file_is_read_or_the_built_in_defaults
     with pytest.raises(ConfigError, match="line 2") as e:
         load(None)
     assert e.value.source == str(default)
+    default.unlink()
+    default.symlink_to(tmp_path / "moved-away.yaml")  # a link to a config that is gone: not "no config"
+    with pytest.raises(ConfigError, match="No such file or directory") as e:
+        load(None)
+    assert e.value.source == str(default)
 
 
 def test_shipped_default_config_is_valid():
