@@ -11,6 +11,7 @@ import functools
 import json
 import re
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -219,22 +220,24 @@ def fit(cluster_path: str, data_path: str, method: str, repeat: int, seed: int |
     est = EnergyTimeModel(cluster, method, repeat, seed, rounding, master_power, generations)
     est.fit(m.nsp, m.time_s, energy, progress=progress_printer("fit", as_json, repeat))
     base = BaselineModel(cluster, rounding).fit(m.nsp, m.time_s, energy)
-    held_out = None
+    held_out, loo_seconds = None, 0.0
     if loo:
+        started = time.monotonic()
         problem = Problem.from_measurements(cluster, m, rounding=rounding, master_power=master_power)
         held_out = leave_one_out(problem, method, seed, progress=progress_printer("leave-one-out", as_json, len(m.nsp)),
                                  **est.settings())
+        loo_seconds = time.monotonic() - started
     summary = summarise_fit(est, base, m, data_path, held_out)
     document = params_document(cluster, est, base, {"fit": summary.to_dict()})
     if out_path:
         with writing(out_path):
             save_params(out_path, document)
-    _emit(as_json, document, _fit_text(est, summary, out_path))
+    _emit(as_json, document, _fit_text(est, summary, out_path, loo_seconds))
     for note in summary.poor_fit_notes():
         click.echo(f"parlschedctl model: {note}", err=True)
 
 
-def _fit_text(est: EnergyTimeModel, s: FitSummary, out_path: str | None) -> str:
+def _fit_text(est: EnergyTimeModel, s: FitSummary, out_path: str | None, loo_seconds: float) -> str:
     lines = [f"{'parameter':<22} {'value':>14}" + (f" {'RSD %':>8}" if est.repeat > 1 else "")]  # one fit has no RSD
     for name, value in est.parameters().items():
         r = est.rsd_.get(name, float("nan"))
@@ -251,7 +254,8 @@ def _fit_text(est: EnergyTimeModel, s: FitSummary, out_path: str | None) -> str:
         lines.append(f"leave-one-out NRMSE:        {pair(s.leave_one_out_nrmse)}")
         shown.append(s.leave_one_out_nrmse)
     lines += _why_undefined([d.time for d in shown], [d.energy for d in shown])
-    lines.append(f"fitted in {s.fit_seconds:.1f} s" + (f"; wrote {out_path}" if out_path else ""))
+    lines.append(f"fitted in {s.fit_seconds:.1f} s" + (f", leave-one-out in {loo_seconds:.1f} s more" if s.leave_one_out else "")
+                 + (f"; wrote {out_path}" if out_path else ""))
     return "\n".join(lines)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import os
 import pty
 import resource
@@ -92,7 +93,10 @@ def test_fit_loo_reports_the_leave_one_out_error_in_text_and_json(tmp_path):
     assert (held_out["nrmse_time"], held_out["nrmse_energy"]) != (fit["nrmse"]["time"], fit["nrmse"]["energy"])
     assert (f"leave-one-out NRMSE:        time {held_out['nrmse_time']:.3f}, "
             f"energy {held_out['nrmse_energy']:.3f}\n") in text.stdout, "the same seed: the same figures"
+    assert re.search(r"^fitted in \d+\.\d s, leave-one-out in \d+\.\d s more$", text.stdout, re.M), text.stdout  # not hidden
+    without = run(*args)
     assert "leave_one_out" not in json.loads(run(*args, "--json").stdout)["fit"]
+    assert "leave-one-out" not in without.stdout and re.search(r"^fitted in \d+\.\d s$", without.stdout, re.M)
 
 
 def test_predict(params):
