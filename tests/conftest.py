@@ -175,8 +175,14 @@ def threads_of(d: Daemon, pid: int) -> dict[int, dict]:
 
 
 def tagged_sleeper(tag: str) -> subprocess.Popen:
-    """A process a name rule matches by ``tag``, an argument of its command line."""
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", tag])
+    """A process a name rule matches by ``tag``, an argument of its command line,
+    returned once /proc shows that command line: Popen returns when the vfork'd child
+    releases the parent's memory, inside execve, before the new argv is in place, and
+    /proc/PID/cmdline reads empty until it is (9 times in 10 on a loaded machine), so
+    a rescan at once could miss the process."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", tag])
+    wait_for(lambda: tag.encode() in Path(f"/proc/{proc.pid}/cmdline").read_bytes())
+    return proc
 
 
 NOBODY = 65534  # the unprivileged user the tests drop to
