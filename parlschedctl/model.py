@@ -107,7 +107,8 @@ def _extrapolated(fitted: Fitted, ks: np.ndarray, params_path: str,
 
 def _measured_outside(fitted: Fitted, m: Measurements, params_path: str) -> list[int] | None:
     """The measured NSp the model extrapolates to (None: not recorded), warned of: their
-    errors are of extrapolation, not of the fit (which is how to measure it, said so)."""
+    errors measure how far the model extrapolates, not how well it fits, and a user
+    reading validate's NRMSE as the fit's would trust it too much or too little."""
     ks = np.unique(m.nsp)
     outside = _extrapolated(fitted, ks, params_path, then="their errors say how far extrapolation goes, not how "
                                                           "well the model fits; fit with them to use those NSp")

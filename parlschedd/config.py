@@ -377,14 +377,27 @@ def _socket(c: _Checker, raw: Any) -> SocketConfig:
     return SocketConfig(path, group, mode)
 
 
+def config_file(path: str | Path | None) -> Path | None:
+    """The file ``load(path)`` reads: ``path``, else the default file when there is one
+    (a dangling link there, or one this user may not look at, counts: someone meant a
+    config, and reading it says what is wrong); None: the built-in defaults."""
+    if path is not None:
+        return Path(path)
+    try:
+        os.lstat(DEFAULT_PATH)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError:  # EACCES on /etc/parlsched
+        pass
+    return DEFAULT_PATH
+
+
 def load(path: str | Path | None) -> Config:
-    """Read and validate a YAML file; a missing default file gives built-in defaults
-    (a dangling link there is an error: someone meant a config)."""
+    """Read and validate a YAML file (``config_file``: the default one when ``path`` is
+    None); without a file, the built-in defaults."""
+    path = config_file(path)
     if path is None:
-        path = DEFAULT_PATH
-        if not os.path.lexists(path):
-            return Config()
-    path = Path(path)
+        return Config()
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:

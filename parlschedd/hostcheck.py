@@ -56,10 +56,12 @@ def check_host(cfg: Config) -> HostReport:
     return HostReport(refusals(cfg), narrowings(cfg) + _utility(cfg.utility))
 
 
-def refusals(cfg: Config, socket_path: str | None = None, sysfs: str = "/sys") -> list[Finding]:
+def refusals(cfg: Config, socket_path: str | None = None, sysfs: str = "/sys",
+             state_dir: str | None = None) -> list[Finding]:
     """What stops the daemon from starting with ``cfg`` here: a socket group or path it
-    cannot use (``socket_path``: the daemon's --socket, in place of socket.path), CPUs
-    the host lacks, a metrics address that is not this machine's."""
+    cannot use (``socket_path``: the daemon's --socket, in place of socket.path;
+    ``state_dir``: made before the socket), CPUs the host lacks, a metrics address that
+    is not this machine's."""
     found = []
     try:
         group_id(cfg.socket.group)
@@ -67,7 +69,7 @@ def refusals(cfg: Config, socket_path: str | None = None, sysfs: str = "/sys") -
         found.append(Finding("socket.group", f"{exc}; create it (systemd-sysusers parlsched.sysusers.conf) "
                                              "or set socket.group: null"))
     path = socket_path or cfg.socket.path
-    if problem := socket_path_problem(path):
+    if problem := socket_path_problem(path, state_dir):
         found.append(Finding("socket.path" if path == cfg.socket.path else "--socket", problem))
     try:
         read_topology(sysfs, cpus=cfg.cpus).domains(cfg.domains)
@@ -76,19 +78,22 @@ def refusals(cfg: Config, socket_path: str | None = None, sysfs: str = "/sys") -
     return found + _metrics(cfg.metrics)
 
 
-def socket_path_problem(path: str) -> str | None:
+def socket_path_problem(path: str, state_dir: str | None = None) -> str | None:
     """Why the daemon could not make its control socket at ``path``, or None: too long
     for any host; or it would have to make more than the socket's own directory
-    (/run/parlsched), not that directory's parents; or a file other than a dead
+    (/run/parlsched), not that directory's parents (but for its ``state_dir``, made
+    first: a socket dir inside it is fine); or a file other than a dead
     daemon's socket is there, which it does not replace. A path this user may not look
-    into is not judged: the daemon runs as root."""
+    into is not judged: config check may run as another user than the daemon, and
+    the daemon's own attempt to make the socket then says what is wrong."""
     if too_long := socket_path_too_long(path):
         return too_long
     folder = Path(path).parent
     try:
         if folder.exists() and not folder.is_dir():
             return f"{folder} is not a directory"
-        if not folder.exists() and not folder.parent.is_dir():
+        made_first = state_dir is not None and os.path.abspath(folder.parent) == os.path.abspath(state_dir)
+        if not folder.exists() and not folder.parent.is_dir() and not (made_first and folder.parent.parent.is_dir()):
             return f"no directory {folder.parent} (parlschedd makes the socket's own directory, {folder}, not its parents)"
         if os.path.lexists(path) and not stat.S_ISSOCK(os.lstat(path).st_mode):
             return f"{path} exists and is not a socket; parlschedd does not replace it"
@@ -111,8 +116,8 @@ def _cpus(cfg: Config, sysfs: str) -> list[Finding]:
     except TopologyError:
         return []
     if unusable := topology.unusable(cfg.cpus):
-        return [Finding("cpus", f"{format_cpulist(unusable)} not usable on this host (absent, offline, "
-                                f"isolated or not allowed); parlschedd runs on {format_cpulist(topology.usable)}")]
+        return [Finding("cpus", f"{format_cpulist(unusable)} not usable on this host (absent or offline); "
+                                f"parlschedd runs on {format_cpulist(topology.usable)}")]
     return []
 
 

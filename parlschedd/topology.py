@@ -75,8 +75,8 @@ class Topology:
         return self._restrict(getattr(self, spec)) or [list(self.usable)]
 
     def unusable(self, cpus: Iterable[int] | None) -> list[int]:
-        """Those of the config's ``cpus`` left out of ``usable`` (absent, offline,
-        isolated or outside the allowed set): threads run on the rest."""
+        """Those of the config's ``cpus`` left out of ``usable`` (absent or offline):
+        threads run on the rest."""
         return sorted(set(cpus or ()) - set(self.usable))
 
     def _one_core_each(self, domains: list[list[int]]) -> bool:

@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +44,11 @@ class Daemon:
 
     def log_text(self) -> str:
         return self.log.read_text()
+
+    def log_records(self) -> list[dict]:
+        """The daemon's JSON log lines (--log-format json), parsed; other lines on its
+        stderr (a Python warning) are not records."""
+        return [json.loads(line) for line in self.log_text().splitlines() if line.startswith("{")]
 
 
 # The paper's Level 2 (every thread pinned to one core), which most tests check by mask.
@@ -174,14 +180,28 @@ def threads_of(d: Daemon, pid: int) -> dict[int, dict]:
     return {t["tid"]: t for t in targets[0]["threads"]}
 
 
-def tagged_sleeper(tag: str) -> subprocess.Popen:
+def tagged_sleeper(tag: str, pid: int | None = None) -> subprocess.Popen:
     """A process a name rule matches by ``tag``, an argument of its command line,
     returned once /proc shows that command line: Popen returns when the vfork'd child
     releases the parent's memory, inside execve, before the new argv is in place, and
     /proc/PID/cmdline reads empty until it is (9 times in 10 on a loaded machine), so
-    a rescan at once could miss the process."""
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", tag])
-    wait_for(lambda: tag.encode() in Path(f"/proc/{proc.pid}/cmdline").read_bytes())
+    a rescan at once could miss the process. With ``pid``: that pid, free again (its
+    process reaped), or the test is skipped where it cannot be had."""
+    from tests.reliability.helpers import NS_LAST_PID, spawn_with_pid
+
+    argv = [sys.executable, "-c", "import time; time.sleep(60)", tag]
+    if pid is None:
+        proc = subprocess.Popen(argv)
+    elif not os.access(NS_LAST_PID, os.W_OK):
+        pytest.skip(f"cannot write {NS_LAST_PID}")
+    elif (proc := spawn_with_pid(pid, argv)) is None:
+        pytest.skip(f"other processes took pid {pid} first")
+    try:
+        wait_for(lambda: tag.encode() in Path(f"/proc/{proc.pid}/cmdline").read_bytes())
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
     return proc
 
 
@@ -258,6 +278,8 @@ def own_cgroup(mount: Path | str, cpus: str | None = None) -> Iterator[Path]:
                 break
             except OSError:
                 time.sleep(0.05)
+        else:  # said, not raised: a finally that raised would hide the test's own failure
+            warnings.warn(f"cgroup {group} left behind: {(group / members).read_text().split()} still in it", stacklevel=1)
 
 
 @pytest.fixture

@@ -1,5 +1,7 @@
 """Config loading and validation: every error named by its key path."""
 
+import os
+
 import pytest
 
 from parlschedd import config
@@ -158,6 +160,27 @@ def test_without_a_config_path_the_default_file_is_read_or_the_built_in_defaults
     with pytest.raises(ConfigError, match="No such file or directory") as e:
         load(None)
     assert e.value.source == str(default)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="drops to another user to be refused the file")
+def test_a_default_config_the_daemon_may_not_read_is_an_error_not_the_defaults(tmp_path, monkeypatch):
+    """A daemon run as another user (with capabilities) that may not look into
+    /etc/parlsched ran on the built-in defaults without a word."""
+    from tests.conftest import NOBODY, in_child_as
+
+    default = tmp_path / "etc" / "parlschedd.yaml"
+    default.parent.mkdir()
+    default.write_text("period_s: 0.5\ndomain_period_s: 5\n")
+    default.parent.chmod(0o700)
+    monkeypatch.setattr(config, "DEFAULT_PATH", default)
+
+    def as_nobody() -> str:
+        try:
+            return f"read period_s {load(None).period_s}"
+        except ConfigError as exc:
+            return str(exc)
+
+    assert in_child_as(NOBODY, as_nobody) == f"{default}: (file): Permission denied"
 
 
 def test_shipped_default_config_is_valid():

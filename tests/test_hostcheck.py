@@ -10,7 +10,7 @@ import pytest
 
 from parlschedd.config import from_mapping
 from parlschedd.hostcheck import Finding, check_host, one_line, refusals, socket_path_problem
-from tests.conftest import fake_cpus, needs_root
+from tests.conftest import fake_cpus, needs_root, wait_for
 
 GROUP_ADVICE = "create it (systemd-sysusers parlsched.sysusers.conf) or set socket.group: null"
 
@@ -37,6 +37,17 @@ def test_socket_paths_the_daemon_cannot_use(tmp_path):
         f"no directory {tmp_path / 'typo'} (parlschedd makes the socket's own directory, {tmp_path / 'typo' / 'run'}, "
         "not its parents)")
     assert not (tmp_path / "typo").exists() and (tmp_path / "a-file").read_text() == "keep me\n"
+
+
+def test_a_socket_dir_inside_the_state_dir_the_daemon_makes_first(tmp_path):
+    """--state-dir run and --socket run/sock.d/ctl.sock: the daemon makes run (the state
+    dir) before the socket's own directory, so this is no missing parent; its start
+    refused it for a while."""
+    sock = str(tmp_path / "run" / "sock.d" / "ctl.sock")
+    assert socket_path_problem(sock).startswith(f"no directory {tmp_path / 'run'} ")
+    assert socket_path_problem(sock, state_dir=str(tmp_path / "run")) is None
+    assert socket_path_problem(str(tmp_path / "a" / "run" / "sock.d" / "ctl.sock"),
+                               state_dir=str(tmp_path / "a" / "run")).startswith("no directory")  # nor its parents
 
 
 def test_refusals_under_their_keys_and_the_socket_option(tmp_path):
@@ -78,6 +89,21 @@ def test_check_host_adds_what_only_narrows_the_daemon(tmp_path):
     assert report.refused == []
     assert [f.key for f in report.warnings] == ["cpus", "targets[0].cgroup"]
     assert report.warnings[0].message.startswith("4095 not usable on this host")
+
+
+@needs_root
+def test_the_daemon_makes_its_state_dir_before_a_socket_dir_inside_it(tmp_path):
+    run = tmp_path / "run"
+    (tmp_path / "cfg.yaml").write_text("period_s: 0.05\n")
+    proc = subprocess.Popen([sys.executable, "-m", "parlschedd", "--config", str(tmp_path / "cfg.yaml"),
+                             "--socket", str(run / "sock.d" / "ctl.sock"), "--state-dir", str(run)],
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: (run / "sock.d" / "ctl.sock").exists() or proc.poll() is not None, timeout=15)
+        assert proc.poll() is None, proc.stderr.read()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 @needs_root

@@ -104,8 +104,8 @@ def _host_port(address: str) -> tuple[str, int]:
 def cannot_listen(address: str) -> str | None:
     """Why the daemon could not listen on ``address`` on this host, or None: the host
     resolves to an address of this machine (bound with port 0, so a daemon already
-    listening on the port is not taken for a problem). For ``config check``, which
-    otherwise passed configs whose daemon then refused to start."""
+    listening on the port is not taken for a problem). Asked by ``config check`` and
+    by the daemon's start before it makes anything (``hostcheck.refusals``)."""
     host, _ = _host_port(address)
     try:
         family, kind, proto, _, where = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0]

@@ -128,8 +128,8 @@ class Daemon:
             raise StartupError("parlschedd needs CAP_SYS_NICE to set the CPU affinity of other users' threads: "
                                "run it as root, or give it the capability (AmbientCapabilities=CAP_SYS_NICE "
                                "CAP_PERFMON in its unit, or setpriv --ambient-caps)")
-        if refused := refusals(self.config, self.socket_path, self.sysfs):  # config check's own words
-            raise StartupError(one_line(refused, self.config_path or "the built-in config"))
+        if refused := refusals(self.config, self.socket_path, self.sysfs, self._state_dir):  # config check's words
+            raise StartupError(one_line(refused, self._config_named()))
         raise_fd_limit()
         try:
             topology = read_topology(self.sysfs, cpus=self.config.cpus)
@@ -137,11 +137,11 @@ class Daemon:
         except NoCpusFound:
             raise
         except TopologyError as exc:  # a CPU gone since the check
-            raise StartupError(f"{self.config_path or 'the built-in config'}: {exc.of_config()}") from None
+            raise StartupError(f"{self._config_named()}: {exc.of_config()}") from None
         self.cpus = list(topology.usable)
         self.online = topology.online
         for key, message in narrowings(self.config, self.sysfs, self.cgroup_root):
-            log.warning(message, key=key)
+            log.warning("config not all usable on this host", key=key, problem=message)
         skipped: dict[CounterSource, str] = {}
         source = detect_source(self.config.utility, proc_root=self.proc_root, sysfs=self.sysfs, skipped=skipped)
         why = "; ".join(f"{s.value}: {reason}" for s, reason in skipped.items())
@@ -187,7 +187,7 @@ class Daemon:
         self.engine.forget_unclaimed_hand_overs()
         self.statefile.save(self.engine)
         log.info("started", version=__version__, socket=os.path.abspath(self.socket_path),
-                 state_dir=os.path.abspath(self.statefile.path.parent), domains=self.domains,
+                 state_dir=os.path.abspath(self._state_dir), domains=self.domains,
                  counter_source=source.value, period_s=self.config.period_s)
         notify.notify(f"READY=1\nSTATUS=managing 0 threads\nMAINPID={os.getpid()}")
 
@@ -389,6 +389,14 @@ class Daemon:
 
     # -- socket -----------------------------------------------------------------------
 
+    @property
+    def _state_dir(self) -> str:
+        return str(self.statefile.path.parent)
+
+    def _config_named(self) -> str:
+        """The config file the daemon read, as its refusals name it."""
+        return str(config_mod.config_file(self.config_path) or "the built-in config")
+
     def _socket_gid(self) -> int | None:
         try:
             return group_id(self._started_with.socket.group)  # a reload's waits for a restart, as it says
@@ -400,7 +408,7 @@ class Daemon:
         daemon's), make its own directory, and clear a dead daemon's socket: at the
         start, and when the socket was removed under the daemon."""
         path = self.socket_path
-        if problem := socket_path_problem(path):  # before any directory is made for it
+        if problem := socket_path_problem(path, self._state_dir):  # before any directory is made for it
             raise StartupError(f"cannot use control socket path {path}: {problem}")
         try:
             Path(path).parent.mkdir(exist_ok=True, mode=0o755)
@@ -408,7 +416,8 @@ class Daemon:
         except OSError as exc:  # changed since the check
             raise StartupError(f"cannot use control socket path {path}: {exc.strerror or exc}") from None
         if found is not None and not stat.S_ISSOCK(found.st_mode):  # made since the check: never unlinked
-            raise StartupError(f"cannot use control socket path {path}: {socket_path_problem(path)}")
+            raise StartupError(f"cannot use control socket path {path}: it is not a socket; parlschedd does not "
+                               "replace it")
         if found is not None:
             probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:

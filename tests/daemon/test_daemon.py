@@ -503,7 +503,8 @@ def test_config_cpus_this_host_lacks_are_left_out_and_said(tmp_path):
     d = start_daemon(tmp_path, "period_s: 0.05\ncpus: [0, 4095]\ntargets: [{cgroup: /parlsched-no-such-cgroup}]\n")
     try:
         assert d.request("status")["daemon"]["cpus"] == [0]
-        said = {line["key"]: line["event"] for line in map(json.loads, d.log_text().splitlines()) if "key" in line}
+        said = {line["key"]: line["problem"] for line in d.log_records()
+                if line["event"] == "config not all usable on this host"}
         assert said["cpus"].startswith("4095 not usable on this host") and said["cpus"].endswith("parlschedd runs on 0")
         assert "/parlsched-no-such-cgroup on this host (yet); the rule matches nothing until" in said["targets[0].cgroup"]
     finally:

@@ -16,7 +16,6 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -43,7 +42,6 @@ time.sleep(60)
 """
 
 
-NS_LAST_PID = Path("/proc/sys/kernel/ns_last_pid")
 
 
 def matcher() -> RuleMatcher:
@@ -126,24 +124,6 @@ def test_a_rule_with_a_cgroup_and_a_name_matches_only_the_named_in_the_cgroup(tm
                 d.stop()
 
 
-def tagged_sleeper_at(pid: int, tag: str) -> subprocess.Popen:
-    """A ``tagged_sleeper`` with the pid ``pid``, free again (its process reaped): the
-    kernel's last pid set just below it (ns_last_pid, as CRIU sets it) makes the next
-    fork take it. Skips the test where that cannot be set, or where other forks take
-    the pid first each time."""
-    for _ in range(20):
-        try:
-            NS_LAST_PID.write_text(str(pid - 1))
-        except OSError as exc:
-            pytest.skip(f"cannot set {NS_LAST_PID}: {exc.strerror}")
-        proc = tagged_sleeper(tag)
-        if proc.pid == pid:
-            return proc
-        proc.kill()
-        proc.wait()
-    pytest.skip(f"other processes took pid {pid} first")
-
-
 def test_a_match_detached_by_hand_is_attached_again_once_it_exits(tmp_path):
     """detach of a process a rule matches holds only while that process lives: once it
     has exited (and rescans saw it gone), a new process the rule matches is attached,
@@ -162,7 +142,7 @@ def test_a_match_detached_by_hand_is_attached_again_once_it_exits(tmp_path):
             time.sleep(0.5)  # five rescans
             assert first.pid not in targets(), "left alone while it lives"
         time.sleep(0.5)  # five rescans see it gone
-        again = tagged_sleeper_at(first.pid, tag)
+        again = tagged_sleeper(tag, pid=first.pid)
         with killed_at_end(again):
             wait_for(lambda: again.pid in targets())
     finally:
@@ -195,7 +175,7 @@ def test_a_match_left_alone_whose_pid_comes_back_as_another_process_is_attached(
         time.sleep(0.05)  # a start time in clock ticks: the new process's is a later one
         first.kill()
         first.wait()
-        again = kill_after(tagged_sleeper_at(first.pid, tag))
+        again = kill_after(tagged_sleeper(tag, pid=first.pid))
         rules.rescan(engine, (rule,), time.monotonic())
         assert set(engine.targets) == {again.pid} == {first.pid}
     finally:

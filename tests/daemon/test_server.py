@@ -98,8 +98,7 @@ def test_a_counter_source_this_host_lacks_is_fallen_back_from_and_said(tmp_path)
     try:
         using = d.request("status")["daemon"]["counter_source"]
         assert using in ("perf:task-clock", "schedstat")
-        said = [line for line in map(json.loads, d.log_text().splitlines())
-                if line["event"] == "counter source unavailable, falling back"]
+        said = [line for line in d.log_records() if line["event"] == "counter source unavailable, falling back"]
         assert len(said) == 1 and (said[0]["wanted"], said[0]["using"]) == ("instructions", using)
         assert said[0]["level"] == "warning" and said[0]["why"].startswith("perf:instructions: ")
     finally:

@@ -660,6 +660,8 @@ def test_a_params_file_without_fitted_nsp_is_read_as_before(params, tmp_path):
     assert [p["extrapolated"] for p in json.loads(r.stdout)["predictions"]] == [None, None]
     r = run("model", "recommend", "--params", str(older), "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["extrapolated"] is None
+    r = run("model", "validate", "--params", str(older), "--data", str(MEASUREMENTS_CSV), "--json")
+    assert r.exit_code == 0 and r.stderr == "" and json.loads(r.stdout)["extrapolated_nsp"] is None
     doc["fitted_nsp"] = [1, "2"]
     older.write_text(json.dumps(doc))
     r = run("model", "predict", "--params", str(older))

@@ -78,16 +78,26 @@ NS_LAST_PID = "/proc/sys/kernel/ns_last_pid"
 
 def spawn_with_pid(pid: int, argv: list[str]) -> subprocess.Popen | None:
     """Start argv with exactly ``pid`` by writing ns_last_pid (root); None if another
-    process on this shared machine took the pid first."""
-    for _ in range(20):
+    process on this shared machine took the pid first. The kernel's last pid is put
+    back where it was (or where it has gone since) after: left low, it would hand the
+    pids of the tests before to the processes of the tests after sooner."""
+    with open(NS_LAST_PID) as f:
+        before = int(f.read())
+    try:
+        for _ in range(20):
+            with open(NS_LAST_PID, "w") as f:
+                f.write(str(pid - 1))
+            p = subprocess.Popen(argv)
+            if p.pid == pid:
+                return p
+            p.kill()
+            p.wait()
+        return None
+    finally:
+        with open(NS_LAST_PID) as f:
+            now = int(f.read())
         with open(NS_LAST_PID, "w") as f:
-            f.write(str(pid - 1))
-        p = subprocess.Popen(argv)
-        if p.pid == pid:
-            return p
-        p.kill()
-        p.wait()
-    return None
+            f.write(str(max(before, now)))
 
 
 def raw_exchange(path: str, payload: bytes, timeout: float = 10.0, chunks: int = 1) -> list[dict]:
@@ -117,18 +127,8 @@ def timed_ping(d, timeout: float = 5.0) -> float:
     return time.perf_counter() - t0
 
 
-def log_records(d) -> list[dict]:
-    out = []
-    for line in d.log_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
-
-
 def errors_in_log(d) -> list[dict]:
     """Records at level error or above, and any record carrying a traceback."""
-    return [r for r in log_records(d) if r.get("level") in ("error", "critical") or "exception" in r]
+    return [r for r in d.log_records() if r.get("level") in ("error", "critical") or "exception" in r]
 
 

@@ -29,7 +29,7 @@ from parlschedd.host.affinity import Pinner
 from parlschedd.host.base import CounterSource
 from parlschedd.host.perf import CounterSet, perf_event_open
 from tests.conftest import PINNING, needs_root, start_daemon, threads_of, wait_for
-from tests.reliability.helpers import (NS_LAST_PID, errors_in_log, fd_count, log_records, masks, sleepy,
+from tests.reliability.helpers import (NS_LAST_PID, errors_in_log, fd_count, masks, sleepy,
                                        spawn_with_pid, tids_of)
 
 pytestmark = needs_root
@@ -119,7 +119,7 @@ def test_targets_exiting_during_periods(daemon):
     wait_for(lambda: daemon.request("status")["targets"] == [], timeout=5)
     wait_for(lambda: fd_count(daemon.proc.pid) <= fds0, timeout=3)
     assert not errors_in_log(daemon)
-    assert sum(r.get("event") == "target dropped" for r in log_records(daemon)) == 20
+    assert sum(r.get("event") == "target dropped" for r in daemon.log_records()) == 20
 
 
 # -- pid reuse -------------------------------------------------------------------------
@@ -213,7 +213,7 @@ def test_cpuset_shrinks_under_pinned_threads(daemon, cpuset):
         assert set(threads_of(daemon, target.pid)) == set(tids)
         daemon.request("detach", pid=target.pid)
         assert masks(tids) == {t: frozenset({1}) for t in tids}
-        assert any(r.get("event") == "original mask outside cpuset, widening" for r in log_records(daemon))
+        assert any(r.get("event") == "original mask outside cpuset, widening" for r in daemon.log_records())
         (cpuset / "cpuset.cpus").write_text("0-1")
         assert 0 in masks(tids)[tids[-1]], "its original CPU is usable again"
         assert not errors_in_log(daemon)
@@ -276,7 +276,7 @@ def test_a_cpu_that_goes_offline_and_comes_back(daemon, hotplug):
         daemon.request("detach", pid=target.pid)
         assert masks(tids) == before
         assert not errors_in_log(daemon)
-        assert not [r for r in log_records(daemon) if r.get("event", "").startswith("CPUs came online")]
+        assert not [r for r in daemon.log_records() if r.get("event", "").startswith("CPUs came online")]
     finally:
         target.kill()
         target.wait()
@@ -296,10 +296,10 @@ def test_a_cpu_plugged_in_after_start_is_named_and_left_alone(tmp_path, hotplug)
         as_set = {t: procfs.thread_cpus_allowed(t) for t in tids}  # sched_getaffinity would leave the offline CPU out
         d.request("attach", pid=target.pid)
         hotplug.write_text("1")
-        warned = wait_for(lambda: [r for r in log_records(d) if r.get("event", "").startswith("CPUs came online")])
+        warned = wait_for(lambda: [r for r in d.log_records() if r.get("event", "").startswith("CPUs came online")])
         assert len(warned) == 1 and warned[0]["cpus"] == str(LAST) and "restart" in warned[0]["event"]
         time.sleep(0.5)  # two more rescans: no second warning
-        assert len([r for r in log_records(d) if r.get("event", "").startswith("CPUs came online")]) == 1
+        assert len([r for r in d.log_records() if r.get("event", "").startswith("CPUs came online")]) == 1
         assert all(t["cpu"] in (*sorted(ALL - {LAST}), None) for t in threads_of(d, target.pid).values())
         d.request("detach", pid=target.pid)
         assert masks(tids) == as_set
@@ -341,7 +341,7 @@ def test_emfile_mid_run_never_leaves_threads_pinned(daemon):
             subprocess.run(["prlimit", f"--pid={pid}", f"--nofile={hard}:{hard}"])
             daemon.request("detach", pid=target.pid)
         assert masks(tids_of(target.pid)) == {t: ALL for t in tids_of(target.pid)}
-        assert any("out of file descriptors" in r.get("event", "") for r in log_records(daemon))
+        assert any("out of file descriptors" in r.get("event", "") for r in daemon.log_records())
     finally:
         target.kill()
         target.wait()
@@ -362,7 +362,7 @@ def test_emfile_mid_run_daemon_keeps_going(daemon):
         assert 0 < managed < 40, managed
         time.sleep(0.3)
         assert daemon.proc.poll() is None
-        assert any("out of file descriptors" in r.get("event", "") for r in log_records(daemon))
+        assert any("out of file descriptors" in r.get("event", "") for r in daemon.log_records())
         subprocess.run(["prlimit", f"--pid={pid}", f"--nofile={hard}:{hard}"], check=True)
         wait_for(lambda: len(threads_of(daemon, target.pid)) == 40, timeout=5)
         assert all(t["pinned"] for t in threads_of(daemon, target.pid).values())
@@ -397,7 +397,7 @@ def test_emfile_on_accept_does_not_spin(daemon):
         c0, t0 = cpu_seconds(pid), time.monotonic()
         time.sleep(1.0)
         busy = (cpu_seconds(pid) - c0) / (time.monotonic() - t0)
-        failures = sum(r.get("event") == "accept failed" for r in log_records(daemon))
+        failures = sum(r.get("event") == "accept failed" for r in daemon.log_records())
         assert busy < 0.3 and failures < 50, (busy, failures)
     finally:
         for s in held:
