@@ -32,8 +32,8 @@ from parlschedd.daemon import names
 from parlschedd.daemon.target import DomainCpus, Roster, Target, ThreadState
 from parlschedd.daemon.turns import in_turn
 from parlschedd.host import cgroups, procfs
-from parlschedd.host.affinity import AllowedCpus, PinRecord, get_affinity
-from parlschedd.host.base import Actuator, Counters
+from parlschedd.host.affinity import AllowedCpus, get_affinity
+from parlschedd.host.base import Actuator, Counters, PinRecord
 from parlschedd.host.errors import HostError, Overridden, ThreadGone, TooManyFiles
 from parlschedd.learning.scheduler import TwoLevelScheduler
 from parlschedd.patterns import PatternError, compile_pattern

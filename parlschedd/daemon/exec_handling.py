@@ -18,8 +18,8 @@ import structlog
 from parlschedd.daemon.exec_watch import ExecWatch, Masks, carried, original_after_exec
 from parlschedd.daemon.target import Target
 from parlschedd.host import procfs
-from parlschedd.host.affinity import PinRecord, get_affinity
-from parlschedd.host.base import Actuator, Counters, CounterSource
+from parlschedd.host.affinity import get_affinity
+from parlschedd.host.base import Actuator, Counters, CounterSource, PinRecord
 from parlschedd.host.errors import HostError
 
 log = structlog.get_logger("parlschedd.engine")

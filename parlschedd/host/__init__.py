@@ -3,7 +3,8 @@
 ``errors``   HostError, ThreadGone, AccessDenied, Unsupported, InvalidMask, Overridden,
              TooManyFiles and ``translated``, the one OSError-to-HostError translator.
 ``base``     The engine's seam: the ``Counters`` and ``Actuator`` protocols,
-             ``CounterSource``, ``RestoreReport``.
+             ``CounterSource``, ``RestoreReport``, ``PinRecord`` (what an actuator keeps
+             of a thread, and the state file saves).
 ``perf``     perf_event_open(2) via ctypes: ``CounterSet`` (one counter group per
              thread), ``detect_source``, ``parse_group_read``, ``raise_fd_limit``.
 ``procfs``   /proc readers with an injectable root: threads, start times, uids,

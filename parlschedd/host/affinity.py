@@ -13,7 +13,6 @@ import functools
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -21,7 +20,7 @@ from typing import Any, TypeVar
 import structlog
 
 from parlschedd.host import cgroups, procfs
-from parlschedd.host.base import Drift, RestoreReport
+from parlschedd.host.base import Drift, PinRecord, RestoreReport
 from parlschedd.cpulist import format_cpulist, parse_cpulist
 from parlschedd.host.errors import HostError, InvalidMask, Overridden, ThreadGone, as_host_error, translated
 from parlschedd.topology import online_cpus
@@ -76,46 +75,6 @@ def set_affinity(tid: int, cpus: Iterable[int]) -> None:
         os.sched_setaffinity(tid, cpus)
     except OSError as exc:
         raise as_host_error(exc, "sched_setaffinity", tid=tid, overrides=_SETAFFINITY_ERRORS) from exc
-
-
-@dataclass(slots=True)
-class PinRecord:
-    """What the Pinner knows of one thread: its identity and both masks. Only
-    ``current`` and ``asked`` change, in place (a pin is the daemon's hot path)."""
-
-    start_time: int  # with the tid, the thread's identity (procfs stat field 22)
-    original: frozenset[int]  # the mask found at adoption, restored at the end
-    current: frozenset[int]  # the mask the thread has, as we set it or the kernel made it of ours
-    # The mask our last sched_setaffinity set (None: none yet, so the first pin writes
-    # even a mask the thread already shows). The kernel keeps it (Linux 6.2+:
-    # user_cpus_ptr) and gives the thread what its cpuset allows of it, again each time
-    # the cpuset changes, so a grown cpuset gives it back (before 6.2: the whole cpuset).
-    asked: frozenset[int] | None = None
-    # Read from the last run's state file, which saves a thread's masks at adoption and
-    # not at each pin: ``current`` may be older than the last run's last pin.
-    recovered: bool = False
-
-    @property
-    def wanted(self) -> frozenset[int]:
-        """The mask last asked for."""
-        return self.current if self.asked is None else self.asked
-
-    def to_json(self) -> dict[str, Any]:
-        """What a restart needs: the next daemon restores every thread, then adopts it
-        afresh (so ``asked`` is not saved: its first pin writes again)."""
-        return {
-            "start_time": self.start_time,
-            "original": format_cpulist(self.original),
-            "current": format_cpulist(self.current),
-        }
-
-    @classmethod
-    def from_json(cls, data: Any) -> PinRecord:
-        """The record :meth:`to_json` wrote; ValueError for anything else."""
-        if not (isinstance(data, Mapping) and type(data.get("start_time")) is int
-                and isinstance(data.get("original"), str) and isinstance(data.get("current"), str)):
-            raise ValueError(f"not a thread record: {data!r:.80}")
-        return cls(data["start_time"], parse_cpulist(data["original"]), parse_cpulist(data["current"]), recovered=True)
 
 
 def _due(record: PinRecord, cpus: frozenset[int]) -> bool:

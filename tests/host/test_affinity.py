@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from parlschedd.host import affinity, cgroups, procfs
-from parlschedd.host.affinity import Pinner, PinRecord, get_affinity, possible_cpus, set_affinity
-from parlschedd.host.base import Drift
+from parlschedd.host.affinity import Pinner, get_affinity, possible_cpus, set_affinity
+from parlschedd.host.base import Drift, PinRecord
 from parlschedd.host.errors import AccessDenied, HostError, InvalidMask, Overridden, ThreadGone
 from parlschedd.host.state import read_state, write_state
 
