@@ -25,7 +25,7 @@ import click
 
 from parlschedd import __version__
 from parlschedctl import client
-from parlschedctl.outputs import FILE, check_figure
+from parlschedctl.outputs import FILE, check_figure, print_json
 from parlschedctl.render import placement_counts, placements, printable, progress_line, status_table
 from parlschedd.words import n_threads
 
@@ -35,12 +35,6 @@ class _Pid(click.IntRange):
 
 
 PID = _Pid(min=1, max=4_194_303)  # below PID_MAX_LIMIT (4194304): the largest pid any kernel hands out
-
-
-def print_json(value: Any) -> None:
-    """--json's output: one JSON object on stdout, for scripts (stderr keeps the messages
-    for people)."""
-    click.echo(json.dumps(value, indent=2))
 
 
 AS_JSON = click.option("--json", "as_json", is_flag=True,

@@ -8,7 +8,6 @@ work goes to stderr only when it is a terminal and --json is not given.
 from __future__ import annotations
 
 import functools
-import json
 import re
 import sys
 import time
@@ -32,7 +31,7 @@ from parlschedd.energy.measurements import Measurements, MeasurementsError, load
 from parlschedd.energy.metrics import OBJECTIVES
 from parlschedd.energy.model import MASTER_POWER, SUBPOP_SIZES
 from parlschedd.energy.store import Fitted, ParamsError, json_safe, load_params, params_document, save_params
-from parlschedctl.outputs import FILE, check_figure, check_writable, writing
+from parlschedctl.outputs import FILE, check_figure, check_writable, print_json, writing
 
 FAILURES = (ClusterError, MeasurementsError, ParamsError, MeasureError, ValueError, OSError)
 
@@ -128,7 +127,7 @@ def fails_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
             said = _said(exc)
             code = "io_error" if isinstance(exc, OSError) or isinstance(exc.__cause__, OSError) else "invalid_input"
             if kwargs.get("as_json"):
-                _emit(True, {"error": {"code": code, "message": said}}, "")
+                print_json({"error": {"code": code, "message": said}})
             click.echo(f"parlschedctl model: {said}", err=True)
             sys.exit(1)
 
@@ -181,7 +180,10 @@ def _why_undefined(times: list[float | None], energies: list[float | None]) -> l
 
 
 def _emit(as_json: bool, document: dict[str, Any], text: str) -> None:
-    click.echo(json.dumps(json_safe(document), indent=2, allow_nan=False) if as_json else text)
+    if as_json:
+        print_json(json_safe(document))
+    else:
+        click.echo(text)
 
 
 @click.group()

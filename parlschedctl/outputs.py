@@ -1,12 +1,15 @@
-"""Files the CLI writes (--out): checked before the work that fills them, so that a
-long fit or a daemon's history is not computed for a path that cannot be written."""
+"""What the CLI writes: --json's object on stdout, and files (--out), checked before
+the work that fills them, so that a long fit or a daemon's history is not computed for
+a path that cannot be written."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -15,6 +18,12 @@ import click
 # (readable=True, its default) made an unreadable input, or an output that can be
 # written but not read, a usage error (exit 2). A directory is still click's usage error.
 FILE = click.Path(dir_okay=False, readable=False)
+
+
+def print_json(value: Any) -> None:
+    """--json's output: one JSON object on stdout, for scripts (stderr keeps the messages
+    for people); strict JSON, so a NaN is the caller's to turn into null first."""
+    click.echo(json.dumps(value, indent=2, allow_nan=False))
 
 
 def check_writable(path: str | os.PathLike[str]) -> None:
