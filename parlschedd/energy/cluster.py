@@ -275,18 +275,17 @@ def parse_cluster(data: Any, source: str = "<cluster>") -> Cluster:
     if not isinstance(data, Mapping):  # nothing in it to read: one error, not one per key it lacks
         raise ClusterError(source, [("<top>", f"must be {_SECTIONS}, got {yaml_kind(data)}")])
     r = _Reader()
-    top = data
-    run = _run(r, top)
-    master = r.mapping(top.get("master", {}), "master")
-    switch = r.mapping(top.get("switch", {}), "switch")
+    run = _run(r, data)
+    master = r.mapping(data.get("master", {}), "master")
+    switch = r.mapping(data.get("switch", {}), "switch")
     r.only_known(master, "master", {"tdp_w", "cpu_threads", "frequency_hz"})
     r.only_known(switch, "switch", {"tdp_w"})
     master_tdp = r.number(master, "tdp_w", "master", above=0.0)
     switch_tdp = r.number(switch, "tdp_w", "switch", above=0.0)
     threads = r.number(master, "cpu_threads", "master", integer=True, low=1, required=False)
     freq = r.number(master, "frequency_hz", "master", low=1.0, required=False)
-    nodes = _nodes(r, top)
-    r.only_known(top, "", {"run", "master", "switch", "nodes"})
+    nodes = _nodes(r, data)
+    r.only_known(data, "", {"run", "master", "switch", "nodes"})
     if r.errors:
         raise ClusterError(source, r.errors)
     return Cluster(run, master_tdp, switch_tdp, nodes, threads, freq)
