@@ -208,6 +208,13 @@ def tagged_sleeper(tag: str, pid: int | None = None) -> subprocess.Popen:
 NOBODY = 65534  # the unprivileged user the tests drop to
 
 
+def refused_start(config: Path | str, socket: Path | str, state_dir: Path | str) -> subprocess.CompletedProcess:
+    """A daemon started in the foreground on these paths, run until it exits (in the
+    tests that call this: it refuses to start), with its output."""
+    return subprocess.run([sys.executable, "-m", "parlschedd", "--config", str(config), "--socket", str(socket),
+                           "--state-dir", str(state_dir)], capture_output=True, text=True, timeout=30)
+
+
 def in_child_as(uid: int, fn: Callable[[], Any]) -> Any:
     """What ``fn()`` returns (JSON-able) when run in a forked child that dropped to
     ``uid`` (gid the same, no supplementary groups) if it was root."""

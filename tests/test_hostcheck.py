@@ -10,7 +10,7 @@ import pytest
 
 from parlschedd.config import from_mapping
 from parlschedd.hostcheck import Finding, check_host, one_line, refusals, socket_path_problem
-from tests.conftest import fake_cpus, needs_root, wait_for
+from tests.conftest import fake_cpus, needs_root, refused_start, wait_for
 
 GROUP_ADVICE = "create it (systemd-sysusers parlsched.sysusers.conf) or set socket.group: null"
 
@@ -119,8 +119,7 @@ def test_the_daemon_refuses_in_config_checks_words_before_it_makes_anything(tmp_
     path = tmp_path / "cfg.yaml"
     path.write_text(config)
     run = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "parlschedd", "--config", str(path), "--socket", str(run / "d.sock"),
-                           "--state-dir", str(run / "state")], capture_output=True, text=True, timeout=30)
+    proc = refused_start(path, run / "d.sock", run / "state")
     assert proc.returncode == 1 and proc.stderr.startswith(f"parlschedd: {path}: "), proc.stderr
     assert said.format(config=path) in proc.stderr and "Traceback" not in proc.stderr
     check = subprocess.run([sys.executable, "-m", "parlschedctl", "config", "check", str(path)],

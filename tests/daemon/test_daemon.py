@@ -21,8 +21,8 @@ import pytest
 from parlschedctl import client
 from parlschedd.host import procfs
 from parlschedd.cpulist import format_cpulist
-from tests.conftest import (CGROUP_MOUNTS, NOBODY, Daemon, PINNING, as_user, needs_root, own_cgroup, start_daemon, tagged_sleeper,
-                            threads_of, wait_for)
+from tests.conftest import (CGROUP_MOUNTS, NOBODY, Daemon, PINNING, as_user, needs_root, own_cgroup, refused_start,
+                            start_daemon, tagged_sleeper, threads_of, wait_for)
 from tests.reliability.helpers import raw_exchange
 
 pytestmark = needs_root
@@ -1072,13 +1072,6 @@ def test_a_target_bound_to_one_domain_is_never_moved_to_another(tmp_path, worklo
         d.stop()
 
 
-def _started(config, socket, state_dir) -> subprocess.CompletedProcess:
-    """A daemon started in the foreground on these paths, run until it exits (here: it
-    refuses to start), with its output."""
-    return subprocess.run([sys.executable, "-m", "parlschedd", "--config", str(config), "--socket", str(socket),
-                           "--state-dir", str(state_dir)], capture_output=True, text=True, timeout=30)
-
-
 def test_a_run_dir_removed_under_the_daemon_is_made_again(tmp_path, workload):
     """``make clean`` (rm -rf run/) while the daemon runs: it went on managing but no
     client could reach it, and with its lock file gone a second daemon started on the
@@ -1106,7 +1099,7 @@ def test_a_run_dir_removed_under_the_daemon_is_made_again(tmp_path, workload):
             assert d.request("status", pid=w.pid)["targets"][0]["pid"] == w.pid
             kept.sendall(b'{"cmd": "ping"}\n')
             assert json.loads(kept.makefile().readline())["ok"]
-        second = _started(tmp_path / "parlschedd.yaml", tmp_path / "second.sock", run / "state")
+        second = refused_start(tmp_path / "parlschedd.yaml", tmp_path / "second.sock", run / "state")
         assert second.returncode == 1 and "is in use by" in second.stderr, second.stderr
         assert "control socket removed under the daemon, made again" in d.log_text()
         said_before = len(d.log_text())
@@ -1128,7 +1121,7 @@ def test_a_socket_path_that_is_not_a_socket_is_left_alone(tmp_path):
     precious = tmp_path / "parlschedd.yaml.bak"
     precious.write_text("keep me\n")
     (tmp_path / "cfg.yaml").write_text("period_s: 0.05\n")
-    proc = _started(tmp_path / "cfg.yaml", precious, tmp_path / "state")
+    proc = refused_start(tmp_path / "cfg.yaml", precious, tmp_path / "state")
     assert proc.returncode == 1
     assert "exists and is not a socket" in proc.stderr
     assert precious.read_text() == "keep me\n"
@@ -1139,7 +1132,7 @@ def test_a_socket_path_too_long_makes_no_directory(tmp_path):
     root, and left behind): checked first now."""
     (tmp_path / "cfg.yaml").write_text("period_s: 0.05\n")
     sock = tmp_path / "made" / ("s" * 120)
-    proc = _started(tmp_path / "cfg.yaml", sock, tmp_path / "state")
+    proc = refused_start(tmp_path / "cfg.yaml", sock, tmp_path / "state")
     assert proc.returncode == 1, proc.stderr
     assert f"parlschedd: --socket: {len(str(sock))} bytes, a Unix socket's path holds at most 108\n" == proc.stderr
     assert not (tmp_path / "made").exists()
@@ -1150,7 +1143,7 @@ def test_a_config_for_cpus_this_host_lacks_is_refused_naming_the_file_and_keys(t
     of its own on this host: the refusal said only "no usable CPUs"."""
     config = tmp_path / "cfg.yaml"
     config.write_text("cpus: [4095]\n")
-    proc = _started(config, tmp_path / "d.sock", tmp_path / "state")
+    proc = refused_start(config, tmp_path / "d.sock", tmp_path / "state")
     assert proc.returncode == 1 and f"parlschedd: {config}: domains, cpus: no usable CPUs" in proc.stderr, proc.stderr
     assert "on this host" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -1163,7 +1156,7 @@ def test_a_path_under_missing_directories_makes_none(tmp_path, what):
     (tmp_path / "cfg.yaml").write_text("period_s: 0.05\n")
     paths = {"--socket": str(tmp_path / "d.sock"), "--state-dir": str(tmp_path / "state")}
     paths[what] = str(tmp_path / "typo" / "run" / "d.sock" if what == "--socket" else tmp_path / "typo" / "run")
-    proc = _started(tmp_path / "cfg.yaml", paths["--socket"], paths["--state-dir"])
+    proc = refused_start(tmp_path / "cfg.yaml", paths["--socket"], paths["--state-dir"])
     assert proc.returncode == 1 and f"no directory {tmp_path / 'typo'} " in proc.stderr, proc.stderr
     assert not (tmp_path / "typo").exists()
 
@@ -1185,7 +1178,7 @@ def test_an_unusable_state_dir_or_socket_group_stops_the_start(tmp_path, case):
         config += "socket: {group: no-such-group-here}\n"
     (tmp_path / "cfg.yaml").write_text(config)
     sock = tmp_path / "d.sock"
-    proc = _started(tmp_path / "cfg.yaml", sock, state)
+    proc = refused_start(tmp_path / "cfg.yaml", sock, state)
     assert proc.returncode == 1
     if case == "no such socket group":
         assert (f"{tmp_path / 'cfg.yaml'}: socket.group: no group 'no-such-group-here' on this host; create it "
@@ -1206,7 +1199,7 @@ def test_a_second_daemon_on_the_same_state_dir_is_refused(daemon, workload, tmp_
     daemon.request("attach", pid=w.pid)
     wait_for(lambda: all(len(c) == 1 for c in masks(w.all_tids()).values()))
     saved = (daemon.state_dir / "state.json").read_text()
-    proc = _started(daemon.config, tmp_path / "second.sock", daemon.state_dir)
+    proc = refused_start(daemon.config, tmp_path / "second.sock", daemon.state_dir)
     assert proc.returncode == 1
     assert f"state dir {daemon.state_dir} is in use by pid {daemon.proc.pid}" in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -1102,12 +1102,6 @@ class FailsOnce(CounterSet):
         return values, gone
 
 
-def _run_ns(tid: int) -> int:
-    """The time the thread has run on a CPU, in ns (/proc's schedstat, the kernel's own
-    account, beside the counters the engine reads)."""
-    return int(Path(f"/proc/{tid}/schedstat").read_text().split()[0])
-
-
 @needs_root
 def test_a_period_without_a_reading_does_not_double_the_next_utility(kill_after) -> None:
     """The time since the last reading moved on for every thread, the last value only
@@ -1130,7 +1124,7 @@ def test_a_period_without_a_reading_does_not_double_the_next_utility(kill_after)
             time.sleep(0.1)
             times.append(time.monotonic())
             engine.tick(times[-1])
-            ran.append(_run_ns(spinner.pid))
+            ran.append(procfs.thread_schedstat(spinner.pid).run_ns)  # the kernel's own account
         r = target.current()
         assert r.since[0] == times[2] and np.isfinite(r.utility[0])
         assert r.utility[0] <= 1.05e9, "more than one CPU-second a second"
