@@ -19,14 +19,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from parlschedd.config import Config, TargetRule
-from parlschedd.daemon.engine import Engine
+from parlschedd.config import TargetRule
 from parlschedd.daemon.rules import RuleMatcher
 from parlschedd.host import cgroups, procfs
-from parlschedd.host.affinity import Pinner
-from parlschedd.host.base import CounterSource
-from parlschedd.host.perf import CounterSet
-from parlschedd.topology import read_topology
+from tests.daemon.test_engine import _engine, _released
 from tests.conftest import CGROUP_MOUNTS, needs_root, own_cgroup, start_daemon, tagged_sleeper, wait_for
 
 pytestmark = needs_root
@@ -81,15 +77,10 @@ def test_a_name_rule_matches_a_process_by_its_comm_alone(kill_after):
     assert comm not in " ".join(procfs.cmdline(named.pid)), "the command line must not hold the name"
     rule = TargetRule(name=f"^{comm}$")
     assert matcher().matching(rule) == {named.pid}
-    counters = CounterSet(CounterSource.TASK_CLOCK)
-    engine = Engine(Config(), read_topology("/sys").domains(Config().domains), counters, Pinner())
-    try:
+    with _released(*_engine()) as engine:
         matcher().rescan(engine, (rule,), time.monotonic())
         assert set(engine.targets) == {named.pid} and engine.targets[named.pid].rule == 0
         assert other.pid not in engine.targets
-    finally:
-        engine.detach_all()
-        counters.close_all()
 
 
 @pytest.mark.parametrize("mount, prefix", CGROUP_MOUNTS, ids=["v2", "v1 cpuset"])
@@ -159,10 +150,8 @@ def test_a_match_left_alone_whose_pid_comes_back_as_another_process_is_attached(
     tag = f"parlsched-reuse-{uuid.uuid4().hex[:8]}"
     rule = TargetRule(name=tag)
     first = kill_after(tagged_sleeper(tag))
-    counters = CounterSet(CounterSource.TASK_CLOCK)
-    engine = Engine(Config(), read_topology("/sys").domains(Config().domains), counters, Pinner())
     rules = matcher()
-    try:
+    with _released(*_engine()) as engine:
         rules.rescan(engine, (rule,), time.monotonic())
         assert set(engine.targets) == {first.pid}
         engine.detach(first.pid)
@@ -178,6 +167,4 @@ def test_a_match_left_alone_whose_pid_comes_back_as_another_process_is_attached(
         again = kill_after(tagged_sleeper(tag, pid=first.pid))
         rules.rescan(engine, (rule,), time.monotonic())
         assert set(engine.targets) == {again.pid} == {first.pid}
-    finally:
-        engine.detach_all()
-        counters.close_all()
+
