@@ -95,7 +95,10 @@ def datagrams(sock: socket.socket, until: bytes, timeout: float = 10.0) -> list[
     return got
 
 
-NO_SYSTEMD_PYTHON = "import sys\nsys.modules['systemd'] = None  # import systemd fails: notify.py writes itself\n"
+NO_SYSTEMD_PYTHON = """import os, sys
+sys.modules['systemd'] = None  # import systemd fails: notify.py writes itself
+open(os.environ['PARLSCHED_TEST_MARK'], 'a').close()  # the test knows this ran in the daemon
+"""
 
 
 @needs_root
@@ -106,11 +109,15 @@ def test_a_daemon_tells_systemd_it_is_ready_alive_reloading_and_stopping(tmp_pat
     once it serves, WATCHDOG=1 every half timeout (0.1 s here), RELOADING=1 then
     READY=1 at a SIGHUP, and STOPPING=1 at a SIGTERM; through systemd-python and
     through notify.py's own writer."""
+    mark = tmp_path / "systemd-python-blocked"
     if daemon_writer == "own writer":
         inject = tmp_path / "inject"
         inject.mkdir()
         (inject / "sitecustomize.py").write_text(NO_SYSTEMD_PYTHON)
         monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(inject), os.environ.get("PYTHONPATH", "")]))
+        monkeypatch.setenv("PARLSCHED_TEST_MARK", str(mark))
+    elif notify._sd is None:  # the daemon runs in this interpreter's environment
+        pytest.skip("systemd-python is not installed")
     address = str(tmp_path / "notify.sock")
     with listening(address) as sock:
         monkeypatch.setenv("NOTIFY_SOCKET", address)
@@ -128,6 +135,7 @@ def test_a_daemon_tells_systemd_it_is_ready_alive_reloading_and_stopping(tmp_pat
             assert d.stop() == 0
             stop = [m for m in datagrams(sock, b"STOPPING=1") if not m.startswith(b"WATCHDOG=1")]
             assert stop == [b"STOPPING=1"]
+            assert mark.exists() == (daemon_writer == "own writer"), "the daemon sent through the writer named"
         finally:
             if d.proc.poll() is None:
                 d.stop()
