@@ -104,6 +104,11 @@ def _extrapolated(fitted: Fitted, ks: np.ndarray, params_path: str,
     return outside.tolist()
 
 
+def _nsp_where(ks: np.ndarray, outside: list[bool]) -> list[int]:
+    """The NSp of ``ks`` that ``_extrapolated`` marked."""
+    return [int(k) for k, x in zip(ks, outside, strict=True) if x]
+
+
 def _measured_outside(fitted: Fitted, m: Measurements, params_path: str) -> list[int] | None:
     """The measured NSp the model extrapolates to (None: not recorded), warned of: their
     errors measure how far the model extrapolates, not how well it fits, and a user
@@ -111,7 +116,7 @@ def _measured_outside(fitted: Fitted, m: Measurements, params_path: str) -> list
     ks = np.unique(m.nsp)
     outside = _extrapolated(fitted, ks, params_path, then="their errors say how far extrapolation goes, not how "
                                                           "well the model fits; fit with them to use those NSp")
-    return None if outside is None else [int(k) for k, x in zip(ks, outside, strict=True) if x]
+    return None if outside is None else _nsp_where(ks, outside)
 
 
 def fails_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -374,7 +379,7 @@ def recommend(params_path: str, goal: str, nsp: tuple[int, ...] | None, as_json:
     outside = _extrapolated(fitted, ks, params_path)
     extrapolation = {"extrapolated": None, "extrapolated_candidates": None} if outside is None else {
         "extrapolated": outside[ks.tolist().index(best.nsp)],
-        "extrapolated_candidates": [int(k) for k, x in zip(ks, outside, strict=True) if x]}
+        "extrapolated_candidates": _nsp_where(ks, outside)}
     _emit(as_json, best.to_dict() | extrapolation, text)
 
 

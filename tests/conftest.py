@@ -208,6 +208,22 @@ def tagged_sleeper(tag: str, pid: int | None = None) -> subprocess.Popen:
 NOBODY = 65534  # the unprivileged user the tests drop to
 
 
+def read_terminal(controller: int) -> bytes:
+    """All a pseudo-terminal's programs wrote, read from its ``controller`` end until the
+    last writer is gone (EIO, or EOF), then closed."""
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(controller, 1 << 16)
+        except OSError:  # EIO: the terminal's other end is closed, all was read
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(controller)
+    return shown
+
+
 def refused_start(config: Path | str, socket: Path | str, state_dir: Path | str) -> subprocess.CompletedProcess:
     """A daemon started in the foreground on these paths, run until it exits (in the
     tests that call this: it refuses to start), with its output."""

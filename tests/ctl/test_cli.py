@@ -18,7 +18,7 @@ from parlschedd.host import cgroups
 from parlschedd.host.base import CounterSource
 from parlschedd.host.perf import detect_source
 from parlschedd import __version__
-from tests.conftest import PINNING, needs_root, start_daemon, wait_for
+from tests.conftest import PINNING, needs_root, read_terminal, start_daemon, wait_for
 
 CTL = [sys.executable, "-c", "from parlschedctl.cli import main; main()"]
 
@@ -310,16 +310,7 @@ def test_top_on_a_terminal_redraws_in_place(daemon):
                                 stderr=subprocess.PIPE, env={**os.environ, "PARLSCHED_SOCKET": daemon.socket})
     finally:
         os.close(terminal)
-    seen = b""
-    while True:
-        try:
-            chunk = os.read(main, 1 << 16)
-        except OSError:  # EIO: the terminal's last writer is gone
-            break
-        if not chunk:
-            break
-        seen += chunk
-    os.close(main)
+    seen = read_terminal(main)
     assert proc.wait(timeout=30) == 0, proc.stderr.read()
     assert b"\033[2J" not in seen and seen.startswith(b"\033[H"), seen[:200]
     frames = seen.split(b"\033[H")[1:]

@@ -11,6 +11,7 @@ import resource
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ from click.testing import CliRunner
 from parlschedctl.cli import cli
 from parlschedctl.model import MAX_NSP, NspRange
 from parlschedd.energy.measurements import load_measurements
-from tests.conftest import NOBODY, in_child_as
+from tests.conftest import NOBODY, in_child_as, read_terminal
 from tests.energy.conftest import CLUSTER_YAML, MEASUREMENTS_CSV
 from tests.energy.test_measure import SLEEP, fake_powercap
 
@@ -605,14 +606,22 @@ def test_an_out_that_can_be_written_is_taken_though_it_cannot_be_read(params, op
                 assert code == 1 and f"{out}: cannot write: permission denied" in output, (name, mode, output)
 
 
-def test_predictions_outside_the_fitted_nsp_are_said_to_be_extrapolated(params, tmp_path):
-    """Fitted on NSp 1-5, predict and recommend answered for NSp 32 (56.6 s, measured
-    174 s) as for the NSp they were fitted on, without a word."""
+@pytest.fixture(scope="module")
+def fitted_1_to_5(tmp_path_factory) -> tuple[Path, Path]:
+    """The measurements of NSp 1-5 alone, and the parameters fitted on them."""
+    tmp = tmp_path_factory.mktemp("fit-1-5")
     lines = MEASUREMENTS_CSV.read_text().splitlines()
-    first, fitted = tmp_path / "nsp-1-5.csv", tmp_path / "p.json"
+    first, fitted = tmp / "nsp-1-5.csv", tmp / "p.json"
     first.write_text("\n".join(lines[:6]) + "\n")
     assert run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(first), "--out", str(fitted),
                *QUICK).exit_code == 0
+    return first, fitted
+
+
+def test_predictions_outside_the_fitted_nsp_are_said_to_be_extrapolated(params, fitted_1_to_5):
+    """Fitted on NSp 1-5, predict and recommend answered for NSp 32 (56.6 s, measured
+    174 s) as for the NSp they were fitted on, without a word."""
+    _, fitted = fitted_1_to_5
     assert json.loads(fitted.read_text())["fitted_nsp"] == [1, 2, 3, 4, 5]
     r = run("model", "predict", "--params", str(fitted), "--nsp", "2-5,7,32", "--json")
     assert r.exit_code == 0
@@ -628,14 +637,10 @@ def test_predictions_outside_the_fitted_nsp_are_said_to_be_extrapolated(params, 
     assert r.stderr == "" and not any(p["extrapolated"] for p in json.loads(r.stdout)["predictions"])
 
 
-def test_validate_and_plot_say_which_measured_nsp_are_extrapolated(params, tmp_path):
+def test_validate_and_plot_say_which_measured_nsp_are_extrapolated(params, fitted_1_to_5, tmp_path):
     """Fitted on NSp 1-5 and validated on 1-32, validate gave its NRMSE as the fit's
     (mostly of extrapolation) without a word; plot drew it so."""
-    lines = MEASUREMENTS_CSV.read_text().splitlines()
-    first, fitted = tmp_path / "nsp-1-5.csv", tmp_path / "p.json"
-    first.write_text("\n".join(lines[:6]) + "\n")
-    assert run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(first), "--out", str(fitted),
-               *QUICK).exit_code == 0
+    first, fitted = fitted_1_to_5
     said = f"warning: nsp 6-32 outside the NSp {fitted} was fitted on (1-5): its predictions there are extrapolated " \
            "and their errors say how far extrapolation goes"
     r = run("model", "validate", "--params", str(fitted), "--data", str(MEASUREMENTS_CSV), "--json")
@@ -726,16 +731,7 @@ def test_one_fit_shows_its_progress_from_the_start_and_no_rsd_column():
                             text=True)
     os.close(terminal)
     stdout, _ = proc.communicate(timeout=120)
-    shown = b""
-    while True:
-        try:
-            chunk = os.read(controller, 4096)
-        except OSError:  # EIO: the terminal's other end is closed, all was read
-            break
-        if not chunk:
-            break
-        shown += chunk
-    os.close(controller)
+    shown = read_terminal(controller)
     lines = shown.decode().replace("\r\n", "\n").split("\r")  # the terminal writes a line end as \r\n
     assert proc.returncode == 0 and lines == ["", "fit 0/1", "fit 1/1\n"], shown
     assert stdout.splitlines()[0].split() == ["parameter", "value"] and "RSD" not in stdout
