@@ -180,6 +180,22 @@ def threads_of(d: Daemon, pid: int) -> dict[int, dict]:
     return {t["tid"]: t for t in targets[0]["threads"]}
 
 
+def all_pinned(d: Daemon, pid: int, expect: int | set[int] | None = None) -> dict[int, dict] | None:
+    """Status's threads of ``pid`` when every one is pinned and they are ``expect``
+    (so many, or these tids), else None."""
+    threads = threads_of(d, pid)
+    ok = all(t["pinned"] for t in threads.values()) and (
+        expect is None or (set(threads) == expect if isinstance(expect, set) else len(threads) == expect))
+    return threads if ok else None
+
+
+def pinned_where_shown(d: Daemon, pid: int, expect: int | set[int]) -> bool:
+    """Every thread pinned, on the CPU status shows; compared within one period (a
+    period between the status and the check may move a thread: retried by wait_for)."""
+    threads = all_pinned(d, pid, expect)
+    return bool(threads) and all(os.sched_getaffinity(tid) == {t["cpu"]} for tid, t in threads.items())
+
+
 def tagged_sleeper(tag: str, pid: int | None = None) -> subprocess.Popen:
     """A process a name rule matches by ``tag``, an argument of its command line,
     returned once /proc shows that command line: Popen returns when the vfork'd child

@@ -21,8 +21,8 @@ import pytest
 from parlschedctl import client
 from parlschedd.host import procfs
 from parlschedd.cpulist import format_cpulist
-from tests.conftest import (CGROUP_MOUNTS, NOBODY, Daemon, PINNING, as_user, needs_root, own_cgroup, refused_start,
-                            start_daemon, tagged_sleeper, threads_of, wait_for)
+from tests.conftest import (CGROUP_MOUNTS, NOBODY, Daemon, PINNING, all_pinned, as_user, needs_root, own_cgroup,
+                            pinned_where_shown, refused_start, start_daemon, tagged_sleeper, threads_of, wait_for)
 from tests.reliability.helpers import raw_exchange
 
 pytestmark = needs_root
@@ -31,19 +31,6 @@ ALL = frozenset(os.sched_getaffinity(0))
 
 def masks(tids):
     return {t: frozenset(os.sched_getaffinity(t)) for t in tids}
-
-
-def all_pinned(d, pid, expect: int | None = None):
-    threads = threads_of(d, pid)
-    ok = all(t["pinned"] for t in threads.values()) and (expect is None or len(threads) == expect)
-    return threads if ok else None
-
-
-def pinned_where_shown(d, pid, expect: int) -> bool:
-    """Every thread pinned, on the CPU status shows; compared within one period (a
-    period between the status and the check may move a thread: retried by wait_for)."""
-    threads = all_pinned(d, pid, expect)
-    return bool(threads) and all(os.sched_getaffinity(tid) == {t["cpu"]} for tid, t in threads.items())
 
 
 def test_attach_pins_and_detach_restores_exact_masks(daemon, workload):

@@ -28,7 +28,7 @@ from parlschedd.host import procfs
 from parlschedd.host.affinity import Pinner
 from parlschedd.host.base import CounterSource
 from parlschedd.host.perf import CounterSet, perf_event_open
-from tests.conftest import PINNING, needs_root, start_daemon, threads_of, wait_for
+from tests.conftest import PINNING, needs_root, pinned_where_shown, start_daemon, threads_of, wait_for
 from tests.reliability.helpers import (NS_LAST_PID, errors_in_log, fd_count, masks, sleepy,
                                        spawn_with_pid, tids_of)
 
@@ -81,12 +81,7 @@ def test_thread_churn_at_hundreds_per_second(daemon):
         assert len(during) >= 10, "status answered throughout the churn"
         assert all(survivors <= shown for shown in during), "a surviving thread missing from a status"
 
-        def pinned_where_shown() -> bool:  # retried: a period between status and the masks may move a thread
-            shown = threads_of(daemon, proc.pid)
-            return (set(shown) == survivors and all(t["pinned"] for t in shown.values())
-                    and masks(survivors) == {tid: frozenset({t["cpu"]}) for tid, t in shown.items()})
-
-        wait_for(pinned_where_shown, timeout=3)
+        wait_for(lambda: pinned_where_shown(daemon, proc.pid, survivors), timeout=3)
         bad = errors_in_log(daemon)
         assert not bad, bad[:3]
         daemon.request("detach", pid=proc.pid)
