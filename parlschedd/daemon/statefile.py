@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import structlog
@@ -17,6 +18,7 @@ from parlschedd.cpulist import format_cpulist, parse_cpulist
 from parlschedd.daemon import protocol
 from parlschedd.daemon.engine import Engine, EngineError
 from parlschedd.host import procfs
+from parlschedd.host.affinity import Pinner, get_affinity
 from parlschedd.host.errors import HostError, ThreadGone
 from parlschedd.host.state import StateDirBusy, lock_dir, read_state, write_state
 
@@ -101,7 +103,8 @@ class StateFile:
                  "targets": by_hand(engine) if targets is None else targets,
                  "handed_over": sorted([tid, start] for tid, start in engine.handed_over.items()),
                  "left_alone": sorted([pid, start] for pid, start in engine.left_alone.items()),
-                 "placements": sorted(format_cpulist(p) for p in engine.placements)}
+                 "placements": sorted(format_cpulist(p) for p in engine.placements),
+                 "saved_at": procfs.start_time_now()}
         try:
             self.path.parent.mkdir(exist_ok=True, mode=0o755)  # removed under us (a tmpfiles clean-up): made again
             write_state(self.path, state)
@@ -125,18 +128,21 @@ class StateFile:
         try:
             if state.get("version") != STATE_VERSION:
                 raise ValueError(f"version {protocol.clip(repr(state.get('version')))}, this daemon reads {STATE_VERSION}")
-            old = engine.pinner.from_saved(state.get("pinner"), placements=_placements(state))
+            placements = _placements(state)
+            old = engine.pinner.from_saved(state.get("pinner"), placements=placements)
         except ValueError as exc:
             self._set_aside(str(exc))
             return []
         if len(old.records) < len(state["pinner"]["threads"]):  # some records skipped: keep them all aside
             self._set_aside("thread records unreadable", copy=True)
         starts = {tid: record.start_time for tid, record in old.records.items()}
+        originals = {tid: record.original for tid, record in old.records.items()}
         report = old.restore_all()
-        if report.restored or report.gone or report.failed or report.kept:
-            log.info("recovered from previous run", restored=len(report.restored), gone=len(report.gone),
-                     failed=len(report.failed), left_as_set_by_someone_else=len(report.kept))
         saved = state.get("handed_over", [])
+        born = _give_back_born_while_down(old, report.restored, originals, placements, state, engine.proc_root)
+        if report.restored or report.gone or report.failed or report.kept or born:
+            log.info("recovered from previous run", restored=len(report.restored), gone=len(report.gone),
+                     failed=len(report.failed), left_as_set_by_someone_else=len(report.kept), born_while_down=born)
         engine.keep_handed_over([*(saved if isinstance(saved, list) else ()), *([t, starts[t]] for t in report.kept)])
         engine.keep_left_alone(state.get("left_alone", []))
         targets = state.get("targets", [])
@@ -163,6 +169,51 @@ class StateFile:
             return
         what = "part of it ignored" if copy else "ignoring it"
         log.error(f"state file unusable, {what}; kept for an administrator", path=str(aside), why=why)
+
+
+def _give_back_born_while_down(pinner: Pinner, restored: Sequence[int], originals: Mapping[int, frozenset[int]],
+                               placements: frozenset[frozenset[int]] | None, state: dict, proc_root: str) -> int:
+    """Threads created while no daemon ran by a thread the last run had pinned carry
+    its pin, and the state file knows nothing of them; adopted with it, they would
+    keep it for good. So each process of a thread just ``restored`` is listed, and
+    its threads born since the state was saved (``saved_at``) with a mask the last
+    run pinned to (``placements``) get the process's own mask back: its main
+    thread's original (``originals``: the last run's records), else the one original
+    all its restored threads share. Threads that run handed over to someone else
+    keep theirs. Returns how many were given back: none from a file that does not
+    say when it was saved or what it pinned to."""
+    since = state.get("saved_at")
+    if not isinstance(since, int) or placements is None:
+        return 0
+    theirs = {(t[0], t[1]) for t in state.get("handed_over", ()) if isinstance(t, list) and len(t) == 2}
+    processes: dict[int, set[frozenset[int]]] = {}
+    for tid in restored:
+        try:
+            processes.setdefault(procfs.thread_group(tid, proc_root), set()).add(originals[tid])
+        except (HostError, ValueError):
+            continue  # gone since
+    given = 0
+    for pid, shared in processes.items():
+        base = originals.get(pid, next(iter(shared)) if len(shared) == 1 else None)
+        if base is None:
+            continue  # no one mask is the process's own
+        try:
+            tids = procfs.list_tids(pid, proc_root)
+        except HostError:
+            continue
+        for tid in tids:
+            if tid in originals:
+                continue
+            try:
+                start = procfs.thread_start_time(tid, proc_root)
+                if start < since or (tid, start) in theirs or get_affinity(tid) not in placements:
+                    continue
+                pinner.adopt(tid, start, base)
+                pinner.restore(tid)
+            except (HostError, ValueError):
+                continue  # gone, or refused: the re-attach adopts what is left
+            given += 1
+    return given
 
 
 def by_hand(engine: Engine) -> list[dict]:

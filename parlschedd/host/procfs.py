@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import os
 import select
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -433,6 +434,13 @@ def birth_mark_is_the_kernels(root: str = PROC_ROOT) -> bool:
         return os.stat(os.path.join(root, "loadavg")).st_dev == os.stat(root).st_dev
     except OSError:
         return False
+
+
+def start_time_now() -> int:
+    """The moment of the call in the unit and origin of a thread's start time (stat
+    field 22: clock ticks since boot, sleep included), so a saved one tells threads
+    born since from those born before."""
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))
 
 
 def list_tids(pid: int, root: str = PROC_ROOT) -> list[int]:

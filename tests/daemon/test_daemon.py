@@ -225,6 +225,50 @@ def test_pins_left_by_a_stop_are_restored_by_the_next_start(tmp_path, workload, 
     assert masks(tids) == before, "stop restores the masks saved by the first daemon"
 
 
+@pytest.mark.skipif(len(ALL) < 2, reason="a pin must differ from the original mask")
+def test_threads_born_while_no_daemon_ran_get_the_targets_own_mask_back(tmp_path, workload):
+    """Threads a pinned thread created while the daemon was down (killed, not yet
+    started again) inherit its pin. The next start took that pin for their own mask:
+    it re-adopted them with it as their original, and they kept our pin for good."""
+    d = start_daemon(tmp_path)
+    w = workload(2)
+    before = masks(w.all_tids())
+    d.request("attach", pid=w.pid)
+    wait_for(lambda: all_pinned(d, w.pid, len(before)))
+    d.stop(signal.SIGKILL)
+    born = sorted(set(w.command("spawn") + w.command("spawn")) - set(before))
+    assert len(born) == 2 and all(len(m) == 1 for m in masks(born).values()), "they inherit the main thread's pin"
+    d2 = start_daemon(tmp_path)
+    try:
+        wait_for(lambda: all_pinned(d2, w.pid, len(before) + 2))
+        assert d2.request("detach", pid=w.pid)["restored"] == len(before) + 2
+        assert masks(w.all_tids()) == {t: ALL for t in w.all_tids()}
+        assert [r for r in d2.log_records() if r["event"] == "recovered from previous run"][0]["born_while_down"] == 2
+    finally:
+        assert d2.stop() == 0
+
+
+@pytest.mark.skipif(len(ALL) < 2, reason="a pin must differ from the original mask")
+def test_a_thread_pinned_by_its_owner_before_the_crash_keeps_its_mask(tmp_path, workload):
+    """A thread the filter left out, pinned by its owner to one CPU (the shape of our
+    pins) before the daemon was killed, is not taken for one born while it was down."""
+    d = start_daemon(tmp_path)
+    w = workload(2)
+    d.request("attach", pid=w.pid, threads="^worker0$")
+    left_out = [t for t in w.all_tids() if procfs.comm(t) == "worker1"][0]
+    os.sched_setaffinity(left_out, {1})
+    wait_for(lambda: all_pinned(d, w.pid, 1))
+    time.sleep(0.05)  # a save after the owner's pin: the thread was born before it either way
+    d.stop(signal.SIGKILL)
+    d2 = start_daemon(tmp_path)
+    try:
+        wait_for(lambda: all_pinned(d2, w.pid, 1))
+        assert os.sched_getaffinity(left_out) == {1}
+    finally:
+        assert d2.stop() == 0
+    assert os.sched_getaffinity(left_out) == {1}
+
+
 def test_no_thread_is_pinned_while_the_state_file_cannot_be_written(tmp_path, workload):
     """The original masks go to disk before any pin: while the write fails (a directory
     where state.json goes, which even root cannot replace), the threads stay as they
