@@ -29,15 +29,29 @@ class RuleMatcher:
         # up the rest. Not in the state file, unlike the engine's left_alone: a restart
         # (an upgrade) tries them again.
         self.failed: dict[int, int] = {}
+        # processes that talked to the control socket (pid -> start time), never matched
+        # while they live: a client is not a workload, and `parlschedctl run`'s command
+        # line holds its CMD's, which a name rule meant for CMD would match too.
+        self.clients: dict[int, int] = {}
+
+    def note_client(self, pid: int, engine: Engine) -> None:
+        """Remember a peer of the control socket (SO_PEERCRED's pid; 0 from another
+        pid namespace's view is none), once per process."""
+        if pid > 0 and pid not in self.clients and (started := engine.start_time(pid)) is not None:
+            self.clients[pid] = started
 
     def rescan(self, engine: Engine, rules: tuple[config_mod.TargetRule, ...], now: float) -> None:
         """Attach the processes the rules match, but while they live those detached by
-        hand (``engine.left_alone``) and those whose attach failed on a bug (``failed``)."""
+        hand (``engine.left_alone``), those whose attach failed on a bug (``failed``)
+        and the control socket's clients (``clients``)."""
+        for pid, started in list(self.clients.items()):
+            if engine.start_time(pid) != started:
+                del self.clients[pid]  # exited: its pid may come back as a workload
         if not rules and not any(t.rule is not None for t in engine.targets.values()):
             return
         wanted: dict[int, int] = {}
         for i, rule in enumerate(rules):
-            for pid in self.matching(rule):
+            for pid in self.matching(rule) - self.clients.keys():
                 wanted.setdefault(pid, i)
         for pid, target in list(engine.targets.items()):
             if target.rule is None:

@@ -521,7 +521,8 @@ class Daemon:
             self._evict_idlest()
         sock.setblocking(False)
         creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        _, uid, _ = struct.unpack("3i", creds)
+        pid, uid, _ = struct.unpack("3i", creds)
+        self.rules.note_client(pid, self.engine)
         client = Client(sock, uid, last_active=time.monotonic())
         self.clients[sock.fileno()] = client
         self.selector.register(sock, selectors.EVENT_READ, client)

@@ -168,3 +168,27 @@ def test_a_match_left_alone_whose_pid_comes_back_as_another_process_is_attached(
         rules.rescan(engine, (rule,), time.monotonic())
         assert set(engine.targets) == {again.pid} == {first.pid}
 
+
+
+def test_a_rule_never_matches_a_client_of_the_control_socket(tmp_path):
+    """`parlschedctl run`'s command line holds its CMD's, so a name rule meant for CMD
+    matched the client too, and the daemon pinned its own client for the run. A
+    process that has talked to the control socket is not matched while it lives."""
+    tag = f"parlsched-client-{uuid.uuid4().hex[:8]}"
+    (tmp_path / "parlschedd.yaml").write_text(f"period_s: 0.05\nrescan_s: 0.1\ntargets:\n  - name: '{tag}'\n")
+    ruled = tagged_sleeper(tag)
+    d = start_daemon(tmp_path)
+    client = subprocess.Popen([sys.executable, "-c", f"from parlschedctl.cli import main; main()  # {tag}",
+                               "run", "--", "sleep", "1.5"], env={**os.environ, "PARLSCHED_SOCKET": d.socket},
+                              stdout=subprocess.DEVNULL)
+    try:
+        with killed_at_end(ruled, client):
+            targets = lambda: {t["pid"] for t in d.request("status")["targets"]}  # noqa: E731
+            wait_for(lambda: ruled.pid in targets() and len(targets()) == 2)  # the rule's, and run's CMD
+            seen = set()
+            while client.poll() is None:
+                seen |= targets()
+                time.sleep(0.05)
+            assert client.returncode == 0 and ruled.pid in seen and client.pid not in seen, seen
+    finally:
+        d.stop()
