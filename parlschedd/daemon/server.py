@@ -318,11 +318,17 @@ class Daemon:
             errors = [f"{', '.join(fixed)}: takes effect at a restart (systemctl restart parlschedd), not a reload"]
             log.error("reload refused, keeping the old config", errors=errors)
             return errors
+        pending = self._waiting_for_restart(new)
+        refused = [f for f in refusals(new, self.socket_path, self.sysfs, self._state_dir) if f.key.split(".")[0] in pending]
+        if refused:  # a restart, due one day, would refuse it: config check's words, as at start
+            errors = [one_line([finding], self._config_named()) for finding in refused]
+            log.error("reload refused, keeping the old config: the next start would refuse it", errors=errors)
+            return errors
         if new.period_s != self.config.period_s:
             self.stats.starts.clear()  # the jitter is measured against one period, the new one
         self.config = new
         self.engine.config = new
-        self.restart_pending = self._waiting_for_restart(new)
+        self.restart_pending = pending
         if self.restart_pending:
             log.warning("applied but for what takes effect at the next restart", keys=self.restart_pending)
         relearning = self.engine.relearn()

@@ -432,6 +432,20 @@ def test_a_reload_says_which_keys_wait_for_a_restart(daemon):
 
 
 @needs_root
+def test_a_reload_the_next_start_would_refuse_keeps_the_old_config(daemon):
+    """A socket group that does not exist was applied ("restart_pending": ["socket"],
+    exit 0) while the next start refuses it: a reload refuses it now, in config
+    check's words, and keeps the old config."""
+    problem = "socket.group: no group 'no-such-group-xyz'"
+    daemon.config.write_text(f"period_s: 0.07\ndomain_period_s: 0.7\n{PINNING}socket: {{group: no-such-group-xyz}}\n")
+    r = ctl("reload", socket=daemon.socket)
+    assert r.returncode == 1 and f"{daemon.config}: {problem}" in r.stderr, r.stderr
+    assert daemon.request("status")["daemon"]["period_s"] == 0.05, "the old config kept whole"
+    check = ctl("config", "check", str(daemon.config))
+    assert check.returncode == 1 and problem in check.stdout + check.stderr, check
+
+
+@needs_root
 def test_refusals_and_empty_attaches_say_why(daemon, workload, tmp_path):
     w = workload(2)
     thread = w.tids[-1]
