@@ -53,7 +53,7 @@ class HostReport:
 
 def check_host(cfg: Config) -> HostReport:
     """Check ``cfg`` against this host as the daemon's start does, and more."""
-    return HostReport(refusals(cfg), narrowings(cfg) + _utility(cfg.utility))
+    return HostReport(refusals(cfg), narrowings(cfg) + _utility(cfg.utility) + _metrics_port(cfg.metrics))
 
 
 def refusals(cfg: Config, socket_path: str | None = None, sysfs: str = "/sys",
@@ -129,6 +129,17 @@ def _metrics(address: str | None) -> list[Finding]:
 
     problem = cannot_listen(address)
     return [Finding("metrics", problem)] if problem else []
+
+
+def _metrics_port(address: str | None) -> list[Finding]:
+    """A metrics port another program listens on now: a warning, not a refusal (it
+    may be gone by the restart; the running parlschedd's own is not one)."""
+    if address is None:
+        return []
+    from parlschedd.daemon.prometheus import port_taken
+
+    taken = port_taken(address)
+    return [Finding("metrics", taken)] if taken else []
 
 
 def _utility(wanted: str) -> list[Finding]:

@@ -2,15 +2,17 @@
 real sysfs (a fake one where sysfs shows no CPU at all), and a real daemon saying it in
 config check's words before it makes anything."""
 
+import os
 import socket
 import subprocess
 import sys
 
+import psutil
 import pytest
 
 from parlschedd.config import from_mapping
 from parlschedd.hostcheck import Finding, check_host, one_line, refusals, socket_path_problem
-from tests.conftest import fake_cpus, needs_root, refused_start, wait_for
+from tests.conftest import fake_cpus, needs_root, refused_start, start_daemon, wait_for
 
 GROUP_ADVICE = "create it (systemd-sysusers parlsched.sysusers.conf) or set socket.group: null"
 
@@ -89,6 +91,28 @@ def test_check_host_adds_what_only_narrows_the_daemon(tmp_path):
     assert report.refused == []
     assert [f.key for f in report.warnings] == ["cpus", "targets[0].cgroup"]
     assert report.warnings[0].message.startswith("4095 not usable on this host")
+
+
+@needs_root
+def test_a_metrics_port_another_program_holds_is_a_warning(tmp_path):
+    """config check passed a metrics port another program listened on, and the daemon
+    it vouched for refused to start ("Address already in use"). It warns now, naming
+    the holder; a running parlschedd's own listener is no warning (a restart frees it)."""
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        report = check_host(from_mapping({"socket": {"path": str(tmp_path / "d.sock")}, "metrics": f"127.0.0.1:{port}"}))
+        assert report.refused == [] and [f.key for f in report.warnings] == ["metrics"]
+        assert report.warnings[0].message == (f"port {port} on 127.0.0.1 is in use by pid {os.getpid()} "
+                                              f"({psutil.Process().name()}): parlschedd would not start while it is")
+    d = start_daemon(tmp_path, f"period_s: 0.05\nmetrics: 127.0.0.1:{port}\n")
+    try:
+        wait_for(lambda: "metrics listening" in d.log_text())
+        report = check_host(from_mapping({"socket": {"path": str(tmp_path / "d.sock")}, "metrics": f"127.0.0.1:{port}"}))
+        assert report.warnings == []
+    finally:
+        d.stop()
 
 
 @needs_root

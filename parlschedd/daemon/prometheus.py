@@ -8,11 +8,13 @@ one series with ``tid="other"``.
 
 from __future__ import annotations
 
+import errno
 import socket
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
+import psutil
 
 from prometheus_client import CollectorRegistry, Histogram, ProcessCollector, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
@@ -99,6 +101,40 @@ def _host_port(address: str) -> tuple[str, int]:
     """The config's ``host:port`` (validated by config.py); no host: loopback only."""
     host, _, port = address.rpartition(":")
     return host or "127.0.0.1", int(port)
+
+
+def port_taken(address: str) -> str | None:
+    """Who listens on ``address`` now, when that is not a parlschedd: its start would
+    fail to listen there (config check warns; the running daemon's own listener is
+    no problem, a restart frees it). None: free, or a host ``cannot_listen`` names."""
+    host, port = _host_port(address)
+    if port == 0:
+        return None
+    try:
+        family, kind, proto, _, where = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the listener binds
+            probe.bind(where)
+        return None
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            return None
+    holders = {c.pid for c in psutil.net_connections("inet")
+               if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid}
+    names = {pid: _name(pid) for pid in holders}
+    if names and all(name == "parlschedd" for name in names.values()):
+        return None
+    by = ", ".join(f"pid {pid} ({name})" for pid, name in sorted(names.items())) or "another process"
+    return f"port {port} on {host} is in use by {by}: parlschedd would not start while it is"
+
+
+def _name(pid: int) -> str:
+    """A process's name as ps shows it, parlschedd's own run by an interpreter too."""
+    try:
+        process = psutil.Process(pid)
+        return "parlschedd" if any("parlschedd" in part for part in process.cmdline()[:3]) else process.name()
+    except psutil.Error:
+        return "gone"
 
 
 def cannot_listen(address: str) -> str | None:
