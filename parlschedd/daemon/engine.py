@@ -110,7 +110,8 @@ class Engine:
             if uid not in (None, 0) and uid != owner:  # before already_attached: no leak of who is managed
                 raise _not_yours(pid, owner, uid)
             if pid in self.targets:
-                raise EngineError("already_attached", f"process {pid} is already attached")
+                raise EngineError("already_attached", f"process {pid} is already attached; to change its mode, "
+                                                      f"thread filter or descendants, detach it and attach it again")
             if stat.exited:
                 raise EngineError("no_such_process", f"process {pid} has exited (a zombie its parent has not reaped)")
             if stat.kernel_thread:

@@ -283,6 +283,9 @@ class Daemon:
             restored = self.engine.detach_all(keep_hand_overs=True)
             report = self.engine.pinner.restore_all()
             log.info("restored", threads=restored + len(report.restored), gone=len(report.gone), failed=len(report.failed))
+        else:
+            log.info("threads left as placed (restore_on_exit: false); the next start restores them from the state "
+                     "file", threads=len(self.engine.pinner.records), state_file=str(self.statefile.path))
         self.statefile.save(self.engine, hand_attached)
         self.counters.close_all()
         if self.metrics is not None:

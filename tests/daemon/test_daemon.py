@@ -150,7 +150,7 @@ def test_errors_for_bad_targets(daemon, workload):
     daemon.request("attach", pid=w.pid)
     with pytest.raises(client.Refused) as e:
         daemon.request("attach", pid=w.pid)
-    assert e.value.code == "already_attached"
+    assert e.value.code == "already_attached" and "detach it and attach it again" in str(e.value)
     with pytest.raises(client.Refused) as e:
         daemon.request("detach", pid=1)
     assert e.value.code == "not_attached"
@@ -215,6 +215,9 @@ def test_pins_left_by_a_stop_are_restored_by_the_next_start(tmp_path, workload, 
     wait_for(lambda: all_pinned(d, w.pid, len(tids)))
     d.stop(stop)
     assert all(len(m) == 1 for m in masks(tids).values()) or len(ALL) == 1, "pins left as they were"
+    if stop == signal.SIGTERM:  # the stop says what it left, and where the next start finds it
+        said = [r for r in d.log_records() if r["event"].startswith("threads left as placed")]
+        assert [r["threads"] for r in said] == [len(tids)] and said[0]["state_file"].endswith("state.json")
     (tmp_path / "parlschedd.yaml").write_text("period_s: 0.05\n" + PINNING)
     d2 = start_daemon(tmp_path)
     try:
