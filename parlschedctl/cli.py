@@ -26,7 +26,8 @@ import click
 from parlschedd import __version__
 from parlschedctl import client
 from parlschedctl.outputs import FILE, check_figure, print_json
-from parlschedctl.render import placement_counts, placements, printable, progress_line, status_table
+from parlschedctl.render import (placement_counts, placements, printable, progress_line, status_screen,
+                                 status_table)
 from parlschedd.words import n_threads
 
 
@@ -147,15 +148,17 @@ def status(sock: str, pid: int | None, as_json: bool) -> None:
 @talks_to_daemon
 def top(sock: str, interval: float | None, iterations: int | None) -> None:
     """Live view of status, refreshed every period (Ctrl-C to quit; a reader that
-    stops reading, like | head, ends it as well, with exit code 0). Piped or in a
-    file, a line with the time parts one frame from the next. A daemon that
-    goes away once the view is up (a restart) is waited for; the view's last refresh
-    failing exits 3."""
+    stops reading, like | head, ends it as well, with exit code 0). On a terminal
+    each frame is cut to the terminal's size (the rows left out are counted on its
+    last line) and redrawn in place. Piped or in a file, a line with the time parts
+    one frame from the next, and nothing is cut. A daemon that goes away once the
+    view is up (a restart) is waited for; the view's last refresh failing exits 3."""
     n = 0
     lost = False
     period = 0.1  # until the daemon says its own
     shown = 0
     tty = sys.stdout.isatty()
+    size: os.terminal_size | None = None
     try:
         while iterations is None or n < iterations:
             n += 1
@@ -172,7 +175,14 @@ def top(sock: str, interval: float | None, iterations: int | None) -> None:
                 continue
             lost = False
             period = reply["daemon"]["period_s"]
-            click.echo(_top_frame(status_table(reply), tty, first=not shown), nl=False)
+            if tty:
+                now = _terminal_size()
+                resized = size is not None and now != size
+                frame = _screen_frame(status_screen(reply, now.lines - 1, now.columns), resized)
+                size = now
+            else:
+                frame = _piped_frame(status_table(reply), first=not shown)
+            click.echo(frame, nl=False)
             shown += 1
             time.sleep(interval or period)
     except KeyboardInterrupt:
@@ -181,13 +191,29 @@ def top(sock: str, interval: float | None, iterations: int | None) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush has nowhere to fail
 
 
-def _top_frame(text: str, tty: bool, first: bool) -> str:
-    """One refresh of top. On a terminal it is drawn over the last from the top left,
-    each line and then the rest of the screen cleared after it (clearing the whole
-    screen first made every refresh flicker). Piped or in a file, each frame but the
-    first follows a line with the time, where frames ran together untold and undated."""
-    if tty:
-        return "\033[H" + text.replace("\n", "\033[K\n") + "\033[K\n\033[J"
+def _terminal_size() -> os.terminal_size:
+    """stdout's terminal size, asked at each frame so that a resize is followed at the
+    next; 80 x 24 where the terminal says 0 (a pty nobody sized)."""
+    try:
+        size = os.get_terminal_size(sys.stdout.fileno())
+    except OSError:
+        size = os.terminal_size((0, 0))
+    return os.terminal_size((size.columns or 80, size.lines or 24))
+
+
+def _screen_frame(lines: list[str], resized: bool) -> str:
+    """One refresh of top on a terminal, drawn over the last from the top left, each
+    line and then the rest of the screen cleared after it (clearing the whole screen
+    first made every refresh flicker; it is done only after a resize, which leaves
+    the last frame's lines rewrapped where the new one does not reach). ``lines``
+    fit in the rows but one: the cursor rests on the last, and the newline that puts
+    it there never scrolls the frame's header off the screen."""
+    return ("\033[2J" if resized else "") + "\033[H" + "".join(f"{line}\033[K\n" for line in lines) + "\033[J"
+
+
+def _piped_frame(text: str, first: bool) -> str:
+    """One refresh of top piped or in a file: each frame but the first follows a line
+    with the time, where frames ran together untold and undated."""
     stamp = datetime.now().astimezone().isoformat(timespec="milliseconds")
     return f"{text}\n" if first else f"--- {stamp} ---\n{text}\n"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Any
 
 from parlschedd.cpulist import format_cpulist
@@ -22,29 +23,69 @@ UTILITY_UNITS = {"perf:instructions": "instructions per second",
 
 
 def status_table(reply: dict[str, Any]) -> str:
+    return "\n".join(line for line, _ in _status_rows(reply))
+
+
+def _status_rows(reply: dict[str, Any]) -> list[tuple[str, int | None]]:
+    """status_table's lines, each with the index of the target it belongs to when it is
+    one of that target's thread rows (else None), so that a cut table can say what it
+    left out."""
     d = reply["daemon"]
     loop = d["loop"]
-    lines = [
-        f"parlschedd {d['version']} pid {d['pid']} up {d['uptime_s']:.0f} s, counters {d['counter_source']}, "
-        f"period {d['period_s']} s / domain period {d['domain_period_s']} s, loop mean {loop['mean_ms']} ms max {loop['max_ms']} ms",
-        f"domains {d['domains']}; utility in {UTILITY_UNITS.get(d['counter_source'], 'the counter source units')};"
-        " cpu free: the kernel places the thread in its domain; pinned: its mask is ours (that cpu, or the domain)",
+    rows: list[tuple[str, int | None]] = [
+        (f"parlschedd {d['version']} pid {d['pid']} up {d['uptime_s']:.0f} s, counters {d['counter_source']}, "
+         f"period {d['period_s']} s / domain period {d['domain_period_s']} s, loop mean {loop['mean_ms']} ms max {loop['max_ms']} ms",
+         None),
+        (f"domains {d['domains']}; utility in {UTILITY_UNITS.get(d['counter_source'], 'the counter source units')};"
+         " cpu free: the kernel places the thread in its domain; pinned: its mask is ours (that cpu, or the domain)", None),
     ]
     if not reply["targets"]:
-        lines.append("no targets")
+        rows.append(("no targets", None))
     placed = sorted(c for domain in d["domains"] for c in domain)  # config domains may leave usable CPUs out
-    for t in reply["targets"]:
+    for i, t in enumerate(reply["targets"]):
         left = _not_managed(t.get("threads_ignored", 0), t.get("threads_handed_over", 0))
         rule = "" if t.get("rule") is None else f", config rule {t['rule']}"
         cpus = "" if t.get("cpus", placed) == placed else f", cpuset: cpus {format_cpulist(t['cpus'])}"
-        lines.append(f"\n{t['pid']} {printable(t['name'])} ({t['mode']}{rule}{cpus}, {n_threads(len(t['threads']))}{left})")
-        lines.append(f"  {'TID':>8} {'NAME':<16} {'CPU':>4} {'DOM':>4} {'UTILITY':>12} PINNED")
+        rows.append(("", None))
+        rows.append((f"{t['pid']} {printable(t['name'])} ({t['mode']}{rule}{cpus}, {n_threads(len(t['threads']))}{left})", None))
+        rows.append((f"  {'TID':>8} {'NAME':<16} {'CPU':>4} {'DOM':>4} {'UTILITY':>12} PINNED", None))
         for th in t["threads"]:
             util = "-" if th["utility"] is None else f"{th['utility']:.4g}"
             cpu = "free" if th.get("free") else "-" if th["cpu"] is None else th["cpu"]
             dom = "-" if th["domain"] is None else th["domain"]
-            lines.append(f"  {th['tid']:>8} {printable(th['name'])[:16]:<16} {cpu:>4} {dom:>4} {util:>12} {'yes' if th['pinned'] else 'no'}")
-    return "\n".join(lines)
+            rows.append((f"  {th['tid']:>8} {printable(th['name'])[:16]:<16} {cpu:>4} {dom:>4} {util:>12} "
+                         f"{'yes' if th['pinned'] else 'no'}", i))
+    return rows
+
+
+def status_screen(reply: dict[str, Any], rows: int, columns: int) -> list[str]:
+    """status_table cut to a terminal of ``rows`` x ``columns`` for top, which redraws
+    in place: a frame taller than the terminal scrolled its header away and was never
+    seen whole. The header stays; rows that do not fit give way to a last line that
+    says how many were left out ("... 680 more threads"), and each line is cut to
+    ``columns`` - 1 (a line that fills the last column leaves the cursor waiting to
+    wrap, where some terminals erase that column on the next clear-to-end-of-line)."""
+    table = _status_rows(reply)
+    if len(table) > rows:
+        kept, cut = table[:max(rows - 1, 0)], table[max(rows - 1, 0):]
+        threads = sum(target is not None for _, target in cut)
+        targets = {target for _, target in cut} - {target for _, target in kept} - {None}
+        more = f"{threads} more thread{'s' if threads != 1 else ''}" if threads else f"{len(cut)} more lines"
+        also = f" ({len(targets)} more target{'s' if len(targets) != 1 else ''})" if targets else ""
+        table = [*kept, (f"... {more}{also}; a taller terminal, or status, shows them", None)]
+    return [clip(line, columns - 1) for line, _ in table[:rows]]
+
+
+def clip(line: str, columns: int) -> str:
+    """``line`` cut to at most ``columns`` terminal columns: an East Asian wide
+    character takes two, a combining mark none (printable() keeps both in names)."""
+    used = 0
+    for i, c in enumerate(line):
+        width = 0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
+        if used + width > columns:
+            return line[:i]
+        used += width
+    return line
 
 
 def _not_managed(ignored: int, handed_over: int) -> str:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pty
 import re
 import signal
 import socket
+import struct
 import subprocess
 import sys
+import termios
 import threading
 
 import pytest
@@ -318,9 +321,56 @@ def test_top_on_a_terminal_redraws_in_place(daemon):
     assert b"---" not in seen
 
 
-def _top_that_lost(daemon, kill_after) -> subprocess.Popen:
-    """``top`` showing ``daemon``, which is then stopped under it: it has said so."""
-    proc = kill_after(subprocess.Popen([*CTL, "top", "--interval", "0.05"], stdout=subprocess.PIPE,
+SLEEPERS = "import sys, threading, time; [threading.Thread(target=time.sleep, args=(60,)).start() for _ in range(int(sys.argv[1]))]"
+
+
+def _screen(frame: bytes) -> list[str]:
+    """The lines one frame of top draws on a terminal (the pty writes each newline as CRLF)."""
+    body = frame.replace(b"\r\n", b"\n")
+    assert body.endswith(b"\033[J"), frame
+    lines = body.removesuffix(b"\033[J").split(b"\033[K\n")
+    assert lines.pop() == b"", frame  # every line cleared to its end, none left unterminated
+    return [line.decode() for line in lines]
+
+
+@needs_root
+@pytest.mark.timeout(60)
+def test_top_on_a_terminal_fits_it_and_follows_a_resize(daemon, kill_after):
+    """On an 8 x 60 terminal top wrote 22 lines a frame, some of 180 characters, and
+    725 with a target of 700 threads: the terminal scrolled and the header was never
+    seen. Each frame fits the terminal's rows but one (the cursor's) and its columns
+    but one, says how many threads it left out, and follows the size after a resize."""
+    many = kill_after(subprocess.Popen([sys.executable, "-c", SLEEPERS, "30"]))
+    wait_for(lambda: len(os.listdir(f"/proc/{many.pid}/task")) == 31)
+    total = len(daemon.request("attach", pid=many.pid)["target"]["threads"])
+    assert total == 31
+    main, terminal = pty.openpty()
+    fcntl.ioctl(main, termios.TIOCSWINSZ, struct.pack("HHHH", 8, 60, 0, 0))
+    try:
+        proc = kill_after(subprocess.Popen([*CTL, "top", "--iterations", "3", "--interval", "0.5"], stdout=terminal,
+                                           stderr=subprocess.PIPE, env={**os.environ, "PARLSCHED_SOCKET": daemon.socket}))
+    finally:
+        os.close(terminal)
+    seen = b""
+    while b"\033[J" not in seen:
+        seen += os.read(main, 1 << 16)
+    fcntl.ioctl(main, termios.TIOCSWINSZ, struct.pack("HHHH", 12, 100, 0, 0))
+    seen += read_terminal(main)
+    assert proc.wait(timeout=30) == 0, proc.stderr.read()
+    frames = seen.split(b"\033[H")
+    assert frames[0] == b"" and len(frames) == 4, seen  # the first frame does not clear the screen first
+    assert any(f.endswith(b"\033[2J") for f in frames[1:-1]), seen  # after the resize: cleared once, then drawn
+    for frame, (rows, columns) in ((frames[1], (8, 60)), (frames[-1], (12, 100))):
+        lines = _screen(frame.removesuffix(b"\033[2J"))
+        assert len(lines) == rows - 1 and all(len(line) <= columns - 1 for line in lines), lines
+        assert lines[0].startswith("parlschedd ") and lines[1].startswith("domains ")
+        shown = sum(bool(re.match(r"  +\d+ ", line)) for line in lines)
+        assert lines[-1].startswith(f"... {total - shown} more threads"), lines
+
+
+def _top_that_lost(daemon, kill_after, *options: str) -> subprocess.Popen:
+    """``top`` (with ``options``) showing ``daemon``, which is then stopped under it: it has said so."""
+    proc = kill_after(subprocess.Popen([*CTL, "top", "--interval", "0.05", *options], stdout=subprocess.PIPE,
                                        stderr=subprocess.PIPE, text=True,
                                        env={**os.environ, "PARLSCHED_SOCKET": daemon.socket}))
     assert proc.stdout.readline().startswith(f"parlschedd {__version__} pid {daemon.proc.pid} ")

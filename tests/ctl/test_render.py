@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from parlschedctl.render import printable, status_table
+from parlschedctl.render import clip, printable, status_screen, status_table
 
 
 def _reply(process: str, thread: str) -> dict:
@@ -65,3 +65,18 @@ def test_a_target_confined_by_its_cpuset_shows_its_cpus_in_the_header() -> None:
     assert "11 app (pin, cpuset: cpus 1, 1 thread)\n" in status_table(reply) + "\n"
     reply["daemon"]["domains"] = [[1]]  # the config's domains leave CPU 0 out: no cpuset narrows the target
     assert "11 app (pin, 1 thread)\n" in status_table(reply) + "\n"
+
+
+def test_a_screen_keeps_the_header_and_counts_what_it_left_out() -> None:
+    """top on a terminal: a frame taller or wider than the terminal scrolled its
+    header away. Cut, it keeps the header and says what did not fit."""
+    reply = _reply("app", "worker")
+    reply["targets"][0]["threads"] *= 5
+    reply["targets"].append(dict(reply["targets"][0], pid=21))
+    table = status_table(reply).splitlines()
+    assert status_screen(reply, len(table), 1000) == table  # it fits: as status shows it
+    rows = status_screen(reply, 7, 40)
+    assert len(rows) == 7 and all(len(row) <= 39 for row in rows) and rows[0].startswith("parlschedd x pid 1")
+    assert rows[-1].startswith("... 9 more threads (1 more target); ")
+    assert status_screen(reply, 3, 40)[-1].startswith("... 10 more threads (2 more targets)")
+    assert clip("ab线程cd", 5) == "ab线" and clip("e\u0301x", 2) == "e\u0301x"  # wide: two columns; combining: none
