@@ -141,39 +141,48 @@ def status(sock: str, pid: int | None, as_json: bool) -> None:
         click.echo(status_table(reply))
 
 
+ITERATIONS_RECONNECT_S = 60.0  # a systemctl restart takes seconds; a daemon not back in a minute is down
+
+
 @cli.command()
 @click.option("--interval", type=click.FloatRange(min=0, min_open=True), default=None, help="Refresh interval (default: the daemon's period).")
-@click.option("--iterations", type=click.IntRange(min=1), default=None, help="Stop after N refreshes.")
+@click.option("--iterations", type=click.IntRange(min=1), default=None, help="Stop after N frames shown.")
+@click.option("--reconnect-timeout", type=click.FloatRange(min=0), default=None, metavar="S",
+              help="How long to wait for a daemon lost under the view before exiting 3 "
+                   f"(default: for good; {ITERATIONS_RECONNECT_S:g} s with --iterations).")
 @click.pass_obj
 @talks_to_daemon
-def top(sock: str, interval: float | None, iterations: int | None) -> None:
+def top(sock: str, interval: float | None, iterations: int | None, reconnect_timeout: float | None) -> None:
     """Live view of status, refreshed every period (Ctrl-C to quit; a reader that
     stops reading, like | head, ends it as well, with exit code 0). On a terminal
     each frame is cut to the terminal's size (the rows left out are counted on its
     last line) and redrawn in place. Piped or in a file, a line with the time parts
     one frame from the next, and nothing is cut. A daemon that goes away once the
-    view is up (a restart) is waited for; the view's last refresh failing exits 3."""
-    n = 0
-    lost = False
+    view is up (a restart) is waited for, for --reconnect-timeout; the frames
+    --iterations counts are those shown, not the refreshes that found no daemon."""
+    if reconnect_timeout is None and iterations is not None:
+        reconnect_timeout = ITERATIONS_RECONNECT_S  # a script's bounded run must end when the daemon does not come back
+    lost_since: float | None = None
     period = 0.1  # until the daemon says its own
     shown = 0
     tty = sys.stdout.isatty()
     size: os.terminal_size | None = None
     try:
-        while iterations is None or n < iterations:
-            n += 1
+        while iterations is None or shown < iterations:
             try:
                 reply = client.request(sock, "status")
             except client.Unreachable as exc:
-                if n == 1 or n == iterations:
+                if not shown:  # no view is up yet: nothing to wait for
                     raise
-                if not lost:
+                if lost_since is None:
                     click.echo(f"parlschedctl: lost the daemon ({exc}); waiting for it", err=True)
-                lost = True
+                    lost_since = time.monotonic()
+                elif reconnect_timeout is not None and time.monotonic() - lost_since >= reconnect_timeout:
+                    raise client.Unreachable(f"{exc}; not back within {reconnect_timeout:g} s") from None
                 if _reader_left(interval or period):  # while nothing is written, no EPIPE tells
                     break
                 continue
-            lost = False
+            lost_since = None
             period = reply["daemon"]["period_s"]
             if tty:
                 now = _terminal_size()
@@ -184,7 +193,8 @@ def top(sock: str, interval: float | None, iterations: int | None) -> None:
                 frame = _piped_frame(status_table(reply), first=not shown)
             click.echo(frame, nl=False)
             shown += 1
-            time.sleep(interval or period)
+            if iterations is None or shown < iterations:
+                time.sleep(interval or period)
     except KeyboardInterrupt:
         pass
     except BrokenPipeError:  # the reader left: the view's end, not an error (click's own handling exits 1)

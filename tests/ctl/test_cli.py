@@ -396,6 +396,30 @@ def test_top_waits_for_a_restarted_daemon(daemon, kill_after, tmp_path):
 
 
 @pytest.mark.timeout(60)
+def test_top_iterations_count_the_frames_shown_across_a_restart(daemon, kill_after, tmp_path):
+    """``top --iterations 8`` across a daemon restart showed 4 frames: the refreshes
+    that found no daemon counted as iterations."""
+    proc = _top_that_lost(daemon, kill_after, "--iterations", "8")
+    second = start_daemon(tmp_path)
+    try:
+        out, err = proc.communicate(timeout=30)
+    finally:
+        second.stop()
+    assert proc.returncode == 0, err
+    frames = re.findall(r"^parlschedd \S+ pid (\d+) ", out, flags=re.M)
+    assert len(frames) == 8 - 1 and frames[-1] == str(second.proc.pid), out  # the first was read by _top_that_lost
+
+
+@pytest.mark.timeout(60)
+def test_top_iterations_give_up_on_a_daemon_that_does_not_come_back(daemon, kill_after):
+    """With the frames counted, a daemon that never comes back must still end a
+    bounded run: exit 3 after --reconnect-timeout."""
+    proc = _top_that_lost(daemon, kill_after, "--iterations", "3", "--reconnect-timeout", "0.5")
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 3 and "not back within 0.5 s" in err, err
+
+
+@pytest.mark.timeout(60)
 def test_top_ends_when_its_reader_leaves_while_the_daemon_is_down(daemon, kill_after):
     """``parlschedctl top | head`` with the daemon stopped under it: nothing is written
     while it waits, so no EPIPE told it the reader had left, and it waited for good."""
