@@ -6,12 +6,16 @@ It parses, calls and prints. Exit codes: 0 success, 1 refused or failed,
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import functools
 import importlib
 import json
 import os
 import select
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -300,7 +304,10 @@ class Watched(Enum):
 @cli.command(context_settings={"allow_interspersed_args": False})
 @click.option("--observe", is_flag=True, help="Measure and learn without pinning.")
 @click.option("--json", "as_json", is_flag=True,
-              help="Also print the summary as one JSON object, the last line on stdout (CMD's output shares stdout).")
+              help="Also print the summary as one JSON object, the last line on stdout (CMD's output shares stdout). "
+                   "It starts a line of its own: in a file, after a newline only when CMD's output did not end its "
+                   "line; on a pipe, where that cannot be read back, after a newline always (an empty line may "
+                   "come before it).")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_obj
 @talks_to_daemon
@@ -402,8 +409,47 @@ def _finish(end: RunEnd, as_json: bool, summary: bool = True) -> NoReturn:
     if summary:
         _say(end.line())
     if as_json:  # one line: CMD's output shares stdout, and a script takes the last line
-        _say(json.dumps(end.as_json(), separators=(",", ":")), err=False)
+        start = _new_line(summary_said=summary) if end.pid is not None else ""  # a CMD never started wrote nothing
+        _say(start + json.dumps(end.as_json(), separators=(",", ":")), err=False)
     sys.exit(end.exit_code)
+
+
+def _new_line(summary_said: bool) -> str:
+    """What run --json writes before its summary so that the summary is a line of its
+    own: CMD writes to the same stdout, and ``printf 'no newline'`` left the summary
+    joined to CMD's last line. "\\n" when CMD's output did not end its line; on a regular
+    file that is read back (its byte before the write position). Where it cannot be
+    (a pipe, a socket), "\\n" always: an empty line after an output that did end its
+    line costs less than a summary a script cannot parse. On the terminal the summary
+    line on stderr just ended (the same terminal), nothing."""
+    out = sys.stdout.fileno()
+    with contextlib.suppress(OSError):
+        sys.stdout.flush()
+        if os.isatty(out):
+            if summary_said and os.isatty(2) and os.path.samestat(os.fstat(out), os.fstat(2)):
+                return ""
+        elif stat.S_ISREG(os.fstat(out).st_mode):
+            return "" if _byte_before_write(out) in (b"", b"\n") else "\n"
+    return "\n"
+
+
+def _byte_before_write(fd: int) -> bytes:
+    """The byte before where the next write to regular file ``fd`` lands (at its end
+    in append mode), b"" at the file's start. A file opened write-only (``> out``) is
+    read through /proc/self/fd, which opens it again for reading; raises OSError."""
+    at = os.fstat(fd).st_size if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_APPEND else os.lseek(fd, 0, os.SEEK_CUR)
+    if at == 0:
+        return b""
+    try:
+        return os.pread(fd, 1, at - 1)
+    except OSError as exc:
+        if exc.errno != errno.EBADF:
+            raise
+    reader = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.pread(reader, 1, at - 1)
+    finally:
+        os.close(reader)
 
 
 def _run_summary(end: RunEnd) -> str:

@@ -469,8 +469,8 @@ def test_run_json_summary(daemon, tmp_path):
             "print('cmd says hi'); time.sleep(1.2); sys.exit(7)")
     r = ctl("run", "--json", "--", sys.executable, "-c", code, socket=daemon.socket)
     assert r.returncode == 7, r.stderr
-    said, last = r.stdout.splitlines()
-    assert said == "cmd says hi" and "exited 7" in r.stderr
+    said, blank, last = r.stdout.splitlines()  # a pipe: whether CMD ended its line cannot be read back
+    assert said == "cmd says hi" and blank == "" and "exited 7" in r.stderr
     out = json.loads(last)
     assert out["command"] == [sys.executable, "-c", code] and out["exit_code"] == 7 and out["signal"] is None
     assert out["seconds"] >= 1.2 and out["mode"] == "pin" and out["watched"] == "to_the_end" and out["not_managed"] is None
@@ -487,6 +487,30 @@ def test_run_json_summary(daemon, tmp_path):
     out = json.loads(r.stdout)
     assert r.returncode == 127 and out["exit_code"] == 127 and out["pid"] is None and out["watched"] == "never_attached"
     assert out["not_managed"].startswith("cannot start") and out["threads_managed"] is None
+
+
+@needs_root
+def test_run_json_summary_is_a_line_of_its_own_after_output_that_ends_mid_line(daemon, tmp_path):
+    """``run --json -- sh -c 'printf "no newline"'`` wrote ``no newline{"command":...}``
+    on one line. In a regular file the summary starts a line only when CMD's output
+    did not end one (read back, through /proc when opened write-only, at the end when
+    appending); on a pipe, where it cannot be read back, always."""
+    env = {**os.environ, "PARLSCHED_SOCKET": daemon.socket}
+    out = tmp_path / "out"
+    for script, mode, before, cmds in (('printf "no newline"', "w", "", "no newline\n"), ("echo line", "w", "", "line\n"),
+                                       ('printf more', "a", "kept\n", "kept\nmore\n"), ("true", "w", "", ""),
+                                       ('printf ""', "a", "kept", "kept\n")):
+        out.write_text(before)
+        with open(out, mode) as stdout:
+            r = subprocess.run([*CTL, "run", "--json", "--", "sh", "-c", script], stdout=stdout, stderr=subprocess.PIPE,
+                               text=True, env=env, timeout=60)
+        text = out.read_text()
+        last = text.splitlines()[-1]
+        assert r.returncode == 0 and json.loads(last)["exit_code"] == 0, r.stderr
+        assert text == f"{cmds}{last}\n", (script, text)
+    r = ctl("run", "--json", "--", "sh", "-c", 'printf "no newline"', socket=daemon.socket)
+    said, last = r.stdout.splitlines()
+    assert said == "no newline" and json.loads(last)["command"] == ["sh", "-c", 'printf "no newline"']
 
 
 @needs_root
