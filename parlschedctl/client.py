@@ -3,6 +3,7 @@ the parts of a longer one)."""
 
 from __future__ import annotations
 
+import grp
 import json
 import os
 import socket
@@ -44,6 +45,29 @@ def _not_a_socket(path: str) -> str | None:
     return "a directory" if stat.S_ISDIR(mode) else "a regular file" if stat.S_ISREG(mode) else "not a socket file"
 
 
+def _who_may_use(path: str) -> str:
+    """Whom the socket at ``path`` lets in, for a refused connect: its group, read from
+    the socket itself (a hint that named parlsched was wrong where socket.group is
+    null and the group is root's)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return "a directory above it is closed to you"
+    try:
+        group = grp.getgrgid(st.st_gid).gr_name
+    except KeyError:
+        group = str(st.st_gid)
+    mode = stat.S_IMODE(st.st_mode)
+    if st.st_gid == 0:
+        return (f"mode {mode:04o}, group {group}: only root may use it; set socket.group in the daemon's config "
+                "to a group of yours and restart it, or run as root")
+    if st.st_gid in os.getgroups() or st.st_gid == os.getegid():
+        return (f"mode {mode:04o}, group {group}: you are in that group; the daemon's socket.mode must let "
+                "the group write (such as '0660')")
+    return (f"mode {mode:04o}, group {group}: are you in the {group} group? "
+            f"(usermod -aG {group} USER, then log in again)")
+
+
 class Connection:
     """One connection to the daemon, for one request after another. A reply longer
     than a line comes in parts (``{"ok": true, "part": "<text>", "more": bool}``, see
@@ -67,7 +91,7 @@ class Connection:
             raise Unreachable(f"the daemon is not running (no listener on {path}: {exc.strerror}){elsewhere}") from None
         except PermissionError:
             self.close()
-            raise Unreachable(f"no permission to use {path} (are you in the parlsched group?)") from None
+            raise Unreachable(f"no permission to use {path} ({_who_may_use(path)})") from None
         except BlockingIOError:
             self.close()
             raise Unreachable(f"the daemon on {path} accepted no connection within {timeout:g} s (busy or hung)") from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import grp
 import json
 import os
 import pty
@@ -21,7 +22,7 @@ from parlschedd.host import cgroups
 from parlschedd.host.base import CounterSource
 from parlschedd.host.perf import detect_source
 from parlschedd import __version__
-from tests.conftest import PINNING, needs_root, read_terminal, start_daemon, wait_for
+from tests.conftest import NOBODY, PINNING, as_user, needs_root, read_terminal, start_daemon, wait_for
 
 CTL = [sys.executable, "-c", "from parlschedctl.cli import main; main()"]
 
@@ -36,6 +37,22 @@ def ctl(*args: str, socket: str | None = None, **kw) -> subprocess.CompletedProc
 def test_unreachable_daemon_exits_3(tmp_path):
     r = ctl("status", socket=str(tmp_path / "none.sock"))
     assert r.returncode == 3 and "not running" in r.stderr
+
+
+@needs_root
+def test_a_refused_socket_names_its_own_group(tmp_path, open_dir):
+    """The hint always asked "are you in the parlsched group?", also of a socket whose
+    group is root's (socket.group: null), which no group membership opens."""
+    d = start_daemon(tmp_path, run=open_dir)
+    try:
+        said = as_user(NOBODY, d.socket, "ping")["unreachable"]
+        assert f"no permission to use {d.socket} (mode 0660, group root: only root may use it; set socket.group" in said
+        os.chown(d.socket, 0, grp.getgrnam("daemon").gr_gid)
+        said = as_user(NOBODY, d.socket, "ping")["unreachable"]
+        assert "(mode 0660, group daemon: are you in the daemon group? (usermod -aG daemon USER" in said, said
+        assert "parlsched" not in said.replace(d.socket, "")
+    finally:
+        d.stop()
 
 
 def test_the_default_socket_missing_says_how_to_name_another():
