@@ -517,15 +517,19 @@ def config_check(path: str, any_host: bool, as_json: bool) -> None:
     """Validate a config file; print every error with its key path. Exit 1 if the file
     is invalid, or if parlschedd would refuse to start with it on this host (a CPU, a
     group, a listen address it lacks) unless --any-host."""
-    from parlschedd.config import ConfigError, load
+    from parlschedd.config import ConfigError, ConfigUnreadable, load
     from parlschedd.hostcheck import Finding, HostReport, check_host
 
+    unreadable = False
     try:
         host = check_host(load(path))
         errors: list[Finding] = []
-    except ConfigError as exc:
+    except ConfigError as exc:  # ConfigUnreadable too: --json lists it under "(file)"
         host, errors = HostReport(), [Finding(*e) for e in exc.errors]
-    for key, message in errors:
+        if isinstance(exc, ConfigUnreadable):  # no content to be invalid: said as parlschedd says it
+            unreadable = True
+            click.echo(f"{exc}{'; check the path' if exc.missing else ''}", err=True)
+    for key, message in [] if unreadable else errors:
         click.echo(f"{path}: {key}: {message}", err=True)
     for key, message in host.refused:
         click.echo(f"{path}: {'warning: ' if any_host else ''}{key}: {message}; parlschedd refuses to start with it here",

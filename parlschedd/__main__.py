@@ -12,7 +12,8 @@ from parlschedd.logging import LEVELS, configure
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
-              help=f"YAML config (default {config_mod.DEFAULT_PATH}; built-in defaults when absent).")
+              help=f"YAML config (default {config_mod.DEFAULT_PATH}; built-in defaults when absent). "
+                   "A file given here that cannot be read stops the daemon with exit 1.")
 # A relative --socket is bound as given (an absolute path in a deep directory can pass
 # the 107 bytes of a socket address); the start log names both paths absolute.
 @click.option("--socket", "socket_path", default=None, help="Control socket path (default: the config's socket.path).")
@@ -29,6 +30,9 @@ def main(config_path: str | None, socket_path: str | None, state_dir: str, log_f
     configure(log_format, log_level)
     try:
         cfg = config_mod.load(config_path)
+    except config_mod.ConfigUnreadable as exc:
+        click.echo(f"parlschedd: {exc}; {_unreadable_hint(exc, config_path)}", err=True)
+        sys.exit(1)
     except config_mod.ConfigError as exc:
         click.echo(f"parlschedd: invalid config {exc}", err=True)
         sys.exit(1)
@@ -38,6 +42,16 @@ def main(config_path: str | None, socket_path: str | None, state_dir: str, log_f
     except (StartupError, TopologyError, HostError) as exc:
         click.echo(f"parlschedd: {exc}", err=True)
         sys.exit(1)
+
+
+def _unreadable_hint(exc: config_mod.ConfigUnreadable, config_path: str | None) -> str:
+    """What to do about a config file that cannot be read."""
+    if not exc.missing:
+        return "parlschedd must be able to read it (as root, or the user it runs as)"
+    if config_path is not None:
+        return (f"check the path given to --config, or leave --config out for {config_mod.DEFAULT_PATH} "
+                "(the built-in defaults when there is none)")
+    return "it is a link to a file that is gone: restore the file, or remove the link for the built-in defaults"
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import errno
 import os
 import re
 from collections.abc import Collection, Mapping
@@ -43,6 +44,23 @@ def socket_path_too_long(path: str) -> str | None:
 
 class ConfigError(KeyPathError):
     """A config that cannot be used; ``errors`` lists (key path, message) pairs."""
+
+
+class ConfigUnreadable(ConfigError):
+    """A config file that cannot be read at all (missing, closed to this user, a
+    directory): not an invalid config, which it was called ("invalid config x.yaml:
+    (file): No such file or directory"). ``str`` is the one line to print:
+    "cannot read config x.yaml: no such file"; ``errors`` holds it under "(file)"."""
+
+    def __init__(self, source: str, error: OSError) -> None:
+        reasons = {errno.ENOENT: "no such file", errno.EACCES: "permission denied", errno.EISDIR: "a directory",
+                   errno.ENOTDIR: "a path through a file"}
+        self.reason = reasons.get(error.errno or 0, error.strerror or str(error))
+        self.missing = error.errno == errno.ENOENT
+        super().__init__(source, [("(file)", f"cannot read: {self.reason}")])
+
+    def __str__(self) -> str:
+        return f"cannot read config {self.source}: {self.reason}"
 
 
 @dataclass(frozen=True)
@@ -401,7 +419,7 @@ def load(path: str | Path | None) -> Config:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(str(path), [("(file)", exc.strerror or str(exc))]) from None
+        raise ConfigUnreadable(str(path), exc) from None
     except UnicodeDecodeError as exc:
         line = path.read_bytes()[: exc.start].count(b"\n") + 1
         raise ConfigError(str(path), [(f"line {line}", f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x}); save the file as UTF-8")]) from None

@@ -1,5 +1,6 @@
 """Config loading and validation: every error named by its key path."""
 
+import json
 import os
 
 import pytest
@@ -137,8 +138,26 @@ def test_load_from_files(tmp_path):
     bad.write_text("period_s: [\n")
     with pytest.raises(ConfigError, match="line 2"):
         load(bad)
-    with pytest.raises(ConfigError, match="No such file"):
+    with pytest.raises(ConfigError, match=f"^cannot read config {tmp_path / 'missing.yaml'}: no such file$"):
         load(tmp_path / "missing.yaml")
+
+
+def test_a_missing_config_file_is_not_called_invalid(tmp_path):
+    """``parlschedd --config missing.yaml`` said "invalid config missing.yaml: (file):
+    No such file or directory": there is no content to be invalid. It says it cannot
+    read the file, and what to do; config check says the same (exit 1 both)."""
+    from tests.conftest import refused_start
+    from tests.ctl.test_cli import ctl
+
+    missing = tmp_path / "missing.yaml"
+    r = refused_start(missing, tmp_path / "d.sock", tmp_path / "state")
+    assert r.returncode == 1 and r.stderr.startswith(f"parlschedd: cannot read config {missing}: no such file; "
+                                                     "check the path given to --config"), r.stderr
+    assert "invalid" not in r.stderr and len(r.stderr.splitlines()) == 1
+    r = ctl("config", "check", str(missing))
+    assert r.returncode == 1 and r.stderr == f"cannot read config {missing}: no such file; check the path\n"
+    r = ctl("config", "check", "--json", str(missing))
+    assert r.returncode == 1 and json.loads(r.stdout)["errors"] == [{"key": "(file)", "message": "cannot read: no such file"}]
 
 
 def test_without_a_config_path_the_default_file_is_read_or_the_built_in_defaults_used(tmp_path, monkeypatch):
@@ -157,7 +176,7 @@ def test_without_a_config_path_the_default_file_is_read_or_the_built_in_defaults
     assert e.value.source == str(default)
     default.unlink()
     default.symlink_to(tmp_path / "moved-away.yaml")  # a link to a config that is gone: not "no config"
-    with pytest.raises(ConfigError, match="No such file or directory") as e:
+    with pytest.raises(ConfigError, match="cannot read config .*: no such file") as e:
         load(None)
     assert e.value.source == str(default)
 
@@ -180,7 +199,7 @@ def test_a_default_config_the_daemon_may_not_read_is_an_error_not_the_defaults(t
         except ConfigError as exc:
             return str(exc)
 
-    assert in_child_as(NOBODY, as_nobody) == f"{default}: (file): Permission denied"
+    assert in_child_as(NOBODY, as_nobody) == f"cannot read config {default}: permission denied"
 
 
 def test_shipped_default_config_is_valid():

@@ -28,7 +28,7 @@ import numpy as np
 import structlog
 
 from parlschedd import __version__, config as config_mod
-from parlschedd.config import Config, ConfigError
+from parlschedd.config import Config, ConfigError, ConfigUnreadable
 from parlschedd.daemon import notify, protocol
 from parlschedd.daemon.engine import Engine, EngineError
 from parlschedd.daemon.rules import RuleMatcher
@@ -311,6 +311,10 @@ class Daemon:
     def _reload(self) -> list[str]:
         try:
             new = config_mod.load(self.config_path)
+        except ConfigUnreadable as exc:
+            errors = [str(exc)]
+            log.error("reload failed, keeping the old config", errors=errors)
+            return errors
         except ConfigError as exc:
             errors = [f"{exc.source}: {k}: {m}" for k, m in exc.errors]
             log.error("reload failed, keeping the old config", errors=errors)
