@@ -31,7 +31,7 @@ from parlschedd.energy.measurements import Measurements, MeasurementsError, load
 from parlschedd.energy.metrics import OBJECTIVES
 from parlschedd.energy.model import MASTER_POWER, SUBPOP_SIZES
 from parlschedd.energy.store import Fitted, ParamsError, json_safe, load_params, params_document, save_params
-from parlschedctl.outputs import FILE, check_figure, check_writable, print_json, writing
+from parlschedctl.outputs import FILE, CannotWrite, check_figure, check_writable, print_json, writing
 
 FAILURES = (ClusterError, MeasurementsError, ParamsError, MeasureError, ValueError, OSError)
 
@@ -124,15 +124,18 @@ def fails_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
     object on stdout, as the daemon's commands give one (code ``io_error`` for a file
     that cannot be read or written, else ``invalid_input``)."""
 
+    def code(exc: Exception) -> str:
+        unreadable = isinstance(exc, OSError) or isinstance(exc.__cause__, OSError)
+        return "io_error" if unreadable or isinstance(exc, CannotWrite) else "invalid_input"
+
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except FAILURES as exc:
             said = _said(exc)
-            code = "io_error" if isinstance(exc, OSError) or isinstance(exc.__cause__, OSError) else "invalid_input"
             if kwargs.get("as_json"):
-                print_json({"error": {"code": code, "message": said}})
+                print_json({"error": {"code": code(exc), "message": said}})
             click.echo(f"parlschedctl model: {said}", err=True)
             sys.exit(1)
 

@@ -26,8 +26,14 @@ def print_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, allow_nan=False))
 
 
+class CannotWrite(ValueError):
+    """An output file that cannot be written: ``--json``'s error code ``io_error``, as an
+    input that cannot be read is, whether found before the work (``check_writable``) or
+    while writing (``writing``)."""
+
+
 def check_writable(path: str | os.PathLike[str]) -> None:
-    """Raise ValueError naming ``path`` and the reason when it cannot be written."""
+    """Raise CannotWrite naming ``path`` and the reason when it cannot be written."""
     where = Path(path)
     folder = where.parent
     if where.is_dir():
@@ -38,7 +44,7 @@ def check_writable(path: str | os.PathLike[str]) -> None:
         reason = "permission denied"
     else:
         return
-    raise ValueError(f"{path}: cannot write: {reason}")
+    raise CannotWrite(f"{path}: cannot write: {reason}")
 
 
 def check_figure(path: str | os.PathLike[str]) -> None:
@@ -51,11 +57,11 @@ def check_figure(path: str | os.PathLike[str]) -> None:
 
 @contextlib.contextmanager
 def writing(path: str | os.PathLike[str]) -> Iterator[None]:
-    """An OSError in the block, which writes ``path``, as ValueError saying so as
+    """An OSError in the block, which writes ``path``, as CannotWrite saying so as
     ``check_writable`` does: ``PATH: cannot write: File too large``. What fails only when
     written (a full disk, /dev/full, ``ulimit -f``) came out as "cannot write: ..."
     without the file's name."""
     try:
         yield
     except OSError as exc:
-        raise ValueError(f"{path}: cannot write: {exc.strerror or exc}") from exc
+        raise CannotWrite(f"{path}: cannot write: {exc.strerror or exc}") from exc

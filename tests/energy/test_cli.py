@@ -754,3 +754,17 @@ def test_a_failure_with_json_is_an_error_object_on_stdout(tmp_path):
     assert r.exit_code == 1 and json.loads(r.stdout)["error"]["code"] == "invalid_input"
     r = CliRunner().invoke(cli, ["model", "recommend", "--params", str(bad)])
     assert r.exit_code == 1 and r.stdout == ""
+
+
+def test_an_out_that_cannot_be_written_is_an_io_error_in_json(tmp_path):
+    """fit --json --out nodir/x.json said invalid_input, though --out /dev/full said
+    io_error: both are a file that cannot be written."""
+    out = tmp_path / "nodir" / "x.json"
+    r = run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(MEASUREMENTS_CSV), "--json", "--out",
+            str(out), *QUICK)
+    assert r.exit_code == 1
+    error = json.loads(r.stdout)["error"]
+    assert error["code"] == "io_error" and f"{out}: cannot write: no directory" in error["message"]
+    r = run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(MEASUREMENTS_CSV), "--json", "--out",
+            str(MEASUREMENTS_CSV), *QUICK)  # an input as --out is the user's mistake, not the file system's
+    assert r.exit_code == 1 and json.loads(r.stdout)["error"]["code"] == "invalid_input"
