@@ -21,7 +21,7 @@ import yaml
 
 from parlschedd.cpulist import parse_cpulist
 from parlschedd.daemon.protocol import DEFAULT_SOCKET
-from parlschedd.keypaths import Collector, KeyPathError, yaml12_number, yaml_kind
+from parlschedd.keypaths import Collector, KeyPathError, Octal, load_yaml, yaml12_number, yaml_kind
 from parlschedd.learning.normalize import MODES as NORMALISE_MODES
 from parlschedd.learning.params import RANGES as LEARNING_RANGES, REWARDS, LearningParams
 from parlschedd.patterns import PatternError, compile_pattern
@@ -130,38 +130,6 @@ def _shown(value: Any) -> str:
         return yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().removesuffix("...").strip()
     except yaml.YAMLError:
         return repr(value)
-
-
-class _Octal(int):
-    """An integer written in YAML 1.1's octal form (0660), as a file mode is."""
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """YAML's safe loader, but a key given twice in one mapping is an error (PyYAML
-    keeps the last silently, and the error then blamed the value not written), and an
-    octal integer remembers that it was written so (``_Octal``)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        first: dict[Any, yaml.Mark] = {}
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue  # "<<: *anchor": the base class merges it, and keys written beside it override
-            key = self.construct_object(key_node, deep=deep)
-            try:
-                mark = first.setdefault(key, key_node.start_mark)
-            except TypeError:  # an unhashable key: the base class says so
-                continue
-            if mark is not key_node.start_mark:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"{key!r} is given twice (first on line {mark.line + 1}); keep one", key_node.start_mark)
-        return super().construct_mapping(node, deep)
-
-    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
-        value = super().construct_yaml_int(node)
-        return _Octal(value) if re.fullmatch(r"[-+]?0[0-7_]+", str(node.value)) else value
-
-
-_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _UniqueKeyLoader.construct_yaml_int)
 
 
 class _Checker(Collector):
@@ -383,7 +351,7 @@ def _socket(c: _Checker, raw: Any) -> SocketConfig:
         group = None
     raw_mode = m.get("mode", "0660")
     mode = -1  # a bare 660 or 400 is decimal to YAML: no mode anyone meant
-    if isinstance(raw_mode, _Octal):  # a bare 0660, YAML's octal
+    if isinstance(raw_mode, Octal):  # a bare 0660, YAML's octal
         mode = int(raw_mode)
     elif isinstance(raw_mode, str) and raw_mode.isdigit():
         with contextlib.suppress(ValueError):  # '0980': no octal digits
@@ -424,7 +392,7 @@ def load(path: str | Path | None) -> Config:
         line = path.read_bytes()[: exc.start].count(b"\n") + 1
         raise ConfigError(str(path), [(f"line {line}", f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x}); save the file as UTF-8")]) from None
     try:
-        raw = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+        raw = load_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(file)"

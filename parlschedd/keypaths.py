@@ -14,9 +14,73 @@ import re
 from collections.abc import Collection, Mapping
 from typing import Any
 
+import yaml
+
 # YAML 1.2's decimal numbers (its core schema). PyYAML follows YAML 1.1, whose floats need
 # a dot, and a sign in an exponent, and so loads 1e-3, 2.1e9 and 706.0e6 as text.
 _YAML12_NUMBER = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
+
+
+class Octal(int):
+    """An integer written in YAML 1.1's octal form (0660), as a file mode is."""
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, but a key given twice in one mapping is an error naming the
+    mapping's key path and both lines (PyYAML keeps the last silently, and the error
+    then blamed the value not written), and an octal integer remembers that it was
+    written so (``Octal``). Both files read with key paths load through it
+    (``load_yaml``), so that they refuse the same documents."""
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        _refuse_repeated_keys(self, node)
+        return super().construct_document(node)
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        value = super().construct_yaml_int(node)
+        return Octal(value) if re.fullmatch(r"[-+]?0[0-7_]+", str(node.value)) else value
+
+
+UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", UniqueKeyLoader.construct_yaml_int)
+
+
+def load_yaml(text: str) -> Any:
+    """``text`` parsed by ``UniqueKeyLoader``; yaml.YAMLError (with ``problem_mark``, the
+    line) for a document that is not valid YAML or repeats a key."""
+    return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+
+
+def _refuse_repeated_keys(loader: yaml.SafeLoader, root: yaml.Node) -> None:
+    """ConstructorError at the second of two equal keys of one mapping, saying where the
+    mapping is (``nodes[0].devices[1]: 'tdp_w' is given twice (first on line 12)``).
+    Walked on the composed nodes, before construction, which knows no key paths."""
+    seen: set[int] = set()  # a node reached again through an alias (or its own anchor)
+    todo: list[tuple[yaml.Node, str]] = [(root, "")]
+    while todo:
+        node, path = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            todo.extend((item, f"{path}[{i}]") for i, item in enumerate(node.value))
+        if not isinstance(node, yaml.MappingNode):
+            continue
+        first: dict[Any, yaml.Mark] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # "<<: *anchor": the base class merges it,
+                todo.append((value_node, path))  # and keys written beside it override
+                continue
+            key = loader.construct_object(key_node)
+            try:
+                mark = first.setdefault(key, key_node.start_mark)
+            except TypeError:  # an unhashable key: the base class says so
+                continue
+            if mark is not key_node.start_mark:
+                where = f"{path}: " if path else ""
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"{where}{key!r} is given twice (first on line {mark.line + 1}); keep one",
+                    key_node.start_mark)
+            todo.append((value_node, f"{path}.{key}" if path else str(key)))
 
 
 class KeyPathError(ValueError):

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from parlschedd.keypaths import Collector, KeyPathError, yaml12_number, yaml_kind
+from parlschedd.keypaths import Collector, KeyPathError, load_yaml, yaml12_number, yaml_kind
 
 
 class ClusterError(KeyPathError):
@@ -299,7 +299,7 @@ def load_cluster(path: str | Path) -> Cluster:
     except OSError as exc:
         raise ClusterError(source, [("<file>", f"cannot read: {exc.strerror}")]) from exc
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "<file>"

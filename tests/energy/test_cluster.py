@@ -236,3 +236,19 @@ def test_measured_nsp_above_the_individuals_are_refused_naming_the_file(tiny):
         check_measured(tiny.run, [8, 17, 32], "m.csv")
     assert str(err.value) == ("m.csv: nsp 17, 32 above the cluster's run.individuals (16): "
                               "each subpopulation needs at least one individual")
+
+
+def test_a_key_given_twice_is_refused_with_its_key_path_and_line(tmp_path):
+    """PyYAML kept the last silently, where the daemon's config refuses it."""
+    text = yaml.safe_dump(TINY, sort_keys=False).replace("    tdp_w: 50\n", "    tdp_w: 50\n    tdp_w: 5\n")
+    path = tmp_path / "twice.yaml"
+    path.write_text(text)
+    line = text.splitlines().index("    tdp_w: 5") + 1
+    with pytest.raises(ClusterError) as err:
+        load_cluster(path)
+    assert err.value.errors == [(f"line {line}", "not valid YAML: nodes[0].devices[1]: 'tdp_w' is given twice "
+                                                 f"(first on line {line - 1}); keep one")]
+    path.write_text(yaml.safe_dump(TINY, sort_keys=False) + "master: {tdp_w: 1}\n")
+    with pytest.raises(ClusterError, match=r"line \d+: not valid YAML: 'master' is given twice \(first on line"):
+        load_cluster(path)
+
