@@ -37,7 +37,11 @@ class UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_document(node)
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
-        value = super().construct_yaml_int(node)
+        try:
+            value = super().construct_yaml_int(node)
+        except ValueError as exc:  # more digits than int() converts (sys.get_int_max_str_digits())
+            raise yaml.constructor.ConstructorError(None, None, f"an integer of {len(node.value)} digits; no "
+                                                    "number here is that large", node.start_mark) from exc
         return Octal(value) if re.fullmatch(r"[-+]?0[0-7_]+", str(node.value)) else value
 
 

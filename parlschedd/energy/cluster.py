@@ -11,6 +11,7 @@ order inside the node, which is also the initial order of Algorithm 1's list L.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -150,8 +151,12 @@ class _Reader(Collector):
         value = data[key] if integer else yaml12_number(data[key])
         kind = "an integer" if integer else "a number"
         ok = isinstance(value, int) if integer else isinstance(value, int | float)
-        if isinstance(value, bool) or not ok or not math.isfinite(value):
+        if isinstance(value, bool) or not ok or (isinstance(value, float) and not math.isfinite(value)):
             self.fail(where, f"must be {kind}, got {value!r}")
+            return None
+        if abs(value) > sys.float_info.max:  # an int: the model computes in floats, which it overflows
+            # (math.isfinite raised OverflowError); not shown, it has hundreds of digits
+            self.fail(where, f"must be {kind} of at most {sys.float_info.max:.2g}, got a larger one")
             return None
         if (low is not None and value < low) or (high is not None and value > high):
             bounds = f">= {low}" if high is None else f"in [{low}, {high}]"

@@ -252,3 +252,19 @@ def test_a_key_given_twice_is_refused_with_its_key_path_and_line(tmp_path):
     with pytest.raises(ClusterError, match=r"line \d+: not valid YAML: 'master' is given twice \(first on line"):
         load_cluster(path)
 
+
+def test_an_integer_too_large_for_a_float_is_an_error_with_its_key_path(tmp_path):
+    """tdp_w: 1000...0 (400 digits) raised OverflowError from math.isfinite."""
+    bad = copy.deepcopy(TINY)
+    bad["nodes"][0]["devices"][0]["tdp_w"] = 10**400
+    bad["run"]["individuals"] = 10**400
+    path = tmp_path / "huge.yaml"
+    path.write_text(yaml.safe_dump(bad))
+    with pytest.raises(ClusterError) as err:
+        load_cluster(path)
+    assert err.value.errors == [
+        ("run.individuals", "must be an integer of at most 1.8e+308, got a larger one"),
+        ("nodes[0].devices[0].tdp_w", "must be a number of at most 1.8e+308, got a larger one")]
+    path.write_text(yaml.safe_dump(TINY).replace("tdp_w: 60", "tdp_w: " + "9" * 5000))  # more than int() converts
+    with pytest.raises(ClusterError, match=r": line \d+: not valid YAML: an integer of 5000 digits"):
+        load_cluster(path)
