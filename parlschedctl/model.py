@@ -335,7 +335,7 @@ def _per_nsp_table(models: dict[str, validation.ModelErrors]) -> list[str]:
 @model.command()
 @click.option("--params", "params_path", required=True, type=FILE)
 @click.option("--data", "data_path", required=True, type=FILE)
-@click.option("--out", "out_path", required=True, type=FILE, help="PNG file to write.")
+@click.option("--out", "out_path", required=True, type=FILE, help="Figure to write; its suffix is the format (.png, .svg, .pdf, ...).")
 @fails_cleanly
 def plot(params_path: str, data_path: str, out_path: str) -> None:
     """Measured vs predicted runtime and energy for both models (the paper's Figure 3)."""

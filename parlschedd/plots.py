@@ -5,6 +5,7 @@ period (bars: a new CPU, a pin or a free) and domain changes (vertical lines) ma
 from __future__ import annotations
 
 import io
+import shutil
 from pathlib import Path
 
 import matplotlib
@@ -21,13 +22,29 @@ UNITS = {"perf:instructions": (1e9, "instructions / s (x1e9)"),
          "schedstat": (1e9, "CPU share (s of CPU per s)")}
 
 
+def _missing_program(fmt: str) -> str | None:
+    """The program matplotlib runs to write ``fmt`` when it is not on the PATH, else
+    None: a PGF figure measures its text with TeX (rcParams ``pgf.texsystem``), and
+    without it savefig raised RuntimeError after the work was done."""
+    if fmt != "pgf":
+        return None
+    program = str(matplotlib.rcParams["pgf.texsystem"])
+    return None if shutil.which(program) else program
+
+
 def figure_format(path: str | Path) -> str:
     """The format ``path``'s suffix names (PNG without one); ValueError naming the
-    formats there are when matplotlib writes no such format."""
+    formats there are when matplotlib writes no such format here, or the program missing
+    for one it writes only with another program's help."""
     fmt = Path(path).suffix[1:].lower() or "png"
     known = FigureCanvasBase.get_supported_filetypes()
+    usable = ", ".join("." + f for f in sorted(known) if not _missing_program(f))
     if fmt not in known:
-        raise ValueError(f"{path}: cannot write a .{fmt} figure; use one of {', '.join('.' + f for f in sorted(known))}")
+        raise ValueError(f"{path}: cannot write a .{fmt} figure; use one of {usable}")
+    program = _missing_program(fmt)
+    if program:
+        raise ValueError(f"{path}: cannot write a .{fmt} figure: it needs {program} (matplotlib's pgf.texsystem), "
+                         f"which is not on the PATH; install it (a TeX distribution) or use one of {usable}")
     return fmt
 
 
@@ -43,6 +60,8 @@ def save_figure(fig: plt.Figure, path: str | Path) -> None:
     rendered = io.BytesIO()
     try:
         fig.savefig(rendered, dpi=110, format=figure_format(path))
+    except RuntimeError as exc:  # a program it runs failed or is missing (a matplotlibrc with text.usetex)
+        raise ValueError(f"{path}: cannot write the figure: {str(exc).strip().splitlines()[0]}") from exc
     finally:
         plt.close(fig)
     replace_bytes(path, rendered.getbuffer())

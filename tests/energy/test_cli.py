@@ -167,6 +167,19 @@ def test_plot_writes_a_png(params, tmp_path):
     assert width > 1000 and height > 400
 
 
+def test_a_figure_format_whose_program_is_missing_is_one_line(params, tmp_path, monkeypatch):
+    """--out f.pgf was offered, then a traceback: matplotlib's "xelatex not found"."""
+    monkeypatch.setenv("PATH", str(tmp_path))  # no TeX here, whatever the machine has
+    out = tmp_path / "f.pgf"
+    r = run("model", "plot", "--params", str(params), "--data", str(MEASUREMENTS_CSV), "--out", str(out))
+    assert r.exit_code == 1 and not out.exists()
+    said = r.stderr.strip()
+    assert "\n" not in said and said.startswith(f"parlschedctl model: {out}: cannot write a .pgf figure: it needs "
+                                                 "xelatex (matplotlib's pgf.texsystem), which is not on the PATH")
+    r = run("model", "plot", "--params", str(params), "--data", str(MEASUREMENTS_CSV), "--out", str(tmp_path / "f.x"))
+    assert r.exit_code == 1 and ".svg" in r.stderr and ".pgf" not in r.stderr  # not offered where it cannot be written
+
+
 @pytest.mark.parametrize("goal", ["time", "energy", "edp"])
 def test_recommend(params, goal):
     r = run("model", "recommend", "--params", str(params), "--objective", goal, "--json")
