@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from parlschedd.energy.measure import MeasureError, command_for, consumed_wh, measure, rapl_zones, run_once
+from parlschedd.energy.measure import (MAX_POLL_S, MIN_POLL_S, MeasureError, Zone, command_for, consumed_wh, measure,
+                                       poll_interval_s, rapl_zones, run_once)
 
 SLEEP = [sys.executable, "-c", "import sys, time; time.sleep(0.01 * int(sys.argv[1]))", "{nsp}"]
 
@@ -66,3 +68,40 @@ def test_failures_are_reported():
         run_once([sys.executable, "-c", "raise SystemExit(3)"], 1, ())
     with pytest.raises(MeasureError, match="cannot start"):
         run_once(["/nonexistent/tool"], 1, ())
+
+
+def stepper(counter, step_uj: int, steps: int, pause_s: float) -> list[str]:
+    """A command that adds ``step_uj`` to a fake counter ``steps`` times, ``pause_s``
+    apart, wrapping it at its range as RAPL does; each write replaces the file whole, so
+    that a read in between never sees it empty."""
+    top = int((counter.parent / "max_energy_range_uj").read_text())
+    code = (f"import os, time\np = {str(counter)!r}\nfor _ in range({steps}):\n"
+            f"    v = (int(open(p).read()) + {step_uj}) % {top}\n"
+            "    open(p + '.new', 'w').write(str(v)); os.replace(p + '.new', p)\n"
+            f"    time.sleep({pause_s})\n")
+    return [sys.executable, "-c", code]
+
+
+def test_a_counter_that_wraps_many_times_during_a_run_is_counted_whole(tmp_path):
+    """Read only before and after, 4.5 ranges came out as 0.5 of one: (b - a) % range
+    unwraps once at most, and a package's 262 kJ range wraps every half hour at 150 W."""
+    root = fake_powercap(tmp_path, {"intel-rapl:0": (0, 1_000_000), "intel-rapl:1": (10, 10**12)})
+    zones = rapl_zones(root)
+    bump_other = f"p = {str(zones[1].energy)!r}; open(p, 'w').write('20')"  # the other zone moves, by 10 uJ
+    command = stepper(zones[0].energy, 450_000, 10, 0.1)
+    command[2] += f"\n{bump_other}\n"
+    seconds, wh = run_once(command, 1, zones)
+    assert seconds > 0.9 and wh == pytest.approx((4_500_000 + 10) / 3.6e9)
+
+
+def test_the_poll_interval_lets_no_counter_wrap_between_two_reads():
+    """At most MAX_POLL_S, and within it short enough that the smallest range is not
+    crossed at a power no package draws."""
+    zone = Zone(Path("energy_uj"), 262_143_328_850)  # a real package's range, 262 kJ
+    assert poll_interval_s([zone]) == MAX_POLL_S
+    small = Zone(Path("energy_uj"), 5_000_000_000)  # 5 kJ
+    assert poll_interval_s([zone, small]) < 5_000 / 1_000  # under the time 1 kW takes to cross it
+    assert poll_interval_s([Zone(Path("energy_uj"), 1)]) == MIN_POLL_S
+    assert poll_interval_s([]) is None  # nothing to read
+    assert consumed_wh([small], [0], [3_000_000_000], [1_000_000_000], [2_000_000_000]) == pytest.approx(
+        (3 + 3 + 1) * 1e9 / 3.6e9)  # successive readings, one wrap between two of them
