@@ -8,7 +8,7 @@ in the parameters file (store.params_document).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -16,7 +16,7 @@ import numpy as np
 from parlschedd.energy.baseline import BaselineModel
 from parlschedd.energy.cluster import Cluster, check_measured
 from parlschedd.energy.estimator import EnergyTimeModel, parameter_names
-from parlschedd.energy.fitting import LeaveOneOut
+from parlschedd.energy.fitting import TDP_MARGIN, DESettings, GASettings, LeaveOneOut, energy_bounds, time_bounds
 from parlschedd.energy.measurements import MIN_ENERGY_ROWS, Measurements
 from parlschedd.energy.validation import model_errors
 
@@ -48,17 +48,86 @@ def _energy_notes(m: Measurements, source: str) -> list[str]:
     return []
 
 
-def _underdetermined(cluster: Cluster, m: Measurements, source: str) -> list[str]:
-    """With no more configurations than parameters a fit can match every one whatever
-    the truth: its NRMSE (0.000) then says nothing of its predictions."""
+def _phases(cluster: Cluster, m: Measurements) -> list[tuple[str, int, int]]:
+    """(phase, configurations it fits, its parameters) for time, and energy when fitted."""
     time_parameters = len(parameter_names(cluster, False))
     phases = [("time", len(m.nsp), time_parameters)]
     if m.has_energy:
         phases.append(("energy", int(np.count_nonzero(np.isfinite(m.energy_wh))),
                        len(parameter_names(cluster)) - time_parameters))
+    return phases
+
+
+def _underdetermined(cluster: Cluster, m: Measurements, source: str) -> list[str]:
+    """With no more configurations than parameters a fit can match every one whatever
+    the truth: its NRMSE (0.000) then says nothing of its predictions."""
     return [f"warning: {source}: {measured} configurations with {what} for {parameters} {what} parameters; the fit "
             "is underdetermined and its error says nothing of its predictions: measure more configurations"
-            for what, measured, parameters in phases if measured <= parameters]
+            for what, measured, parameters in _phases(cluster, m) if measured <= parameters]
+
+
+# A parameter within this fraction of its search box's width from a bound sits at it.
+AT_BOUND = 1e-3
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a poor fit shows of its cause: parameters pinned at a bound of their search
+    box (fitting.time_bounds, energy_bounds: W_ij at 1.5 x the slowest the runtimes
+    allow, powers at 1.5 x TDP, R1-R3 of eqs. 12-14), phases with no more configurations
+    than parameters, and a search budget below the default."""
+
+    at_upper: tuple[str, ...] = ()  # parameters at the upper bound of their box
+    at_zero: tuple[str, ...] = ()  # active powers (Pow[...]) at 0 W, which no working device draws
+    underdetermined: tuple[tuple[str, int, int], ...] = ()  # (phase, configurations, parameters)
+    budget: str | None = None  # the options that cut the search short, as given
+
+
+def _evidence(model: EnergyTimeModel, m: Measurements) -> Evidence:
+    names = list(model.parameters())
+    boxes = [time_bounds(model.problem_)] + ([energy_bounds(model.cluster)] if model.energy_params_ is not None else [])
+    low, high = np.vstack(boxes).T
+    value, margin = model.fit_.vector, AT_BOUND * (high - low)
+    upper = tuple(n for n, v, hi, d in zip(names, value, high, margin, strict=True) if v >= hi - d)
+    zero = tuple(n for n, v, lo, d in zip(names, value, low, margin, strict=True) if n.startswith("Pow[") and v <= lo + d)
+    under = tuple(phase for phase in _phases(model.cluster, m) if phase[1] <= phase[2])
+    default = {"ga": GASettings().generations, "de": min(DESettings().time_generations, DESettings().energy_generations)}
+    cut = []
+    if model.generations is not None and model.generations < default[model.method]:
+        cut.append(f"--generations {model.generations}")
+    if model.repeat < 20:  # the paper keeps the best of 20
+        cut.append(f"--repeat {model.repeat}")
+    return Evidence(upper, zero, under, ", ".join(cut) or None)
+
+
+def _named(names: list[str], most: int = 3) -> str:
+    shown = ", ".join(names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def _advice(what: str, e: Evidence) -> list[str]:
+    """Causes of a poor fit of ``what`` (time, energy) the evidence points to, most
+    telling first; the cluster description when nothing is pinned."""
+    energy_names = ("Pow", "Powidle", "Pow_master", "Pow_switch")
+    mine = [n for n in e.at_upper if n.startswith(energy_names) == (what == "energy")]
+    said = []
+    if mine and what == "energy":
+        said.append(f"{_named(mine)} sit at their bound, {TDP_MARGIN:g} x TDP: the energies are more than the "
+                    "cluster's TDPs can give (energies in J, not Wh? tdp_w too low, or devices missing from the cluster file?)")
+    elif mine:
+        said.append(f"{_named(mine)} sit at their upper bound: the runtimes are longer than the cluster's devices "
+                    "would take (fewer compute units or slower clocks than the cluster file says?)")
+    if e.at_zero and what == "energy":
+        said.append(f"{_named(list(e.at_zero))} sit at 0 W: the energies are less than the runtimes need "
+                    "(runtimes in ms, not s? energies in kWh?)")
+    if not said:
+        said.append("check that the cluster description (nodes, devices, compute units) is the machine that was "
+                    "measured")
+    said += [f"{measured} configurations for {parameters} {phase} parameters leave the fit underdetermined"
+             for phase, measured, parameters in e.underdetermined if phase == what]
+    if e.budget:
+        said.append(f"a larger search than {e.budget} may find a better fit")
+    return said
 
 
 @dataclass(frozen=True)
@@ -84,6 +153,7 @@ class FitSummary:
     baseline: Nrmse  # the baseline model of eq. 5, fitted to the same data
     fit_seconds: float  # wall-clock, all repetitions
     leave_one_out: LeaveOneOut | None = None
+    evidence: Evidence = field(default_factory=Evidence)  # for the advice of poor_fit_notes
 
     def to_dict(self) -> dict[str, Any]:
         """The ``fit`` part of the parameters file and of `model fit --json`; NaN is
@@ -107,11 +177,12 @@ class FitSummary:
         return [what for what, error in errors.items() if error is not None and error >= 1]
 
     def poor_fit_notes(self) -> list[str]:
-        """A warning for each quantity in ``worse_than_mean``, naming the data."""
+        """A warning for each quantity in ``worse_than_mean``, naming the data and the
+        causes its ``evidence`` points to."""
         measured = {"time": "runtimes", "energy": "energies"}
         return [f"warning: {self.data}: the fit's NRMSE of {what} is {getattr(self.best, what):.3f} (>= 1): its predictions are "
-                f"no better than the mean of the measured {measured[what]}; check that the cluster description "
-                "(nodes, devices, compute units) is the machine that was measured" for what in self.worse_than_mean]
+                f"no better than the mean of the measured {measured[what]}; " + "; ".join(_advice(what, self.evidence))
+                for what in self.worse_than_mean]
 
     @property
     def leave_one_out_nrmse(self) -> Nrmse | None:
@@ -134,4 +205,5 @@ def summarise_fit(model: EnergyTimeModel, baseline: BaselineModel, m: Measuremen
                    float(np.mean([f.nrmse_energy for f in reps])) if fitted_energy else None),
         baseline=Nrmse(on_data.nrmse_time, on_data.nrmse_energy if fitted_energy else None),
         fit_seconds=round(sum(model.repetition_seconds_), 3),
-        leave_one_out=leave_one_out)
+        leave_one_out=leave_one_out,
+        evidence=_evidence(model, m))

@@ -781,3 +781,22 @@ def test_an_out_that_cannot_be_written_is_an_io_error_in_json(tmp_path):
     r = run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(MEASUREMENTS_CSV), "--json", "--out",
             str(MEASUREMENTS_CSV), *QUICK)  # an input as --out is the user's mistake, not the file system's
     assert r.exit_code == 1 and json.loads(r.stdout)["error"]["code"] == "invalid_input"
+
+
+def test_a_poor_fit_s_warning_gives_the_cause_its_parameters_show(tmp_path):
+    """Energies in joules (x 3600) were told to "check that the cluster description ...
+    is the machine that was measured", though every power sat at its bound, 1.5 x TDP."""
+    lines = MEASUREMENTS_CSV.read_text().splitlines()
+    header = lines[0].split(",")
+    joules = tmp_path / "joules.csv"
+    rows = [",".join(f"{float(cell) * 3600:g}" if name.startswith("energy") and cell else cell
+                     for name, cell in zip(header, line.split(","), strict=True)) for line in lines[1:]]
+    joules.write_text("\n".join([lines[0], *rows]) + "\n")
+    r = run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(joules), "--json", *QUICK)
+    assert r.exit_code == 0, r.output
+    warning = next(line for line in r.stderr.splitlines() if "NRMSE of energy" in line)
+    assert "Pow[node1.gpu], Pow[node1.cpu], Pow[node2.gpu] and " in warning
+    assert "sit at their bound, 1.5 x TDP: the energies are more than the cluster's TDPs can give (energies in J, " \
+           "not Wh? tdp_w too low, or devices missing from the cluster file?)" in warning
+    assert "cluster description" not in warning and "underdetermined" not in warning
+    assert warning.endswith("a larger search than --generations 12, --repeat 1 may find a better fit")

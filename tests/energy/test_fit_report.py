@@ -8,7 +8,7 @@ import pytest
 from parlschedd.energy.baseline import BaselineModel
 from parlschedd.energy.cluster import NspError, parse_cluster
 from parlschedd.energy.estimator import EnergyTimeModel
-from parlschedd.energy.fit_report import FitSummary, Nrmse, check_fittable, fit_notes, summarise_fit
+from parlschedd.energy.fit_report import Evidence, FitSummary, Nrmse, check_fittable, fit_notes, summarise_fit
 from parlschedd.energy.fitting import LeaveOneOut
 from parlschedd.energy.metrics import nrmse
 from tests.energy.conftest import TINY, measurements
@@ -126,3 +126,18 @@ def test_a_fit_no_better_than_the_mean_is_a_warning():
         "that was measured"]
     for fine in (summary(0.999, 0.2), summary(0.1, None), summary(NAN, NAN)):  # NaN: undefined, said elsewhere
         assert fine.worse_than_mean == [] and fine.poor_fit_notes() == []
+
+
+def test_a_poor_fit_s_warning_names_what_its_evidence_shows():
+    """Every NRMSE >= 1 was told to check the cluster description, whatever the cause."""
+    evidence = Evidence(at_upper=("W[n1.a]",), at_zero=("Pow[n1.a]", "Pow[n1.b]"),
+                        underdetermined=(("energy", 3, 6),), budget="--generations 5")
+    poor = FitSummary("m.csv", Nrmse(1.5, 2.0), Nrmse(1.5, 2.0), Nrmse(0.5, 0.5), 1.0, evidence=evidence)
+    time_note, energy_note = poor.poor_fit_notes()
+    assert time_note.endswith("runtimes; W[n1.a] sit at their upper bound: the runtimes are longer than the cluster's "
+                              "devices would take (fewer compute units or slower clocks than the cluster file says?); "
+                              "a larger search than --generations 5 may find a better fit")
+    assert energy_note.endswith("energies; Pow[n1.a], Pow[n1.b] sit at 0 W: the energies are less than the runtimes "
+                                "need (runtimes in ms, not s? energies in kWh?); 3 configurations for 6 energy "
+                                "parameters leave the fit underdetermined; a larger search than --generations 5 may "
+                                "find a better fit")
