@@ -1,6 +1,7 @@
 """What a fit reports beside its parameters: the notes on the measurements it is given
-(energies missing, no more configurations than parameters) and its summary (the NRMSE of
-the best and of the mean repetition, of the baseline and of leave-one-out).
+(energies missing, mean powers no cluster of its TDPs draws, no more configurations
+than parameters) and its summary (the NRMSE of the best and of the mean repetition, of
+the baseline and of leave-one-out, and what a poor fit's parameters show of its cause).
 
 Pure: the caller prints the notes and the summary, and stores ``FitSummary.to_dict()``
 in the parameters file (store.params_document).
@@ -13,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from parlschedd.cpulist import format_cpulist
 from parlschedd.energy.baseline import BaselineModel
 from parlschedd.energy.cluster import Cluster, check_measured
 from parlschedd.energy.estimator import EnergyTimeModel, parameter_names
@@ -31,9 +33,33 @@ def check_fittable(cluster: Cluster, m: Measurements, source: str) -> None:
 
 def fit_notes(cluster: Cluster, m: Measurements, source: str) -> list[str]:
     """What a user should know of ``m`` (read from ``source``) before a fit: energies
-    missing, and phases with no more configurations than parameters. A warning begins
-    with "warning: "."""
-    return [*_energy_notes(m, source), *_underdetermined(cluster, m, source)]
+    missing, mean powers that suggest a unit mistake, and phases with no more
+    configurations than parameters. A warning begins with "warning: "."""
+    return [*_energy_notes(m, source), *_implausible_power(cluster, m, source), *_underdetermined(cluster, m, source)]
+
+
+# How far outside the powers the model can fit a measured mean power is a unit mistake,
+# not a cluster drawing more or less than thought: above FAR x the most it draws (every
+# power at its bound, 1.5 x TDP, R1-R3), or below 1 / POWER_FLOOR of it. The model's own
+# lower bound, every idle power 0, would never be crossed; a running cluster draws far
+# more than 1 % of its TDPs.
+FAR = 10
+POWER_FLOOR = 100
+
+
+def _implausible_power(cluster: Cluster, m: Measurements, source: str) -> list[str]:
+    """A warning naming the configurations whose mean power (energy_wh x 3600 / time_s)
+    is far outside what the model can fit, with the unit mistake each side suggests:
+    energies in J (x 3600), runtimes in ms or energies in kWh (/ 1000)."""
+    most = TDP_MARGIN * (cluster.tdp_w.sum() + cluster.master_tdp_w + cluster.switch_tdp_w)
+    with np.errstate(invalid="ignore"):
+        power = m.energy_wh * 3600 / m.time_s  # NaN where no energy: neither side
+    reach = f"the most the cluster draws ({most:.3g} W, {TDP_MARGIN:g} x every TDP)"
+    sides = [(power > FAR * most, f"over {FAR} x {reach}", "energies in J rather than Wh? (divide them by 3600)"),
+             (power < most / POWER_FLOOR, f"under 1/{POWER_FLOOR} of {reach}",
+              "runtimes in ms rather than s, or energies in kWh rather than Wh?")]
+    return [f"warning: {source}: nsp {format_cpulist(m.nsp[where].tolist())}: energy_wh x 3600 / time_s is a mean "
+            f"power of {np.median(power[where]):.3g} W, {side}: {mistake}" for where, side, mistake in sides if where.any()]
 
 
 def _energy_notes(m: Measurements, source: str) -> list[str]:

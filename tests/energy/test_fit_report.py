@@ -141,3 +141,18 @@ def test_a_poor_fit_s_warning_names_what_its_evidence_shows():
                                 "need (runtimes in ms, not s? energies in kWh?); 3 configurations for 6 energy "
                                 "parameters leave the fit underdetermined; a larger search than --generations 5 may "
                                 "find a better fit")
+
+
+def test_a_mean_power_far_outside_the_cluster_s_is_a_unit_warning(tiny):
+    """tiny: 1.5 x (100 + 50 + 60 + 4) W = 321 W at most; energies in J or runtimes in
+    ms were fitted without a word, to powers pinned at a bound."""
+    nsp = list(range(1, 8))
+    joules = fit_notes(tiny, measurements(nsp, [9.0] * 7, [1.0] * 5 + [3600.0] * 2), "m.csv")
+    assert joules == ["warning: m.csv: nsp 6-7: energy_wh x 3600 / time_s is a mean power of 1.44e+06 W, over "
+                      "10 x the most the cluster draws (321 W, 1.5 x every TDP): energies in J rather than Wh? "
+                      "(divide them by 3600)"]
+    ms = fit_notes(tiny, measurements(nsp, [9.0, 9000.0, 9.0, 9000.0, 9.0, 9.0, 9.0], [1.0] * 7), "m.csv")
+    assert ms == ["warning: m.csv: nsp 2,4: energy_wh x 3600 / time_s is a mean power of 0.4 W, under 1/100 of the "
+                  "most the cluster draws (321 W, 1.5 x every TDP): runtimes in ms rather than s, or energies in kWh "
+                  "rather than Wh?"]
+    assert fit_notes(tiny, measurements(nsp, [9.0] * 7, [1.0] * 7), "m.csv") == []  # 400 W: within reach
