@@ -185,7 +185,8 @@ def _cells(row: dict[str | None, Any], columns: int) -> int:
 
 
 def write_measurements(path: str | Path, nsp: np.ndarray, time_reps: np.ndarray, energy_reps: np.ndarray) -> None:
-    """Write repetitions and their means; NaN energies become empty cells. The file is
+    """Write repetitions and their means; NaN energies become empty cells, and an
+    energy mean is of the runs that measured one (empty when none did). The file is
     replaced whole, so an interrupted write leaves the previous one."""
     reps = time_reps.shape[1]
     header = (["nsp"] + [f"time_s_r{r + 1}" for r in range(reps)] + [f"energy_wh_r{r + 1}" for r in range(reps)]
@@ -198,6 +199,6 @@ def write_measurements(path: str | Path, nsp: np.ndarray, time_reps: np.ndarray,
     w = csv.writer(text)
     w.writerow(header)
     for k, t, e in zip(nsp, time_reps, energy_reps, strict=True):
-        e_mean = math.nan if np.any(np.isnan(e)) else float(np.mean(e))
+        e_mean = _mean(math.nan, e.tolist())  # of the runs that measured one, as the reader takes it
         w.writerow([int(k), *map(fmt, t), *map(fmt, e), fmt(float(np.mean(t))), fmt(e_mean)])
     replace_text(path, text.getvalue())

@@ -95,3 +95,13 @@ def test_write_then_read_round_trip(tmp_path):
     assert m.energy_wh[0] == pytest.approx(0.2) and np.isnan(m.energy_wh[1])
     assert m.time_reps.tolist() == [[1.5, 2.5], [3.0, 3.5]]
 
+
+def test_a_run_without_energy_costs_only_that_run_in_the_file_as_read(tmp_path):
+    """measure wrote no energy mean when one run of a configuration measured none, and
+    the reader then averaged the runs that did: the file said one thing, the fit used
+    another. The mean written is of the runs that measured energy, as it is read."""
+    path = tmp_path / "out.csv"
+    write_measurements(path, np.array([1]), np.array([[10.0, 12.0, 14.0]]), np.array([[0.1, np.nan, 0.3]]))
+    assert path.read_text().splitlines()[1].endswith(",12,0.2")
+    assert load_measurements(path).energy_wh[0] == pytest.approx(0.2)
+
