@@ -257,13 +257,13 @@ def _fit_text(est: EnergyTimeModel, s: FitSummary, out_path: str | None, loo_sec
     def pair(d: Nrmse) -> str:
         return f"time {_nrmse(d.time)}, energy {_nrmse(d.energy)}"
 
-    lines += ["", f"NRMSE best of {est.repeat} ({est.method}): {pair(s.best)}",
-              f"NRMSE mean of {est.repeat}:          {pair(s.mean)}",
-              f"baseline (eq. 5) NRMSE:     {pair(s.baseline)}"]
-    shown = [s.best, s.mean, s.baseline]
+    rows = {f"NRMSE best of {est.repeat} ({est.method}):": s.best, f"NRMSE mean of {est.repeat}:": s.mean,
+            "baseline (eq. 5) NRMSE:": s.baseline}
     if s.leave_one_out_nrmse is not None:
-        lines.append(f"leave-one-out NRMSE:        {pair(s.leave_one_out_nrmse)}")
-        shown.append(s.leave_one_out_nrmse)
+        rows["leave-one-out NRMSE:"] = s.leave_one_out_nrmse
+    width = max(map(len, rows))
+    lines += ["", *(f"{label:<{width}} {pair(d)}" for label, d in rows.items())]
+    shown = list(rows.values())
     lines += _why_undefined([d.time for d in shown], [d.energy for d in shown])
     lines.append(f"fitted in {s.fit_seconds:.1f} s" + (f", leave-one-out in {loo_seconds:.1f} s more" if s.leave_one_out else "")
                  + (f"; wrote {out_path}" if out_path else ""))
