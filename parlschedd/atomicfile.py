@@ -11,7 +11,9 @@ Only a regular file is replaced: a path through a symbolic link replaces the fil
 leads to (the link stays), and a device or a FIFO (``--out /dev/stdout``) is written
 to as open(2) would. A file replaced keeps its permissions and, where we may set them,
 its owner and group: ``sudo parlschedctl model measure --out my.csv`` leaves the user's
-file theirs.
+file theirs. A file only its writer's user may write (the daemon's state file:
+``replace_own``) is another matter: whatever is at its path, a symbolic link included,
+is replaced by a file of that user's, never written through and never given away.
 """
 
 from __future__ import annotations
@@ -46,6 +48,27 @@ def replace_bytes(path: str | os.PathLike[str], data: bytes | memoryview, *, mod
         return
     if mode is None:
         mode = stat.S_IMODE(old.st_mode) if old is not None else 0o666 & ~_umask()
+    _replace(target, path, data, mode, old)
+
+
+def replace_own(path: str | os.PathLike[str], data: bytes | memoryview, *, mode: int) -> None:
+    """Atomically replace the name ``path`` itself with a file of ours holding ``data``,
+    with ``mode``, whatever is there now. For a file whose writer alone decides what is
+    in it (the daemon's state file, which root reads back at the next start): a
+    symbolic link someone put at ``path`` would have the write land in the file it
+    leads to (root's /etc/shadow), a FIFO or a device would be written to, and a file
+    of theirs would lend the new one its owner, so that they could write it again.
+    Here the link, or the file, is replaced, not followed; the old file's owner and
+    mode are not kept. A directory at ``path`` is not replaced (EISDIR). An OSError is
+    named by ``path``."""
+    _replace(Path(os.path.abspath(path)), path, data, mode, None)
+
+
+def _replace(target: Path, path: str | os.PathLike[str], data: bytes | memoryview, mode: int,
+             old: os.stat_result | None) -> None:
+    """Write ``data`` to a temporary file beside ``target`` (with ``mode``, and
+    ``old``'s owner when given and not ours), fsync it, rename it over ``target`` and
+    fsync the directory. Errors are named by ``path``, the name asked for."""
     try:
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     except OSError as exc:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from parlschedd.atomicfile import replace_bytes, replace_text
+from parlschedd.atomicfile import replace_bytes, replace_own, replace_text
 
 
 def test_replaces_the_file_and_leaves_nothing_beside_it(tmp_path: Path) -> None:
@@ -70,6 +70,43 @@ def test_a_link_leads_to_the_file_replaced_and_stays(tmp_path: Path) -> None:
     (tmp_path / "link.json").symlink_to("real.json")
     replace_text(tmp_path / "link.json", "new")
     assert (tmp_path / "link.json").is_symlink() and (tmp_path / "real.json").read_text() == "new"
+
+
+def test_replace_own_replaces_a_link_and_leaves_the_file_it_led_to(tmp_path: Path) -> None:
+    """The daemon's state file: a link someone put at its path led replace_bytes to
+    write the state into the file it named (a root-only file, its owner kept)."""
+    victim = tmp_path / "victim"
+    victim.write_text("root's\n")
+    victim.chmod(0o600)
+    (tmp_path / "state.json").symlink_to(victim)
+    replace_own(tmp_path / "state.json", b"{}", mode=0o600)
+    assert victim.read_text() == "root's\n" and stat.S_IMODE(victim.stat().st_mode) == 0o600
+    assert not (tmp_path / "state.json").is_symlink() and (tmp_path / "state.json").read_bytes() == b"{}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.json", "victim"]
+
+
+def test_replace_own_neither_writes_to_a_fifo_nor_keeps_another_users_file_theirs(tmp_path: Path) -> None:
+    """A FIFO at the path would block the writer (or feed a reader); a file of
+    another user's would stay theirs, and so writable by them, after each write."""
+    os.mkfifo(tmp_path / "fifo")
+    replace_own(tmp_path / "fifo", b"x", mode=0o600)  # does not block: no open of the FIFO
+    assert stat.S_ISREG((tmp_path / "fifo").lstat().st_mode) and (tmp_path / "fifo").read_bytes() == b"x"
+    theirs = tmp_path / "theirs"
+    theirs.write_text("old")
+    theirs.chmod(0o666)
+    if os.geteuid() == 0:
+        os.chown(theirs, 65534, 65534)
+    replace_own(theirs, b"new", mode=0o600)
+    st = theirs.stat()
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (os.geteuid(), os.getegid(), 0o600)
+
+
+def test_replace_own_does_not_replace_a_directory_and_names_the_path(tmp_path: Path) -> None:
+    (tmp_path / "state.json" / "inside").mkdir(parents=True)
+    with pytest.raises(IsADirectoryError) as e:
+        replace_own(tmp_path / "state.json", b"x", mode=0o600)
+    assert e.value.filename == str(tmp_path / "state.json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.json"]  # no temporary file left
 
 
 def test_what_is_not_a_regular_file_is_written_to_not_replaced(tmp_path: Path) -> None:

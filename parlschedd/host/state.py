@@ -14,12 +14,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from parlschedd.atomicfile import replace_text
+from parlschedd.atomicfile import replace_own
 
 
 def write_state(path: str | os.PathLike[str], data: Mapping[str, Any], *, mode: int = 0o600) -> None:
-    """Atomically replace ``path`` with ``data`` as JSON (readable by its owner only)."""
-    replace_text(path, json.dumps(data, sort_keys=True), mode=mode)
+    """Atomically replace ``path`` with ``data`` as JSON, in a file of our own (readable
+    by its owner only): a symbolic link at ``path`` is replaced, not written through,
+    and a file someone else left there does not lend the new one its owner
+    (``replace_own``)."""
+    replace_own(path, json.dumps(data, sort_keys=True).encode("utf-8"), mode=mode)
 
 
 def read_state(path: str | os.PathLike[str]) -> dict[str, Any] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import stat
 from pathlib import Path
 
@@ -37,3 +38,15 @@ def test_not_an_object(tmp_path: Path) -> None:
     path.write_text("[1, 2]")
     with pytest.raises(ValueError):
         read_state(path)
+
+
+def test_written_through_no_link_and_always_ours(tmp_path: Path) -> None:
+    """A link at the state file's path (put there by whoever could write in the state
+    dir) is replaced, not written through to the file it names."""
+    victim = tmp_path / "victim"
+    victim.write_text("root only\n")
+    (tmp_path / "state.json").symlink_to(victim)
+    write_state(tmp_path / "state.json", {"version": 1})
+    assert victim.read_text() == "root only\n"
+    st = (tmp_path / "state.json").lstat()
+    assert stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) == 0o600
