@@ -20,7 +20,7 @@ from parlschedd.daemon.engine import Engine, EngineError
 from parlschedd.host import procfs
 from parlschedd.host.affinity import Pinner, get_affinity
 from parlschedd.host.errors import HostError, ThreadGone
-from parlschedd.host.state import StateDirBusy, lock_dir, read_state, write_state
+from parlschedd.host.state import StateDirBusy, StateNotOurs, lock_dir, read_state, write_state
 
 log = structlog.get_logger("parlschedd")
 STATE_VERSION = 1
@@ -120,6 +120,9 @@ class StateFile:
         again (``reattach``), and keep leaving alone the threads it handed over."""
         try:
             state = read_state(self.path)
+        except StateNotOurs as exc:  # nothing in it is believed: set aside whole, none of it restored
+            self._set_aside(str(exc))
+            return []
         except (OSError, ValueError) as exc:
             self._set_aside(f"unreadable: {exc}")
             return []
@@ -160,7 +163,7 @@ class StateFile:
         aside = self.path.with_name(f"{self.path.name}.unusable-{stamp}-{os.getpid()}")
         try:
             if copy:
-                shutil.copy2(self.path, aside)
+                shutil.copy2(self.path, aside, follow_symlinks=False)
             else:
                 os.replace(self.path, aside)
         except OSError as exc:

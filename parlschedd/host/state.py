@@ -7,14 +7,17 @@ old or the new file, never half of one (:mod:`parlschedd.atomicfile`).
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from parlschedd.atomicfile import replace_own
+from parlschedd.trust import untrusted
 
 
 def write_state(path: str | os.PathLike[str], data: Mapping[str, Any], *, mode: int = 0o600) -> None:
@@ -25,12 +28,32 @@ def write_state(path: str | os.PathLike[str], data: Mapping[str, Any], *, mode: 
     replace_own(path, json.dumps(data, sort_keys=True).encode("utf-8"), mode=mode)
 
 
-def read_state(path: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The JSON object in ``path``, or None when there is no state file."""
+class StateNotOurs(Exception):
+    """The state file is not one the daemon's own user alone wrote (a symbolic link,
+    not a regular file, another user's, writable by others): it is not read, since its
+    saved masks would be put on root's threads and its targets attached again."""
+
+
+def read_state(path: str | os.PathLike[str], euid: int | None = None) -> dict[str, Any] | None:
+    """The JSON object in ``path``, or None when there is no state file. Read through
+    no symbolic link and only from a regular file of ``euid``'s (by default ours) that
+    no one else may write, else StateNotOurs: a file someone else could write chooses
+    which masks the daemon puts back on which threads."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)  # NONBLOCK: a FIFO
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and os.path.islink(path):
+            raise StateNotOurs(f"a symbolic link (to {os.readlink(path)}), not followed") from None
+        raise
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise StateNotOurs("not a regular file")
+        if problem := untrusted(st, (os.geteuid() if euid is None else euid,)):
+            raise StateNotOurs(f"{problem}: not written by this daemon alone, not read")
+        text = f.read().decode("utf-8")
     data = json.loads(text)
     if not isinstance(data, dict):
         raise ValueError(f"state file {path} does not hold a JSON object")

@@ -343,6 +343,74 @@ def test_a_bad_entry_of_the_state_file_costs_only_itself(tmp_path, workload):
         assert d.stop() == 0
 
 
+@pytest.mark.skipif(len(ALL) < 2, reason="needs 2 CPUs: a restore to CPU 0 alone must show")
+@pytest.mark.parametrize("owner", [0, NOBODY], ids=["root's, believed", "nobody's, not read"])
+def test_a_state_file_not_the_daemons_own_restores_and_reattaches_nothing(tmp_path, workload, owner):
+    """A state file naming a root process's main thread with original mask CPU 0 and
+    the process as attached by hand. As root's own file (what the daemon writes) it is
+    believed: the thread is put on CPU 0 and the process attached again, which shows
+    the file would work. As nobody's (forged through a state dir nobody could write)
+    the daemon restored and re-attached the same; now it reads nothing of it and sets
+    it aside, naming its owner."""
+    w = workload(2)
+    state = {"version": 1,
+             "pinner": {"version": 1, "threads": {str(w.pid): {"start_time": procfs.thread_start_time(w.pid),
+                                                               "original": "0", "current": format_cpulist(ALL)}}},
+             "targets": [{"pid": w.pid, "start_time": procfs.process_start_time(w.pid), "observe": True}]}
+    (tmp_path / "state").mkdir()
+    forged = tmp_path / "state" / "state.json"
+    forged.write_text(json.dumps(state))
+    forged.chmod(0o600)
+    os.chown(forged, owner, owner)
+    d = start_daemon(tmp_path)
+    try:
+        attached = [t["pid"] for t in d.request("status")["targets"]]
+        if owner == 0:
+            assert os.sched_getaffinity(w.pid) == {0} and attached == [w.pid]
+            return
+        assert os.sched_getaffinity(w.pid) == ALL and attached == []
+        [aside] = (tmp_path / "state").glob("state.json.unusable-*")
+        assert json.loads(aside.read_text()) == state and aside.stat().st_uid == NOBODY
+        [said] = [r for r in d.log_records() if r["event"].startswith("state file unusable")]
+        assert said["path"] == str(aside) and said["why"] == ("owned by uid 65534 (nobody), not by root: not written "
+                                                              "by this daemon alone, not read"), said
+        written = wait_for(lambda: forged.exists() and forged.stat())
+        assert (written.st_uid, stat.S_IMODE(written.st_mode)) == (0, 0o600)  # its own, not the forger's
+    finally:
+        assert d.stop() == 0
+
+
+@pytest.mark.parametrize("when", ["before the start", "while it runs"])
+def test_a_link_at_the_state_files_path_is_neither_read_nor_written_through(tmp_path, workload, when):
+    """state.json replaced by a link to a root-only file: the next save wrote the
+    daemon's JSON into that file. Now a link found at the start is set aside unread,
+    and one put there later is replaced by the next save; the file it leads to is
+    untouched either way."""
+    victim = tmp_path / "victim"
+    victim.write_text("root:only:\n")
+    victim.chmod(0o600)
+    link = tmp_path / "state" / "state.json"
+    if when == "before the start":
+        link.parent.mkdir()
+        link.symlink_to(victim)
+    d = start_daemon(tmp_path)
+    try:
+        if when == "while it runs":
+            wait_for(link.exists)
+            link.unlink()
+            link.symlink_to(victim)
+        else:
+            [aside] = link.parent.glob("state.json.unusable-*")
+            assert aside.is_symlink() and f"a symbolic link (to {victim}), not followed" in d.log_text()
+        w = workload(2)
+        d.request("attach", pid=w.pid)  # saved before any pin
+        wait_for(lambda: all_pinned(d, w.pid, len(w.all_tids())))
+        assert not link.is_symlink() and json.loads(link.read_text())["targets"][0]["pid"] == w.pid
+    finally:
+        assert d.stop() == 0
+    assert victim.read_text() == "root:only:\n" and stat.S_IMODE(victim.stat().st_mode) == 0o600
+
+
 @pytest.mark.skipif(len(ALL) < 2, reason="needs 2 CPUs")
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["clean restart", "SIGKILL"])
 def test_a_thread_set_by_someone_else_stays_theirs_across_a_restart(tmp_path, workload, stop):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from parlschedd.host.state import read_state, write_state
+from parlschedd.host.state import StateNotOurs, read_state, write_state
 
 
 def test_round_trip_private_and_no_leftovers(tmp_path: Path) -> None:
@@ -50,3 +50,30 @@ def test_written_through_no_link_and_always_ours(tmp_path: Path) -> None:
     assert victim.read_text() == "root only\n"
     st = (tmp_path / "state.json").lstat()
     assert stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) == 0o600
+
+
+def test_read_through_no_link_and_from_no_fifo(tmp_path: Path) -> None:
+    """A link to a file of ours is not followed (whoever put it there chose what it
+    leads to); a FIFO is not waited on."""
+    write_state(tmp_path / "real.json", {"version": 1})
+    (tmp_path / "state.json").symlink_to(tmp_path / "real.json")
+    with pytest.raises(StateNotOurs, match=f"^a symbolic link \\(to {tmp_path / 'real.json'}\\), not followed$"):
+        read_state(tmp_path / "state.json")
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(StateNotOurs, match="^not a regular file$"):
+        read_state(tmp_path / "fifo")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="gives a file to another user")
+def test_read_only_from_our_own_file_that_no_one_else_may_write(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    write_state(path, {"version": 1})
+    os.chown(path, 65534, 65534)
+    with pytest.raises(StateNotOurs, match=r"^owned by uid 65534 \(nobody\), not by root: not written by this "
+                                           r"daemon alone, not read$"):
+        read_state(path)
+    assert read_state(path, euid=65534) == {"version": 1}  # a daemon run as nobody reads it
+    os.chown(path, 0, 0)
+    path.chmod(0o622)
+    with pytest.raises(StateNotOurs, match=r"^mode 0622, writable by its group and others: "):
+        read_state(path)
