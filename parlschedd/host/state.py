@@ -74,9 +74,10 @@ def lock_dir(directory: str | os.PathLike[str]) -> int:
     write our pid in it; returns the fd, which holds the lock until it is closed or the
     process ends. Two daemons on one state dir would each restore and overwrite the
     other's saved masks, and after a crash save pinned masks as originals.
-    StateDirBusy when another process holds it."""
+    StateDirBusy when another process holds it. A symbolic link at its path is not
+    followed (ELOOP): the pid would be written into the file it names."""
     path = Path(directory) / "lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

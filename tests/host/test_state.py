@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
 
 import pytest
 
-from parlschedd.host.state import StateNotOurs, read_state, write_state
+from parlschedd.host.state import StateNotOurs, lock_dir, read_state, write_state
 
 
 def test_round_trip_private_and_no_leftovers(tmp_path: Path) -> None:
@@ -77,3 +78,14 @@ def test_read_only_from_our_own_file_that_no_one_else_may_write(tmp_path: Path) 
     path.chmod(0o622)
     with pytest.raises(StateNotOurs, match=r"^mode 0622, writable by its group and others: "):
         read_state(path)
+
+
+def test_the_lock_is_taken_through_no_link(tmp_path: Path) -> None:
+    """A link at the lock's path had the daemon truncate the file it names and write
+    its pid there."""
+    victim = tmp_path / "victim"
+    victim.write_text("root only\n")
+    (tmp_path / "lock").symlink_to(victim)
+    with pytest.raises(OSError) as e:
+        lock_dir(tmp_path)
+    assert e.value.errno == errno.ELOOP and victim.read_text() == "root only\n"
