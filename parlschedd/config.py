@@ -13,9 +13,9 @@ import errno
 import os
 import re
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -95,6 +95,15 @@ class SocketConfig:
     mode: int = 0o660
 
 
+class FileRead(NamedTuple):
+    """The file a config was read from, as it was when read (fstat of the descriptor
+    read, a symbolic link followed): whether the daemon may believe it is judged on
+    what it read (``hostcheck``), not on what the path names by the time it looks."""
+
+    path: str
+    stat: os.stat_result
+
+
 @dataclass(frozen=True)
 class Config:
     period_s: float = 0.1
@@ -110,6 +119,8 @@ class Config:
     rescan_s: float = 1.0  # how often target rules are re-evaluated
     history_periods: int = 600  # per-target history kept in memory (periods)
     metrics_max_threads: int = 256  # per-thread series beyond this are aggregated
+    # where it was read from (None: not from a file); not part of what it says, and no key of the file
+    read_from: FileRead | None = field(default=None, compare=False, repr=False, metadata={"key": False})
 
     @property
     def domain_every(self) -> int:
@@ -215,7 +226,7 @@ class _Checker(Collector):
 def from_mapping(raw: Any, source: str = "<config>") -> Config:
     """Validate a parsed YAML document into a Config; raise ConfigError listing all errors."""
     c = _Checker()
-    top = c.section(raw, "", {f.name for f in fields(Config)})
+    top = c.section(raw, "", {f.name for f in fields(Config) if f.metadata.get("key", True)})
     valid = len(c.errors)
     period = c.number(top, "period_s", "period_s", 0.1, 0.0)
     domain_period = c.number(top, "domain_period_s", "domain_period_s", 4.0, 0.0)
@@ -380,16 +391,21 @@ def config_file(path: str | Path | None) -> Path | None:
 
 def load(path: str | Path | None) -> Config:
     """Read and validate a YAML file (``config_file``: the default one when ``path`` is
-    None); without a file, the built-in defaults."""
+    None); without a file, the built-in defaults. The config keeps the owner and mode
+    of the file it was read from (``read_from``)."""
     path = config_file(path)
     if path is None:
         return Config()
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as file:
+            read = FileRead(str(path), os.fstat(file.fileno()))
+            data = file.read()
     except OSError as exc:
         raise ConfigUnreadable(str(path), exc) from None
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        line = data[: exc.start].count(b"\n") + 1
         raise ConfigError(str(path), [(f"line {line}", f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x}); save the file as UTF-8")]) from None
     try:
         raw = load_yaml(text)
@@ -397,4 +413,4 @@ def load(path: str | Path | None) -> Config:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(file)"
         raise ConfigError(str(path), [(where, f"not valid YAML: {getattr(exc, 'problem', exc)}")]) from None
-    return from_mapping(raw, str(path))
+    return replace(from_mapping(raw, str(path)), read_from=read)

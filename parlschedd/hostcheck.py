@@ -25,6 +25,7 @@ from parlschedd.host.errors import HostError
 from parlschedd.host.perf import detect_source
 from parlschedd.host.privileges import group_id
 from parlschedd.topology import TopologyError, read_topology
+from parlschedd.trust import fix, trusted_owners, untrusted
 
 
 class Finding(NamedTuple):
@@ -38,7 +39,7 @@ class Finding(NamedTuple):
 def one_line(findings: list[Finding], config: str) -> str:
     """``findings`` as the daemon's refusal to start says them: each key path in
     ``config`` (the file's path), the host's fault as it is."""
-    where = {"(host)": "", "--socket": "--socket: "}
+    where = {"(host)": "", "--socket": "--socket: ", "--state-dir": "--state-dir: "}
     return "; ".join(f"{where.get(key, f'{config}: {key}: ')}{message}" for key, message in findings)
 
 
@@ -57,12 +58,18 @@ def check_host(cfg: Config) -> HostReport:
 
 
 def refusals(cfg: Config, socket_path: str | None = None, sysfs: str = "/sys",
-             state_dir: str | None = None) -> list[Finding]:
-    """What stops the daemon from starting with ``cfg`` here: a socket group or path it
-    cannot use (``socket_path``: the daemon's --socket, in place of socket.path;
-    ``state_dir``: made before the socket), CPUs the host lacks, a metrics address that
-    is not this machine's."""
+             state_dir: str | None = None, euid: int = 0) -> list[Finding]:
+    """What stops the daemon from starting with ``cfg`` here: a config file or a state
+    dir someone other than root or the daemon's user (``euid``; config check judges for
+    a daemon run as root, as it runs) may write, a socket group or path it cannot use
+    (``socket_path``: the daemon's --socket, in place of socket.path; ``state_dir``:
+    made before the socket), CPUs the host lacks, a metrics address that is not this
+    machine's."""
     found = []
+    if problem := config_file_problem(cfg, euid):
+        found.append(Finding("(file)", problem))
+    if state_dir is not None and (problem := state_dir_problem(state_dir, euid)):
+        found.append(Finding("--state-dir", problem))
     try:
         group_id(cfg.socket.group)
     except LookupError as exc:
@@ -76,6 +83,34 @@ def refusals(cfg: Config, socket_path: str | None = None, sysfs: str = "/sys",
     except TopologyError as exc:  # CPUs this host does not have or may not use
         found.append(Finding(*exc.finding()))
     return found + _metrics(cfg.metrics)
+
+
+def config_file_problem(cfg: Config, euid: int = 0) -> str | None:
+    """Why a daemon running as ``euid`` must not believe the file ``cfg`` was read from
+    (its owner and mode when it was read), or None: whoever may write it chooses which
+    processes the daemon pins and what it reads. Also a reload's check."""
+    if cfg.read_from is None:
+        return None
+    path, st = cfg.read_from
+    if problem := untrusted(st, trusted_owners(euid)):
+        return f"{problem}: whoever may write the config chooses which processes parlschedd pins; {fix(path)}"
+    return None
+
+
+def state_dir_problem(path: str, euid: int = 0) -> str | None:
+    """Why a daemon running as ``euid`` must not use the state dir at ``path``, or None:
+    whoever may write in it forges the original masks the next start puts back on
+    threads and the targets it attaches again, or puts a link where the daemon writes.
+    A state dir not there yet is made by the daemon (its own); what is not a directory,
+    or cannot be looked at, the daemon's attempt to use it says (``StateFile.lock``)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or not (problem := untrusted(st, trusted_owners(euid))):
+        return None
+    return (f"state dir {path}: {problem}: whoever may write in it chooses the masks parlschedd puts back on "
+            f"threads at its next start; {fix(path)}, or choose another --state-dir")
 
 
 def socket_path_problem(path: str, state_dir: str | None = None) -> str | None:

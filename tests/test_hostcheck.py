@@ -2,17 +2,20 @@
 real sysfs (a fake one where sysfs shows no CPU at all), and a real daemon saying it in
 config check's words before it makes anything."""
 
+import json
 import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import psutil
 import pytest
 
-from parlschedd.config import from_mapping
-from parlschedd.hostcheck import Finding, check_host, one_line, refusals, socket_path_problem
-from tests.conftest import fake_cpus, needs_root, refused_start, start_daemon, wait_for
+from parlschedd.config import from_mapping, load
+from parlschedd.hostcheck import (Finding, check_host, config_file_problem, one_line, refusals, socket_path_problem,
+                                  state_dir_problem)
+from tests.conftest import NOBODY, fake_cpus, in_child_as, needs_root, refused_start, start_daemon, wait_for
 
 GROUP_ADVICE = "create it (systemd-sysusers parlsched.sysusers.conf) or set socket.group: null"
 
@@ -150,3 +153,115 @@ def test_the_daemon_refuses_in_config_checks_words_before_it_makes_anything(tmp_
                            capture_output=True, text=True, timeout=30)
     assert check.returncode == 1 and said.split("; {config}")[0] in check.stderr
     assert not run.exists()
+
+
+def _made(path: Path, mode: int, owner: int = 0, text: str | None = None) -> Path:
+    """A directory (or, with ``text``, a file) at ``path`` with this mode and owner."""
+    if text is None:
+        path.mkdir()
+    else:
+        path.write_text(text)
+    path.chmod(mode)
+    os.chown(path, owner, owner)
+    return path
+
+
+NOT_ROOTS = "owned by uid 65534 (nobody), not by root"
+CONFIG_WHY = "whoever may write the config chooses which processes parlschedd pins"
+STATE_WHY = "whoever may write in it chooses the masks parlschedd puts back on threads at its next start"
+
+
+@needs_root
+@pytest.mark.parametrize("mode, owner, wrong", [
+    (0o755, NOBODY, NOT_ROOTS),
+    (0o1777, 0, "mode 1777, writable by its group and others"),
+    (0o775, 0, "mode 0775, writable by its group"),
+    (0o757, NOBODY, f"{NOT_ROOTS}; mode 0757, writable by others"),
+])
+def test_a_state_dir_someone_else_may_write_is_refused_saying_what_to_do(tmp_path, mode, owner, wrong):
+    run = _made(tmp_path / "run", mode, owner)
+    said = f"state dir {run}: {wrong}: {STATE_WHY}; chown root: {run} && chmod go-w {run}, or choose another --state-dir"
+    assert state_dir_problem(str(run)) == said
+    assert refusals(from_mapping({"socket": {"path": str(tmp_path / "d.sock")}}), state_dir=str(run)) == \
+        [Finding("--state-dir", said)]
+    assert one_line([Finding("--state-dir", said)], "/etc/p.yaml") == f"--state-dir: {said}"
+
+
+@needs_root
+def test_a_state_dir_of_root_or_of_the_daemons_own_user_is_used(tmp_path):
+    """pytest's own (root's, 0700), one the daemon makes, and for a daemon run as nobody
+    with capabilities, nobody's; but not nobody's for root's daemon."""
+    assert state_dir_problem(str(tmp_path)) is None
+    assert state_dir_problem(str(tmp_path / "not-there-yet")) is None
+    own = _made(tmp_path / "own", 0o755, NOBODY)
+    assert state_dir_problem(str(own), euid=NOBODY) is None
+    assert state_dir_problem(str(own)).startswith(f"state dir {own}: {NOT_ROOTS}: ")
+    assert state_dir_problem(str(_made(tmp_path / "shared", 0o1777, NOBODY)), euid=NOBODY) is not None
+
+
+@needs_root
+def test_a_config_file_someone_else_may_write_is_refused_as_it_was_read(tmp_path):
+    """Its owner and mode when it was read are judged (the daemon judges what it read,
+    not what the path names later); root's daemon trusts root's file alone, one run as
+    nobody its own too; a config not read from a file is not judged."""
+    path = _made(tmp_path / "cfg.yaml", 0o666, NOBODY, text="period_s: 0.05\n")
+    cfg = load(path)
+    said = f"{NOT_ROOTS}; mode 0666, writable by its group and others: {CONFIG_WHY}; chown root: {path} && chmod go-w {path}"
+    assert config_file_problem(cfg) == said
+    assert config_file_problem(cfg, euid=NOBODY).startswith("mode 0666, writable by its group and others: ")
+    assert refusals(cfg)[0] == Finding("(file)", said)
+    assert one_line([Finding("(file)", said)], str(path)) == f"{path}: (file): {said}"
+    os.chown(path, 0, 0)
+    path.chmod(0o644)
+    assert config_file_problem(cfg) == said and config_file_problem(load(path)) is None
+    os.chown(path, NOBODY, NOBODY)
+    assert config_file_problem(load(path), euid=NOBODY) is None
+    assert config_file_problem(from_mapping({})) is None
+
+
+@needs_root
+def test_config_check_judges_the_file_for_a_daemon_run_as_root_whoever_runs_it(open_dir):
+    """config check may run as another user than the daemon: it judges as for root's
+    daemon, so nobody's own file is refused here too, and root's is fine."""
+    path = _made(open_dir / "cfg.yaml", 0o644, NOBODY, text="period_s: 0.05\n")
+
+    def refused() -> list[list[str]]:
+        return [list(f) for f in check_host(load(path)).refused]
+
+    said = f"{NOT_ROOTS}: {CONFIG_WHY}; chown root: {path} && chmod go-w {path}"
+    assert in_child_as(NOBODY, refused) == [["(file)", said]]
+    os.chown(path, 0, 0)
+    assert in_child_as(NOBODY, refused) == []
+
+
+@needs_root
+@pytest.mark.parametrize("what", ["config", "state dir"])
+def test_the_daemon_refuses_a_config_or_state_dir_others_may_write_before_it_makes_anything(tmp_path, what):
+    """A config anyone may write passed silently; a state dir anyone may write (here
+    holding a forged state file) was used, its forgery believed. Now the start is
+    refused in one line, config check's words for the config, and nothing is made
+    or read: no socket dir, no lock, the forged file as it was."""
+    config = tmp_path / "cfg.yaml"
+    config.write_text("period_s: 0.05\n")
+    run, state = tmp_path / "run", tmp_path / "run" / "state"
+    if what == "config":
+        _made(tmp_path / "nobodys.yaml", 0o666, NOBODY, text="period_s: 0.05\n").rename(config)
+        said = f"{config}: (file): {NOT_ROOTS}; mode 0666, writable by its group and others: {CONFIG_WHY}; " \
+               f"chown root: {config} && chmod go-w {config}"
+    else:
+        state = _made(tmp_path / "shared", 0o1777)
+        (state / "state.json").write_text(json.dumps({"version": 1, "targets": [{"pid": 1}]}))
+        said = f"--state-dir: state dir {state}: mode 1777, writable by its group and others: {STATE_WHY}; " \
+               f"chown root: {state} && chmod go-w {state}, or choose another --state-dir"
+    proc = refused_start(config, run / "d.sock", state)
+    assert (proc.returncode, proc.stderr) == (1, f"parlschedd: {said}\n")
+    assert not run.exists()
+    if what == "state dir":
+        assert [p.name for p in state.iterdir()] == ["state.json"]
+        assert json.loads((state / "state.json").read_text()) == {"version": 1, "targets": [{"pid": 1}]}
+    check = subprocess.run([sys.executable, "-m", "parlschedctl", "config", "check", str(config)],
+                           capture_output=True, text=True, timeout=30)
+    if what == "config":
+        assert check.returncode == 1 and f"{said}; parlschedd refuses to start with it here\n" in check.stderr
+    else:  # --state-dir is the daemon's option, not the config's: config check cannot know it
+        assert check.returncode == 0, check.stderr

@@ -128,7 +128,8 @@ class Daemon:
             raise StartupError("parlschedd needs CAP_SYS_NICE to set the CPU affinity of other users' threads: "
                                "run it as root, or give it the capability (AmbientCapabilities=CAP_SYS_NICE "
                                "CAP_PERFMON in its unit, or setpriv --ambient-caps)")
-        if refused := refusals(self.config, self.socket_path, self.sysfs, self._state_dir):  # config check's words
+        if refused := refusals(self.config, self.socket_path, self.sysfs, self._state_dir,  # config check's words
+                               euid=os.geteuid()):
             raise StartupError(one_line(refused, self._config_named()))
         raise_fd_limit()
         try:

@@ -21,6 +21,7 @@ from parlschedd.host import procfs
 from parlschedd.host.affinity import Pinner, get_affinity
 from parlschedd.host.errors import HostError, ThreadGone
 from parlschedd.host.state import StateDirBusy, StateNotOurs, lock_dir, read_state, write_state
+from parlschedd.hostcheck import state_dir_problem
 
 log = structlog.get_logger("parlschedd")
 STATE_VERSION = 1
@@ -48,6 +49,8 @@ class StateFile:
         where = self.path.parent
         try:
             where.mkdir(exist_ok=True, mode=0o755)  # itself (/run/parlsched), not a path of missing directories
+            if problem := state_dir_problem(str(where), os.geteuid()):  # made by someone else since the start's check
+                raise StateDirUnusable(problem)
             self._lock = lock_dir(where)
         except StateDirBusy as exc:
             raise StateDirUnusable(f"{exc}: two daemons on one state dir would each restore the other's threads and "
