@@ -40,7 +40,7 @@ from parlschedd.host.base import CounterSource
 from parlschedd.cpulist import format_cpulist
 from parlschedd.host.perf import CounterSet, detect_source, raise_fd_limit
 from parlschedd.host.privileges import CAP_SYS_NICE, effective_capabilities, group_id, perfmon_capable
-from parlschedd.hostcheck import narrowings, one_line, refusals, socket_path_problem
+from parlschedd.hostcheck import config_file_problem, narrowings, one_line, refusals, socket_path_problem
 from parlschedd.topology import NoCpusFound, TopologyError, online_cpus, read_topology
 
 log = structlog.get_logger("parlschedd")
@@ -318,6 +318,10 @@ class Daemon:
             return errors
         except ConfigError as exc:
             errors = [f"{exc.source}: {k}: {m}" for k, m in exc.errors]
+            log.error("reload failed, keeping the old config", errors=errors)
+            return errors
+        if problem := config_file_problem(new, os.geteuid()):  # as the start refuses it
+            errors = [f"{new.read_from.path}: (file): {problem}"]
             log.error("reload failed, keeping the old config", errors=errors)
             return errors
         fixed = [key for key in ("domains", "cpus", "utility") if getattr(new, key) != getattr(self.config, key)]

@@ -567,6 +567,32 @@ def test_invalid_config_on_reload_keeps_the_old_one(daemon):
         daemon.request("reload")
 
 
+def test_a_config_someone_else_may_write_is_not_reloaded(daemon):
+    """Its start refuses such a config; a reload (the request, or SIGHUP) keeps the
+    old one with the same words, as for an invalid config, until the file is root's
+    and no one else's to write again."""
+    period = daemon.request("status")["daemon"]["period_s"]
+    daemon.config.write_text("period_s: 0.07\ndomain_period_s: 0.7\n")
+    daemon.config.chmod(0o666)
+    fix = f"chown root: {daemon.config} && chmod go-w {daemon.config}"
+    with pytest.raises(client.Refused) as e:
+        daemon.request("reload")
+    assert e.value.code == "bad_config"
+    assert f"{daemon.config}: (file): mode 0666, writable by its group and others: whoever may write the config " \
+           f"chooses which processes parlschedd pins; {fix}" in str(e.value)
+    daemon.config.chmod(0o644)
+    os.chown(daemon.config, NOBODY, NOBODY)
+    daemon.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "owned by uid 65534 (nobody), not by root" in daemon.log_text())
+    assert daemon.request("status")["daemon"]["period_s"] == period
+    *_, said = [r for r in daemon.log_records() if r["event"] == "reload failed, keeping the old config"]
+    assert said["errors"] == [f"{daemon.config}: (file): owned by uid 65534 (nobody), not by root: whoever may write "
+                              f"the config chooses which processes parlschedd pins; {fix}"]
+    os.chown(daemon.config, 0, 0)
+    daemon.request("reload")  # a refusal raises
+    assert daemon.request("status")["daemon"]["period_s"] == 0.07
+
+
 def test_the_jitter_after_a_reload_is_against_the_new_period(daemon):
     """The start times of 0.05 s periods were measured against 0.1 s: 50 ms of
     "jitter" for the next 1000 periods."""
