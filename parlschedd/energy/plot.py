@@ -16,9 +16,16 @@ from parlschedd.plots import save_figure  # noqa: E402
 
 def figure3(path: str | Path, m: Measurements, proposed: tuple[np.ndarray, np.ndarray],
             baseline: tuple[np.ndarray, np.ndarray], title: str = "") -> None:
+    """Write :func:`draw_figure3` to ``path``."""
+    save_figure(draw_figure3(m, proposed, baseline, title), path)
+
+
+def draw_figure3(m: Measurements, proposed: tuple[np.ndarray, np.ndarray],
+                 baseline: tuple[np.ndarray, np.ndarray], title: str = "") -> plt.Figure:
     """Two panels (runtime, energy): measured means with the min-max of repetitions,
     the proposed model, the refitted baseline, and the baseline's stored predictions
-    when the measurements carry them."""
+    when the measurements carry them. Returned unsaved, so that what it draws can be
+    checked without reading pixels."""
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.6), constrained_layout=True)
     panels = ((0, "Runtime (s)", m.time_s, m.time_reps, m.baseline_time_s),
               (1, "Energy consumption (W·h)", m.energy_wh, m.energy_reps, m.baseline_energy_wh))
@@ -40,4 +47,4 @@ def figure3(path: str | Path, m: Measurements, proposed: tuple[np.ndarray, np.nd
         ax.legend(fontsize=8)
     if title:
         fig.suptitle(title)
-    save_figure(fig, path)
+    return fig
