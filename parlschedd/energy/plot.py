@@ -25,12 +25,18 @@ def draw_figure3(m: Measurements, proposed: tuple[np.ndarray, np.ndarray],
     """Two panels (runtime, energy): measured means with the min-max of repetitions,
     the proposed model, the refitted baseline, and the baseline's stored predictions
     when the measurements carry them. Returned unsaved, so that what it draws can be
-    checked without reading pixels."""
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.6), constrained_layout=True)
-    panels = ((0, "Runtime (s)", m.time_s, m.time_reps, m.baseline_time_s),
-              (1, "Energy consumption (W·h)", m.energy_wh, m.energy_reps, m.baseline_energy_wh))
+    checked without reading pixels.
+
+    Measurements without a single energy (no energy columns, or all empty: a machine
+    without RAPL) get the runtime panel alone: an energy panel would be an empty frame
+    under a legend of lines that are not there."""
+    panels = [(0, "Runtime (s)", m.time_s, m.time_reps, m.baseline_time_s)]
+    if np.isfinite(m.energy_wh).any():
+        panels.append((1, "Energy consumption (W·h)", m.energy_wh, m.energy_reps, m.baseline_energy_wh))
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.6), constrained_layout=True,
+                             squeeze=False)
     for i, label, measured, reps, stored in panels:
-        ax = axes[i]
+        ax = axes[0, i]
         if reps.shape[1] and np.all(np.isfinite(reps)):
             ax.fill_between(m.nsp, reps.min(axis=1), reps.max(axis=1), color="0.85", label="Measured (min-max)")
         ax.plot(m.nsp, measured, "ko", ms=4, label="Experimental data (mean)")

@@ -1,0 +1,46 @@
+"""The model's figure (the paper's Figure 3), drawn from the real shared measurements
+and inspected as matplotlib holds it, not as pixels."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from parlschedd.energy.measurements import load_measurements
+from parlschedd.energy.plot import draw_figure3
+from tests.energy.conftest import MEASUREMENTS_CSV
+
+
+def time_only_csv(tmp_path, empty: bool):
+    """The shared measurements without energies: the columns dropped, or left empty
+    (a machine without RAPL, as `model measure` writes it there)."""
+    lines = [line.split(",") for line in MEASUREMENTS_CSV.read_text().splitlines()]
+    energy = [i for i, name in enumerate(lines[0]) if "energy" in name]
+    if empty:
+        rows = [lines[0]] + [["" if i in energy else c for i, c in enumerate(row)] for row in lines[1:]]
+    else:
+        rows = [[c for i, c in enumerate(row) if i not in energy] for row in lines]
+    path = tmp_path / ("empty-energy.csv" if empty else "time-only.csv")
+    path.write_text("\n".join(",".join(row) for row in rows) + "\n")
+    return load_measurements(path)
+
+
+def predictions(m, energy: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Stand-in predictions: the measured means, 5% off (NaN energies for a model
+    fitted on time only)."""
+    return m.time_s * 1.05, m.energy_wh * 1.05 if energy else np.full(len(m.nsp), np.nan)
+
+
+@pytest.mark.parametrize("empty", [False, True])
+def test_time_only_data_draws_the_time_panel_alone(tmp_path, empty):
+    """An empty energy panel was drawn beside the runtimes, with a full legend of
+    lines that were not there, and no word of why."""
+    m = time_only_csv(tmp_path, empty)
+    fig = draw_figure3(m, predictions(m, energy=False), predictions(m, energy=False), title="t")
+    assert [ax.get_ylabel() for ax in fig.axes] == ["Runtime (s)"]
+    assert "Proposed model" in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+
+
+def test_measured_energies_draw_both_panels(measured):
+    fig = draw_figure3(measured, predictions(measured), predictions(measured))
+    assert [ax.get_ylabel() for ax in fig.axes] == ["Runtime (s)", "Energy consumption (W·h)"]
