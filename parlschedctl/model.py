@@ -347,12 +347,21 @@ def plot(params_path: str, data_path: str, out_path: str) -> None:
     check_measured(fitted.cluster.run, m.nsp, data_path)
     _measured_outside(fitted, m, params_path)
     proposed = fitted.model.predict(m.nsp)
-    error = validation.model_errors(*proposed, m).nrmse_time  # on the data plotted, not the fit's
-    said = _nrmse(error) + (", runtimes without spread" if np.isnan(error) else "")
+    errors = validation.model_errors(*proposed, m)  # on the data plotted, not the fit's
     with writing(out_path):
-        figure3(out_path, m, proposed, fitted.baseline.predict(m.nsp),
-                title=f"{Path(data_path).name}: proposed model (NRMSE time {said}) vs baseline")
+        figure3(out_path, m, proposed, fitted.baseline.predict(m.nsp), title=_plot_title(data_path, errors))
     click.echo(f"wrote {out_path}")
+
+
+def _plot_title(data_path: str, errors: validation.ModelErrors) -> str:
+    """The figure's title: the proposed model's NRMSE of time, and of energy where one
+    was scored (energies measured and predicted), each saying why when undefined: a
+    title with the runtime's error alone read as the error of both panels."""
+    said = [f"time {_nrmse(errors.nrmse_time)}" + (", runtimes without spread" if np.isnan(errors.nrmse_time) else "")]
+    if errors.nrmse_energy is not None:
+        said.append(f"energy {_nrmse(errors.nrmse_energy)}"
+                    + (", energies without spread" if np.isnan(errors.nrmse_energy) else ""))
+    return f"{Path(data_path).name}: proposed model (NRMSE {', '.join(said)}) vs baseline"
 
 
 @model.command()

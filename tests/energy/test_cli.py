@@ -451,6 +451,25 @@ def test_plot_title_gives_the_error_on_the_data_plotted(params, tmp_path, monkey
     assert f"NRMSE time {validated:.3f}" in titles[0]
 
 
+def test_plot_title_gives_the_energy_error_too_when_there_is_one(params, tmp_path, monkeypatch):
+    """The title gave the runtime's NRMSE alone beside a panel of energies."""
+    from parlschedd.energy import plot as plot_mod
+
+    titles = []
+    monkeypatch.setattr(plot_mod, "figure3", lambda *args, title, **kw: titles.append(title))
+    proposed = json.loads(run("model", "validate", "--params", str(params), "--data", str(MEASUREMENTS_CSV),
+                              "--json").stdout)["models"]["proposed"]
+    assert run("model", "plot", "--params", str(params), "--data", str(MEASUREMENTS_CSV),
+               "--out", str(tmp_path / "f.png")).exit_code == 0
+    assert f"(NRMSE time {proposed['nrmse_time']:.3f}, energy {proposed['nrmse_energy']:.3f})" in titles[0]
+    time_only = tmp_path / "time-only.csv"
+    time_only.write_text("".join(",".join(line.split(",")[:6]) + "\n"  # nsp, time_s_r1..r5
+                                 for line in MEASUREMENTS_CSV.read_text().splitlines()))
+    assert run("model", "plot", "--params", str(params), "--data", str(time_only),
+               "--out", str(tmp_path / "f.png")).exit_code == 0
+    assert "energy" not in titles[1]
+
+
 def test_one_missing_energy_costs_only_its_configuration(params, tmp_path):
     """One empty energy cell made the fit drop all 31 other energies ("fitting time
     only"); the energy phase now fits the NSp that have one, and validate scores them."""
