@@ -345,11 +345,13 @@ def plot(params_path: str, data_path: str, out_path: str) -> None:
     check_figure(out_path)
     fitted, m = load_params(params_path), load_measurements(data_path)
     check_measured(fitted.cluster.run, m.nsp, data_path)
-    _measured_outside(fitted, m, params_path)
+    outside = _measured_outside(fitted, m, params_path)
+    fitted_on = (fitted.fitted_nsp[0], fitted.fitted_nsp[-1]) if outside and fitted.fitted_nsp else None
     proposed = fitted.model.predict(m.nsp)
     errors = validation.model_errors(*proposed, m)  # on the data plotted, not the fit's
     with writing(out_path):
-        figure3(out_path, m, proposed, fitted.baseline.predict(m.nsp), title=_plot_title(data_path, errors))
+        figure3(out_path, m, proposed, fitted.baseline.predict(m.nsp), title=_plot_title(data_path, errors),
+                fitted_on=fitted_on)
     click.echo(f"wrote {out_path}")
 
 

@@ -15,13 +15,15 @@ from parlschedd.plots import save_figure  # noqa: E402
 
 
 def figure3(path: str | Path, m: Measurements, proposed: tuple[np.ndarray, np.ndarray],
-            baseline: tuple[np.ndarray, np.ndarray], title: str = "") -> None:
+            baseline: tuple[np.ndarray, np.ndarray], title: str = "",
+            fitted_on: tuple[int, int] | None = None) -> None:
     """Write :func:`draw_figure3` to ``path``."""
-    save_figure(draw_figure3(m, proposed, baseline, title), path)
+    save_figure(draw_figure3(m, proposed, baseline, title, fitted_on), path)
 
 
 def draw_figure3(m: Measurements, proposed: tuple[np.ndarray, np.ndarray],
-                 baseline: tuple[np.ndarray, np.ndarray], title: str = "") -> plt.Figure:
+                 baseline: tuple[np.ndarray, np.ndarray], title: str = "",
+                 fitted_on: tuple[int, int] | None = None) -> plt.Figure:
     """Two panels (runtime, energy): measured means with the min-max of repetitions,
     the proposed model, the refitted baseline, and the baseline's stored predictions
     when the measurements carry them. Returned unsaved, so that what it draws can be
@@ -29,7 +31,11 @@ def draw_figure3(m: Measurements, proposed: tuple[np.ndarray, np.ndarray],
 
     Measurements without a single energy (no energy columns, or all empty: a machine
     without RAPL) get the runtime panel alone: an energy panel would be an empty frame
-    under a legend of lines that are not there."""
+    under a legend of lines that are not there.
+
+    ``fitted_on``, the smallest and largest NSp the model was fitted on, is shaded
+    when given (the caller gives it when some NSp drawn are outside): beyond it the
+    model extrapolates, and a curve drawn across both looks equally trustworthy."""
     panels = [(0, "Runtime (s)", m.time_s, m.time_reps, m.baseline_time_s)]
     if np.isfinite(m.energy_wh).any():
         panels.append((1, "Energy consumption (W·h)", m.energy_wh, m.energy_reps, m.baseline_energy_wh))
@@ -37,6 +43,10 @@ def draw_figure3(m: Measurements, proposed: tuple[np.ndarray, np.ndarray],
                              squeeze=False)
     for i, label, measured, reps, stored in panels:
         ax = axes[0, i]
+        if fitted_on is not None:
+            a, b = fitted_on
+            ax.axvspan(a - 0.4, b + 0.4, color="tab:green", alpha=0.12, lw=0,
+                       label=f"fitted on NSp {a}-{b}" if a < b else f"fitted on NSp {a}")
         if reps.shape[1] and np.all(np.isfinite(reps)):
             ax.fill_between(m.nsp, reps.min(axis=1), reps.max(axis=1), color="0.85", label="Measured (min-max)")
         ax.plot(m.nsp, measured, "ko", ms=4, label="Experimental data (mean)")

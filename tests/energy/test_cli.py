@@ -442,7 +442,7 @@ def test_plot_title_gives_the_error_on_the_data_plotted(params, tmp_path, monkey
     assert run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(subset), "--out", str(fitted),
                *QUICK).exit_code == 0
     titles = []
-    monkeypatch.setattr(plot_mod, "figure3", lambda *args, title: titles.append(title))  # the title, not a PNG
+    monkeypatch.setattr(plot_mod, "figure3", lambda *args, title, **kw: titles.append(title))  # the title, not a PNG
     validated = json.loads(run("model", "validate", "--params", str(fitted), "--data", str(MEASUREMENTS_CSV),
                                "--json").stdout)["models"]["proposed"]["nrmse_time"]
     assert round(validated, 3) != round(json.loads(fitted.read_text())["fit"]["nrmse"]["time"], 3)
@@ -553,7 +553,7 @@ def test_an_undefined_nrmse_is_said_to_be_undefined_and_why(tmp_path, monkeypatc
     doc = json.loads(run("model", "validate", "--params", str(fitted), "--data", str(data), "--json").output)
     assert doc["models"]["proposed"]["nrmse_time"] is None
     titles = []
-    monkeypatch.setattr(plot_mod, "figure3", lambda *args, title: titles.append(title))  # the title, not a PNG
+    monkeypatch.setattr(plot_mod, "figure3", lambda *args, title, **kw: titles.append(title))  # the title, not a PNG
     assert run("model", "plot", "--params", str(fitted), "--data", str(data), "--out", str(tmp_path / "f.png")).exit_code == 0
     assert "(NRMSE time undefined, runtimes without spread)" in titles[0]
 
@@ -686,6 +686,18 @@ def test_validate_and_plot_say_which_measured_nsp_are_extrapolated(params, fitte
     assert r.stderr == "" and json.loads(r.stdout)["extrapolated_nsp"] == []
     r = run("model", "validate", "--params", str(params), "--data", str(MEASUREMENTS_CSV), "--json")
     assert r.stderr == "" and json.loads(r.stdout)["extrapolated_nsp"] == []
+
+
+def test_plot_marks_the_fitted_nsp_when_it_extrapolates(params, fitted_1_to_5, tmp_path, monkeypatch):
+    from parlschedd.energy import plot as plot_mod
+
+    _, fitted = fitted_1_to_5
+    spans = []
+    monkeypatch.setattr(plot_mod, "figure3", lambda *args, title, fitted_on=None: spans.append(fitted_on))
+    for p in (fitted, params):
+        assert run("model", "plot", "--params", str(p), "--data", str(MEASUREMENTS_CSV),
+                   "--out", str(tmp_path / "f.png")).exit_code == 0
+    assert spans == [(1, 5), None]  # fitted on 1-32, the second draws nothing outside
 
 
 def test_a_params_file_without_fitted_nsp_is_read_as_before(params, tmp_path):

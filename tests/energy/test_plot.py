@@ -44,3 +44,19 @@ def test_time_only_data_draws_the_time_panel_alone(tmp_path, empty):
 def test_measured_energies_draw_both_panels(measured):
     fig = draw_figure3(measured, predictions(measured), predictions(measured))
     assert [ax.get_ylabel() for ax in fig.axes] == ["Runtime (s)", "Energy consumption (W·h)"]
+
+
+def legend(ax) -> list[str]:
+    return [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def test_an_extrapolating_figure_shades_the_nsp_the_model_was_fitted_on(measured):
+    """Fitted on NSp 1-5 and drawn over 1-32, the figure did not show where the fit
+    ends and extrapolation begins."""
+    fig = draw_figure3(measured, predictions(measured), predictions(measured), fitted_on=(1, 5))
+    for ax in fig.axes:
+        assert "fitted on NSp 1-5" in legend(ax)
+        (span,) = [p for p in ax.patches if p.get_label() == "fitted on NSp 1-5"]
+        assert span.get_x() <= 1 and 5 <= span.get_x() + span.get_width() < 6
+    fig = draw_figure3(measured, predictions(measured), predictions(measured))
+    assert not any(label.startswith("fitted on") for ax in fig.axes for label in legend(ax))
