@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from parlschedd.cpulist import format_cpulist
 from parlschedd.keypaths import Collector, KeyPathError, load_yaml, yaml12_number, yaml_kind
 
 
@@ -120,9 +121,9 @@ def nsp_candidates(run: RunSettings, nsp: Sequence[int] | None = None) -> np.nda
                        "in reasonable time; ask for the NSp wanted")
     ks = np.array(nsp or range(lo, hi + 1))
     above = without_individuals(run, ks)
-    if above:
-        raise NspError(f"{above[-1]} subpopulations of {run.individuals} individuals (run.individuals): "
-                       "each needs at least one")
+    if above:  # every one, folded (1-5000 is "3841-5000"), and the limit: the largest alone hid both
+        raise NspError(f"nsp {format_cpulist(above)} above {run.individuals} (the cluster's run.individuals): each "
+                       f"subpopulation needs at least one individual; give NSp <= {run.individuals}")
     return ks
 
 

@@ -213,11 +213,25 @@ def test_usage_errors_exit_2(params):
         for nsp in (f"1-{individuals + 1}", "1-100000000"):
             r = CliRunner().invoke(cli, ["model", *command, "--params", str(params), "--nsp", nsp])
             assert r.exit_code == 2, r.output
-        assert f"of {individuals} individuals (run.individuals)" in CliRunner().invoke(
+        assert f"above {individuals} (the cluster's run.individuals)" in CliRunner().invoke(
             cli, ["model", *command, "--params", str(params), "--nsp", f"1-{individuals + 1}"]).output
     r = CliRunner().invoke(cli, ["model", "predict", "--params", str(params), "--nsp", str(individuals)])
     assert r.exit_code == 0  # one individual each is still a run
     assert CliRunner().invoke(cli, ["model", "fit", "--cluster", "x"]).exit_code == 2
+
+
+def test_an_nsp_without_individuals_is_refused_naming_the_limit_as_other_nsp_errors_are_quoted(params):
+    """--nsp 1-5000 said "5000 subpopulations of 3840 individuals", the largest value
+    given, not the limit nor the others above it; and the option was --nsp there but
+    '--nsp' in the other refusals of --nsp."""
+    individuals = json.loads(params.read_text())["cluster"]["run"]["individuals"]
+    r = run("model", "predict", "--params", str(params), "--nsp", f"2,{individuals + 1}-5000")
+    assert r.exit_code == 2
+    assert (f"Invalid value for '--nsp': nsp {individuals + 1}-5000 above {individuals} (the cluster's "
+            f"run.individuals): each subpopulation needs at least one individual; give NSp <= {individuals}") \
+        in " ".join(r.stderr.split()), r.stderr
+    r = run("model", "predict", "--params", str(params), "--nsp", "0-3")
+    assert r.exit_code == 2 and "Invalid value for '--nsp'" in r.stderr
 
 
 def test_a_default_span_above_max_nsp_is_refused_as_nsp_is(params, tmp_path):

@@ -217,7 +217,8 @@ def test_the_nsp_asked_for_default_to_the_run_s_span_and_each_needs_an_individua
     assert without_individuals(tiny.run, [17, 3, 20]) == [17, 20]
     with pytest.raises(NspError) as err:
         nsp_candidates(tiny.run, (3, 17, 18))
-    assert str(err.value) == "18 subpopulations of 16 individuals (run.individuals): each needs at least one"
+    assert str(err.value) == ("nsp 17-18 above 16 (the cluster's run.individuals): each subpopulation needs at "
+                              "least one individual; give NSp <= 16")
 
 
 def test_the_default_nsp_stop_at_max_nsp_as_those_asked_for_do(tiny):
