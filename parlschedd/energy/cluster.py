@@ -159,12 +159,9 @@ class _Reader(Collector):
             # (math.isfinite raised OverflowError); not shown, it has hundreds of digits
             self.fail(where, f"must be {kind} of at most {sys.float_info.max:.2g}, got a larger one")
             return None
-        if (low is not None and value < low) or (high is not None and value > high):
-            bounds = f">= {low}" if high is None else f"in [{low}, {high}]"
-            self.fail(where, f"must be {kind} {bounds}, got {value!r}")
-            return None
-        if above is not None and value <= above:
-            self.fail(where, f"must be {kind} > {above:g}, got {value!r}")
+        if ((low is not None and value < low) or (above is not None and value <= above)
+                or (high is not None and value > high)):
+            self.fail(where, f"must be {kind} {_interval(low, above, high)}, got {value!r}")
             return None
         return int(value) if integer else float(value)
 
@@ -176,6 +173,14 @@ class _Reader(Collector):
         return value
 
 
+def _interval(low: float | None, above: float | None, high: float | None) -> str:
+    """The values ``number`` takes, as its refusal says them: ``low`` and ``high``
+    inclusive, ``above`` exclusive (so that (0, 1] is not said [0.0, 1.0], which 0 is in)."""
+    if high is None:
+        return f">= {low}" if above is None else f"> {above:g}"
+    return f"in [{low}, {high}]" if above is None else f"in ({above:g}, {high:g}]"
+
+
 def _run(r: _Reader, data: Mapping[str, Any]) -> RunSettings | None:
     if "run" not in data:
         r.fail("run", "is required")
@@ -184,10 +189,8 @@ def _run(r: _Reader, data: Mapping[str, Any]) -> RunSettings | None:
     n = r.number(run, "individuals", "run", integer=True, low=1)
     g = r.number(run, "generations", "run", integer=True, low=1)
     ngm = r.number(run, "global_migrations", "run", integer=True, low=1)
-    alpha = r.number(run, "crossover_probability", "run", low=0.0, high=1.0)
-    if alpha == 0.0:  # eq. 1 divides by it: a GA that never crosses over is not the one modelled
-        r.fail("run.crossover_probability", "must be in (0, 1], got 0")
-        alpha = None
+    # Above 0: eq. 1 divides by it (a GA that never crosses over is not the one modelled)
+    alpha = r.number(run, "crossover_probability", "run", above=0.0, high=1.0)
     span = run.get("subpopulations", list(DEFAULT_SUBPOPULATIONS))
     ok_span = (isinstance(span, list) and len(span) == 2 and all(isinstance(v, int) and v >= 1 for v in span)
                and span[0] <= span[1])

@@ -10,7 +10,7 @@ import yaml
 
 from parlschedd.energy.cluster import (MAX_NSP, ClusterError, NspError, check_measured, cluster_to_dict, load_cluster,
                                       nsp_candidates, parse_cluster, without_individuals)
-from tests.energy.conftest import TINY
+from tests.energy.conftest import CLUSTER_YAML, TINY
 
 
 def test_the_shared_cluster(hpmoon):
@@ -161,7 +161,7 @@ def test_names_crossover_and_span_that_would_break_a_fit_later_are_refused():
     node, device = bad["nodes"][0]["name"], bad["nodes"][0]["devices"][0]["name"]
     assert keys["nodes"] == f"the node name {node!r} appears 2 times; names must be unique"
     assert keys["nodes[0].devices"] == f"the device name {device!r} appears 2 times; names must be unique"
-    assert keys["run.crossover_probability"] == "must be in (0, 1], got 0"
+    assert keys["run.crossover_probability"] == "must be a number in (0, 1], got 0"
     assert "must not go above run.individuals" in keys["run.subpopulations"]
 
 
@@ -269,3 +269,16 @@ def test_an_integer_too_large_for_a_float_is_an_error_with_its_key_path(tmp_path
     path.write_text(yaml.safe_dump(TINY).replace("tdp_w: 60", "tdp_w: " + "9" * 5000))  # more than int() converts
     with pytest.raises(ClusterError, match=r": line \d+: not valid YAML: an integer of 5000 digits"):
         load_cluster(path)
+
+
+@pytest.mark.parametrize("value", ["75", "0", "-0.5", "1.01"])
+def test_a_crossover_probability_outside_0_to_1_is_refused_with_the_interval_it_must_be_in(tmp_path, value):
+    """75 (a percentage) was told "must be a number in [0.0, 1.0]", and 0, inside that
+    interval, was refused as well."""
+    text = CLUSTER_YAML.read_text()
+    assert "crossover_probability: 0.75" in text
+    path = tmp_path / "cluster.yaml"
+    path.write_text(text.replace("crossover_probability: 0.75", f"crossover_probability: {value}"))
+    with pytest.raises(ClusterError) as err:
+        load_cluster(path)
+    assert ("run.crossover_probability", f"must be a number in (0, 1], got {value}") in err.value.errors
