@@ -158,11 +158,15 @@ class BaselineModel:
     def from_dict(cls, cluster: Cluster, d: dict[str, Any]) -> BaselineModel:
         names = [n.name for n in cluster.nodes]
 
-        def arr(m: dict[str, float | None]) -> np.ndarray:
+        def arr(key: str) -> np.ndarray:
+            """Per node of the cluster; a node missing is a KeyError naming both keys."""
+            m = d[key]
+            if missing := [n for n in names if n not in m]:
+                raise KeyError(f"{key}.{missing[0]}")
             return np.array([np.nan if m[n] is None else m[n] for n in names], dtype=float)
 
         model = cls(cluster, d["rounding"])
         oj = d["overhead_j"]
-        model.params_ = BaselineParams(arr(d["theta_s"]), float(d["overhead_s"]), arr(d["pow_w"]),
-                                       arr(d["pow_idle_w"]), float("nan") if oj is None else float(oj))
+        model.params_ = BaselineParams(arr("theta_s"), float(d["overhead_s"]), arr("pow_w"),
+                                       arr("pow_idle_w"), float("nan") if oj is None else float(oj))
         return model

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -22,6 +22,8 @@ from parlschedd.energy.cluster import Cluster, ClusterError, cluster_to_dict, pa
 from parlschedd.energy.estimator import EnergyTimeModel
 
 FORMAT = "parlsched-energy-time/1"
+
+T = TypeVar("T")
 
 
 class ParamsError(ValueError):
@@ -86,16 +88,62 @@ def load_params(path: str | Path) -> Fitted:
         raise ParamsError(f"{source}: not a parameters file of format {FORMAT} (write one with `model fit --out`)")
     try:
         cluster = parse_cluster(doc["cluster"], f"{source}: cluster")
-        model = EnergyTimeModel.from_dict(cluster, doc["model"])
-        baseline = BaselineModel.from_dict(cluster, doc["baseline"])
     except ClusterError as exc:
         raise ParamsError(str(exc)) from exc
     except KeyError as exc:  # str() of a KeyError is the bare key
         raise ParamsError(f"{source}: malformed parameters: missing key {exc} (write the file with `model fit --out`)") from exc
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise ParamsError(f"{source}: malformed parameters: {exc}") from exc
+    model = _section(doc, "model", source, lambda d: EnergyTimeModel.from_dict(cluster, d))
+    baseline = _section(doc, "baseline", source, lambda d: BaselineModel.from_dict(cluster, d))
     extra = {k: v for k, v in doc.items() if k not in {"format", "cluster", "model", "baseline", "fitted_nsp"}}
     return Fitted(cluster, model, baseline, extra, _fitted_nsp(doc.get("fitted_nsp"), source))
+
+
+class _NotANumber(ValueError):
+    """A value of a parameters file that is not a number, its message naming its key path."""
+
+
+# The values of each section that are numbers: one, or an object of them by name; None
+# where null is allowed (an energy not fitted).
+_NUMBERS: dict[str, dict[str, tuple[bool, bool]]] = {  # field: (an object of them, null allowed)
+    "model": {"parameters": (True, False)},
+    "baseline": {"overhead_s": (False, False), "overhead_j": (False, True), "theta_s": (True, True),
+                 "pow_w": (True, True), "pow_idle_w": (True, True)}}
+
+
+def _check_numbers(section: Any, key: str) -> None:
+    """_NotANumber naming the first value of section ``key`` that should be a number
+    and is not: from_dict left it to float(), whose "could not convert string to float:
+    'abc'" did not say which of 22 parameters. What is missing or not an object is left
+    to from_dict, which says so."""
+    if not isinstance(section, dict):
+        return
+    for field, (by_name, nullable) in _NUMBERS[key].items():
+        if field not in section:
+            continue
+        value = section[field]
+        if by_name and not isinstance(value, dict):
+            continue
+        for where, v in ([(f"{key}.{field}.{n}", x) for n, x in value.items()] if by_name
+                         else [(f"{key}.{field}", value)]):
+            if not (v is None and nullable) and (isinstance(v, bool) or not isinstance(v, int | float)):
+                raise _NotANumber(f"{where}: must be a number, got {v!r}")
+
+
+def _section(doc: dict[str, Any], key: str, source: str, read: Callable[[Any], T]) -> T:
+    """``read`` of the section ``key`` of ``doc``, its errors naming the key path in the
+    file: "missing key 'rounding'" did not say of which section."""
+    try:
+        section = doc[key]
+        _check_numbers(section, key)
+        return read(section)
+    except KeyError as exc:
+        name = exc.args[0] if exc.args[0] == key else f"{key}.{exc.args[0]}"
+        raise ParamsError(f"{source}: malformed parameters: missing key '{name}' "
+                          "(write the file with `model fit --out`)") from exc
+    except _NotANumber as exc:
+        raise ParamsError(f"{source}: malformed parameters: {exc}") from exc
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ParamsError(f"{source}: malformed parameters: {key}: {exc}") from exc
 
 
 def _fitted_nsp(value: Any, source: str) -> tuple[int, ...] | None:

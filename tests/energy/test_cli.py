@@ -346,6 +346,30 @@ def test_inputs_a_review_broke_give_one_line_errors_or_valid_json(params, tmp_pa
     assert r.exit_code == 2 and "--seed" in r.output
 
 
+def test_a_malformed_params_file_names_the_key_at_fault(params, tmp_path):
+    """"baseline": {} said "missing key 'rounding'" (of which section?), and "T_com":
+    "abc" said "could not convert string to float: 'abc'" (which parameter?)."""
+    broken = tmp_path / "broken.json"
+    cases = {"baseline": ({}, "missing key 'baseline.rounding'"),
+             "baseline.theta_s": ({}, "missing key 'baseline.theta_s.node1'"),
+             "baseline.overhead_s": ("abc", "baseline.overhead_s: must be a number, got 'abc'"),
+             "model.parameters.T_com": ("abc", "model.parameters.T_com: must be a number, got 'abc'"),
+             "model.method": (None, "missing key 'model.method'")}
+    for key, (value, said) in cases.items():
+        doc = json.loads(params.read_text())
+        *path, last = key.split(".")
+        section = doc
+        for k in path:
+            section = section[k]
+        if value is None:
+            del section[last]
+        else:
+            section[last] = value
+        broken.write_text(json.dumps(doc))
+        r = run("model", "predict", "--params", str(broken))
+        assert r.exit_code == 1 and f"{broken}: malformed parameters: {said}" in r.stderr, (key, r.stderr)
+
+
 def test_measure_keeps_the_configurations_run_before_a_failure(tmp_path):
     """The third configuration fails: the first two are in the CSV (all were lost
     before), and an --out that cannot be written fails before anything runs."""
@@ -775,12 +799,12 @@ def test_a_params_file_with_its_keys_sorted_is_the_same_model(params, tmp_path):
     shuffled.write_text(json.dumps(doc, sort_keys=True))
     r = run("model", "predict", "--params", str(shuffled))
     assert r.exit_code == 1, r.output
-    assert r.stderr.strip().endswith("malformed parameters: parameters do not match the cluster: missing T_com, "
+    assert r.stderr.strip().endswith("malformed parameters: model: parameters do not match the cluster: missing T_com, "
                                      "Pow[node3.gpu]; unknown Pow[node9.gpu]")
     doc["model"]["parameters"] = list(values)
     shuffled.write_text(json.dumps(doc))
     r = run("model", "predict", "--params", str(shuffled))
-    assert r.exit_code == 1 and "malformed parameters: parameters must be an object of name: value" in r.stderr
+    assert r.exit_code == 1 and "malformed parameters: model: parameters must be an object of name: value" in r.stderr
 
 
 def test_one_fit_shows_its_progress_from_the_start_and_no_rsd_column():
