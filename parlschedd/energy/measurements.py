@@ -6,7 +6,9 @@ fitted to the means; when a mean column is absent it is computed from the repeti
 and optionally the baseline's stored predictions ``baseline_time_s`` and
 ``baseline_energy_wh``. Energy cells may be empty (a machine without RAPL): the energy
 of that configuration is then NaN and it is left out of the energy fit, which needs
-MIN_ENERGY_ROWS configurations with one (else only time is fitted).
+MIN_ENERGY_ROWS configurations with one (else only time is fitted). Cells are separated
+by commas; a header separated by semicolons or tabs (a spreadsheet's export in a
+comma-decimal locale) is refused saying so.
 """
 
 from __future__ import annotations
@@ -105,6 +107,10 @@ def _mean(stored: float, reps: list[float]) -> float:
 def parse_measurements(rows: list[dict[str, str]], header: list[str], source: str,
                        lines: Sequence[int]) -> Measurements:
     """Validate CSV rows; ``lines`` are their line numbers in ``source`` for the errors."""
+    for separator, named in ((";", "semicolons"), ("\t", "tabs")):
+        if any(separator in c for c in header):  # what a spreadsheet exports in a comma-decimal locale
+            raise MeasurementsError(source, 1, f"the header is separated by {named}, not commas: save the file as "
+                                    "comma-separated values (CSV with ',' between cells and '.' in numbers)")
     if "" in header:
         raise MeasurementsError(source, 1, f"column {header.index('') + 1} has no name (a trailing comma, as "
                                 "spreadsheets export?); remove it")

@@ -7,6 +7,7 @@ import pytest
 
 from parlschedd.energy.measurements import MeasurementsError, load_measurements, write_measurements
 from parlschedd.energy.metrics import nrmse
+from tests.energy.conftest import MEASUREMENTS_CSV
 
 
 def test_the_shared_measurements(measured):
@@ -105,3 +106,15 @@ def test_a_run_without_energy_costs_only_that_run_in_the_file_as_read(tmp_path):
     assert path.read_text().splitlines()[1].endswith(",12,0.2")
     assert load_measurements(path).energy_wh[0] == pytest.approx(0.2)
 
+
+
+@pytest.mark.parametrize("separator, named", [(";", "semicolons"), ("\t", "tabs")])
+def test_a_file_separated_by_semicolons_or_tabs_is_told_to_be_comma_separated(tmp_path, separator, named):
+    """The shared measurements as a spreadsheet in a comma-decimal locale exports them:
+    one giant "unknown column(s) nsp;time_s_r1;..."."""
+    path = tmp_path / "exported.csv"
+    path.write_text(MEASUREMENTS_CSV.read_text().replace(",", separator))
+    with pytest.raises(MeasurementsError) as err:
+        load_measurements(path)
+    assert str(err.value) == (f"{path}:1: the header is separated by {named}, not commas: save the file as "
+                              "comma-separated values (CSV with ',' between cells and '.' in numbers)")
