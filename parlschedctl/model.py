@@ -298,8 +298,16 @@ def predict(params_path: str, nsp: tuple[int, ...] | None, as_json: bool) -> Non
 def _cell(x: float | None, width: int, spec: str, scale: float = 1) -> str:
     """``x * scale`` in a table column ``width`` wide; n/a where there is no number: None
     or not finite (an energy not fitted or not measured, a time that overflows). Checked
-    before scaling: a finite error that overflows when scaled shows as inf."""
-    return f"{'n/a' if x is None or not np.isfinite(x) else format(x * scale, spec):>{width}}"
+    before scaling: a finite error that overflows when scaled shows as inf. A number
+    wider than the column in ``spec`` is written in exponent form, which fits: in fixed
+    point a hand-edited parameter of 1e308 gave 300 digits, and the columns after it
+    went with them."""
+    if x is None or not np.isfinite(x):
+        return f"{'n/a':>{width}}"
+    shown = format(x * scale, spec)
+    if len(shown) > width:  # decimals: what the column leaves beside "d." and "e+308"
+        shown = format(x * scale, f"{'+' if spec.startswith('+') else ''}.{max(1, width - 7)}e")
+    return f"{shown:>{width}}"
 
 
 @model.command()

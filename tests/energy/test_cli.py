@@ -111,6 +111,23 @@ def test_predict(params):
     assert len(text) == 33 and text[0].split() == ["nsp", "time_s", "energy_wh"]
 
 
+def test_huge_predictions_keep_the_table_s_columns(params, tmp_path):
+    """A hand-edited W=1e308 printed times 300 digits wide in fixed point, and the
+    columns after them went with them."""
+    doc = json.loads(params.read_text())
+    name = next(k for k in doc["model"]["parameters"] if k.startswith("W["))
+    doc["model"]["parameters"][name] = 1e308
+    huge = tmp_path / "huge.json"
+    huge.write_text(json.dumps(doc))
+    r = run("model", "predict", "--params", str(huge), "--nsp", "1-3,32")
+    lines = r.output.splitlines()
+    assert r.exit_code == 0 and {len(line) for line in lines} == {len(lines[0])}, r.output
+    times = [float(line.split()[1]) for line in lines[1:]]
+    predicted = json.loads(run("model", "predict", "--params", str(huge), "--nsp", "1-3,32", "--json").stdout)
+    assert times == pytest.approx([p["time_s"] for p in predicted["predictions"]], rel=1e-3)
+    assert any("e+" in line for line in lines)
+
+
 def test_predictions_that_overflow_are_no_numbers(params, tmp_path):
     """Parameters near the largest float (accepted by the loader) overflow a predicted
     time: null in the JSON and n/a in the table (the table failed on a TypeError)."""
