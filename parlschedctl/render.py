@@ -46,14 +46,19 @@ def _status_rows(reply: dict[str, Any]) -> list[tuple[str, int | None]]:
         left = _not_managed(t.get("threads_ignored", 0), t.get("threads_handed_over", 0))
         rule = "" if t.get("rule") is None else f", config rule {t['rule']}"
         cpus = "" if t.get("cpus", placed) == placed else f", cpuset: cpus {format_cpulist(t['cpus'])}"
+        tree = bool(t.get("descendants"))
+        processes = f", with descendants: {_n_processes(t['threads'])}" if tree else ""
         rows.append(("", None))
-        rows.append((f"{t['pid']} {printable(t['name'])} ({t['mode']}{rule}{cpus}, {n_threads(len(t['threads']))}{left})", None))
-        rows.append((f"  {'TID':>8} {'NAME':<16} {'CPU':>4} {'DOM':>4} {'UTILITY':>12} PINNED", None))
+        rows.append((f"{t['pid']} {printable(t['name'])} ({t['mode']}{rule}{cpus}{processes}, "
+                     f"{n_threads(len(t['threads']))}{left})", None))
+        pid_column = f"{'PID':>8} " if tree else ""
+        rows.append((f"  {pid_column}{'TID':>8} {'NAME':<16} {'CPU':>4} {'DOM':>4} {'UTILITY':>12} PINNED", None))
         for th in t["threads"]:
             util = "-" if th["utility"] is None else f"{th['utility']:.4g}"
             cpu = "free" if th.get("free") else "-" if th["cpu"] is None else th["cpu"]
             dom = "-" if th["domain"] is None else th["domain"]
-            rows.append((f"  {th['tid']:>8} {printable(th['name'])[:16]:<16} {cpu:>4} {dom:>4} {util:>12} "
+            pid = f"{th.get('pid', '-'):>8} " if tree else ""
+            rows.append((f"  {pid}{th['tid']:>8} {printable(th['name'])[:16]:<16} {cpu:>4} {dom:>4} {util:>12} "
                          f"{'yes' if th['pinned'] else 'no'}", i))
     return rows
 
@@ -86,6 +91,14 @@ def clip(line: str, columns: int) -> str:
             return line[:i]
         used += width
     return line
+
+
+def _n_processes(threads: list[dict[str, Any]]) -> str:
+    """'3 processes' a descendants target's threads belong to: its header said only
+    "3 threads" of a process whose threads were in fact three processes' (a daemon
+    before the threads' "pid" field counts as one)."""
+    n = len({th.get("pid") for th in threads})
+    return f"{n} process" if n == 1 else f"{n} processes"
 
 
 def _not_managed(ignored: int, handed_over: int) -> str:

@@ -636,7 +636,7 @@ class Engine:
             self._not_adopted(target, tid)
             log.warning("cannot manage thread", tid=tid, error=str(exc))
             return
-        target.threads[tid] = ThreadState(tid, start, name, value, now)
+        target.threads[tid] = ThreadState(tid, start, name, value, now, process=target.pid if process is None else process)
         target.most_threads = max(target.most_threads, len(target.threads))
         target.stale = True
         self.on_change()

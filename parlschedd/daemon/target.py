@@ -33,6 +33,7 @@ class ThreadState:
     name: str
     first_value: float  # the counter at adoption
     first_time: float
+    process: int = 0  # its process (thread group id): status's "pid", which tells a descendant's threads apart
     refusal_said: bool = False  # a pin the kernel refused was logged at warning level once
 
 

@@ -26,12 +26,13 @@ def describe(target: Target, now: float | None, *, rescan_s: float, proc_root: s
     rows = zip(r.tids.tolist(), r.cpu.tolist(), r.domain.tolist(), r.utility.tolist(), r.pinned.tolist())
     return {
         "pid": target.pid, "name": target.name, "mode": target.mode, "uid": target.uid,
+        "descendants": target.descendants,  # its descendants' threads are its own: each thread's "pid" says whose
         "rule": target.rule,  # the index of the config rule that attached it; None: attached by a client
         "cpus": sorted(c for d in placed_on(target.cpus, every_cpu) for c in d),  # where its cpuset lets it be placed
         "migrations": target.migrations, "threads_ignored": len(target.ignored),
         "threads_handed_over": sum(tid in handed_over for tid in target.ignored),
         "threads": [
-            {"tid": tid, "name": target.threads[tid].name, "cpu": None if cpu < 0 else cpu,
+            {"tid": tid, "pid": target.threads[tid].process, "name": target.threads[tid].name, "cpu": None if cpu < 0 else cpu,
              "domain": None if dom < 0 else dom, "utility": None if u != u else u, "pinned": pinned,
              "free": pinned and cpu < 0}
             for tid, cpu, dom, u, pinned in rows

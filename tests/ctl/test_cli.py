@@ -303,6 +303,22 @@ def test_attach_status_detach_through_the_cli(daemon, workload):
     assert ctl("reload", socket=daemon.socket).returncode == 0
 
 
+@needs_root
+def test_status_of_a_descendants_target_names_each_threads_process(daemon, kill_after):
+    """A target attached with --descendants showed its children's threads as its own,
+    with no flag and no pid to tell them apart."""
+    tree = kill_after(subprocess.Popen(["bash", "-c", "sleep 30 & wait"], start_new_session=True))
+    child = wait_for(lambda: open(f"/proc/{tree.pid}/task/{tree.pid}/children").read().split())[0]
+    assert ctl("attach", "--descendants", str(tree.pid), socket=daemon.socket).returncode == 0
+    wait_for(lambda: len(json.loads(ctl("status", "--json", socket=daemon.socket).stdout)["targets"][0]["threads"]) == 2)
+    target = json.loads(ctl("status", "--json", str(tree.pid), socket=daemon.socket).stdout)["targets"][0]
+    assert target["descendants"] is True and sorted(t["pid"] for t in target["threads"]) == sorted([tree.pid, int(child)])
+    rows = ctl("status", str(tree.pid), socket=daemon.socket).stdout.splitlines()
+    assert f"{tree.pid} bash (pin, with descendants: 2 processes, 2 threads)" in rows
+    assert [r.split()[:2] for r in rows if r.split()[:1] == [child]] == [[child, child]]  # PID, then TID
+    os.killpg(tree.pid, signal.SIGKILL)  # the sleep too
+
+
 def test_top_ends_quietly_when_its_reader_leaves(daemon):
     """``parlschedctl top | head`` exited 1 (click's code for EPIPE): a reader that
     stops reading is how a piped live view ends, like Ctrl-C."""

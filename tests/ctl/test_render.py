@@ -67,6 +67,23 @@ def test_a_target_confined_by_its_cpuset_shows_its_cpus_in_the_header() -> None:
     assert "11 app (pin, 1 thread)\n" in status_table(reply) + "\n"
 
 
+def test_a_descendants_target_shows_its_processes_and_each_threads_pid() -> None:
+    """``stress-ng --cpu 2`` run through ``run`` showed as "12713 stress-ng (pin, 3
+    threads)": three processes, with nothing to tell which thread was whose."""
+    reply = _reply("stress-ng", "stress-ng")
+    target = reply["targets"][0]
+    target["threads"][0]["pid"] = 11
+    target["threads"].append({"tid": 14, "pid": 14, "name": "stress-ng-cpu", "cpu": 0, "domain": 0, "utility": 0.9,
+                              "pinned": True})
+    assert "11 stress-ng (pin, 2 threads)\n" in status_table(reply) + "\n"  # not a descendants target: as before
+    assert "PID" not in status_table(reply).splitlines()[-3]
+    target["descendants"] = True
+    rows = status_table(reply).splitlines()
+    assert rows[-4] == "11 stress-ng (pin, with descendants: 2 processes, 2 threads)"
+    assert rows[-3].split()[:2] == ["PID", "TID"]
+    assert rows[-2].split()[:3] == ["11", "12", "stress-ng"] and rows[-1].split()[:3] == ["14", "14", "stress-ng-cpu"]
+
+
 def test_a_screen_keeps_the_header_and_counts_what_it_left_out() -> None:
     """top on a terminal: a frame taller or wider than the terminal scrolled its
     header away. Cut, it keeps the header and says what did not fit."""

@@ -87,6 +87,8 @@ def test_status_json_fields(daemon, workload):
     time.sleep(0.3)
     reply = daemon.request("status")
     d = reply["daemon"]
+    assert reply["targets"][0]["descendants"] is False
+    assert {t["pid"] for t in reply["targets"][0]["threads"]} == {w.pid}  # each thread's process
     for key in ("pid", "version", "uptime_s", "counter_source", "period_s", "domain_period_s", "domains", "cpus", "loop"):
         assert key in d
     assert d["counter_source"] in ("perf:instructions", "perf:task-clock", "schedstat")
@@ -1033,6 +1035,9 @@ def test_descendants_present_and_future_are_managed(daemon):
         daemon.request("attach", pid=tree.pid, descendants=True)
         wait_for(lambda: all_pinned(daemon, tree.pid, 2))
         assert set(threads_of(daemon, tree.pid)) == {tree.pid, *first}
+        target = daemon.request("status", pid=tree.pid)["targets"][0]
+        assert target["descendants"] is True  # and each thread says whose it is: the child's is not the tree's
+        assert {t["tid"]: t["pid"] for t in target["threads"]} == {tree.pid: tree.pid, first[0]: first[0]}
         tree.stdin.write(b"\n")  # now the second child is born, after the attach
         tree.stdin.flush()
         later = wait_for(lambda: set(procfs_children(tree.pid)) - set(first))
