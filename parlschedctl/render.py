@@ -37,7 +37,7 @@ def _status_rows(reply: dict[str, Any]) -> list[tuple[str, int | None]]:
          f"period {d['period_s']} s / domain period {d['domain_period_s']} s, loop mean {loop['mean_ms']} ms max {loop['max_ms']} ms",
          None),
         (f"domains {d['domains']}; utility in {UTILITY_UNITS.get(d['counter_source'], 'the counter source units')};"
-         " cpu free: the kernel places the thread in its domain; pinned: its mask is ours (that cpu, or the domain)", None),
+         " pinned: the mask we set holds its cpu, or its domain (cpu free: the kernel places it there); no: its own mask", None),
     ]
     if not reply["targets"]:
         rows.append(("no targets", None))
@@ -59,7 +59,7 @@ def _status_rows(reply: dict[str, Any]) -> list[tuple[str, int | None]]:
             dom = "-" if th["domain"] is None else th["domain"]
             pid = f"{th.get('pid', '-'):>8} " if tree else ""
             rows.append((f"  {pid}{th['tid']:>8} {printable(th['name'])[:16]:<16} {cpu:>4} {dom:>4} {util:>12} "
-                         f"{'yes' if th['pinned'] else 'no'}", i))
+                         f"{_pinned_to(th)}", i))
     return rows
 
 
@@ -91,6 +91,15 @@ def clip(line: str, columns: int) -> str:
             return line[:i]
         used += width
     return line
+
+
+def _pinned_to(thread: dict[str, Any]) -> str:
+    """The PINNED column: what the mask we set holds, "cpu" or "domain" (a free thread),
+    or "no". It said "yes" of a free thread too, and "CPU free ... PINNED yes" read as
+    a contradiction."""
+    if not thread["pinned"]:
+        return "no"
+    return "domain" if thread.get("free") else "cpu"
 
 
 def _n_processes(threads: list[dict[str, Any]]) -> str:

@@ -36,7 +36,9 @@ def test_a_free_thread_shows_free_and_the_utility_its_unit() -> None:
     rows = status_table(reply).splitlines()
     assert "ns of CPU per second" in rows[1]
     assert rows[-2].split()[:3] == ["13", "w2", "free"] and rows[-1].split()[:3] == ["14", "w3", "-"]
-    assert "pinned: its mask is ours" in rows[1]
+    # PINNED says to what: "free" next to "yes" read as a contradiction
+    assert [row.split()[-1] for row in rows[-3:]] == ["cpu", "domain", "no"]
+    assert "pinned: the mask we set holds its cpu, or its domain (cpu free" in rows[1]
 
 
 def test_threads_not_managed_are_counted_in_the_header() -> None:
