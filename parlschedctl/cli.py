@@ -29,6 +29,7 @@ import click
 
 from parlschedd import __version__
 from parlschedctl import client
+from parlschedd.daemon import protocol
 from parlschedctl.outputs import FILE, check_figure, print_json
 from parlschedctl.render import (placement_counts, placements, printable, progress_line, status_screen,
                                  status_table)
@@ -112,7 +113,7 @@ def attach(sock: str, pid: int, observe: bool, threads: str | None, descendants:
     else:
         click.echo(f"attached {t['pid']} ({printable(t['name'])}), {n_threads(len(t['threads']))}, mode {t['mode']}")
     if threads and not t["threads"]:
-        click.echo(f"parlschedctl: warning: no thread name of {pid} matches --threads {threads!r} "
+        click.echo(f"parlschedctl: warning: no thread name of {pid} matches --threads {protocol.clip(repr(threads))} "
                    f"({t.get('threads_ignored', 0)} left out); threads created or renamed later to a matching name are adopted",
                    err=True)
 

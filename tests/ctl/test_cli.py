@@ -595,6 +595,12 @@ def test_refusals_and_empty_attaches_say_why(daemon, workload, tmp_path):
     r = ctl("attach", str(w.pid), "--threads", "^no-such-name$", socket=daemon.socket)
     assert r.returncode == 0, r.stderr  # attached: a thread of that name may still come
     assert "0 threads" in r.stdout and "no thread name" in r.stderr and "3 left out" in r.stderr
+    assert "--threads '^no-such-name$'" in r.stderr  # a short regex in full
+    assert ctl("detach", str(w.pid), socket=daemon.socket).returncode == 0
+    long = "^(" + "|".join(f"no-such-name-{i}" for i in range(400)) + ")$"  # 6,000 characters
+    r = ctl("attach", str(w.pid), "--threads", long, socket=daemon.socket)
+    assert r.returncode == 0 and "no thread name" in r.stderr, r.stderr
+    assert len(r.stderr) < 300 and f"... ({len(repr(long))} characters)" in r.stderr, r.stderr  # clipped, as errors clip
     w.close()
     wait_for(lambda: json.loads(ctl("status", "--json", socket=daemon.socket).stdout)["targets"] == [])
     for cmd, *rest in (("detach",), ("plot", *plot)):
