@@ -344,7 +344,8 @@ class Daemon:
         if self.restart_pending:
             log.warning("applied but for what takes effect at the next restart", keys=self.restart_pending)
         relearning = self.engine.relearn()
-        log.info("reloaded", config=self.config_path, targets_learning_afresh=relearning)
+        log.info("reloaded", config=str(new.read_from.path) if new.read_from else "the built-in config",  # not None
+                 targets_learning_afresh=relearning)
         self.rules.rescan(self.engine, self.config.targets, time.monotonic())
         self.status_views.clear()  # period_s and the like, and what the rules attached
         return []

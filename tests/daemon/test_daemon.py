@@ -20,6 +20,7 @@ import pytest
 
 from parlschedctl import client
 from parlschedd.host import procfs
+from parlschedd.config import config_file
 from parlschedd.cpulist import format_cpulist
 from tests.conftest import (CGROUP_MOUNTS, NOBODY, Daemon, PINNING, all_pinned, as_user, needs_root, own_cgroup,
                             pinned_where_shown, refused_start, start_daemon, tagged_sleeper, threads_of, wait_for)
@@ -543,6 +544,33 @@ def test_restart_after_target_exit_touches_nothing(tmp_path, workload):
         assert skipped["reason"] == "it has exited"  # said so, not as the errno of a read
     finally:
         d2.stop()
+
+
+def test_a_reload_logs_the_file_it_read_or_the_built_in_config(daemon, tmp_path):
+    """A daemon on the built-in defaults logged its reload with config=None."""
+    daemon.request("reload")
+    assert [e["config"] for e in daemon.log_records() if e["event"] == "reloaded"] == [str(daemon.config)]
+    if config_file(None) is not None:
+        pytest.skip(f"{config_file(None)} is on this host: a daemon without --config reads it")
+    log = tmp_path / "builtin.log"
+    proc = subprocess.Popen([sys.executable, "-m", "parlschedd", "--socket", str(tmp_path / "builtin.sock"),
+                             "--state-dir", str(tmp_path / "builtin-state"), "--log-format", "json"],
+                            stdout=subprocess.DEVNULL, stderr=open(log, "ab"))
+    builtin = Daemon(proc, str(tmp_path / "builtin.sock"), tmp_path / "builtin-state", tmp_path / "none.yaml", log)
+
+    def up() -> bool:
+        try:
+            return builtin.request("ping") is not None
+        except client.Unreachable:
+            assert proc.poll() is None, log.read_text()
+            return False
+
+    try:
+        wait_for(up, timeout=15)
+        builtin.request("reload")
+        assert [e["config"] for e in builtin.log_records() if e["event"] == "reloaded"] == ["the built-in config"]
+    finally:
+        builtin.stop()
 
 
 def test_invalid_config_on_reload_keeps_the_old_one(daemon):
