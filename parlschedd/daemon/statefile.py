@@ -241,11 +241,19 @@ def reattach(engine: Engine, saved: dict, now: float, proc_root: str) -> None:
                       descendants=bool(saved.get("descendants")), uid=saved.get("caller"))
         log.info("re-attached from the last run", pid=pid)
     except ThreadGone:  # not the errno of the read that found it gone
-        log.info("previous target not re-attached", target=saved, reason="it has exited")
+        log.info("previous target not re-attached", **_named(saved), reason="it has exited")
     except (KeyError, ValueError, TypeError, HostError, EngineError) as exc:
-        log.info("previous target not re-attached", target=saved, reason=str(exc))
+        log.info("previous target not re-attached", **_named(saved), reason=str(exc))
     except Exception:  # a bug: that target, not the daemon's start
-        log.exception("previous target not re-attached", target=saved)
+        log.exception("previous target not re-attached", **_named(saved))
+
+
+def _named(saved: dict) -> dict[str, object]:
+    """A saved target as its log lines name it, by pid and start time, as fields: it was
+    logged as the state file's whole entry, a Python dict in one field. A value that is
+    not a number (a damaged entry, or None where it is missing) is logged as its clipped repr."""
+    fields = {"pid": saved.get("pid"), "start_time": saved.get("start_time")}
+    return {key: value if isinstance(value, int) else protocol.clip(repr(value)) for key, value in fields.items()}
 
 
 def _placements(state: dict) -> frozenset[frozenset[int]] | None:

@@ -542,6 +542,8 @@ def test_restart_after_target_exit_touches_nothing(tmp_path, workload):
         assert (recovered["restored"], recovered["gone"], recovered["failed"]) == (0, n, 0)
         [skipped] = [e for e in lines if e["event"] == "previous target not re-attached"]
         assert skipped["reason"] == "it has exited"  # said so, not as the errno of a read
+        assert skipped["pid"] == w.pid and isinstance(skipped["start_time"], int)  # fields, not a Python dict
+        assert "target" not in skipped
     finally:
         d2.stop()
 
