@@ -166,11 +166,15 @@ class Daemon:
             self.statefile.lock()
         except StateDirUnusable as exc:
             raise StartupError(str(exc)) from None
-        gid = self._socket_gid()  # all three checked before recover changes any thread
-        self._claim_socket_path()
-        saved = self.statefile.recover(self.engine)
-        self.metrics = self._start_metrics()
-        self._open_socket(gid)
+        try:
+            gid = self._socket_gid()  # all three checked before recover changes any thread
+            self._claim_socket_path()
+            saved = self.statefile.recover(self.engine)
+            self.metrics = self._start_metrics()
+            self._open_socket(gid)
+        except BaseException:  # a refused start leaves no state dir or lock file of its own behind
+            self.statefile.unmake()
+            raise
         self._wake_r, self._wake_w = socket.socketpair()
         for s in (self._wake_r, self._wake_w):
             s.setblocking(False)

@@ -41,16 +41,25 @@ class StateFile:
         self.dirty = False
         self._lock: int | None = None  # the state dir's lock, held while we run
         self._lock_lost_said = False
+        self._made: list[Path] = []  # the state dir and its lock file where the first lock made them (unmake)
 
     def lock(self) -> None:
         """Refuse to start without a state dir to write in, or one another daemon uses:
         the saved masks there are what a restart after SIGKILL restores. Its lock file,
         held until ``unlock``, proves both. StateDirUnusable when it cannot be used."""
         where = self.path.parent
+        first, made = self._lock is None, []  # keep_lock takes it again while it holds the first
         try:
-            where.mkdir(exist_ok=True, mode=0o755)  # itself (/run/parlsched), not a path of missing directories
+            try:
+                where.mkdir(mode=0o755)  # itself (/run/parlsched), not a path of missing directories
+                made.append(where)
+            except FileExistsError:
+                if not where.is_dir():
+                    raise
             if problem := state_dir_problem(str(where), os.geteuid()):  # made by someone else since the start's check
                 raise StateDirUnusable(problem)
+            if not os.path.lexists(where / "lock"):
+                made.append(where / "lock")
             self._lock = lock_dir(where)
         except StateDirBusy as exc:
             raise StateDirUnusable(f"{exc}: two daemons on one state dir would each restore the other's threads and "
@@ -62,6 +71,8 @@ class StateFile:
             reason = "it or a parent is not a directory" if isinstance(exc, FileExistsError) else exc.strerror or str(exc)
             raise StateDirUnusable(f"cannot use state dir {where}: {reason} (the original masks of pinned threads "
                                    "are kept there; choose another --state-dir)") from None
+        if first:
+            self._made = made
 
     def keep_lock(self) -> None:
         """Take the state dir's lock again when its file was removed under the daemon
@@ -91,6 +102,29 @@ class StateFile:
         os.close(held)
         self.dirty, self._lock_lost_said = True, False
         log.warning("state dir removed under the daemon, its lock taken and its state written again", path=str(where))
+
+    def unmake(self) -> None:
+        """Undo the lock of a start that failed after it (another daemon on the socket,
+        the metrics port in use): give the lock up and remove what that lock made, the
+        lock file and the state dir, which a failed start left behind (as root, in /run).
+        What was there before stays. The lock file is removed only while it is the one
+        whose lock we hold (no other daemon's), before the lock is given up; the dir only
+        when empty (rmdir): a file anyone put there since keeps it."""
+        if self._lock is None:
+            return
+        where = self.path.parent
+        try:
+            if where / "lock" in self._made:
+                ours, there = os.fstat(self._lock), os.lstat(where / "lock")
+                if (ours.st_dev, ours.st_ino) == (there.st_dev, there.st_ino):
+                    os.unlink(where / "lock")
+            if where in self._made:
+                os.rmdir(where)
+        except OSError as exc:  # what cannot be removed stays: said, never the start's refusal
+            log.warning("a failed start left the state dir or its lock file behind", path=str(where), error=str(exc))
+        finally:
+            os.close(self._lock)
+            self._lock, self._made = None, []
 
     def unlock(self) -> None:
         """Give up the state dir's lock: once the file is final, at the daemon's exit."""

@@ -1354,6 +1354,36 @@ def test_an_unusable_state_dir_or_socket_group_stops_the_start(tmp_path, case):
     assert not sock.exists()
 
 
+@pytest.mark.parametrize("before", ["nothing", "the state dir", "the state dir and a lock file"])
+def test_a_start_refused_for_another_daemons_socket_leaves_nothing_it_made(daemon, tmp_path, before):
+    """Refused because another daemon listens on the socket, a start left the state dir
+    and lock file it had just made (as root, in /run). What was there before stays, and
+    so does the other daemon's own lock."""
+    state = tmp_path / "second-state"
+    if before != "nothing":
+        state.mkdir()
+    if before == "the state dir and a lock file":
+        (state / "lock").write_text("4242\n")  # a daemon stopped earlier left it
+    proc = refused_start(daemon.config, daemon.socket, state)
+    assert proc.returncode == 1 and f"another daemon is listening on {daemon.socket}" in proc.stderr, proc.stderr
+    if before == "nothing":
+        assert not state.exists()
+    else:
+        assert sorted(os.listdir(state)) == ([] if before == "the state dir" else ["lock"])
+    assert (daemon.state_dir / "lock").read_text() == f"{daemon.proc.pid}\n"
+    assert daemon.request("ping")["version"]
+
+
+def test_a_start_refused_for_a_metrics_port_in_use_leaves_nothing_it_made(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        (tmp_path / "cfg.yaml").write_text(f"period_s: 0.05\nmetrics: '127.0.0.1:{taken.getsockname()[1]}'\n")
+        proc = refused_start(tmp_path / "cfg.yaml", tmp_path / "d.sock", tmp_path / "state")
+    assert proc.returncode == 1 and "cannot listen for metrics on 127.0.0.1:" in proc.stderr, proc.stderr
+    assert sorted(os.listdir(tmp_path)) == ["cfg.yaml"]  # no state dir, no lock file, no socket
+
+
 def test_a_second_daemon_on_the_same_state_dir_is_refused(daemon, workload, tmp_path):
     """Two daemons on one state dir would each restore the other's threads and
     overwrite its saved masks (a review lost every original that way): the second is
@@ -1366,6 +1396,7 @@ def test_a_second_daemon_on_the_same_state_dir_is_refused(daemon, workload, tmp_
     assert proc.returncode == 1
     assert f"state dir {daemon.state_dir} is in use by pid {daemon.proc.pid}" in proc.stderr
     assert "Traceback" not in proc.stderr
+    assert (daemon.state_dir / "lock").read_text() == f"{daemon.proc.pid}\n"  # the refused start removed nothing of it
     assert json.loads((daemon.state_dir / "state.json").read_text())["pinner"]["threads"].keys() == \
         json.loads(saved)["pinner"]["threads"].keys()  # the first daemon's originals are all still there
     assert all(len(m) == 1 for m in masks(w.all_tids()).values())  # and its threads pinned (it may move them)
