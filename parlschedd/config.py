@@ -33,6 +33,10 @@ DEFAULT_PATH = Path("/etc/parlsched/parlschedd.yaml")
 # socket.path is the config's error, not this host's. Python binds a path of up to this
 # many bytes.
 SUN_PATH_MAX = 108
+# The shortest period_s: each period costs the daemon its own work (a counter read per
+# thread, a learning step, the pins: 8.6 ms at 1024 threads, bench/results/period_profile-8131649.json),
+# and a period of 0.1 ms ran 10,000 of them a second. The paper's T_CPU is 0.1 s.
+MIN_PERIOD_S = 0.01
 
 
 def socket_path_too_long(path: str) -> str | None:
@@ -229,6 +233,10 @@ def from_mapping(raw: Any, source: str = "<config>") -> Config:
     top = c.section(raw, "", {f.name for f in fields(Config) if f.metadata.get("key", True)})
     valid = len(c.errors)
     period = c.number(top, "period_s", "period_s", 0.1, 0.0)
+    if 0 < period < MIN_PERIOD_S:
+        c.fail("period_s", f"must be >= {MIN_PERIOD_S:g} s, got {period:g} ({1 / period:,.0f} periods a second): each "
+                           "period costs the daemon a counter read per thread, a learning step and the pins (8.6 ms at "
+                           "1024 threads), CPU time taken from the threads it places; the paper's T_CPU is 0.1 s")
     domain_period = c.number(top, "domain_period_s", "domain_period_s", 4.0, 0.0)
     got = f"got {domain_period:g}" + ("" if "domain_period_s" in top else " (its default: not in the file)")
     if len(c.errors) > valid:

@@ -221,14 +221,23 @@ def test_a_number_yaml_1_1_loads_as_text_is_the_number_meant(tmp_path):
     hint to write 1.0e-3) where the cluster file took them. Both read them now as YAML
     1.2 does, as numbers (tests/energy/test_cluster.py); other text is still refused."""
     written = tmp_path / "exponents.yaml"
-    written.write_text("period_s: 1e-3\ndomain_period_s: 2E-3\nrescan_s: 2.5e0\nlearning: {eps: 5.0e-1, lambda: 1e-4}\n")
+    written.write_text("period_s: 2e-2\ndomain_period_s: 4E-2\nrescan_s: 2.5e0\nlearning: {eps: 5.0e-1, lambda: 1e-4}\n")
     c = load(written)
-    assert (c.period_s, c.domain_period_s, c.rescan_s, c.learning.eps, c.learning.lam) == (1e-3, 2e-3, 2.5, 0.5, 1e-4)
+    assert (c.period_s, c.domain_period_s, c.rescan_s, c.learning.eps, c.learning.lam) == (2e-2, 4e-2, 2.5, 0.5, 1e-4)
     assert from_mapping({"period_s": "0.5"}).period_s == 0.5  # parsed already: quoted or not is not known
     assert errors_of({"learning": {"eps": "2e0"}}) == {"learning.eps": "must be > 0 and <= 1, got 2.0"}
     for text in ("fast", "nan", "1_000", " 1e-3", "1e"):
         assert errors_of({"period_s": text}) == {"period_s": f"must be a number, got {text!r}"}
     assert "history_periods" in errors_of({"history_periods": "1e3"})  # a count is a whole number, as in YAML 1.2
+
+
+def test_a_period_shorter_than_the_daemons_own_work_is_refused():
+    """period_s: 0.0001 passed: 10,000 periods a second, each the daemon's own work."""
+    message = errors_of({"period_s": 0.0001, "domain_period_s": 0.25})["period_s"]  # and no error of how the two relate
+    assert message.startswith("must be >= 0.01 s, got 0.0001 (10,000 periods a second): each period costs the daemon")
+    assert "the paper's T_CPU is 0.1 s" in message
+    assert errors_of({"period_s": 0.0001, "domain_period_s": 0.25}).keys() == {"period_s"}
+    assert from_mapping({"period_s": 0.01, "domain_period_s": 0.5}).period_s == 0.01  # the floor itself is allowed
 
 
 def test_metrics_port_must_fit_in_16_bits():
