@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 from parlschedd.config import from_mapping, load
+from parlschedd.daemon.prometheus import port_taken
 from parlschedd.hostcheck import (Finding, check_host, config_file_problem, one_line, refusals, socket_path_problem,
                                   state_dir_problem)
 from tests.conftest import NOBODY, fake_cpus, in_child_as, needs_root, refused_start, start_daemon, wait_for
@@ -109,6 +110,13 @@ def test_a_metrics_port_another_program_holds_is_a_warning(tmp_path):
         assert report.refused == [] and [f.key for f in report.warnings] == ["metrics"]
         assert report.warnings[0].message == (f"port {port} on 127.0.0.1 is in use by pid {os.getpid()} "
                                               f"({psutil.Process().name()}): parlschedd would not start while it is")
+
+        def asked_as_nobody() -> str | None:
+            other.close()  # the forked child's copy: the socket is root's, this test's, alone
+            return port_taken(f"127.0.0.1:{port}")
+
+        as_nobody = in_child_as(NOBODY, asked_as_nobody)  # root's socket: its owner is hidden from nobody
+        assert as_nobody.startswith(f"port {port} on 127.0.0.1 is in use by a process this user cannot see"), as_nobody
     d = start_daemon(tmp_path, f"period_s: 0.05\nmetrics: 127.0.0.1:{port}\n")
     try:
         wait_for(lambda: "metrics listening" in d.log_text())

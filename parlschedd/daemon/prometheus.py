@@ -20,6 +20,8 @@ from prometheus_client import CollectorRegistry, Histogram, ProcessCollector, st
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
+from parlschedd.host import procfs
+
 if TYPE_CHECKING:
     from parlschedd.daemon.engine import Engine
 
@@ -119,20 +121,24 @@ def port_taken(address: str) -> str | None:
     except OSError as exc:
         if exc.errno != errno.EADDRINUSE:
             return None
-    holders = {c.pid for c in psutil.net_connections("inet")
-               if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid}
-    names = {pid: _name(pid) for pid in holders}
-    if names and all(name == "parlschedd" for name in names.values()):
+    listening = [c for c in psutil.net_connections("inet")
+                 if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port]
+    names = {c.pid: _name(c.pid) for c in listening if c.pid}
+    if any(c.pid is None for c in listening) or not names:  # another user's socket: its owner is not shown to us
+        return (f"port {port} on {host} is in use by a process this user cannot see (the running parlschedd's "
+                "own is no problem; another's would stop it from starting): run config check as root to know")
+    if all(name == "parlschedd" for name in names.values()):
         return None
-    by = ", ".join(f"pid {pid} ({name})" for pid, name in sorted(names.items())) or "another process"
+    by = ", ".join(f"pid {pid} ({name})" for pid, name in sorted(names.items()))
     return f"port {port} on {host} is in use by {by}: parlschedd would not start while it is"
 
 
 def _name(pid: int) -> str:
-    """A process's name as ps shows it, parlschedd's own run by an interpreter too."""
+    """A process's name as ps shows it, and parlschedd for the daemon run by an
+    interpreter too."""
     try:
         process = psutil.Process(pid)
-        return "parlschedd" if any("parlschedd" in part for part in process.cmdline()[:3]) else process.name()
+        return "parlschedd" if procfs.runs(process.cmdline(), "parlschedd") else process.name()
     except psutil.Error:
         return "gone"
 

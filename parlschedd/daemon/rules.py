@@ -31,7 +31,8 @@ class RuleMatcher:
         self.failed: dict[int, int] = {}
         # processes that talked to the control socket (pid -> start time), never matched
         # while they live: a client is not a workload, and `parlschedctl run`'s command
-        # line holds its CMD's, which a name rule meant for CMD would match too.
+        # line holds its CMD's, which a name rule meant for CMD would match too (nor is
+        # a parlschedctl process, before its first request: ``_is_client``).
         self.clients: dict[int, int] = {}
 
     def note_client(self, pid: int, engine: Engine) -> None:
@@ -52,7 +53,8 @@ class RuleMatcher:
         wanted: dict[int, int] = {}
         for i, rule in enumerate(rules):
             for pid in self.matching(rule) - self.clients.keys():
-                wanted.setdefault(pid, i)
+                if not self._is_client(pid):
+                    wanted.setdefault(pid, i)
         for pid, target in list(engine.targets.items()):
             if target.rule is None:
                 continue
@@ -76,6 +78,14 @@ class RuleMatcher:
             except Exception:  # a bug: that process, once, not the rescan
                 log.exception("rule match not attached, left alone while it lives", pid=pid)
                 self.failed[pid] = engine.start_time(pid) or 0
+
+    def _is_client(self, pid: int) -> bool:
+        """A parlschedctl process, which a rescan may see before its first request
+        makes it one of ``clients`` (still importing, for a tenth of a second)."""
+        try:
+            return procfs.runs(procfs.cmdline(pid, self.proc_root), "parlschedctl")
+        except HostError:
+            return False
 
     def matching(self, rule: config_mod.TargetRule) -> set[int]:
         pids: set[int] | None = None

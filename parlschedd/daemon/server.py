@@ -335,7 +335,8 @@ class Daemon:
             log.error("reload refused, keeping the old config", errors=errors)
             return errors
         pending = self._waiting_for_restart(new)
-        refused = [f for f in refusals(new, self.socket_path, self.sysfs, self._state_dir) if f.key.split(".")[0] in pending]
+        refused = [f for f in refusals(new, self.socket_path, self.sysfs, self._state_dir, euid=os.geteuid())
+                   if f.key.split(".")[0] in pending] if pending else []
         if refused:  # a restart, due one day, would refuse it: config check's words, as at start
             errors = [one_line([finding], self._config_named()) for finding in refused]
             log.error("reload refused, keeping the old config: the next start would refuse it", errors=errors)

@@ -16,7 +16,7 @@ import errno
 import os
 import select
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,6 +159,18 @@ def cmdline(pid: int, root: str = PROC_ROOT) -> list[str]:
     """The argument vector; empty for kernel threads and zombies."""
     raw = _read(os.path.join(root, str(pid), "cmdline"), pid=pid)
     return raw.rstrip("\0").split("\0") if raw else []
+
+
+def runs(argv: Sequence[str], program: str) -> bool:
+    """Whether command line ``argv`` runs ``program``, a Python command of this
+    project: as itself, or run by a Python interpreter as its script (which the kernel
+    hands to the interpreter named by the script's first line) or as ``-m program``."""
+    if not argv:
+        return False
+    if os.path.basename(argv[0]) == program:
+        return True
+    return (os.path.basename(argv[0]).startswith("python")
+            and (len(argv) > 1 and os.path.basename(argv[1]) == program or list(argv[1:3]) == ["-m", program]))
 
 
 def process_uids(pid: int, root: str = PROC_ROOT) -> Uids:

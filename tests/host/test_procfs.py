@@ -411,3 +411,19 @@ def test_a_loadavg_mounted_over_procs_own_is_not_trusted(tmp_path: Path) -> None
     finally:
         subprocess.run(["umount", str(tmp_path / "loadavg")], check=True)
     assert not procfs.birth_mark_is_the_kernels(str(tmp_path / "absent"))
+
+
+@pytest.mark.parametrize("argv, runs", [
+    (["/opt/parlsched/venv/bin/parlschedctl", "status"], True),                  # a binary, or as the shell shows it
+    (["/opt/parlsched/venv/bin/python3", "/opt/parlsched/venv/bin/parlschedctl", "run", "--", "make"], True),  # its script
+    (["python3", "-m", "parlschedctl", "top"], True),
+    (["python3", "-m", "parlschedd"], False),
+    (["sh", "-c", "parlschedctl status"], False),                                  # a shell that will run it is not it
+    (["/srv/parlschedctl-data/job", "parlschedctl"], False),
+    (["grep", "-r", "parlschedctl"], False),
+    (["grep", "parlschedctl"], False),
+    (["stress-ng", "--cpu", "2"], False),
+    ([], False),
+])
+def test_runs_tells_a_command_of_ours_from_a_command_line_naming_it(argv, runs) -> None:
+    assert procfs.runs(argv, "parlschedctl") is runs
