@@ -26,7 +26,9 @@ $(STAMP): pyproject.toml $(SYSDEPS_STAMP)
 
 run: $(STAMP)
 	mkdir -p $(RUNDIR)
-	$(VENV)/bin/parlschedd --config config/parlschedd.yaml --socket $(RUNDIR)/parlschedd.sock --state-dir $(RUNDIR)
+	@# the daemon trusts only a config its own user (root) owns and no one else may write: a copy, not the checkout's file
+	install -m 0644 config/parlschedd.yaml $(RUNDIR)/parlschedd.yaml
+	$(VENV)/bin/parlschedd --config $(RUNDIR)/parlschedd.yaml --socket $(RUNDIR)/parlschedd.sock --state-dir $(RUNDIR)
 
 # pyflakes and bugbear (pyproject.toml [tool.ruff]): a method defined twice, an unused
 # import, a loop variable a closure does not bind. .ci/run runs it before the tests.
