@@ -93,7 +93,7 @@ def config_file_problem(cfg: Config, euid: int = 0) -> str | None:
         return None
     path, st = cfg.read_from
     if problem := untrusted(st, trusted_owners(euid)):
-        return f"{problem}: whoever may write the config chooses which processes parlschedd pins; {fix(path)}"
+        return f"{problem}: whoever may write the config chooses which processes parlschedd pins; {fix(path, euid)}"
     return None
 
 
@@ -110,7 +110,7 @@ def state_dir_problem(path: str, euid: int = 0) -> str | None:
     if not stat.S_ISDIR(st.st_mode) or not (problem := untrusted(st, trusted_owners(euid))):
         return None
     return (f"state dir {path}: {problem}: whoever may write in it chooses the masks parlschedd puts back on "
-            f"threads at its next start; {fix(path)}, or choose another --state-dir")
+            f"threads at its next start; {fix(path, euid)}, or choose another --state-dir")
 
 
 def socket_path_problem(path: str, state_dir: str | None = None) -> str | None:

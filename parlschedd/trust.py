@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import shlex
 import stat
 from collections.abc import Collection
 
@@ -43,6 +44,17 @@ def untrusted(st: os.stat_result, owners: Collection[int]) -> str | None:
     return "; ".join(wrong) or None
 
 
-def fix(path: str | os.PathLike[str]) -> str:
-    """What to run to make ``path`` one the daemon believes."""
-    return f"chown root: {path} && chmod go-w {path}"
+def fix(path: str | os.PathLike[str], euid: int = 0) -> str:
+    """What to run to make ``path`` one a daemon running as ``euid`` believes: owned by
+    that user (root, or the daemon's own, which must write in its state dir)."""
+    owner = "root" if euid == 0 else _user(euid)
+    quoted = shlex.quote(os.fspath(path))
+    return f"chown {owner}: {quoted} && chmod go-w {quoted}"
+
+
+def _user(uid: int) -> str:
+    """A user's name for chown, its number where it has none."""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)

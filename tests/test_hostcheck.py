@@ -196,6 +196,15 @@ def test_a_state_dir_someone_else_may_write_is_refused_saying_what_to_do(tmp_pat
 
 
 @needs_root
+def test_the_advice_names_the_daemons_own_user_and_quotes_the_path(tmp_path):
+    """It said chown root: for a daemon run as its own user, which would then find its
+    state dir unwritable, and gave a path with a space unquoted."""
+    run = _made(tmp_path / "state dir", 0o777, NOBODY)
+    said = state_dir_problem(str(run), euid=NOBODY)
+    assert said.endswith(f"; chown nobody: '{run}' && chmod go-w '{run}', or choose another --state-dir"), said
+
+
+@needs_root
 def test_a_state_dir_of_root_or_of_the_daemons_own_user_is_used(tmp_path):
     """pytest's own (root's, 0700), one the daemon makes, and for a daemon run as nobody
     with capabilities, nobody's; but not nobody's for root's daemon."""
