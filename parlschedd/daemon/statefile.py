@@ -246,7 +246,7 @@ def _give_back_born_while_down(pinner: Pinner, restored: Sequence[int], original
                 continue
             try:
                 start = procfs.thread_start_time(tid, proc_root)
-                if start < since or (tid, start) in theirs or get_affinity(tid) not in placements:
+                if start < since or (tid, start) in theirs or not pinner.pinned_by_last_run(tid, get_affinity(tid)):
                     continue
                 pinner.adopt(tid, start, base)
                 pinner.restore(tid)

@@ -385,6 +385,12 @@ class Pinner:
             return True
         if not record.recovered:
             return self._by_kernel(tid, record, mask) is not None
+        return self.pinned_by_last_run(tid, mask)
+
+    def pinned_by_last_run(self, tid: int, mask: frozenset[int]) -> bool:
+        """Whether ``mask`` on ``tid`` has the shape of the last run's pins (the
+        placements it was given): a CPU alone, a domain whole, or what the thread's
+        cpuset allows of one. Without placements, any mask counts."""
         if self._placements is None or mask in self._placements:
             return True
         allowed = self._allowed(tid)

@@ -263,8 +263,7 @@ def test_a_thread_pinned_by_its_owner_before_the_crash_keeps_its_mask(tmp_path, 
     d.request("attach", pid=w.pid, threads="^worker0$")
     left_out = [t for t in w.all_tids() if procfs.comm(t) == "worker1"][0]
     os.sched_setaffinity(left_out, {1})
-    wait_for(lambda: all_pinned(d, w.pid, 1))
-    time.sleep(0.05)  # a save after the owner's pin: the thread was born before it either way
+    wait_for(lambda: all_pinned(d, w.pid, 1))  # the state saved: the thread was born before it
     d.stop(signal.SIGKILL)
     d2 = start_daemon(tmp_path)
     try:
