@@ -305,8 +305,9 @@ def _cell(x: float | None, width: int, spec: str, scale: float = 1) -> str:
     if x is None or not np.isfinite(x):
         return f"{'n/a':>{width}}"
     shown = format(x * scale, spec)
-    if len(shown) > width:  # decimals: what the column leaves beside "d." and "e+308"
-        shown = format(x * scale, f"{'+' if spec.startswith('+') else ''}.{max(1, width - 7)}e")
+    if len(shown) > width:  # decimals: what the column leaves beside a sign, "d." and "e+308"
+        sign = spec.startswith("+") or x * scale < 0
+        shown = format(x * scale, f"{'+' if spec.startswith('+') else ''}.{max(0, width - 7 - sign)}e")
     return f"{shown:>{width}}"
 
 

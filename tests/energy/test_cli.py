@@ -19,7 +19,7 @@ import yaml
 from click.testing import CliRunner
 
 from parlschedctl.cli import cli
-from parlschedctl.model import MAX_NSP, NspRange
+from parlschedctl.model import MAX_NSP, NspRange, _cell
 from parlschedd.energy.measurements import load_measurements
 from tests.conftest import NOBODY, in_child_as, read_terminal
 from tests.energy.conftest import CLUSTER_YAML, MEASUREMENTS_CSV
@@ -109,6 +109,15 @@ def test_predict(params):
     assert [p["nsp"] for p in rows] == [1, 2, 3, 4, 32] and all(p["time_s"] > 0 and p["energy_wh"] > 0 for p in rows)
     text = run("model", "predict", "--params", str(params)).output.splitlines()
     assert len(text) == 33 and text[0].split() == ["nsp", "time_s", "energy_wh"]
+
+
+@pytest.mark.parametrize("x, width, spec", [(-4.7e303, 10, ".1f"), (4.7e303, 8, "+.1f"), (-4.7e303, 8, "+.1f"),
+                                             (4.7e303, 10, ".2f")])
+def test_a_number_too_wide_for_its_column_fits_it_signed_too(x, width, spec):
+    """The exponent form left no room for a sign: validate's signed columns (+.1f) and
+    any negative number came out one character too wide."""
+    shown = _cell(x, width, spec)
+    assert len(shown) == width and float(shown) == pytest.approx(x, rel=1e-1), shown
 
 
 def test_huge_predictions_keep_the_table_s_columns(params, tmp_path):
