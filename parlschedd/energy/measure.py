@@ -102,15 +102,6 @@ def energy_wh(zones: Sequence[Zone], moved: Sequence[int]) -> float:
     return sum(moved) / UJ_PER_WH
 
 
-def consumed_wh(zones: Sequence[Zone], *readings: Sequence[int]) -> float:
-    """Energy over successive readings (at least two; ``RaplCounter`` reads them during a
-    run), each step unwrapped once at most; NaN as ``energy_wh`` says."""
-    moved = [0] * len(zones)
-    for before, after in zip(readings, readings[1:]):
-        moved = [m + d for m, d in zip(moved, moved_uj(zones, before, after), strict=True)]
-    return energy_wh(zones, moved)
-
-
 class RaplCounter:
     """The energy of ``zones`` while a block runs: read on entry, every
     ``poll_interval_s`` by a thread, and on a normal exit, the deltas summed (so that a

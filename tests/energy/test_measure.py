@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from parlschedd.energy.measure import (MAX_POLL_S, MIN_POLL_S, MeasureError, Zone, command_for, consumed_wh, measure,
+from parlschedd.energy.measure import (MAX_POLL_S, MIN_POLL_S, MeasureError, Zone, command_for, energy_wh, measure, moved_uj,
                                        poll_interval_s, rapl_zones, run_once)
 
 SLEEP = [sys.executable, "-c", "import sys, time; time.sleep(0.01 * int(sys.argv[1]))", "{nsp}"]
@@ -33,19 +33,20 @@ def test_only_package_zones_are_read(tmp_path):
 
 def test_absent_powercap_means_no_zones(tmp_path):
     assert rapl_zones(tmp_path / "none") == ()
-    assert np.isnan(consumed_wh((), [], []))
+    assert np.isnan(energy_wh((), moved_uj((), [], [])))
 
 
 def test_counter_wrap_around(tmp_path):
     zones = rapl_zones(fake_powercap(tmp_path, {"intel-rapl:0": (0, 1_000_000)}))
-    assert consumed_wh(zones, [900_000], [100_000]) == pytest.approx(200_000 / 3.6e9)
+    assert energy_wh(zones, moved_uj(zones, [900_000], [100_000])) == pytest.approx(200_000 / 3.6e9)
 
 
 def test_a_counter_that_did_not_move_measured_nothing(tmp_path):
     """It gave 0 Wh, which a fit then refused (must be positive)."""
     zones = rapl_zones(fake_powercap(tmp_path, {"intel-rapl:0": (0, 1_000_000), "intel-rapl:1": (0, 1_000_000)}))
-    assert np.isnan(consumed_wh(zones, [5, 7], [5, 7])) and np.isnan(consumed_wh(zones, [5, 7], [9, 7]))
-    assert consumed_wh(zones, [5, 7], [9, 8]) == pytest.approx(5 / 3.6e9)
+    wh = lambda before, after: energy_wh(zones, moved_uj(zones, before, after))  # noqa: E731
+    assert np.isnan(wh([5, 7], [5, 7])) and np.isnan(wh([5, 7], [9, 7]))
+    assert wh([5, 7], [9, 8]) == pytest.approx(5 / 3.6e9)
 
 
 def test_run_a_real_command_with_energy(tmp_path):
@@ -103,5 +104,3 @@ def test_the_poll_interval_lets_no_counter_wrap_between_two_reads():
     assert poll_interval_s([zone, small]) < 5_000 / 1_000  # under the time 1 kW takes to cross it
     assert poll_interval_s([Zone(Path("energy_uj"), 1)]) == MIN_POLL_S
     assert poll_interval_s([]) is None  # nothing to read
-    assert consumed_wh([small], [0], [3_000_000_000], [1_000_000_000], [2_000_000_000]) == pytest.approx(
-        (3 + 3 + 1) * 1e9 / 3.6e9)  # successive readings, one wrap between two of them
