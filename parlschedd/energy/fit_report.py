@@ -106,7 +106,7 @@ class Evidence:
     at_upper: tuple[str, ...] = ()  # parameters at the upper bound of their box
     at_zero: tuple[str, ...] = ()  # active powers (Pow[...]) at 0 W, which no working device draws
     underdetermined: tuple[tuple[str, int, int], ...] = ()  # (phase, configurations, parameters)
-    budget: str | None = None  # the options that cut the search short, as given
+    budget: str | None = None  # the search options below the defaults or the paper's 20 repeats, given or not
 
 
 def _evidence(model: EnergyTimeModel, m: Measurements) -> Evidence:
