@@ -384,7 +384,7 @@ def test_top_on_a_terminal_fits_it_and_follows_a_resize(daemon, kill_after):
     main, terminal = pty.openpty()
     fcntl.ioctl(main, termios.TIOCSWINSZ, struct.pack("HHHH", 8, 60, 0, 0))
     try:
-        proc = kill_after(subprocess.Popen([*CTL, "top", "--iterations", "3", "--interval", "0.5"], stdout=terminal,
+        proc = kill_after(subprocess.Popen([*CTL, "top", "--iterations", "3", "--interval", "1"], stdout=terminal,
                                            stderr=subprocess.PIPE, env={**os.environ, "PARLSCHED_SOCKET": daemon.socket}))
     finally:
         os.close(terminal)
