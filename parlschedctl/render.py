@@ -129,9 +129,12 @@ def progress_line(target: dict[str, Any], elapsed: float) -> str:
 
 
 def placements(threads: list[dict[str, Any]]) -> str:
-    """How many of ``threads`` we placed on one CPU, and how many free in their domain."""
+    """How many of ``threads`` we placed on one CPU, how many free in their domain, and
+    how many we have not placed (yet, or a pin the kernel refused), when any: "0 on
+    one CPU, 0 free" of a thread managed left a reader asking where it was."""
     one_cpu, free = placement_counts(threads)
-    return f"{one_cpu} on one CPU, {free} free in their domain"
+    unplaced = len(threads) - one_cpu - free
+    return f"{one_cpu} on one CPU, {free} free in their domain" + (f", {unplaced} not placed" if unplaced else "")
 
 
 def placement_counts(threads: list[dict[str, Any]]) -> tuple[int, int]:

@@ -145,4 +145,4 @@ def test_history_memory_is_bounded():
 def test_progress_line():
     line = progress_line({"threads": [{"utility": 2.0, "pinned": True}, {"utility": None, "pinned": False},
                                       {"utility": 1.0, "pinned": True, "free": True}], "migrations": 7}, 3.25)
-    assert line == "   3.2 s  3 threads (1 on one CPU, 1 free in their domain), 7 moves, mean utility 1.5"
+    assert line == "   3.2 s  3 threads (1 on one CPU, 1 free in their domain, 1 not placed), 7 moves, mean utility 1.5"
