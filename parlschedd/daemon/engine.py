@@ -142,6 +142,9 @@ class Engine:
         except BaseException:  # a bug: refused whole, not left half attached and failing every period
             self._release(target, keep_hand_overs=True)  # the threads someone else set stay theirs
             raise
+        if not target.threads and not handle.alive():  # it ended while being attached: as a zombie would be
+            self._release(target, keep_hand_overs=True)
+            raise EngineError("no_such_process", f"process {pid} exited")
         log.info("attached", pid=pid, name=name, mode=target.mode, threads=len(target.threads))
         return target
 
