@@ -6,7 +6,7 @@ import unicodedata
 from typing import Any
 
 from parlschedd.cpulist import format_cpulist
-from parlschedd.words import n_threads
+from parlschedd.words import counted, n_threads
 
 
 def printable(name: str) -> str:
@@ -125,7 +125,7 @@ def progress_line(target: dict[str, Any], elapsed: float) -> str:
     utils = [t["utility"] for t in rows if t["utility"] is not None]
     mean = sum(utils) / len(utils) if utils else 0.0
     return (f"{elapsed:6.1f} s  {n_threads(len(rows))} ({placements(rows)}), "
-            f"{target.get('migrations', 0)} moves, mean utility {mean:.3g}")
+            f"{counted(target.get('migrations', 0), 'move')}, mean utility {mean:.3g}")
 
 
 def placements(threads: list[dict[str, Any]]) -> str:

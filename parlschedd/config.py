@@ -22,6 +22,7 @@ import yaml
 from parlschedd.cpulist import parse_cpulist
 from parlschedd.daemon.protocol import DEFAULT_SOCKET
 from parlschedd.keypaths import Collector, KeyPathError, Octal, load_yaml, yaml12_number, yaml_kind
+from parlschedd.words import counted
 from parlschedd.learning.normalize import MODES as NORMALISE_MODES
 from parlschedd.learning.params import RANGES as LEARNING_RANGES, REWARDS, LearningParams
 from parlschedd.patterns import PatternError, compile_pattern
@@ -244,9 +245,10 @@ def from_mapping(raw: Any, source: str = "<config>") -> Config:
     elif domain_period < period:
         c.fail("domain_period_s", f"must be >= period_s ({period:g}), {got}")
     elif period > 0 and abs(domain_period / period - round(domain_period / period)) > 1e-6 * domain_period / period:
-        whole = round(domain_period / period) * period
-        c.fail("domain_period_s", f"must be a whole multiple of period_s ({period:g}), {got}; "
-                                  f"Level 1 runs every {round(domain_period / period)} periods, so say {whole:g}")
+        below = max(1, math.floor(domain_period / period))  # Level 1 runs every so many periods
+        c.fail("domain_period_s", f"must be a whole multiple of period_s ({period:g}), {got}; say "
+                                  f"{below * period:g} (Level 1 every {counted(below, 'period')}) or "
+                                  f"{(below + 1) * period:g} (every {below + 1})")
 
     domains: str | tuple[tuple[int, ...], ...] = "auto"
     raw_domains = top.get("domains", "auto")

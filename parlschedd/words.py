@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 
+def counted(n: int, noun: str) -> str:
+    """'1 period', '4 periods'."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def n_threads(n: int) -> str:
     """'1 thread', '4 threads'."""
-    return f"{n} thread" if n == 1 else f"{n} threads"
+    return counted(n, "thread")

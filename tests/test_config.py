@@ -70,6 +70,14 @@ def test_each_range_is_checked_at_its_edge(path, bad, edge):
     from_mapping(_nested(path, edge))
 
 
+def test_a_domain_period_between_multiples_is_told_the_two_nearest():
+    """It said "Level 1 runs every 1 periods, so say 0.1" for 0.14: one choice, in broken English."""
+    with pytest.raises(ConfigError) as e:
+        from_mapping({"period_s": 0.1, "domain_period_s": 0.14})
+    assert e.value.errors == [("domain_period_s", "must be a whole multiple of period_s (0.1), got 0.14; say 0.1 "
+                                                  "(Level 1 every 1 period) or 0.2 (every 2)")]
+
+
 def test_domain_period_shorter_than_period_is_refused():
     assert "domain_period_s" in errors_of({"period_s": 1.0, "domain_period_s": 0.5})
 

@@ -118,7 +118,8 @@ class Engine:
                 raise EngineError("bad_request", f"process {pid} ({name}) is a kernel thread; parlschedd manages user processes")
             manager = self._manager_of(pid)
             if manager is not None:
-                raise EngineError("already_attached", f"process {pid} is already managed, as a descendant of {manager}")
+                raise EngineError("already_attached", f"process {pid} is already managed, as a descendant of {manager}; "
+                                                      f"detach {manager} first to attach it alone")
             pattern = compile_pattern(threads) if threads else None
         except ThreadGone:
             handle.close()
@@ -245,6 +246,8 @@ class Engine:
             message += f": it exited, and parlschedd dropped it ({n_threads(gone[2])} managed at most)"
         elif manager is not None and uid in (None, 0, manager.uid):
             message += f"; it is managed as a descendant of {manager.pid}; detach {manager.pid} to release it"
+        elif not hint and owner is None:
+            message += ": there is no such process"
         elif not hint:
             message += " (parlschedctl status lists the targets)"
         return EngineError("not_attached", message + hint)

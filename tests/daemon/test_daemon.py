@@ -1096,7 +1096,7 @@ def test_a_thread_is_managed_by_one_target_only(daemon):
         wait_for(lambda: all_pinned(daemon, tree.pid, 2))
         with pytest.raises(client.Refused) as e:
             daemon.request("attach", pid=child)
-        assert e.value.code == "already_attached" and f"descendant of {tree.pid}" in str(e.value)
+        assert e.value.code == "already_attached" and f"descendant of {tree.pid}; detach {tree.pid} first" in str(e.value)
         with pytest.raises(client.Refused) as e:
             daemon.request("detach", pid=child)
         assert e.value.code == "not_attached" and f"managed as a descendant of {tree.pid}; detach {tree.pid}" in str(e.value)

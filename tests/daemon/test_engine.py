@@ -333,7 +333,7 @@ def test_a_target_that_exited_is_named_as_such_only_to_its_owner_and_root(kill_a
         _drop_on_exit(engine, proc)
         told = {uid: str(engine.not_attached(proc.pid, uid)) for uid in (0, owner, owner + 4242)}
         assert "it exited, and parlschedd dropped it (3 threads managed at most)" in told[0] and told[owner] == told[0]
-        assert told[owner + 4242] == f"process {proc.pid} is not attached{LISTS}"  # nothing on whom the daemon managed
+        assert told[owner + 4242] == f"process {proc.pid} is not attached: there is no such process"  # not who was managed
 
 
 @needs_root
@@ -384,7 +384,7 @@ def test_only_the_last_gone_kept_exits_are_remembered(monkeypatch, kill_after) -
             engine.attach(proc.pid, time.monotonic())
             _drop_on_exit(engine, proc)
         told = [str(engine.not_attached(p.pid, 0)) for p in procs]
-        assert told[0] == f"process {procs[0].pid} is not attached{LISTS}"
+        assert told[0] == f"process {procs[0].pid} is not attached: there is no such process"
         assert all("it exited" in t for t in told[1:])
 
 

@@ -146,3 +146,4 @@ def test_progress_line():
     line = progress_line({"threads": [{"utility": 2.0, "pinned": True}, {"utility": None, "pinned": False},
                                       {"utility": 1.0, "pinned": True, "free": True}], "migrations": 7}, 3.25)
     assert line == "   3.2 s  3 threads (1 on one CPU, 1 free in their domain, 1 not placed), 7 moves, mean utility 1.5"
+    assert ", 1 move, " in progress_line({"threads": [], "migrations": 1}, 1.0)
