@@ -25,7 +25,7 @@ from parlschedd.host.errors import HostError
 from parlschedd.host.perf import detect_source
 from parlschedd.host.privileges import group_id
 from parlschedd.topology import TopologyError, read_topology
-from parlschedd.trust import fix, trusted_owners, untrusted
+from parlschedd.trust import OnPath, fix, trusted_owners, untrusted, untrusted_on_path
 
 
 class Finding(NamedTuple):
@@ -87,30 +87,42 @@ def refusals(cfg: Config, socket_path: str | None = None, sysfs: str = "/sys",
 
 def config_file_problem(cfg: Config, euid: int = 0) -> str | None:
     """Why a daemon running as ``euid`` must not believe the file ``cfg`` was read from
-    (its owner and mode when it was read), or None: whoever may write it chooses which
+    (its owner and mode when it was read), or a directory on its path (or a link
+    others may replace; as they are now), or None: whoever may write it chooses which
     processes the daemon pins and what it reads. Also a reload's check."""
     if cfg.read_from is None:
         return None
     path, st = cfg.read_from
+    why = "whoever may write the config chooses which processes parlschedd pins"
     if problem := untrusted(st, trusted_owners(euid)):
-        return f"{problem}: whoever may write the config chooses which processes parlschedd pins; {fix(path, euid)}"
+        return f"{problem}: {why}; {fix(path, euid)}"
+    if on_path := untrusted_on_path(path, trusted_owners(euid)):
+        return f"{on_path.said()}: {why}; {_fix(on_path, euid)}"
     return None
+
+
+def _fix(on_path: OnPath, euid: int) -> str:
+    return fix(on_path.path, euid, link=on_path.kind == "link")
 
 
 def state_dir_problem(path: str, euid: int = 0) -> str | None:
     """Why a daemon running as ``euid`` must not use the state dir at ``path``, or None:
     whoever may write in it forges the original masks the next start puts back on
     threads and the targets it attaches again, or puts a link where the daemon writes.
-    A state dir not there yet is made by the daemon (its own); what is not a directory,
-    or cannot be looked at, the daemon's attempt to use it says (``StateFile.lock``)."""
+    A directory on its path (or a link others may replace) that others may write is
+    refused the same, whether the state dir is there or not. A state dir not there
+    yet is made by the daemon (its own); what is not a directory, or cannot be looked
+    at, the daemon's attempt to use it says (``StateFile.lock``)."""
+    why = "whoever may write in it chooses the masks parlschedd puts back on threads at its next start"
+    if on_path := untrusted_on_path(path, trusted_owners(euid)):
+        return f"state dir {path}: {on_path.said()}: {why}; {_fix(on_path, euid)}, or choose another --state-dir"
     try:
         st = os.stat(path)
     except OSError:
         return None
     if not stat.S_ISDIR(st.st_mode) or not (problem := untrusted(st, trusted_owners(euid))):
         return None
-    return (f"state dir {path}: {problem}: whoever may write in it chooses the masks parlschedd puts back on "
-            f"threads at its next start; {fix(path, euid)}, or choose another --state-dir")
+    return f"state dir {path}: {problem}: {why}; {fix(path, euid)}, or choose another --state-dir"
 
 
 def socket_path_problem(path: str, state_dir: str | None = None) -> str | None:

@@ -282,3 +282,99 @@ def test_the_daemon_refuses_a_config_or_state_dir_others_may_write_before_it_mak
         assert check.returncode == 1 and f"{said}; parlschedd refuses to start with it here\n" in check.stderr
     else:  # --state-dir is the daemon's option, not the config's: config check cannot know it
         assert check.returncode == 0, check.stderr
+
+
+def _on_path(where: Path, wrong: str, why: str, kind: str = "directory") -> str:
+    """What a refusal says of a directory (or a link) on a path the daemon would follow."""
+    fixed = f"chown -h root: {where}" if kind == "link" else f"chown root: {where} && chmod go-w {where}"
+    return f"{kind} {where} on its path: {wrong}: {why}; {fixed}"
+
+
+@needs_root
+@pytest.mark.parametrize("mode, owner, wrong", [
+    (0o755, NOBODY, NOT_ROOTS),
+    (0o777, 0, "mode 0777, writable by its group and others"),
+])
+def test_a_root_config_in_a_directory_someone_else_may_write_is_refused_naming_it(open_dir, mode, owner, wrong):
+    """A root-owned 0644 config in a directory nobody owns (or anyone may write) passed:
+    nobody could then put a link to /etc/shadow in its place and the daemon read it.
+    The directory is named, before the link and after it. (open_dir: nobody can reach
+    it, as pytest's 0700 tmp dirs not.)"""
+    tmp_path = open_dir
+    d = _made(tmp_path / "d", mode, owner)
+    path = _made(d / "c.yaml", 0o644, text="period_s: 0.05\n")
+    said = _on_path(d, wrong, CONFIG_WHY)
+    assert config_file_problem(load(path)) == said
+    secret = _made(tmp_path / "secret.yaml", 0o600, text="period_s: 0.04\n")
+
+    def swap() -> None:
+        os.replace(os.fspath(_link(d / "new", secret)), d / "c.yaml")
+
+    in_child_as(NOBODY, swap)
+    assert (d / "c.yaml").is_symlink() and load(path).period_s == 0.04 and config_file_problem(load(path)) == said
+
+
+def _link(at: Path, to: Path) -> Path:
+    os.symlink(to, at)
+    return at
+
+
+@needs_root
+def test_a_config_behind_a_link_into_a_directory_others_may_write_is_refused(tmp_path):
+    """The link's own directory is root's; where it leads (a 0777 dir) is judged too."""
+    shared = _made(tmp_path / "shared", 0o777)
+    _made(shared / "c.yaml", 0o644, text="period_s: 0.05\n")
+    root_dir = _made(tmp_path / "etc", 0o755)
+    path = _link(root_dir / "c.yaml", shared / "c.yaml")
+    said = _on_path(shared, "mode 0777, writable by its group and others", CONFIG_WHY)
+    assert config_file_problem(load(path)) == said
+    assert refusals(load(path))[0] == Finding("(file)", said)
+
+
+@needs_root
+def test_a_state_dir_link_of_nobodys_in_nobodys_directory_is_refused(open_dir):
+    d = _made(open_dir / "d", 0o755, NOBODY)
+    root_dir = _made(open_dir / "roots", 0o755)
+    in_child_as(NOBODY, lambda: _link(d / "state", root_dir) and None)
+    state = d / "state"
+    assert os.lstat(state).st_uid == NOBODY
+    assert state_dir_problem(str(state)) == f"state dir {state}: {_on_path(d, NOT_ROOTS, STATE_WHY)}, " \
+                                            "or choose another --state-dir"
+
+
+@needs_root
+def test_under_a_sticky_root_dir_or_root_dirs_a_config_and_state_dir_are_believed(open_dir, tmp_path):
+    """/tmp (root's, 1777) holds them: others cannot replace what they do not own there.
+    But a link others own in it is theirs to point elsewhere: refused, naming it."""
+    assert os.stat("/tmp").st_mode & 0o1777 == 0o1777 and open_dir.parent == Path("/tmp")
+    path = _made(open_dir / "c.yaml", 0o644, text="period_s: 0.05\n")
+    assert config_file_problem(load(path)) is None
+    assert state_dir_problem(str(_made(open_dir / "state", 0o755))) is None
+    assert state_dir_problem(str(open_dir / "not-yet")) is None
+    deep = _made(_made(tmp_path / "a", 0o755) / "b", 0o700)
+    assert config_file_problem(load(_made(deep / "c.yaml", 0o600, text="period_s: 0.05\n"))) is None
+    assert state_dir_problem(str(deep)) is None
+    theirs = Path(f"{open_dir}.link")
+    try:
+        in_child_as(NOBODY, lambda: _link(theirs, path) and None)
+        assert config_file_problem(load(theirs)) == _on_path(
+            theirs, "owned by uid 65534 (nobody), not by root, in a directory others may write", CONFIG_WHY, "link")
+    finally:
+        theirs.unlink(missing_ok=True)
+
+
+@needs_root
+@pytest.mark.parametrize("what", ["config", "state dir"])
+def test_the_daemon_refuses_a_config_or_state_dir_in_a_directory_others_own_at_start(tmp_path, what):
+    d = _made(tmp_path / "d", 0o755, NOBODY)
+    config, run, state = tmp_path / "cfg.yaml", tmp_path / "run", tmp_path / "state"
+    config.write_text("period_s: 0.05\n")
+    if what == "config":
+        config = _made(d / "cfg.yaml", 0o644, text="period_s: 0.05\n")
+        said = f"{config}: (file): {_on_path(d, NOT_ROOTS, CONFIG_WHY)}"
+    else:
+        state = _made(d / "state", 0o755)
+        said = f"--state-dir: state dir {state}: {_on_path(d, NOT_ROOTS, STATE_WHY)}, or choose another --state-dir"
+    proc = refused_start(config, run / "d.sock", state)
+    assert (proc.returncode, proc.stderr) == (1, f"parlschedd: {said}\n")
+    assert not run.exists() and list(d.iterdir()) == [config if what == "config" else state]
