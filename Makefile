@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
-RUNDIR := $(CURDIR)/run
+# root's, outside the checkout: the daemon refuses a config or state dir under a directory a user owns
+RUNDIR := /run/parlsched-dev
 SYSDEPS_STAMP := $(VENV)/.sysdeps-stamp
 
 .PHONY: venv sysdeps run lint test test-all test-slow bench fuzz clean
@@ -25,8 +26,9 @@ $(STAMP): pyproject.toml $(SYSDEPS_STAMP)
 	touch $@
 
 run: $(STAMP)
-	mkdir -p $(RUNDIR)
-	@# the daemon trusts only a config its own user (root) owns and no one else may write: a copy, not the checkout's file
+	install -d -m 0755 $(RUNDIR)
+	@# the daemon trusts only a config its own user (root) owns and no one else may write, in directories alike:
+	@# a copy in a root dir, not the checkout's file
 	install -m 0644 config/parlschedd.yaml $(RUNDIR)/parlschedd.yaml
 	$(VENV)/bin/parlschedd --config $(RUNDIR)/parlschedd.yaml --socket $(RUNDIR)/parlschedd.sock --state-dir $(RUNDIR)
 
@@ -61,6 +63,8 @@ bench: $(STAMP)
 	$(PY) bench/headroom.py
 
 clean:
-	rm -rf $(VENV) $(RUNDIR) build dist *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) run build dist *.egg-info .pytest_cache .hypothesis
+	@# make run's dir is root's (run, the checkout's own, was make run's before)
+	if [ -e $(RUNDIR) ]; then rm -rf $(RUNDIR) || echo "$(RUNDIR) is root's: sudo rm -rf $(RUNDIR)"; fi
 
 -include mk/*.mk
