@@ -1435,3 +1435,36 @@ def test_a_non_root_peer_manages_only_the_descendants_it_owns(open_dir, kill_aft
         d.stop()
         if child is not None:
             os.kill(child, signal.SIGKILL)  # the parent's child, not the test's: init reaps it
+
+
+def test_a_daemon_whose_stderr_reader_is_gone_serves_and_stops_cleanly(tmp_path, workload):
+    """``parlschedd ... 2>&1 | tee log`` whose tee ends: the log writes fail with EPIPE,
+    which must cost the log, never the daemon, its answers or its shutdown."""
+    config = tmp_path / "parlschedd.yaml"
+    config.write_text("period_s: 0.05\ndomain_period_s: 0.5\n" + PINNING)
+    sock = str(tmp_path / "ctl.sock")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "parlschedd", "--config", str(config), "--socket", sock,
+         "--state-dir", str(tmp_path / "state"), "--log-level", "debug"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    d = Daemon(proc, sock, tmp_path / "state", config, tmp_path / "unused.log")
+    try:
+        for line in iter(proc.stderr.readline, b""):  # read until up, as tee would
+            if b" started " in line:
+                break
+        assert proc.poll() is None, "the daemon must have started"
+        proc.stderr.close()  # the reader goes away
+        w = workload(3)
+        tids = w.all_tids()
+        before = masks(tids)
+        reply = d.request("attach", pid=w.pid)  # logs: the write meets a broken pipe
+        assert {t["tid"] for t in reply["target"]["threads"]} == set(tids)
+        assert wait_for(lambda: all_pinned(d, w.pid, len(tids)))
+        assert d.request("ping")
+        assert d.stop() == 0
+        assert not os.path.exists(sock), "the socket must be removed on stop"
+        assert masks(tids) == before, "every thread must be restored on stop"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
