@@ -31,7 +31,7 @@ from parlschedd import __version__
 from parlschedctl import client
 from parlschedd.daemon import protocol
 from parlschedctl.outputs import FILE, check_figure, print_json
-from parlschedctl.render import (placement_counts, placements, printable, progress_line, status_screen,
+from parlschedctl.render import (clip, placement_counts, placements, printable, progress_line, status_screen,
                                  status_table)
 from parlschedd.words import n_threads
 
@@ -206,14 +206,21 @@ def top(sock: str, interval: float | None, iterations: int | None, reconnect_tim
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush has nowhere to fail
 
 
-def _terminal_size() -> os.terminal_size:
-    """stdout's terminal size, asked at each frame so that a resize is followed at the
-    next; 80 x 24 where the terminal says 0 (a pty nobody sized)."""
+def _terminal_size(fd: int | None = None) -> os.terminal_size:
+    """The terminal size of ``fd`` (stdout's when None), asked at each frame so that a
+    resize is followed at the next; 80 x 24 where the terminal says 0 (a pty nobody sized)."""
     try:
-        size = os.get_terminal_size(sys.stdout.fileno())
+        size = os.get_terminal_size(sys.stdout.fileno() if fd is None else fd)
     except OSError:
         size = os.terminal_size((0, 0))
     return os.terminal_size((size.columns or 80, size.lines or 24))
+
+
+def _live_status(target: dict, elapsed: float) -> str:
+    """run's one-line status cut to stderr's terminal columns but one, read at each
+    refresh as top does: a longer line wrapped, and each ``\\r`` then redrew only its
+    last row, leaving a stale row behind per refresh."""
+    return clip(progress_line(target, elapsed), _terminal_size(sys.stderr.fileno()).columns - 1)
 
 
 def _screen_frame(lines: list[str], resized: bool) -> str:
@@ -348,7 +355,7 @@ def run(sock: str, observe: bool, as_json: bool, cmd: tuple[str, ...]) -> None:
                 continue  # it ended, and the daemon dropped it: the loop's end
             end.managed.update(t["tid"] for t in end.last.get("threads", []))
             if live and end.last:
-                _say("\r\033[K" + progress_line(end.last, time.monotonic() - started), nl=False)
+                _say("\r\033[K" + _live_status(end.last, time.monotonic() - started), nl=False)
             time.sleep(0.2)
         if live:
             _say("\r\033[K", nl=False)

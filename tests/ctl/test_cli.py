@@ -780,3 +780,26 @@ def test_run_of_a_command_that_cannot_start_exits_as_a_shell_would(daemon, tmp_p
     script.write_text("#!/bin/sh\nexit 0\n")
     denied = ctl("run", "--", str(script), socket=daemon.socket)
     assert denied.returncode == 126 and "cannot start" in denied.stderr
+
+
+@needs_root
+@pytest.mark.timeout(60)
+def test_runs_live_status_fits_the_terminals_width(daemon):
+    """run's one-line status on stderr was ~88 characters for 9 threads and never cut:
+    on an 80-column terminal each refresh wrapped and left a stale row behind. It is
+    cut to the terminal's columns but one, as top's lines are."""
+    code = "import threading,time; [threading.Thread(target=time.sleep,args=(2,)).start() for _ in range(8)]; time.sleep(2)"
+    main, terminal = pty.openpty()
+    fcntl.ioctl(main, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 40, 0, 0))
+    try:
+        proc = subprocess.Popen([*CTL, "run", "--", sys.executable, "-c", code], stdout=subprocess.PIPE,
+                                stderr=terminal, env={**os.environ, "PARLSCHED_SOCKET": daemon.socket})
+    finally:
+        os.close(terminal)
+    seen = read_terminal(main)
+    assert proc.wait(timeout=30) == 0, seen
+    live = [part.decode() for part in seen.split(b"\r\033[K") if re.match(rb" *\d+\.\d s ", part)]
+    assert live, seen
+    assert all(len(line) <= 39 for line in live), live
+    assert any("threads" in line for line in live), live
+
