@@ -30,7 +30,7 @@ import click
 from parlschedd import __version__
 from parlschedctl import client
 from parlschedd.daemon import protocol
-from parlschedctl.outputs import FILE, check_figure, print_json
+from parlschedctl.outputs import OUT_FILE, check_figure, print_json
 from parlschedctl.render import (clip, placement_counts, placements, printable, progress_line, status_screen,
                                  status_table)
 from parlschedd.words import n_threads
@@ -476,7 +476,7 @@ def _run_summary(end: RunEnd) -> str:
 
 @cli.command()
 @click.argument("pid", type=PID)
-@click.option("--out", required=True, type=FILE, help="Figure to write (PNG; .svg, .pdf, ... by suffix).")
+@click.option("--out", required=True, type=OUT_FILE, help="Figure to write (PNG; .svg, .pdf, ... by suffix).")
 @click.option("--last", type=click.IntRange(min=1), default=None, help="Only the last N periods.")
 @click.pass_obj
 @talks_to_daemon

@@ -31,7 +31,7 @@ from parlschedd.energy.measurements import Measurements, MeasurementsError, load
 from parlschedd.energy.metrics import OBJECTIVES
 from parlschedd.energy.model import MASTER_POWER, SUBPOP_SIZES
 from parlschedd.energy.store import Fitted, ParamsError, json_safe, load_params, params_document, save_params
-from parlschedctl.outputs import FILE, CannotWrite, check_figure, check_writable, print_json, writing
+from parlschedctl.outputs import FILE, OUT_FILE, CannotWrite, check_figure, check_writable, print_json, writing
 
 FAILURES = (ClusterError, MeasurementsError, ParamsError, MeasureError, ValueError, OSError)
 
@@ -217,7 +217,7 @@ def model() -> None:
 @click.option("--generations", type=click.IntRange(min=1), default=None,
               help="Generations per phase (default: 100 for ga; 1000 and 300 for de).")
 @click.option("--loo", is_flag=True, help="Also leave-one-out errors (one more fit per configuration).")
-@click.option("--out", "out_path", type=FILE, help="Write the parameters (JSON).")
+@click.option("--out", "out_path", type=OUT_FILE, help="Write the parameters (JSON).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @fails_cleanly
 def fit(cluster_path: str, data_path: str, method: str, repeat: int, seed: int | None, rounding: str,
@@ -347,7 +347,7 @@ def _per_nsp_table(models: dict[str, validation.ModelErrors]) -> list[str]:
 @model.command()
 @click.option("--params", "params_path", required=True, type=FILE)
 @click.option("--data", "data_path", required=True, type=FILE)
-@click.option("--out", "out_path", required=True, type=FILE, help="Figure to write; its suffix is the format (.png, .svg, .pdf, ...).")
+@click.option("--out", "out_path", required=True, type=OUT_FILE, help="Figure to write; its suffix is the format (.png, .svg, .pdf, ...).")
 @fails_cleanly
 def plot(params_path: str, data_path: str, out_path: str) -> None:
     """Measured vs predicted runtime and energy for both models (the paper's Figure 3)."""
@@ -414,7 +414,7 @@ def recommend(params_path: str, goal: str, nsp: tuple[int, ...] | None, as_json:
 @model.command("measure", context_settings={"allow_interspersed_args": False})
 @click.option("--nsp", type=NSP, required=True, help="Configurations to run, e.g. 1-32.")
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--out", "out_path", required=True, type=FILE, help="CSV to write.")
+@click.option("--out", "out_path", required=True, type=OUT_FILE, help="CSV to write.")
 @click.option("--powercap-root", type=click.Path(file_okay=False, readable=False),  # unreadable: no zones, as absent
               default=str(POWERCAP_ROOT), show_default=True, help="Where RAPL's powercap zones live.")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)

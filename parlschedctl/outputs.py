@@ -20,6 +20,20 @@ import click
 FILE = click.Path(dir_okay=False, readable=False)
 
 
+class _OutFile(click.Path):
+    """FILE for a file we write (--out): ``-``, which a reader takes for stdout, is
+    refused as a usage error naming the option; it wrote a file named ``-`` and said
+    "wrote -"."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value == "-":
+            self.fail("'-' is not a file here: give a path", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+OUT_FILE = _OutFile(dir_okay=False, readable=False)
+
+
 def print_json(value: Any) -> None:
     """--json's output: one JSON object on stdout, for scripts (stderr keeps the messages
     for people); strict JSON, so a NaN is the caller's to turn into null first."""
@@ -65,3 +79,4 @@ def writing(path: str | os.PathLike[str]) -> Iterator[None]:
         yield
     except OSError as exc:
         raise CannotWrite(f"{path}: cannot write: {exc.strerror or exc}") from exc
+

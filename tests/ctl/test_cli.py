@@ -28,7 +28,7 @@ CTL = [sys.executable, "-c", "from parlschedctl.cli import main; main()"]
 
 
 def ctl(*args: str, socket: str | None = None, **kw) -> subprocess.CompletedProcess:
-    env = {**os.environ}
+    env = {**os.environ, **kw.pop("env", {})}
     if socket:
         env["PARLSCHED_SOCKET"] = socket
     return subprocess.run([*CTL, *args], capture_output=True, text=True, env=env, timeout=60, **kw)
@@ -802,4 +802,17 @@ def test_runs_live_status_fits_the_terminals_width(daemon):
     assert live, seen
     assert all(len(line) <= 39 for line in live), live
     assert any("threads" in line for line in live), live
+
+
+@needs_root
+def test_plot_refuses_dash_as_its_out(daemon, workload, tmp_path):
+    """``plot PID --out -`` wrote a file named ``-`` and said "wrote -": a reader takes
+    ``-`` for stdout. It is a usage error naming --out."""
+    w = workload(2)
+    assert ctl("attach", str(w.pid), socket=daemon.socket).returncode == 0
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    r = ctl("plot", str(w.pid), "--out", "-", socket=daemon.socket, cwd=tmp_path,
+            env={"PYTHONPATH": repo})  # this checkout's code, not the one installed, run from tmp_path
+    assert r.returncode == 2 and "--out" in r.stderr and "'-' is not a file here: give a path" in r.stderr, r.stderr
+    assert not (tmp_path / "-").exists()
 

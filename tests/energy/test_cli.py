@@ -900,3 +900,18 @@ def test_a_poor_fit_s_warning_gives_the_cause_its_parameters_show(tmp_path):
     assert warning.endswith("a larger search than --generations 12, --repeat 1 may find a better fit")
     assert f"warning: {joules}: nsp 1-32: energy_wh x 3600 / time_s is a mean power of " in r.stderr
     assert "energies in J rather than Wh? (divide them by 3600)" in r.stderr  # said before the fit, as a cause
+
+
+def test_every_out_refuses_dash(params, tmp_path):
+    """``--out -`` wrote a file named ``-``, where a reader takes ``-`` for stdout: each
+    output option refuses it as a usage error naming --out."""
+    for args in (["fit", "--cluster", str(CLUSTER_YAML), "--data", str(MEASUREMENTS_CSV)],
+                 ["plot", "--params", str(params), "--data", str(MEASUREMENTS_CSV)],
+                 ["measure", "--nsp", "1"]):
+        extra = ["true"] if args[0] == "measure" else []
+        r = subprocess.run([sys.executable, "-c", "from parlschedctl.cli import main; main()", "model", *args,
+                            "--out", "-", *extra], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                           env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})  # this checkout's code
+        assert r.returncode == 2 and "--out" in r.stderr and "'-' is not a file here: give a path" in r.stderr, \
+            (args, r.stderr)
+        assert not (tmp_path / "-").exists(), args
