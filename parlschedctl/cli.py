@@ -30,7 +30,7 @@ import click
 from parlschedd import __version__
 from parlschedctl import client
 from parlschedd.daemon import protocol
-from parlschedctl.outputs import OUT_FILE, check_figure, print_json
+from parlschedctl.outputs import OUT_FILE, CannotWrite, check_figure, print_json, writing
 from parlschedctl.render import (clip, placement_counts, placements, printable, progress_line, status_screen,
                                  status_table)
 from parlschedd.words import n_threads
@@ -487,7 +487,11 @@ def plot(sock: str, pid: int, out: str, last: int | None) -> None:
     try:
         check_figure(out)
         history = client.request(sock, "history", pid=pid, last=last, timeout=60)
-        path = plot_history(history, out)
+        with writing(out):
+            path = plot_history(history, out)
+    except CannotWrite as exc:  # "PATH: cannot write: ...", as the other commands say it
+        click.echo(f"parlschedctl: {exc}", err=True)
+        sys.exit(1)
     except (ValueError, OSError) as exc:
         click.echo(f"parlschedctl: cannot plot: {exc}", err=True)
         sys.exit(1)

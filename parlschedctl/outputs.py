@@ -5,6 +5,7 @@ a path that cannot be written."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 from collections.abc import Iterator
@@ -78,5 +79,12 @@ def writing(path: str | os.PathLike[str]) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        raise CannotWrite(f"{path}: cannot write: {exc.strerror or exc}") from exc
+        raise CannotWrite(f"{path}: cannot write: {_reason(exc)}") from exc
 
+
+def _reason(exc: OSError) -> str:
+    """Why a write failed, in check_writable's words where it has them: root passes its
+    access check on /sys, whose write then fails "Permission denied" (EACCES, EPERM)."""
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "permission denied"
+    return exc.strerror or str(exc)

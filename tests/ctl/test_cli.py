@@ -816,3 +816,14 @@ def test_plot_refuses_dash_as_its_out(daemon, workload, tmp_path):
     assert r.returncode == 2 and "--out" in r.stderr and "'-' is not a file here: give a path" in r.stderr, r.stderr
     assert not (tmp_path / "-").exists()
 
+
+@needs_root
+def test_plot_says_a_figure_it_cannot_write_as_the_other_write_errors(daemon, workload):
+    """plot to /sys/x.png (root passes the access check; the write fails) said
+    "cannot plot: [Errno 13] Permission denied: '/sys/x.png'", Python's text."""
+    w = workload(2)
+    assert ctl("attach", str(w.pid), socket=daemon.socket).returncode == 0
+    wait_for(lambda: daemon.request("history", pid=w.pid)["samples"])
+    r = ctl("plot", str(w.pid), "--out", "/sys/x.png", socket=daemon.socket)
+    assert r.returncode == 1 and "/sys/x.png: cannot write: permission denied" in r.stderr, r.stderr
+    assert "Errno" not in r.stderr

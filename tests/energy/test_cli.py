@@ -915,3 +915,11 @@ def test_every_out_refuses_dash(params, tmp_path):
         assert r.returncode == 2 and "--out" in r.stderr and "'-' is not a file here: give a path" in r.stderr, \
             (args, r.stderr)
         assert not (tmp_path / "-").exists(), args
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root passes the access check that /sys then refuses")
+def test_a_write_refused_only_when_made_says_permission_denied_as_the_check_does(params):
+    """root passes check_writable on /sys, whose write then fails: it said
+    "cannot write: Permission denied", the check's words capitalised as strerror has them."""
+    r = run("model", "plot", "--params", str(params), "--data", str(MEASUREMENTS_CSV), "--out", "/sys/x.png")
+    assert r.exit_code == 1 and "/sys/x.png: cannot write: permission denied" in r.output, r.output
