@@ -121,16 +121,33 @@ def port_taken(address: str) -> str | None:
     except OSError as exc:
         if exc.errno != errno.EADDRINUSE:
             return None
-    listening = [c for c in psutil.net_connections("inet")
-                 if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port]
-    names = {c.pid: _name(c.pid) for c in listening if c.pid}
-    if any(c.pid is None for c in listening) or not names:  # another user's socket: its owner is not shown to us
+    names = listeners(port)
+    if names is None:  # another user's socket: its owner is not shown to us
         return (f"port {port} on {host} is in use by a process this user cannot see (the running parlschedd's "
                 "own is no problem; another's would stop it from starting): run config check as root to know")
     if all(name == "parlschedd" for name in names.values()):
         return None
-    by = ", ".join(f"pid {pid} ({name})" for pid, name in sorted(names.items()))
-    return f"port {port} on {host} is in use by {by}: parlschedd would not start while it is"
+    return f"port {port} on {host} is in use by {_listed(names)}: parlschedd would not start while it is"
+
+
+def listeners(port: int) -> dict[int, str] | None:
+    """The processes listening on TCP ``port`` (pid -> name); None when one of them is
+    hidden from this user (another user's socket, seen without root)."""
+    listening = [c for c in psutil.net_connections("inet")
+                 if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port]
+    if any(c.pid is None for c in listening) or not listening:
+        return None
+    return {c.pid: _name(c.pid) for c in listening}
+
+
+def held_by(address: str) -> str:
+    """Who holds ``address``'s port, as a refusal to listen there says it."""
+    names = listeners(_host_port(address)[1])
+    return "by a process this user cannot see" if names is None else f"by {_listed(names)}"
+
+
+def _listed(names: dict[int, str]) -> str:
+    return ", ".join(f"pid {pid} ({name})" for pid, name in sorted(names.items()))
 
 
 def _name(pid: int) -> str:

@@ -11,6 +11,7 @@ clients still waiting are served after the tick (see ``_past_deadline``).
 
 from __future__ import annotations
 
+import errno
 import os
 import selectors
 import signal
@@ -386,14 +387,15 @@ class Daemon:
     def _start_metrics(self):
         if self.config.metrics is None:
             return None
-        from parlschedd.daemon.prometheus import EngineCollector, Metrics
+        from parlschedd.daemon.prometheus import EngineCollector, Metrics, held_by
 
         metrics = Metrics(EngineCollector(lambda: self.engine, lambda: self.counters.source.value,
                                           lambda: self.config.metrics_max_threads))
         try:
             metrics.listen(self.config.metrics)
-        except OSError as exc:
-            raise StartupError(f"cannot listen for metrics on {self.config.metrics}: {exc.strerror}") from None
+        except OSError as exc:  # the holder named, as config check names it
+            held = f", {held_by(self.config.metrics)}" if exc.errno == errno.EADDRINUSE else ""
+            raise StartupError(f"cannot listen for metrics on {self.config.metrics}: {exc.strerror}{held}") from None
         log.info("metrics listening", address=self.config.metrics, port=metrics.port)
         return metrics
 
@@ -449,7 +451,10 @@ class Daemon:
             except OSError:
                 os.unlink(path)  # stale socket of a dead daemon
             else:
-                raise StartupError(f"another daemon is listening on {path}")
+                pid, _, _ = struct.unpack("3i", probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                                 struct.calcsize("3i")))
+                raise StartupError(f"another daemon is listening on {path} (pid {pid}): stop it, or give this "
+                                   "one another --socket and --state-dir")
             finally:
                 probe.close()
 

@@ -1364,7 +1364,8 @@ def test_a_start_refused_for_another_daemons_socket_leaves_nothing_it_made(daemo
     if before == "the state dir and a lock file":
         (state / "lock").write_text("4242\n")  # a daemon stopped earlier left it
     proc = refused_start(daemon.config, daemon.socket, state)
-    assert proc.returncode == 1 and f"another daemon is listening on {daemon.socket}" in proc.stderr, proc.stderr
+    assert proc.returncode == 1 and (f"another daemon is listening on {daemon.socket} (pid {daemon.proc.pid}): stop it, "
+                                     "or give this one another --socket and --state-dir") in proc.stderr, proc.stderr
     if before == "nothing":
         assert not state.exists()
     else:
@@ -1377,9 +1378,11 @@ def test_a_start_refused_for_a_metrics_port_in_use_leaves_nothing_it_made(tmp_pa
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        (tmp_path / "cfg.yaml").write_text(f"period_s: 0.05\nmetrics: '127.0.0.1:{taken.getsockname()[1]}'\n")
+        port = taken.getsockname()[1]
+        (tmp_path / "cfg.yaml").write_text(f"period_s: 0.05\nmetrics: '127.0.0.1:{port}'\n")
         proc = refused_start(tmp_path / "cfg.yaml", tmp_path / "d.sock", tmp_path / "state")
-    assert proc.returncode == 1 and "cannot listen for metrics on 127.0.0.1:" in proc.stderr, proc.stderr
+    said = f"cannot listen for metrics on 127.0.0.1:{port}: Address already in use, by pid {os.getpid()} ("
+    assert proc.returncode == 1 and said in proc.stderr, proc.stderr  # the holder named, as config check names it
     assert sorted(os.listdir(tmp_path)) == ["cfg.yaml"]  # no state dir, no lock file, no socket
 
 
