@@ -6,6 +6,7 @@ import unicodedata
 from typing import Any
 
 from parlschedd.cpulist import format_cpulist
+from parlschedd.daemon.protocol import clip as clip_value
 from parlschedd.words import counted, n_threads
 
 
@@ -48,8 +49,9 @@ def _status_rows(reply: dict[str, Any]) -> list[tuple[str, int | None]]:
         cpus = "" if t.get("cpus", placed) == placed else f", cpuset: cpus {format_cpulist(t['cpus'])}"
         tree = bool(t.get("descendants"))
         processes = f", with descendants: {_n_processes(t['threads'])}" if tree else ""
+        matching = "" if t.get("thread_filter") is None else f", threads matching {printable(repr(clip_value(t['thread_filter'])))}"
         rows.append(("", None))
-        rows.append((f"{t['pid']} {printable(t['name'])} ({t['mode']}{rule}{cpus}{processes}, "
+        rows.append((f"{t['pid']} {printable(t['name'])} ({t['mode']}{rule}{cpus}{processes}{matching}, "
                      f"{n_threads(len(t['threads']))}{left})", None))
         pid_column = f"{'PID':>8} " if tree else ""
         rows.append((f"  {pid_column}{'TID':>8} {'NAME':<16} {'CPU':>4} {'DOM':>4} {'UTILITY':>12} PINNED", None))
@@ -58,7 +60,7 @@ def _status_rows(reply: dict[str, Any]) -> list[tuple[str, int | None]]:
             cpu = "free" if th.get("free") else "-" if th["cpu"] is None else th["cpu"]
             dom = "-" if th["domain"] is None else th["domain"]
             pid = f"{th.get('pid', '-'):>8} " if tree else ""
-            rows.append((f"  {pid}{th['tid']:>8} {printable(th['name'])[:16]:<16} {cpu:>4} {dom:>4} {util:>12} "
+            rows.append((f"  {pid}{th['tid']:>8} {pad(printable(th['name']), 16)} {cpu:>4} {dom:>4} {util:>12} "
                          f"{_pinned_to(th)}", i))
     return rows
 
@@ -81,16 +83,28 @@ def status_screen(reply: dict[str, Any], rows: int, columns: int) -> list[str]:
     return [clip(line, columns - 1) for line, _ in table[:rows]]
 
 
+def _columns(c: str) -> int:
+    """The terminal columns a character takes: an East Asian wide one two, a combining
+    mark none (printable() keeps both in names), any other one."""
+    return 0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
+
+
 def clip(line: str, columns: int) -> str:
-    """``line`` cut to at most ``columns`` terminal columns: an East Asian wide
-    character takes two, a combining mark none (printable() keeps both in names)."""
+    """``line`` cut to at most ``columns`` terminal columns."""
     used = 0
     for i, c in enumerate(line):
-        width = 0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
-        if used + width > columns:
+        if used + _columns(c) > columns:
             return line[:i]
-        used += width
+        used += _columns(c)
     return line
+
+
+def pad(text: str, columns: int) -> str:
+    """``text`` cut or padded to exactly ``columns`` terminal columns (a wide character
+    cut in half leaves a space): str's own padding counts characters, and a name of
+    four wide characters pushed the rest of its row four columns right."""
+    cut = clip(text, columns)
+    return cut + " " * (columns - sum(map(_columns, cut)))
 
 
 def _pinned_to(thread: dict[str, Any]) -> str:

@@ -27,6 +27,7 @@ def describe(target: Target, now: float | None, *, rescan_s: float, proc_root: s
     return {
         "pid": target.pid, "name": target.name, "mode": target.mode, "uid": target.uid,
         "descendants": target.descendants,  # its descendants' threads are its own: each thread's "pid" says whose
+        "thread_filter": target.thread_filter.pattern if target.thread_filter else None,  # attach --threads, a rule's threads
         "rule": target.rule,  # the index of the config rule that attached it; None: attached by a client
         "cpus": sorted(c for d in placed_on(target.cpus, every_cpu) for c in d),  # where its cpuset lets it be placed
         "migrations": target.migrations, "threads_ignored": len(target.ignored),

@@ -99,3 +99,19 @@ def test_a_screen_keeps_the_header_and_counts_what_it_left_out() -> None:
     assert rows[-1].startswith("... 9 more threads (1 more target); ")
     assert status_screen(reply, 3, 40)[-1].startswith("... 10 more threads (2 more targets)")
     assert clip("ab线程cd", 5) == "ab线" and clip("e\u0301x", 2) == "e\u0301x"  # wide: two columns; combining: none
+
+
+def test_a_row_with_wide_characters_keeps_the_columns_after_its_name() -> None:
+    """Names were padded by characters: four wide ones pushed the rest of the row four
+    columns right of the header's."""
+    wide, narrow = (status_table(_reply("app", name)).splitlines()[-1] for name in ("線程線程", "ab"))
+    assert sum(2 if "\u4e00" <= c <= "\u9fff" else 1 for c in wide) == len(narrow)  # as wide on the screen
+    assert "線程線程線程線程" in status_table(_reply("app", "線程線程線程線程線程")), "cut to 16 columns"
+
+
+def test_a_thread_filter_is_shown_in_its_targets_header() -> None:
+    reply = _reply("app", "worker")
+    reply["targets"][0]["thread_filter"] = "^worker"
+    assert "11 app (pin, threads matching '^worker', 1 thread)" in status_table(reply)
+    reply["targets"][0]["thread_filter"] = "x" * 500
+    assert "... (500 characters)" in status_table(reply)  # repeated, not in full

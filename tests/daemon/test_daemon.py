@@ -75,6 +75,7 @@ def test_a_thread_named_after_attach_is_managed_within_a_rescan(daemon, kill_aft
     p = kill_after(start_named_late())
     assert [t["name"] for t in daemon.request("attach", pid=p.pid, threads="^worker")["target"]["threads"]] \
         == ["worker1"]
+    assert daemon.request("status", pid=p.pid)["targets"][0]["thread_filter"] == "^worker"  # status says it
     tell_to_name(p)
     wait_for(lambda: sorted(t["name"] for t in threads_of(daemon, p.pid).values()) == ["worker0", "worker1"],
              timeout=5)
