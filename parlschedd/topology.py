@@ -18,7 +18,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from parlschedd.cpulist import parse_cpulist
+from parlschedd.cpulist import format_cpulist, parse_cpulist
 
 DOMAIN_MODES = ("auto", "numa", "llc", "package")
 
@@ -26,7 +26,12 @@ Groups = tuple[tuple[int, ...], ...]
 
 
 class TopologyError(ValueError):
-    """The topology or a requested domain layout cannot be used."""
+    """The topology or a requested domain layout cannot be used; ``key``: the config
+    key path to blame (``domains``, ``domains[1]``, ``cpus``)."""
+
+    def __init__(self, message: str, key: str = "domains") -> None:
+        super().__init__(message)
+        self.key = key
 
     def of_config(self) -> str:
         """What it says of a config's ``domains`` and ``cpus`` (valid keys that this host
@@ -35,7 +40,7 @@ class TopologyError(ValueError):
 
     def finding(self) -> tuple[str, str]:
         """``of_config`` as (key path, message), as config errors are listed."""
-        return "domains, cpus", f"{self} on this host"
+        return self.key, f"{self} on this host"
 
 
 class NoCpusFound(TopologyError):
@@ -97,11 +102,12 @@ class Topology:
         for i, group in enumerate(layout):
             cpus = sorted(set(int(c) for c in group))
             if not cpus:
-                raise TopologyError(f"domains[{i}] is empty")
+                raise TopologyError("is empty", key=f"domains[{i}]")
             if bad := set(cpus) - set(self.usable):
-                raise TopologyError(f"domains[{i}] names CPUs {sorted(bad)} that are not usable (usable: {list(self.usable)})")
+                raise TopologyError(f"names CPUs {sorted(bad)} that are not usable (usable: {list(self.usable)})",
+                                    key=f"domains[{i}]")
             if clash := seen.intersection(cpus):
-                raise TopologyError(f"domains[{i}] repeats CPUs {sorted(clash)} of an earlier domain")
+                raise TopologyError(f"repeats CPUs {sorted(clash)} of an earlier domain", key=f"domains[{i}]")
             seen.update(cpus)
             out.append(cpus)
         return out
@@ -123,7 +129,8 @@ def read_topology(sysfs: str | os.PathLike[str] = "/sys", cpus: Iterable[int] | 
     else:
         usable &= set(cpus)
     if not usable:
-        raise TopologyError("no usable CPUs: online, not isolated and in the config's cpus")
+        raise TopologyError(f"no usable CPUs: online, not isolated and in the config's cpus (online here: "
+                            f"{format_cpulist(online)}; set cpus to some of those, or leave it out)", key="cpus")
     return Topology(
         online=online,
         usable=tuple(sorted(usable)),

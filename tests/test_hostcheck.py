@@ -62,7 +62,7 @@ def test_refusals_under_their_keys_and_the_socket_option(tmp_path):
     cfg = from_mapping({"socket": {"group": "no-such-group-here", "path": str(tmp_path / "typo" / "run" / "d.sock")},
                         "cpus": [4095], "metrics": "192.0.2.1:9177"})
     found = refusals(cfg)
-    assert [f.key for f in found] == ["socket.group", "socket.path", "domains, cpus", "metrics"]
+    assert [f.key for f in found] == ["socket.group", "socket.path", "cpus", "metrics"]
     assert found[0].message == f"no group 'no-such-group-here' on this host; {GROUP_ADVICE}"
     assert found[2].message.startswith("no usable CPUs") and "192.0.2.1" in found[3].message
     (tmp_path / "a-file").write_text("")
@@ -145,7 +145,7 @@ def test_the_daemon_makes_its_state_dir_before_a_socket_dir_inside_it(tmp_path):
 @pytest.mark.parametrize("config, said", [
     ("metrics: 192.0.2.1:9177\n", "metrics: cannot listen on 192.0.2.1: Cannot assign requested address"),
     ("cpus: [4095]\nsocket: {group: no-such-group-here}\n",
-     f"socket.group: no group 'no-such-group-here' on this host; {GROUP_ADVICE}; {{config}}: domains, cpus: no usable"),
+     f"socket.group: no group 'no-such-group-here' on this host; {GROUP_ADVICE}; {{config}}: cpus: no usable"),
 ])
 def test_the_daemon_refuses_in_config_checks_words_before_it_makes_anything(tmp_path, config, said):
     """The daemon's start and ``config check`` said the same in other words, and could

@@ -119,8 +119,9 @@ def test_a_domain_left_without_usable_cpus_disappears(two_socket):
 def test_explicit_domains_are_checked(two_socket):
     t = read_topology(two_socket)
     assert t.domains([[0, 2], [1, 3]]) == [[0, 2], [1, 3]]
-    with pytest.raises(TopologyError, match=r"domains\[1\] names CPUs \[9\]"):
+    with pytest.raises(TopologyError, match=r"names CPUs \[9\]") as e:
         t.domains([[0], [9]])
+    assert e.value.of_config() == "domains[1]: names CPUs [9] that are not usable (usable: [0, 1, 2, 3, 4, 5, 6, 7]) on this host"
     with pytest.raises(TopologyError, match="repeats"):
         t.domains([[0, 1], [1]])
     with pytest.raises(TopologyError, match="empty"):

@@ -181,9 +181,9 @@ def test_config_check_warns_of_a_counter_source_this_host_lacks(tmp_path):
 
 
 REFUSED_HERE = {  # valid configs this host's daemon refuses to start with, and what it says
-    "cpus: [4095]\n": "domains, cpus: no usable CPUs",
-    "cpus: [0]\ndomains: [[0], [1]]\n": "domains, cpus: domains[1] names CPUs [1] that are not usable",
-    "domains: [[0, 4095]]\n": "domains, cpus: domains[0] names CPUs [4095] that are not usable",
+    "cpus: [4095]\n": "cpus: no usable CPUs: online, not isolated and in the config's cpus (online here: ",
+    "cpus: [0]\ndomains: [[0], [1]]\n": "domains[1]: names CPUs [1] that are not usable",
+    "domains: [[0, 4095]]\n": "domains[0]: names CPUs [4095] that are not usable",
     "socket: {group: no-such-group-here}\n": "socket.group: no group 'no-such-group-here' on this host",
 }
 

@@ -1307,7 +1307,7 @@ def test_a_config_for_cpus_this_host_lacks_is_refused_naming_the_file_and_keys(t
     config = tmp_path / "cfg.yaml"
     config.write_text("cpus: [4095]\n")
     proc = refused_start(config, tmp_path / "d.sock", tmp_path / "state")
-    assert proc.returncode == 1 and f"parlschedd: {config}: domains, cpus: no usable CPUs" in proc.stderr, proc.stderr
+    assert proc.returncode == 1 and f"parlschedd: {config}: cpus: no usable CPUs" in proc.stderr, proc.stderr
     assert "on this host" in proc.stderr and "Traceback" not in proc.stderr
 
 
