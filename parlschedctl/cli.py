@@ -130,6 +130,8 @@ def detach(sock: str, pid: int, as_json: bool) -> None:
         print_json(reply)
     else:
         click.echo(f"detached {pid}, restored {n_threads(reply['restored'])}")
+        if reply.get("rule") is not None:
+            click.echo(f"config rule {reply['rule']} matches it: left alone until it exits (attach it to manage it again)")
 
 
 @cli.command()

@@ -725,12 +725,13 @@ class Daemon:
         if request.cmd == "detach":
             target = self.engine.targets.get(a["pid"])
             restored = self.engine.detach(a["pid"], uid=uid)
-            if target is not None and target.rule is not None:  # else the next rescan attaches it again
+            rule = None if target is None else target.rule
+            if rule is not None:  # else the next rescan attaches it again
                 self.engine.left_alone[target.pid] = target.handle.start_time
                 log.info("detached by hand: the config rules leave it alone until it exits", pid=target.pid,
-                         rule=f"targets[{target.rule}]")
+                         rule=f"targets[{rule}]")
             self.statefile.save(self.engine)
-            return {"pid": a["pid"], "restored": restored}
+            return {"pid": a["pid"], "restored": restored, "rule": rule}  # rule: the one now leaving it alone
         if request.cmd == "reload":
             if uid != 0:
                 raise EngineError("permission_denied", "only root may reload the daemon")

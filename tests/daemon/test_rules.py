@@ -129,7 +129,10 @@ def test_a_match_detached_by_hand_is_attached_again_once_it_exits(tmp_path):
         targets = lambda: {t["pid"] for t in d.request("status")["targets"]}  # noqa: E731
         with killed_at_end(first):
             wait_for(lambda: first.pid in targets())
-            d.request("detach", pid=first.pid)
+            said = subprocess.run([sys.executable, "-m", "parlschedctl", "detach", str(first.pid)], capture_output=True,
+                                  text=True, env={**os.environ, "PARLSCHED_SOCKET": d.socket}, timeout=30)
+            assert said.returncode == 0 and said.stdout.splitlines()[-1] == (  # the user is told, not only the log
+                "config rule 0 matches it: left alone until it exits (attach it to manage it again)"), said
             time.sleep(0.5)  # five rescans
             assert first.pid not in targets(), "left alone while it lives"
         time.sleep(0.5)  # five rescans see it gone
