@@ -217,15 +217,15 @@ class Engine:
         for tid in set(self.handed_over) - claimed:
             del self.handed_over[tid]
 
-    def detach(self, pid: int, uid: int | None = None, *, again: bool = False) -> int:
+    def detach(self, pid: int, uid: int | None = None, *, again: bool = False, reason: str = "asked by a client") -> int:
         """Stop managing ``pid`` and restore its threads; returns how many were restored.
         ``again``: it is attached again at once (a rule's settings changed), so the
-        threads handed over to someone else stay theirs."""
+        threads handed over to someone else stay theirs. ``reason``: said in the log."""
         target = self.targets.get(pid)
         if target is None or (uid not in (None, 0) and uid != target.uid):
             raise self.not_attached(pid, uid)
         restored = self._release(target, keep_hand_overs=again)
-        log.info("detached", pid=pid, restored=restored)
+        log.info("detached", pid=pid, restored=restored, reason=reason)
         return restored
 
     def not_attached(self, pid: int, uid: int | None) -> EngineError:

@@ -59,7 +59,9 @@ class RuleMatcher:
             if target.rule is None:
                 continue
             if pid not in wanted or not _as_rule_says(target, rules[wanted[pid]]):
-                engine.detach(pid, again=pid in wanted)  # restored; attached again below when a rule still wants it
+                why = ("its rule's observe, threads or descendants changed: attached again as it says" if pid in wanted
+                       else "no config rule matches it any more")
+                engine.detach(pid, again=pid in wanted, reason=why)  # restored; attached again below when a rule still wants it
             else:
                 target.rule = wanted[pid]  # the same settings, perhaps at another place in a reloaded config
         for left_alone in (engine.left_alone, self.failed):

@@ -1183,6 +1183,8 @@ def test_config_rule_adopts_a_cgroup_and_releases_when_it_leaves(tmp_path, mount
                 (Path(mount) / "cgroup.procs").write_text(str(proc.pid))  # moved out: no longer matches
                 wait_for(lambda: d.request("status")["targets"] == [])
                 assert os.sched_getaffinity(proc.pid) == ALL
+                said = [r for r in d.log_records() if r["event"] == "detached" and r["pid"] == proc.pid]
+                assert [r["reason"] for r in said] == ["no config rule matches it any more"]  # the log said no why
             finally:
                 d.stop()
         finally:
