@@ -99,6 +99,10 @@ class Engine:
                descendants: bool = False, uid: int | None = None, rule: int | None = None) -> Target:
         """Start managing ``pid``. ``uid`` is the caller's (None: trusted, e.g. a config
         rule); a non-root caller may attach only its own processes."""
+        try:  # first: a request that cannot be right is said so whatever the pid
+            pattern = compile_pattern(threads) if threads else None
+        except PatternError as exc:
+            raise EngineError("bad_request", f"invalid threads regex: {protocol.clip(str(exc), 200)}") from None  # room for RE2's hint
         try:
             handle = procfs.ProcessHandle(pid, self.proc_root)
         except ThreadGone:
@@ -120,13 +124,9 @@ class Engine:
             if manager is not None:
                 raise EngineError("already_attached", f"process {pid} is already managed, as a descendant of {manager}; "
                                                       f"detach {manager} first to attach it alone")
-            pattern = compile_pattern(threads) if threads else None
         except ThreadGone:
             handle.close()
             raise EngineError("no_such_process", f"process {pid} exited") from None
-        except PatternError as exc:
-            handle.close()
-            raise EngineError("bad_request", f"invalid threads regex: {protocol.clip(str(exc), 200)}") from None  # room for RE2's hint
         except BaseException:
             handle.close()
             raise

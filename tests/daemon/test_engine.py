@@ -1275,6 +1275,9 @@ def test_an_invalid_thread_filter_is_refused_with_re2s_whole_hint() -> None:
         engine.attach(os.getpid(), time.monotonic(), threads="(?=x)")
     assert e.value.code == "bad_request"
     assert str(e.value).endswith("(patterns are RE2: no back-references or look-arounds)"), str(e.value)
+    with pytest.raises(engine_module.EngineError) as e:  # it said already_attached, or no_such_process, first
+        engine.attach(2**22 + 1, time.monotonic(), threads="(")
+    assert e.value.code == "bad_request" and "invalid threads regex" in str(e.value), str(e.value)
 
 
 @needs_root
