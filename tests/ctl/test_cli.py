@@ -483,7 +483,7 @@ def test_attach_detach_reload_and_status_json(daemon, workload):
     assert r.returncode == 1 and "already_attached" in r.stderr
     assert json.loads(r.stdout)["error"]["code"] == "already_attached"
     r = ctl("detach", "--json", str(w.pid), socket=daemon.socket)
-    assert r.returncode == 0 and json.loads(r.stdout) == {"pid": w.pid, "restored": 3}, r.stdout
+    assert r.returncode == 0 and json.loads(r.stdout) == {"pid": w.pid, "restored": 3, "rule": None}, r.stdout
     r = ctl("detach", "--json", str(w.pid), socket=daemon.socket)
     assert r.returncode == 1 and json.loads(r.stdout)["error"]["code"] == "not_attached"
     r = ctl("status", "--json", str(w.pid), socket=daemon.socket)
