@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
+from functools import partial
 
 import click
 
@@ -24,12 +26,16 @@ from parlschedd.logging import LEVELS, configure
 def main(config_path: str | None, socket_path: str | None, state_dir: str, log_format: str, log_level: str) -> None:
     """Run the PaRLSched daemon in the foreground."""
     from parlschedd.daemon.server import Daemon, StartupError
+    from parlschedd.hostcheck import config_file_untrusted
     from parlschedd.host.errors import HostError
     from parlschedd.topology import TopologyError
 
     configure(log_format, log_level)
     try:
-        cfg = config_mod.load(config_path)
+        cfg = config_mod.load(config_path, judge=partial(config_file_untrusted, euid=os.geteuid()))
+    except config_mod.ConfigUntrusted as exc:  # refused unread, in the start check's words
+        click.echo(f"parlschedd: {exc}", err=True)
+        sys.exit(1)
     except config_mod.ConfigUnreadable as exc:
         click.echo(f"parlschedd: {exc}; {_unreadable_hint(exc, config_path)}", err=True)
         sys.exit(1)

@@ -12,7 +12,7 @@ import math
 import errno
 import os
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -66,6 +66,18 @@ class ConfigUnreadable(ConfigError):
 
     def __str__(self) -> str:
         return f"cannot read config {self.source}: {self.reason}"
+
+
+class ConfigUntrusted(ConfigError):
+    """A config file the daemon must not believe (owner, mode, a directory on its path
+    others may write): refused unread. ``str`` is the daemon's refusal, as its start
+    check words it: "x.yaml: (file): <problem>"."""
+
+    def __init__(self, source: str, problem: str) -> None:
+        super().__init__(source, [("(file)", problem)])
+
+    def __str__(self) -> str:
+        return f"{self.source}: (file): {self.errors[0][1]}"
 
 
 @dataclass(frozen=True)
@@ -399,16 +411,21 @@ def config_file(path: str | Path | None) -> Path | None:
     return DEFAULT_PATH
 
 
-def load(path: str | Path | None) -> Config:
+def load(path: str | Path | None, judge: Callable[[str, os.stat_result], str | None] | None = None) -> Config:
     """Read and validate a YAML file (``config_file``: the default one when ``path`` is
     None); without a file, the built-in defaults. The config keeps the owner and mode
-    of the file it was read from (``read_from``)."""
+    of the file it was read from (``read_from``). ``judge``: why the file read (its
+    path, its fstat) must not be believed, or None; asked before a byte of it is
+    parsed, so that a file swapped in (a link to /etc/shadow) is not quoted back in
+    the parse errors (the daemon's, ``hostcheck.config_file_untrusted``)."""
     path = config_file(path)
     if path is None:
         return Config()
     try:
         with open(path, "rb") as file:
             read = FileRead(str(path), os.fstat(file.fileno()))
+            if judge is not None and (problem := judge(read.path, read.stat)):
+                raise ConfigUntrusted(read.path, problem)
             data = file.read()
     except OSError as exc:
         raise ConfigUnreadable(str(path), exc) from None

@@ -90,9 +90,12 @@ def config_file_problem(cfg: Config, euid: int = 0) -> str | None:
     (its owner and mode when it was read), or a directory on its path (or a link
     others may replace; as they are now), or None: whoever may write it chooses which
     processes the daemon pins and what it reads. Also a reload's check."""
-    if cfg.read_from is None:
-        return None
-    path, st = cfg.read_from
+    return None if cfg.read_from is None else config_file_untrusted(*cfg.read_from, euid=euid)
+
+
+def config_file_untrusted(path: str, st: os.stat_result, euid: int = 0) -> str | None:
+    """``config_file_problem`` of the file at ``path`` as ``st`` (its fstat) shows it:
+    the judge ``config.load`` asks before it parses a byte, for the daemon."""
     why = "whoever may write the config chooses which processes parlschedd pins"
     if problem := untrusted(st, trusted_owners(euid)):
         return f"{problem}: {why}; {fix(path, euid)}"

@@ -364,6 +364,20 @@ def test_under_a_sticky_root_dir_or_root_dirs_a_config_and_state_dir_are_believe
 
 
 @needs_root
+def test_a_config_the_daemon_must_not_believe_is_refused_unread(tmp_path):
+    """Checked after parsing, a file swapped in through a directory another user owns
+    (a link to /etc/shadow) was refused with its parse errors, which quote its lines on
+    stderr and in the journal: it is refused before a byte is parsed now."""
+    d = _made(tmp_path / "d", 0o755, NOBODY)
+    secret = _made(tmp_path / "secret", 0o600, text="root:SECRET-HASH:20228:0:99999:7:::\n")
+    config = d / "cfg.yaml"
+    config.symlink_to(secret)
+    proc = refused_start(config, tmp_path / "run" / "d.sock", tmp_path / "run" / "state")
+    assert (proc.returncode, proc.stderr) == (1, f"parlschedd: {config}: (file): {_on_path(d, NOT_ROOTS, CONFIG_WHY)}\n")
+    assert "SECRET" not in proc.stderr
+
+
+@needs_root
 @pytest.mark.parametrize("what", ["config", "state dir"])
 def test_the_daemon_refuses_a_config_or_state_dir_in_a_directory_others_own_at_start(tmp_path, what):
     d = _made(tmp_path / "d", 0o755, NOBODY)

@@ -29,7 +29,7 @@ import numpy as np
 import structlog
 
 from parlschedd import __version__, config as config_mod
-from parlschedd.config import Config, ConfigError, ConfigUnreadable
+from parlschedd.config import Config, ConfigError, ConfigUnreadable, ConfigUntrusted
 from parlschedd.daemon import notify, protocol
 from parlschedd.daemon.engine import Engine, EngineError
 from parlschedd.daemon.rules import RuleMatcher
@@ -41,7 +41,7 @@ from parlschedd.host.base import CounterSource
 from parlschedd.cpulist import format_cpulist
 from parlschedd.host.perf import CounterSet, detect_source, raise_fd_limit
 from parlschedd.host.privileges import CAP_SYS_NICE, effective_capabilities, group_id, perfmon_capable
-from parlschedd.hostcheck import config_file_problem, narrowings, one_line, refusals, socket_path_problem
+from parlschedd.hostcheck import config_file_untrusted, narrowings, one_line, refusals, socket_path_problem
 from parlschedd.topology import NoCpusFound, TopologyError, online_cpus, read_topology
 
 log = structlog.get_logger("parlschedd")
@@ -315,18 +315,14 @@ class Daemon:
             notify.notify("READY=1")
 
     def _reload(self) -> list[str]:
-        try:
-            new = config_mod.load(self.config_path)
-        except ConfigUnreadable as exc:
+        try:  # a file the start would refuse is refused unread, as the start refuses it
+            new = config_mod.load(self.config_path, judge=partial(config_file_untrusted, euid=os.geteuid()))
+        except (ConfigUnreadable, ConfigUntrusted) as exc:
             errors = [str(exc)]
             log.error("reload failed, keeping the old config", errors=errors)
             return errors
         except ConfigError as exc:
             errors = [f"{exc.source}: {k}: {m}" for k, m in exc.errors]
-            log.error("reload failed, keeping the old config", errors=errors)
-            return errors
-        if problem := config_file_problem(new, os.geteuid()):  # as the start refuses it
-            errors = [f"{new.read_from.path}: (file): {problem}"]
             log.error("reload failed, keeping the old config", errors=errors)
             return errors
         fixed = [key for key in ("domains", "cpus", "utility") if getattr(new, key) != getattr(self.config, key)]
