@@ -19,6 +19,7 @@ from parlschedd.daemon import protocol
 from parlschedd.daemon.engine import Engine, EngineError
 from parlschedd.host import procfs
 from parlschedd.host.affinity import Pinner, get_affinity
+from parlschedd.host.base import PinRecord
 from parlschedd.host.errors import HostError, ThreadGone
 from parlschedd.host.state import StateDirBusy, StateNotOurs, lock_dir, read_state, write_state
 from parlschedd.hostcheck import state_dir_problem
@@ -175,15 +176,16 @@ class StateFile:
             return []
         if len(old.records) < len(state["pinner"]["threads"]):  # some records skipped: keep them all aside
             self._set_aside("thread records unreadable", copy=True)
-        starts = {tid: record.start_time for tid, record in old.records.items()}
-        originals = {tid: record.original for tid, record in old.records.items()}
+        records = dict(old.records)  # restore_all forgets them
         report = old.restore_all()
         saved = state.get("handed_over", [])
-        born = _give_back_born_while_down(old, report.restored, originals, placements, state, engine.proc_root)
+        engine.keep_handed_over([*(saved if isinstance(saved, list) else ()),
+                                 *([t, records[t].start_time] for t in report.kept)])
+        born = _give_back_born_while_down(old, report.restored, records, engine.handed_over, placements,
+                                          state.get("saved_at"), engine.proc_root)
         if report.restored or report.gone or report.failed or report.kept or born:
             log.info("recovered from previous run", restored=len(report.restored), gone=len(report.gone),
                      failed=len(report.failed), left_as_set_by_someone_else=len(report.kept), born_while_down=born)
-        engine.keep_handed_over([*(saved if isinstance(saved, list) else ()), *([t, starts[t]] for t in report.kept)])
         engine.keep_left_alone(state.get("left_alone", []))
         targets = state.get("targets", [])
         if not isinstance(targets, list):
@@ -211,30 +213,29 @@ class StateFile:
         log.error(f"state file unusable, {what}; kept for an administrator", path=str(aside), why=why)
 
 
-def _give_back_born_while_down(pinner: Pinner, restored: Sequence[int], originals: Mapping[int, frozenset[int]],
-                               placements: frozenset[frozenset[int]] | None, state: dict, proc_root: str) -> int:
+def _give_back_born_while_down(pinner: Pinner, restored: Sequence[int], records: Mapping[int, PinRecord],
+                               theirs: Mapping[int, int], placements: frozenset[frozenset[int]] | None,
+                               since: object, proc_root: str) -> int:
     """Threads created while no daemon ran by a thread the last run had pinned carry
     its pin, and the state file knows nothing of them; adopted with it, they would
     keep it for good. So each process of a thread just ``restored`` is listed, and
-    its threads born since the state was saved (``saved_at``) with a mask the last
-    run pinned to (``placements``) get the process's own mask back: its main
-    thread's original (``originals``: the last run's records), else the one original
-    all its restored threads share. Threads that run handed over to someone else
-    keep theirs. Returns how many were given back: none from a file that does not
-    say when it was saved or what it pinned to."""
-    since = state.get("saved_at")
+    its threads born since the state was saved (``since``, its ``saved_at``) with a
+    mask the last run pinned to (``placements``) get the process's own mask back: its
+    main thread's original (``records``: the last run's), else the one original all
+    its restored threads share. Threads handed over to someone else (``theirs``: tid ->
+    start time) keep theirs. Returns how many were given back: none from a file that
+    does not say when it was saved or what it pinned to."""
     if not isinstance(since, int) or placements is None:
         return 0
-    theirs = {(t[0], t[1]) for t in state.get("handed_over", ()) if isinstance(t, list) and len(t) == 2}
     processes: dict[int, set[frozenset[int]]] = {}
     for tid in restored:
         try:
-            processes.setdefault(procfs.thread_group(tid, proc_root), set()).add(originals[tid])
+            processes.setdefault(procfs.thread_group(tid, proc_root), set()).add(records[tid].original)
         except (HostError, ValueError):
             continue  # gone since
     given = 0
     for pid, shared in processes.items():
-        base = originals.get(pid, next(iter(shared)) if len(shared) == 1 else None)
+        base = records[pid].original if pid in records else next(iter(shared)) if len(shared) == 1 else None
         if base is None:
             continue  # no one mask is the process's own
         try:
@@ -242,11 +243,11 @@ def _give_back_born_while_down(pinner: Pinner, restored: Sequence[int], original
         except HostError:
             continue
         for tid in tids:
-            if tid in originals:
+            if tid in records:
                 continue
             try:
                 start = procfs.thread_start_time(tid, proc_root)
-                if start < since or (tid, start) in theirs or not pinner.pinned_by_last_run(tid, get_affinity(tid)):
+                if start < since or theirs.get(tid) == start or not pinner.pinned_by_last_run(tid, get_affinity(tid)):
                     continue
                 pinner.adopt(tid, start, base)
                 pinner.restore(tid)
