@@ -607,7 +607,7 @@ class Engine:
         the thread's original mask."""
         return next((t.pid for t in self.targets.values() if tid in t.threads), None)
 
-    def _adopt(self, target: Target, tid: int, now: float, *, new: bool = True, process: int | None = None) -> None:
+    def _adopt(self, target: Target, tid: int, now: float, *, process: int, new: bool = True) -> None:
         """Manage ``tid``. ``new``: first seen at this listing, so a mask we set on the
         thread that created it may be what it carries (``_inherited_original``); a
         thread left out until now has had its own mask back since, and keeps it."""
@@ -642,7 +642,7 @@ class Engine:
             self._not_adopted(target, tid)
             log.warning("cannot manage thread", tid=tid, error=str(exc))
             return
-        target.threads[tid] = ThreadState(tid, start, name, value, now, process=target.pid if process is None else process)
+        target.threads[tid] = ThreadState(tid, start, name, value, now, process=process)
         target.most_threads = max(target.most_threads, len(target.threads))
         target.stale = True
         self.on_change()

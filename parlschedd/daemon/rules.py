@@ -53,8 +53,7 @@ class RuleMatcher:
         wanted: dict[int, int] = {}
         for i, rule in enumerate(rules):
             for pid in self.matching(rule) - self.clients.keys():
-                if not self._is_client(pid):
-                    wanted.setdefault(pid, i)
+                wanted.setdefault(pid, i)
         for pid, target in list(engine.targets.items()):
             if target.rule is None:
                 continue
@@ -69,7 +68,8 @@ class RuleMatcher:
                 if engine.start_time(pid) != started:
                     del left_alone[pid]  # exited: its pid may come back as another process
         for pid, i in wanted.items():
-            if pid in engine.targets or pid in engine.left_alone or pid in self.failed or pid == os.getpid():
+            if pid in engine.targets or pid in engine.left_alone or pid in self.failed or pid == os.getpid() \
+                    or self._is_client(pid):
                 continue
             rule = rules[i]
             try:
