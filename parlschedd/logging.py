@@ -35,17 +35,17 @@ class _Sink(structlog.PrintLogger):
     it. The first failure points the stream's descriptor at /dev/null, so the later
     lines, Python's own writes to stderr and its flush at exit all succeed unseen."""
 
-    def __init__(self, file: TextIO, broken: list[bool]) -> None:
+    def __init__(self, file: TextIO) -> None:
         super().__init__(file)
-        self._broken = broken  # shared by every logger of the factory: given up once
+        self._broken = False  # given up once
 
     def msg(self, message: str) -> None:
-        if self._broken[0]:
+        if self._broken:
             return
         try:
             super().msg(message)
         except (OSError, ValueError):  # ValueError: the stream was closed
-            self._broken[0] = True
+            self._broken = True
             _to_devnull(self._file)
 
     log = debug = info = warn = warning = msg
@@ -53,14 +53,13 @@ class _Sink(structlog.PrintLogger):
 
 
 class _SinkFactory:
-    """Makes the _Sink loggers of one stream, sharing whether it was given up."""
+    """Gives every logger the one _Sink of its stream, so that it is given up once."""
 
     def __init__(self, file: TextIO) -> None:
-        self._file = file
-        self._broken = [False]
+        self._sink = _Sink(file)
 
     def __call__(self, *args: Any) -> _Sink:
-        return _Sink(self._file, self._broken)
+        return self._sink
 
 
 def _to_devnull(stream: TextIO) -> None:
