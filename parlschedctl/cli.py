@@ -534,17 +534,16 @@ def config_check(path: str, any_host: bool, as_json: bool) -> None:
     from parlschedd.config import ConfigError, ConfigUnreadable, load
     from parlschedd.hostcheck import Finding, HostReport, check_host
 
-    unreadable = False
     try:
         host = check_host(load(path))
         errors: list[Finding] = []
     except ConfigError as exc:  # ConfigUnreadable too: --json lists it under "(file)"
         host, errors = HostReport(), [Finding(*e) for e in exc.errors]
         if isinstance(exc, ConfigUnreadable):  # no content to be invalid: said as parlschedd says it
-            unreadable = True
             click.echo(f"{exc}{'; check the path' if exc.missing else ''}", err=True)
-    for key, message in [] if unreadable else errors:
-        click.echo(f"{path}: {key}: {message}", err=True)
+        else:
+            for key, message in errors:
+                click.echo(f"{path}: {key}: {message}", err=True)
     for key, message in host.refused:
         click.echo(f"{path}: {'warning: ' if any_host else ''}{key}: {message}; parlschedd refuses to start with it here",
                    err=True)

@@ -77,8 +77,8 @@ def status_screen(reply: dict[str, Any], rows: int, columns: int) -> list[str]:
         kept, cut = table[:max(rows - 1, 0)], table[max(rows - 1, 0):]
         threads = sum(target is not None for _, target in cut)
         targets = {target for _, target in cut} - {target for _, target in kept} - {None}
-        more = f"{threads} more thread{'s' if threads != 1 else ''}" if threads else f"{len(cut)} more lines"
-        also = f" ({len(targets)} more target{'s' if len(targets) != 1 else ''})" if targets else ""
+        more = counted(threads, "more thread") if threads else counted(len(cut), "more line")
+        also = f" ({counted(len(targets), 'more target')})" if targets else ""
         table = [*kept, (f"... {more}{also}; a taller terminal, or status, shows them", None)]
     return [clip(line, columns - 1) for line, _ in table[:rows]]
 

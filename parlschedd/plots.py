@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
 import matplotlib
@@ -38,14 +39,18 @@ def figure_format(path: str | Path) -> str:
     for one it writes only with another program's help."""
     fmt = Path(path).suffix[1:].lower() or "png"
     known = FigureCanvasBase.get_supported_filetypes()
-    usable = ", ".join("." + f for f in sorted(known) if not _missing_program(f))
     if fmt not in known:
-        raise ValueError(f"{path}: cannot write a .{fmt} figure; use one of {usable}")
+        raise ValueError(f"{path}: cannot write a .{fmt} figure; use one of {_usable(known)}")
     program = _missing_program(fmt)
     if program:
         raise ValueError(f"{path}: cannot write a .{fmt} figure: it needs {program} (matplotlib's pgf.texsystem), "
-                         f"which is not on the PATH; install it (a TeX distribution) or use one of {usable}")
+                         f"which is not on the PATH; install it (a TeX distribution) or use one of {_usable(known)}")
     return fmt
+
+
+def _usable(known: Iterable[str]) -> str:
+    """The formats of ``known`` written without a program missing here, for a refusal."""
+    return ", ".join("." + f for f in sorted(known) if not _missing_program(f))
 
 
 def save_figure(fig: plt.Figure, path: str | Path) -> None:

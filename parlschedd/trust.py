@@ -39,6 +39,10 @@ def trusted_owners(euid: int) -> tuple[int, ...]:
     return (0,) if euid == 0 else (0, euid)
 
 
+def _owned_by(uid: int, owners: Collection[int]) -> str:
+    return f"owned by {who(uid)}, not by {' or '.join(who(owner) for owner in owners)}"
+
+
 def untrusted(st: os.stat_result, owners: Collection[int], sticky_ok: bool = False) -> str | None:
     """What makes a file or directory (``st``) one the daemon must not believe: an owner
     not among ``owners``, write permission for its group or others (``sticky_ok``: but
@@ -46,7 +50,7 @@ def untrusted(st: os.stat_result, owners: Collection[int], sticky_ok: bool = Fal
     own). None when neither."""
     wrong = []
     if st.st_uid not in owners:
-        wrong.append(f"owned by {who(st.st_uid)}, not by {' or '.join(who(uid) for uid in owners)}")
+        wrong.append(_owned_by(st.st_uid, owners))
     if sticky_ok and stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX:
         pass
     elif writers := [name for bit, name in ((stat.S_IWGRP, "its group"), (stat.S_IWOTH, "others")) if st.st_mode & bit]:
@@ -94,8 +98,7 @@ def untrusted_on_path(path: str | os.PathLike[str], owners: Collection[int]) -> 
             st = os.lstat(entry)
             if stat.S_ISLNK(st.st_mode):
                 if held_in.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and st.st_uid not in owners:
-                    return OnPath("link", entry, f"owned by {who(st.st_uid)}, not by "
-                                                 f"{' or '.join(who(uid) for uid in owners)}, in a directory others may write")
+                    return OnPath("link", entry, f"{_owned_by(st.st_uid, owners)}, in a directory others may write")
                 links += 1
                 target = os.readlink(entry)
             elif parts and not stat.S_ISDIR(st.st_mode):

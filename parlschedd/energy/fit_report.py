@@ -89,7 +89,12 @@ def _underdetermined(cluster: Cluster, m: Measurements, source: str) -> list[str
     the truth: its NRMSE (0.000) then says nothing of its predictions."""
     return [f"warning: {source}: {measured} configurations with {what} for {parameters} {what} parameters; the fit "
             "is underdetermined and its error says nothing of its predictions: measure more configurations"
-            for what, measured, parameters in _phases(cluster, m) if measured <= parameters]
+            for what, measured, parameters in _too_few(cluster, m)]
+
+
+def _too_few(cluster: Cluster, m: Measurements) -> list[tuple[str, int, int]]:
+    """The phases (_phases) with no more configurations than parameters."""
+    return [phase for phase in _phases(cluster, m) if phase[1] <= phase[2]]
 
 
 # A parameter within this fraction of its search box's width from a bound sits at it.
@@ -116,7 +121,7 @@ def _evidence(model: EnergyTimeModel, m: Measurements) -> Evidence:
     value, margin = model.fit_.vector, AT_BOUND * (high - low)
     upper = tuple(n for n, v, hi, d in zip(names, value, high, margin, strict=True) if v >= hi - d)
     zero = tuple(n for n, v, lo, d in zip(names, value, low, margin, strict=True) if n.startswith("Pow[") and v <= lo + d)
-    under = tuple(phase for phase in _phases(model.cluster, m) if phase[1] <= phase[2])
+    under = tuple(_too_few(model.cluster, m))
     default = {"ga": GASettings().generations, "de": min(DESettings().time_generations, DESettings().energy_generations)}
     cut = []
     if model.generations is not None and model.generations < default[model.method]:
@@ -134,8 +139,7 @@ def _named(names: list[str], most: int = 3) -> str:
 def _advice(what: str, e: Evidence) -> list[str]:
     """Causes of a poor fit of ``what`` (time, energy) the evidence points to, most
     telling first; the cluster description when nothing is pinned."""
-    energy_names = ("Pow", "Powidle", "Pow_master", "Pow_switch")
-    mine = [n for n in e.at_upper if n.startswith(energy_names) == (what == "energy")]
+    mine = [n for n in e.at_upper if n.startswith("Pow") == (what == "energy")]  # Pow, Powidle, Pow_master, Pow_switch
     said = []
     if mine and what == "energy":
         said.append(f"{_named(mine)} sit at their bound, {TDP_MARGIN:g} x TDP: the energies are more than the "
