@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import sys
+from collections.abc import Callable
 from typing import Any, TextIO
 
 import structlog
@@ -14,39 +16,81 @@ LEVELS = ("debug", "info", "warning", "error")
 
 def configure(fmt: str = "console", level: str = "info") -> None:
     renderer = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
+    processors = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.format_exc_info,
+        renderer,
+    ]
+
+    def render(method: str, event: str, **fields: Any) -> str:
+        """A line as a logger would write it, for the sink's own notices."""
+        line: Any = {"event": event, **fields}
+        for processor in processors:
+            line = processor(None, method, line)
+        return line
+
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            renderer,
-        ],
+        processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
-        logger_factory=_SinkFactory(sys.stderr),
+        logger_factory=_SinkFactory(sys.stderr, render),
         cache_logger_on_first_use=False,
     )
 
 
-class _Sink(structlog.PrintLogger):
-    """A PrintLogger whose failed write costs the log, never the daemon: with its
-    stderr a pipe to a ``tee`` that ended (EPIPE), a terminal gone (EIO) or a full
-    disk (ENOSPC), a log line raised out of whatever request or shutdown step logged
-    it. The first failure points the stream's descriptor at /dev/null, so the later
-    lines, Python's own writes to stderr and its flush at exit all succeed unseen."""
+# Write errors that pass: a full disk or quota (freed again), a file at its size limit
+# (rotated), a non-blocking pipe whose reader is behind.
+_PASSING = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EAGAIN})
 
-    def __init__(self, file: TextIO) -> None:
+
+class _Sink(structlog.PrintLogger):
+    """A PrintLogger whose failed write costs the log, never the daemon: a log line
+    raised out of whatever request or shutdown step logged it. A write that fails for
+    good (the stream's reader gone: EPIPE; a terminal gone: EIO; the stream closed)
+    points the stream's descriptor at /dev/null, so the later lines, Python's own
+    writes to stderr and its flush at exit all succeed unseen. A write that fails for
+    now (a full disk: ENOSPC) loses its line only: the next line that finds room is
+    preceded by a warning of how many were lost, itself on a line of its own (the
+    failed write may have left part of a line; when it did not, the warning follows
+    a blank line)."""
+
+    def __init__(self, file: TextIO, render: Callable[..., str]) -> None:
         super().__init__(file)
-        self._broken = False  # given up once
+        self._render = render
+        self._broken = False  # given up for good
+        self._lost = 0  # lines not written since the last that was
+        self._why = ""
 
     def msg(self, message: str) -> None:
         if self._broken:
             return
+        if self._lost:
+            notice = self._render("warning", "log lines lost while the log could not be written", lines=self._lost,
+                                  error=self._why)
+            if not self._write("\n" + notice):
+                return  # still no room: this line is lost too
+            self._lost = 0
+        self._write(message)
+
+    def _write(self, message: str) -> bool:
         try:
             super().msg(message)
-        except (OSError, ValueError):  # ValueError: the stream was closed
-            self._broken = True
-            _to_devnull(self._file)
+        except OSError as exc:
+            if exc.errno not in _PASSING:
+                self._give_up()
+                return False
+            self._lost += 1
+            self._why = exc.strerror or str(exc)
+            return False
+        except ValueError:  # the stream was closed
+            self._give_up()
+            return False
+        return True
+
+    def _give_up(self) -> None:
+        self._broken = True
+        _to_devnull(self._file)
 
     log = debug = info = warn = warning = msg
     fatal = failure = err = error = critical = exception = msg
@@ -55,8 +99,8 @@ class _Sink(structlog.PrintLogger):
 class _SinkFactory:
     """Gives every logger the one _Sink of its stream, so that it is given up once."""
 
-    def __init__(self, file: TextIO) -> None:
-        self._sink = _Sink(file)
+    def __init__(self, file: TextIO, render: Callable[..., str]) -> None:
+        self._sink = _Sink(file, render)
 
     def __call__(self, *args: Any) -> _Sink:
         return self._sink

@@ -1474,3 +1474,78 @@ def test_a_daemon_whose_stderr_reader_is_gone_serves_and_stops_cleanly(tmp_path,
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@contextlib.contextmanager
+def small_tmpfs(where: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs at ``where``: a disk that fills up and empties again, for real."""
+    where.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0755", "tmpfs", str(where)]).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def fill(disk: Path) -> Path:
+    """Fill ``disk`` to the last byte with one file, returned."""
+    filler = disk / "filler"
+    with open(filler, "wb", buffering=0) as f:
+        with contextlib.suppress(OSError):
+            while True:
+                f.write(b"\0" * 4096)
+        with contextlib.suppress(OSError):
+            while True:
+                f.write(b"\0")
+    return filler
+
+
+def whole_records(log: Path) -> list[dict]:
+    """The JSON lines of ``log`` that are whole (a full disk tears the line it filled in)."""
+    records = []
+    for line in log.read_text().splitlines():
+        with contextlib.suppress(ValueError):
+            records.append(json.loads(line))
+    return records
+
+
+def test_a_daemon_whose_log_disk_filled_logs_again_once_it_has_room(tmp_path, workload):
+    """``parlschedd 2>>/var/log/parlschedd.log`` on a disk that fills up (ENOSPC) and is
+    cleared: the lines meanwhile are lost, but the log goes on afterwards, saying how
+    many it lost, and the daemon still stops with 0. Before, the first failed write
+    sent the log to /dev/null until the daemon was restarted."""
+    disk = small_tmpfs(tmp_path / "logdisk")
+    with disk as logs:
+        log = logs / "daemon.log"
+        config = tmp_path / "parlschedd.yaml"
+        config.write_text("period_s: 0.05\ndomain_period_s: 0.5\n" + PINNING)
+        sock = str(tmp_path / "ctl.sock")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "parlschedd", "--config", str(config), "--socket", sock,
+             "--state-dir", str(tmp_path / "state"), "--log-format", "json"],
+            stdout=subprocess.DEVNULL, stderr=open(log, "ab"))
+        d = Daemon(proc, sock, tmp_path / "state", config, log)
+        try:
+            assert wait_for(lambda: b'"started' in log.read_bytes(), timeout=15)
+            filler = fill(logs)
+            w = workload(2)
+            for _ in range(200):  # more than a buffer's worth of lines, each failing to be written
+                d.request("attach", pid=w.pid)
+                d.request("detach", pid=w.pid)
+            filler.unlink()
+            d.request("attach", pid=w.pid)
+            lost = "log lines lost while the log could not be written"
+            assert wait_for(lambda: any(r.get("event") == lost for r in whole_records(log)))
+            records = whole_records(log)
+            at = next(i for i, r in enumerate(records) if r["event"] == lost)
+            assert records[at]["lines"] > 100 and "No space left on device" in records[at]["error"]
+            assert records[at + 1]["event"] == "attached", "the line that found room again follows the warning"
+            torn = [line for line in log.read_text().splitlines() if line and line not in map(json.dumps, records)]
+            assert len(torn) <= 1, "at most the line the disk filled in the middle of is torn"
+            assert d.stop() == 0
+            assert whole_records(log)[-1]["event"] == "stopped"
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
