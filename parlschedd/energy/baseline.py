@@ -34,7 +34,7 @@ from scipy.optimize import lsq_linear
 from parlschedd.energy.cluster import Cluster
 from parlschedd.energy.fitting import TDP_MARGIN
 from parlschedd.energy.measurements import energy_rows
-from parlschedd.energy.model import JOULES_PER_WH, subpopulation_size
+from parlschedd.energy.model import JOULES_PER_WH, number, subpopulation_size
 
 MAX_ROUNDS = 100
 
@@ -163,10 +163,9 @@ class BaselineModel:
             m = d[key]
             if missing := [n for n in names if n not in m]:
                 raise KeyError(f"{key}.{missing[0]}")
-            return np.array([np.nan if m[n] is None else m[n] for n in names], dtype=float)
+            return np.array([number(m[n], f"{key}.{n}", nullable=True) for n in names])
 
         model = cls(cluster, d["rounding"])
-        oj = d["overhead_j"]
-        model.params_ = BaselineParams(arr("theta_s"), float(d["overhead_s"]), arr("pow_w"),
-                                       arr("pow_idle_w"), float("nan") if oj is None else float(oj))
+        model.params_ = BaselineParams(arr("theta_s"), number(d["overhead_s"], "overhead_s"), arr("pow_w"),
+                                       arr("pow_idle_w"), number(d["overhead_j"], "overhead_j", nullable=True))
         return model

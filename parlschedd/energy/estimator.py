@@ -22,7 +22,7 @@ from parlschedd.energy.cluster import Cluster
 from parlschedd.energy.fitting import (METHODS, DESettings, Fit, GASettings, Problem, Progress, Repeated, best_of,
                                        predict, repetitions)
 from parlschedd.energy.measurements import energy_rows
-from parlschedd.energy.model import MASTER_POWER, SUBPOP_SIZES, EnergyParams, TimeParams
+from parlschedd.energy.model import MASTER_POWER, SUBPOP_SIZES, EnergyParams, TimeParams, number
 
 
 def parameter_names(cluster: Cluster, with_energy: bool = True) -> list[str]:
@@ -148,7 +148,7 @@ class EnergyTimeModel:
         with_energy = any(n in values for n in energy_names)  # else fitted on time only
         names = parameter_names(cluster, with_energy)
         _check_names(names, values)
-        vector = np.array([values[n] for n in names], dtype=float)
+        vector = np.array([number(values[n], f"parameters.{n}") for n in names])
         bad = [n for n, v in zip(names, vector.tolist(), strict=True) if not (math.isfinite(v) and v >= 0)]
         if bad:  # the model's times and powers are non-negative; NaN or inf predicts nothing
             raise ValueError(f"parameters {', '.join(bad)} must be finite and >= 0")

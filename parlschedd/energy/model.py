@@ -12,7 +12,9 @@ integer division of N individuals into NSp subpopulations of N // NSp.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -22,6 +24,23 @@ from parlschedd.energy.distribution import distribute
 SUBPOP_SIZES = ("floor", "exact", "ceil")
 MASTER_POWER = ("migration", "whole-run")
 JOULES_PER_WH = 3600.0
+
+
+class NotANumber(ValueError):
+    """A value of a fitted model's section of a parameters file that should be a number
+    and is not; its message starts with the value's key path in the section."""
+
+
+def number(value: Any, where: str, nullable: bool = False) -> float:
+    """``value`` of a section of a parameters file (at key path ``where``) as a float,
+    NaN for null where ``nullable``. NotANumber otherwise: float() took "1.5" and True,
+    and its "could not convert string to float: 'abc'" did not say which of 22
+    parameters."""
+    if value is None and nullable:
+        return math.nan
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise NotANumber(f"{where}: must be a number, got {value!r}")
+    return float(value)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from parlschedd.atomicfile import replace_text
 from parlschedd.energy.baseline import BaselineModel
 from parlschedd.energy.cluster import Cluster, ClusterError, cluster_to_dict, parse_cluster
 from parlschedd.energy.estimator import EnergyTimeModel
+from parlschedd.energy.model import NotANumber
 
 FORMAT = "parlsched-energy-time/1"
 
@@ -98,50 +99,17 @@ def load_params(path: str | Path) -> Fitted:
     return Fitted(cluster, model, baseline, extra, _fitted_nsp(doc.get("fitted_nsp"), source))
 
 
-class _NotANumber(ValueError):
-    """A value of a parameters file that is not a number, its message naming its key path."""
-
-
-# The values of each section that are numbers: one, or an object of them by name; None
-# where null is allowed (an energy not fitted).
-_NUMBERS: dict[str, dict[str, tuple[bool, bool]]] = {  # field: (an object of them, null allowed)
-    "model": {"parameters": (True, False)},
-    "baseline": {"overhead_s": (False, False), "overhead_j": (False, True), "theta_s": (True, True),
-                 "pow_w": (True, True), "pow_idle_w": (True, True)}}
-
-
-def _check_numbers(section: Any, key: str) -> None:
-    """_NotANumber naming the first value of section ``key`` that should be a number
-    and is not: from_dict left it to float(), whose "could not convert string to float:
-    'abc'" did not say which of 22 parameters. What is missing or not an object is left
-    to from_dict, which says so."""
-    if not isinstance(section, dict):
-        return
-    for field, (by_name, nullable) in _NUMBERS[key].items():
-        if field not in section:
-            continue
-        value = section[field]
-        if by_name and not isinstance(value, dict):
-            continue
-        for where, v in ([(f"{key}.{field}.{n}", x) for n, x in value.items()] if by_name
-                         else [(f"{key}.{field}", value)]):
-            if not (v is None and nullable) and (isinstance(v, bool) or not isinstance(v, int | float)):
-                raise _NotANumber(f"{where}: must be a number, got {v!r}")
-
-
 def _section(doc: dict[str, Any], key: str, source: str, read: Callable[[Any], T]) -> T:
     """``read`` of the section ``key`` of ``doc``, its errors naming the key path in the
     file: "missing key 'rounding'" did not say of which section."""
     try:
-        section = doc[key]
-        _check_numbers(section, key)
-        return read(section)
+        return read(doc[key])
     except KeyError as exc:
         name = exc.args[0] if exc.args[0] == key else f"{key}.{exc.args[0]}"
         raise ParamsError(f"{source}: malformed parameters: missing key '{name}' "
                           "(write the file with `model fit --out`)") from exc
-    except _NotANumber as exc:
-        raise ParamsError(f"{source}: malformed parameters: {exc}") from exc
+    except NotANumber as exc:  # its message starts with its key path in the section
+        raise ParamsError(f"{source}: malformed parameters: {key}.{exc}") from exc
     except (TypeError, ValueError, OverflowError) as exc:
         raise ParamsError(f"{source}: malformed parameters: {key}: {exc}") from exc
 

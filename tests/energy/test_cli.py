@@ -380,6 +380,8 @@ def test_a_malformed_params_file_names_the_key_at_fault(params, tmp_path):
              "baseline.theta_s": ({}, "missing key 'baseline.theta_s.node1'"),
              "baseline.overhead_s": ("abc", "baseline.overhead_s: must be a number, got 'abc'"),
              "model.parameters.T_com": ("abc", "model.parameters.T_com: must be a number, got 'abc'"),
+             "baseline.theta_s.node1": (True, "baseline.theta_s.node1: must be a number, got True"),
+             "baseline.overhead_j": ("1.5", "baseline.overhead_j: must be a number, got '1.5'"),
              "model.method": (None, "missing key 'model.method'")}
     for key, (value, said) in cases.items():
         doc = json.loads(params.read_text())
