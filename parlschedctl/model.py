@@ -85,10 +85,8 @@ def _candidates(fitted: Fitted, nsp: tuple[int, ...] | None, params_path: str) -
     except NspError as exc:
         if not nsp:  # the file's span, not an option given
             raise ValueError(f"{params_path}: {exc} with --nsp (e.g. --nsp 1-32)") from exc
-        # Named by the option itself, as click names it in the other refusals of --nsp ('--nsp', quoted)
-        ctx = click.get_current_context()
-        option = next(p for p in ctx.command.params if p.name == "nsp")
-        raise click.BadParameter(str(exc), ctx=ctx, param=option) from exc
+        # A list of names, which click quotes ('--nsp') as in its other refusals of --nsp
+        raise click.BadParameter(str(exc), param_hint=["--nsp"]) from exc
 
 
 def _extrapolated(fitted: Fitted, ks: np.ndarray, params_path: str,
