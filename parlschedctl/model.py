@@ -369,11 +369,16 @@ def _plot_title(data_path: str, errors: validation.ModelErrors) -> str:
     """The figure's title: the proposed model's NRMSE of time, and of energy where one
     was scored (energies measured and predicted), each saying why when undefined: a
     title with the runtime's error alone read as the error of both panels."""
-    said = [f"time {_nrmse(errors.nrmse_time)}" + (", runtimes without spread" if np.isnan(errors.nrmse_time) else "")]
+    said = [_title_nrmse("time", errors.nrmse_time, "runtimes")]
     if errors.nrmse_energy is not None:
-        said.append(f"energy {_nrmse(errors.nrmse_energy)}"
-                    + (", energies without spread" if np.isnan(errors.nrmse_energy) else ""))
+        said.append(_title_nrmse("energy", errors.nrmse_energy, "energies"))
     return f"{Path(data_path).name}: proposed model (NRMSE {', '.join(said)}) vs baseline"
+
+
+def _title_nrmse(quantity: str, value: float, values: str) -> str:
+    """One NRMSE of the plot's title, "time 0.123", or "time undefined, runtimes
+    without spread" (NaN: the measured ``values`` are all equal)."""
+    return f"{quantity} {_nrmse(value)}" + (f", {values} without spread" if np.isnan(value) else "")
 
 
 @model.command()

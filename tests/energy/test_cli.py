@@ -624,9 +624,12 @@ def test_an_undefined_nrmse_is_said_to_be_undefined_and_why(tmp_path, monkeypatc
     assert "(NRMSE time undefined, runtimes without spread)" in titles[0]
 
 
-def test_an_undefined_nrmse_of_energy_is_not_said_to_be_missing(tmp_path):
+def test_an_undefined_nrmse_of_energy_is_not_said_to_be_missing(tmp_path, monkeypatch):
     """Energies without spread: fit said "energy n/a" for the model, as if none was
-    fitted, and "energy nan" for the baseline; validate "nan"."""
+    fitted, and "energy nan" for the baseline; validate "nan". Plot's title says why,
+    as it does for runtimes."""
+    from parlschedd.energy import plot as plot_mod
+
     data, fitted = tmp_path / "flat-energy.csv", tmp_path / "p.json"
     data.write_text("nsp,time_s_mean,energy_wh_mean\n4,300,10\n8,310,10\n16,320,10\n")
     fit = run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(data), "--out", str(fitted), *QUICK)
@@ -635,6 +638,10 @@ def test_an_undefined_nrmse_of_energy_is_not_said_to_be_missing(tmp_path):
     assert "NRMSE divides by the spread of the measured energies it is scored on, and they have none" in summary
     validated = run("model", "validate", "--params", str(fitted), "--data", str(data)).output
     assert validated.splitlines()[1].split()[2] == "undefined" and "nan" not in validated
+    titles = []
+    monkeypatch.setattr(plot_mod, "figure3", lambda *args, title, **kw: titles.append(title))  # the title, not a PNG
+    assert run("model", "plot", "--params", str(fitted), "--data", str(data), "--out", str(tmp_path / "f.png")).exit_code == 0
+    assert "energy undefined, energies without spread)" in titles[0], titles
 
 
 
