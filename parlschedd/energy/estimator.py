@@ -100,7 +100,7 @@ class EnergyTimeModel:
 
     def _set_best(self, best: Fit) -> None:
         self.fit_ = best
-        self.time_params_, self.energy_params_ = best.time_params, best.energy_params
+        self.energy_params_ = best.energy_params
         self.nrmse_time_, self.nrmse_energy_ = best.nrmse_time, best.nrmse_energy
 
     def predict(self, nsp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
