@@ -21,6 +21,7 @@ from parlschedd.atomicfile import replace_bytes  # noqa: E402
 UNITS = {"perf:instructions": (1e9, "instructions / s (x1e9)"),
          "perf:task-clock": (1e9, "CPU share (s of CPU per s)"),
          "schedstat": (1e9, "CPU share (s of CPU per s)")}
+LEGEND_THREADS = 8  # the threads named in the legend, by tid; the others drawn are counted
 
 
 def _missing_program(fmt: str) -> str | None:
@@ -103,6 +104,14 @@ def placement_changes(samples: list[dict]) -> tuple[np.ndarray, np.ndarray]:
 def plot_history(history: dict, out: str | Path, max_threads: int = 32) -> Path:
     """Draw the figure for a ``history`` reply of the daemon into ``out``, in the format
     its suffix names (``figure_format``; PNG without one)."""
+    out = Path(out)
+    save_figure(draw_history(history, max_threads), out)
+    return out
+
+
+def draw_history(history: dict, max_threads: int = 32) -> plt.Figure:
+    """The figure of a ``history`` reply of the daemon, the first ``max_threads``
+    threads' lines drawn."""
     samples = history["samples"]
     if not samples:
         raise ValueError("the history is empty: the target has not run a period yet")
@@ -116,8 +125,15 @@ def plot_history(history: dict, out: str | Path, max_threads: int = 32) -> Path:
 
     fig, (ax, ax_cpu) = plt.subplots(2, 1, figsize=(10, 7), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
     shown = tids[:max_threads]
-    for tid in shown:
-        ax.plot(t, running_average(util[:, col[tid]]), lw=0.8, alpha=0.7)
+    # The threads past LEGEND_THREADS in silver (no colour of the cycle the named ones
+    # take), one legend entry for them all: a legend of 32 tids hid the figure, and the
+    # cycle's 10 colours repeat (the 11th line took the colour the legend gave the 1st)
+    for i, tid in enumerate(shown):
+        named = i < LEGEND_THREADS
+        ax.plot(t, running_average(util[:, col[tid]]), lw=0.8, alpha=0.7, label=f"tid {tid}" if named else "_nolegend_",
+                **({} if named else {"color": "silver"}))
+    if len(shown) > LEGEND_THREADS:
+        ax.plot([], [], lw=0.8, alpha=0.7, color="silver", label=f"and {len(shown) - LEGEND_THREADS} more threads")
     total = np.nanmean(util, axis=1) if util.size else util
     ax.plot(t, running_average(total), color="black", lw=2.2, label="whole target (mean per thread)")
     moves, domain_moved = placement_changes(samples)
@@ -128,13 +144,13 @@ def plot_history(history: dict, out: str | Path, max_threads: int = 32) -> Path:
     ax.set_ylabel(f"running average speed\n{unit}")
     ax.set_title(f"{history.get('name', '')} (pid {history.get('pid', '?')}): {len(tids)} threads"
                  + (f", {len(shown)} drawn" if len(shown) < len(tids) else "")
+                 # the kernel placed them: the changes below are its, not parlschedd's
+                 + ("; observe mode, not pinned" if history.get("observe") else "")
                  + "; dashed red: domain changes")
-    ax.legend(loc="lower right")
+    ax.legend(loc="lower right", fontsize="small")
     ax.grid(alpha=0.3)
     ax_cpu.set_ylabel("placement changes\nper period")
     ax_cpu.set_xlabel("seconds since attach")
     ax_cpu.grid(alpha=0.3)
     fig.tight_layout()
-    out = Path(out)
-    save_figure(fig, out)
-    return out
+    return fig

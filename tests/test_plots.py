@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from parlschedd.plots import placement_changes, plot_history
+import matplotlib.pyplot as plt
+
+from parlschedd.plots import LEGEND_THREADS, draw_history, placement_changes, plot_history
 from tests.conftest import NOBODY, in_child_as
 
 
@@ -61,3 +63,43 @@ def test_a_figure_is_written_to_a_file_that_may_be_written_but_not_read(open_dir
 
     assert in_child_as(NOBODY, plot) == "written"
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _many_threads(n: int, **head) -> dict:
+    tids = list(range(100, 100 + n))
+    return {"name": "hand", "pid": 1, "period_s": 0.1, "counter_source": "perf:task-clock", **head,
+            "samples": [_sample(0.1 * k, tids, [-1] * n, [0] * n) for k in range(1, 4)]}
+
+
+def _legend_and_title(history: dict) -> tuple[list[str], str]:
+    fig = draw_history(history)
+    try:
+        ax = fig.axes[0]
+        return [t.get_text() for t in ax.get_legend().get_texts()], ax.get_title()
+    finally:
+        plt.close(fig)
+
+
+def test_the_thread_lines_are_labelled_the_first_few_by_tid_and_the_rest_counted() -> None:
+    """Each thread's line was drawn without a label: which thread is which could not be told."""
+    n = LEGEND_THREADS + 4
+    labels, _ = _legend_and_title(_many_threads(n))
+    assert labels == ([f"tid {100 + i}" for i in range(LEGEND_THREADS)]
+                      + ["and 4 more threads", "whole target (mean per thread)"])
+    labels, _ = _legend_and_title(_many_threads(2))
+    assert labels == ["tid 100", "tid 101", "whole target (mean per thread)"]
+    fig = draw_history(_many_threads(n))
+    colours = [line.get_color() for line in fig.axes[0].get_lines()[:n]]  # the threads' lines, in tid order
+    plt.close(fig)
+    assert "silver" not in colours[:LEGEND_THREADS] and colours[LEGEND_THREADS:] == ["silver"] * 4  # not the named ones'
+
+
+def test_a_figure_of_an_observe_mode_target_says_so_in_its_title() -> None:
+    """A figure of `run --observe` looked like one of a pinned run: its placement
+    changes are the kernel's, not parlschedd's."""
+    _, title = _legend_and_title(_many_threads(2, observe=True))
+    assert "observe mode" in title
+    _, title = _legend_and_title(_many_threads(2, observe=False))
+    assert "observe" not in title
+    _, title = _legend_and_title(_many_threads(2))  # a daemon that does not say: not claimed either way
+    assert "observe" not in title

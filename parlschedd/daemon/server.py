@@ -692,7 +692,7 @@ class Daemon:
         target = self.engine.targets.get(args["pid"])
         if target is None or (uid != 0 and target.uid != uid):
             raise self.engine.not_attached(args["pid"], uid)
-        head = protocol.ok(pid=target.pid, name=target.name, period_s=self.config.period_s,
+        head = protocol.ok(pid=target.pid, name=target.name, observe=target.observe, period_s=self.config.period_s,
                            counter_source=self.counters.source.value, capacity=target.history.samples.maxlen)
         samples = target.history.last(args.get("last"))
 

@@ -827,3 +827,14 @@ def test_plot_says_a_figure_it_cannot_write_as_the_other_write_errors(daemon, wo
     r = ctl("plot", str(w.pid), "--out", "/sys/x.png", socket=daemon.socket)
     assert r.returncode == 1 and "/sys/x.png: cannot write: permission denied" in r.stderr, r.stderr
     assert "Errno" not in r.stderr
+
+
+@needs_root
+def test_the_history_says_whether_its_target_is_observed(daemon, workload):
+    """plot marks a figure of an observe-mode target (parlschedd/plots.py), which the
+    history did not say."""
+    observed, pinned = workload(2), workload(2)
+    assert ctl("attach", "--observe", str(observed.pid), socket=daemon.socket).returncode == 0
+    assert ctl("attach", str(pinned.pid), socket=daemon.socket).returncode == 0
+    assert daemon.request("history", pid=observed.pid)["observe"] is True
+    assert daemon.request("history", pid=pinned.pid)["observe"] is False
