@@ -16,6 +16,7 @@ and the target as ``status`` shows it (``target_status.py``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 
 import numpy as np
 import structlog
@@ -43,12 +44,27 @@ from parlschedd.words import n_threads
 log = structlog.get_logger("parlschedd.engine")
 
 GONE_KEPT = 64  # exited targets remembered, to say why a later request finds them gone
+HISTORIES_KEPT = 4  # the last exited targets whose history is kept, for a plot of a run that ended
 RELEASE_LISTINGS = 3  # listings at a release for threads born with our mask (_give_back_born)
 OBSERVED_PER_PERIOD = 128  # observe mode: the threads whose CPU is read each period, in turns (_ran_elsewhere)
 
 
 def _not_yours(pid: int, owner: int, uid: int) -> EngineError:
     return EngineError("permission_denied", f"process {pid} belongs to uid {owner}, not to you (uid {uid})")
+
+
+@dataclass(frozen=True)
+class Gone:
+    """A target that exited: who it was, to say why a later request finds it gone, and
+    its last periods (the last HISTORIES_KEPT exited targets'; None for the older) for
+    ``history``: ``parlschedctl run`` ends with CMD, as the target does."""
+
+    uid: int
+    start_time: int
+    most_threads: int
+    name: str
+    observe: bool
+    history: History | None
 
 
 class EngineError(Exception):
@@ -84,7 +100,7 @@ class Engine:
         self.placements = frozenset([*self._single.values(), *self._whole])  # every mask we pin to (the state file's)
         self._schedulers_made = 0
         self.read_errors = 0  # periods a live thread was not measured: a failed read, or a PMU group multiplexed out throughout
-        self._gone: dict[int, tuple[int, int, int]] = {}  # targets that exited: pid -> (uid, start time, threads)
+        self._gone: dict[int, Gone] = {}  # targets that exited, by pid, oldest first
         # threads someone else re-pinned (_hand_over): tid -> start time; in the state file,
         # so that a target attached again after a restart leaves them alone too
         self.handed_over: dict[int, int] = {}
@@ -238,12 +254,12 @@ class Engine:
         if uid not in (None, 0) and owner not in (None, uid):  # not whether it is managed: no leak
             return _not_yours(pid, owner, uid)
         message = f"process {pid} is not attached"
-        gone = self._gone.get(pid)
+        gone = self._gone_of(pid, uid)
         hint = self._thread_hint(pid)
         manager_pid = None if hint else self._manager_of(pid)  # a thread is managed with its process
         manager = None if manager_pid is None else self.targets[manager_pid]
-        if gone is not None and uid in (None, 0, gone[0]) and self.start_time(pid) in (None, gone[1]):
-            message += f": it exited, and parlschedd dropped it ({n_threads(gone[2])} managed at most)"
+        if gone is not None:
+            message += f": it exited, and parlschedd dropped it ({n_threads(gone.most_threads)} managed at most)"
         elif manager is not None and uid in (None, 0, manager.uid):
             message += f"; it is managed as a descendant of {manager.pid}; detach {manager.pid} to release it"
         elif not hint and owner is None:
@@ -251,6 +267,30 @@ class Engine:
         elif not hint:
             message += " (parlschedctl status lists the targets)"
         return EngineError("not_attached", message + hint)
+
+    def _gone_of(self, pid: int, uid: int | None) -> Gone | None:
+        """The target ``pid`` that exited, if it was ``uid``'s (None, 0: anyone's) and
+        ``pid`` names no other process since."""
+        gone = self._gone.get(pid)
+        if gone is None or uid not in (None, 0, gone.uid) or self.start_time(pid) not in (None, gone.start_time):
+            return None
+        return gone
+
+    def history_of(self, pid: int, uid: int | None) -> tuple[Target | Gone, bool]:
+        """What a ``history`` request of ``uid``'s (None, 0: anyone) about ``pid`` is
+        served from, and whether it exited: the target, else the one that exited while
+        its history is kept."""
+        target = self.targets.get(pid)
+        if target is not None and uid in (None, 0, target.uid):
+            return target, False
+        gone = None if target is not None else self._gone_of(pid, uid)
+        if gone is None:
+            raise self.not_attached(pid, uid)
+        if gone.history is None:
+            refusal = self.not_attached(pid, uid)
+            raise EngineError(refusal.code, f"{refusal}; its history is no longer kept "
+                                            f"(the last {HISTORIES_KEPT} exited targets' are)")
+        return gone, True
 
     def _owner(self, pid: int) -> int | None:
         try:
@@ -783,9 +823,13 @@ class Engine:
         return restored
 
     def _drop_exited(self, target: Target) -> None:
-        self._gone[target.pid] = (target.uid, target.handle.start_time, target.most_threads)
+        self._gone[target.pid] = Gone(target.uid, target.handle.start_time, target.most_threads, target.name,
+                                      target.observe, target.history)
         while len(self._gone) > GONE_KEPT:
             del self._gone[next(iter(self._gone))]
+        if len(self._gone) > HISTORIES_KEPT:  # the one that leaves the last HISTORIES_KEPT
+            pid = list(self._gone)[-HISTORIES_KEPT - 1]
+            self._gone[pid] = replace(self._gone[pid], history=None)
         self._release(target)
         log.info("target dropped", pid=target.pid, reason="exited")
 

@@ -689,12 +689,11 @@ class Daemon:
         target of 1000 threads is 15-19 MB of JSON and half a second of encoding, so
         each part's samples are encoded when the client asks for that part. The
         samples are those of the moment of the request."""
-        target = self.engine.targets.get(args["pid"])
-        if target is None or (uid != 0 and target.uid != uid):
-            raise self.engine.not_attached(args["pid"], uid)
-        head = protocol.ok(pid=target.pid, name=target.name, observe=target.observe, period_s=self.config.period_s,
-                           counter_source=self.counters.source.value, capacity=target.history.samples.maxlen)
-        samples = target.history.last(args.get("last"))
+        shown, exited = self.engine.history_of(args["pid"], uid)
+        head = protocol.ok(pid=args["pid"], name=shown.name, observe=shown.observe, exited=exited,
+                           period_s=self.config.period_s, counter_source=self.counters.source.value,
+                           capacity=shown.history.samples.maxlen)
+        samples = shown.history.last(args.get("last"))
 
         def text() -> Iterator[bytes]:
             yield head[:-2] + b',"samples":['

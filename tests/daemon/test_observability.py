@@ -14,6 +14,7 @@ import urllib.request
 import numpy as np
 import pytest
 
+from parlschedctl import client
 from parlschedd.daemon.history import History
 from parlschedctl.render import progress_line
 from tests.conftest import PINNING, needs_root, start_daemon, threads_of, wait_for
@@ -147,3 +148,43 @@ def test_progress_line():
                                       {"utility": 1.0, "pinned": True, "free": True}], "migrations": 7}, 3.25)
     assert line == "   3.2 s  3 threads (1 on one CPU, 1 free in their domain, 1 not placed), 7 moves, mean utility 1.5"
     assert ", 1 move, " in progress_line({"threads": [], "migrations": 1}, 1.0)
+
+
+@needs_root
+def test_the_history_of_a_target_that_exited_is_kept_for_its_plot(tmp_path, open_dir, kill_after):
+    """``parlschedctl run -- CMD`` ends when CMD does, and the daemon drops the target:
+    its history went with it, so no plot could be drawn of a run once it was over
+    ("process N is not attached: it exited"). The last HISTORIES_KEPT exited targets'
+    histories are kept: served (marked exited) to root and to the process's owner, not
+    to another user, and plotted."""
+    from parlschedd.daemon.engine import HISTORIES_KEPT
+    from tests.conftest import NOBODY, as_user
+
+    d = start_daemon(tmp_path, "period_s: 0.02\ndomain_period_s: 0.2\nsocket: {mode: '0666'}\n" + PINNING, run=open_dir)
+    try:
+        runs = [kill_after(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]))
+                for _ in range(HISTORIES_KEPT + 1)]
+        for p in runs:
+            d.request("attach", pid=p.pid)
+        wait_for(lambda: all(len(d.request("history", pid=p.pid)["samples"]) >= 5 for p in runs))
+        last = {}
+        for p in runs:
+            last[p.pid] = d.request("history", pid=p.pid, last=1)["samples"][-1]["t"]
+            p.kill()
+            p.wait()
+        assert wait_for(lambda: not d.request("status")["targets"]), "every target dropped as it exited"
+        first, kept = runs[0], runs[1:]
+        for p in kept:
+            h = d.request("history", pid=p.pid)
+            assert h["exited"] is True and h["pid"] == p.pid and h["samples"][-1]["t"] >= last[p.pid]
+        assert as_user(NOBODY, d.socket, "history", pid=kept[-1].pid) == {"refused": "not_attached"}
+        with pytest.raises(client.Refused, match=r"it exited, and parlschedd dropped it .*; its history is no "
+                                                 rf"longer kept \(the last {HISTORIES_KEPT} exited targets' are\)"):
+            d.request("history", pid=first.pid)
+        out = tmp_path / "run.png"
+        r = subprocess.run([sys.executable, "-m", "parlschedctl", "--socket", d.socket, "plot", str(kept[-1].pid),
+                            "--out", str(out)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    finally:
+        d.stop()
