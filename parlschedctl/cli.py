@@ -311,6 +311,16 @@ class Watched(Enum):
     NEVER_ATTACHED = None  # the daemon refused the attach (or CMD could not start): nothing to count
 
 
+def _figure_to(ctx: click.Context, param: click.Parameter, path: str | None) -> str | None:
+    """run's --plot, refused before CMD starts when the figure could not be written."""
+    if path is not None:
+        try:
+            check_figure(path)
+        except (CannotWrite, ValueError) as exc:
+            raise click.BadParameter(str(exc)) from None
+    return path
+
+
 @cli.command(context_settings={"allow_interspersed_args": False})
 @click.option("--observe", is_flag=True, help="Measure and learn without pinning.")
 @click.option("--json", "as_json", is_flag=True,
@@ -318,10 +328,13 @@ class Watched(Enum):
                    "It starts a line of its own: in a file, after a newline only when CMD's output did not end its "
                    "line; on a pipe, where that cannot be read back, after a newline always (an empty line may "
                    "come before it).")
+@click.option("--plot", "plot_to", type=OUT_FILE, default=None, callback=_figure_to,
+              help="Also draw the run, as `plot` does, into this figure once CMD has ended (PNG; .svg, .pdf, ... by "
+                   "suffix). Checked before CMD starts; a plot that fails is said, and run still exits with CMD's code.")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_obj
 @talks_to_daemon
-def run(sock: str, observe: bool, as_json: bool, cmd: tuple[str, ...]) -> None:
+def run(sock: str, observe: bool, as_json: bool, plot_to: str | None, cmd: tuple[str, ...]) -> None:
     """Start CMD, attach it, wait for it, print a summary, exit with CMD's exit code
     (128 + N when a signal N killed it; 127 when CMD is not found, 126 when it cannot run).
     Everything from CMD on is CMD's, options too."""
@@ -371,7 +384,24 @@ def run(sock: str, observe: bool, as_json: bool, cmd: tuple[str, ...]) -> None:
         _say(("\r\033[K" if sys.stderr.isatty() else "") + f"parlschedctl: lost the daemon ({exc}); waiting for {cmd[0]}")
     end.returncode = proc.wait()
     end.seconds = time.monotonic() - started
+    if plot_to is not None:
+        _plot_run(sock, end, plot_to)
     _finish(end, as_json)
+
+
+def _plot_run(sock: str, end: RunEnd, out: str) -> None:
+    """Draw CMD's run into ``out`` (end.plot when written); said either way, before
+    the summary, which stays the last line."""
+    if end.watched is not Watched.TO_THE_END:
+        _say(f"parlschedctl: no plot: {end.cmd[0]} was not managed to its end")
+        return
+    try:
+        _say(f"parlschedctl: {_draw(sock, end.pid, out)}")
+        end.plot = out
+    except PlotFailed as exc:
+        _say(f"parlschedctl: {exc}")
+    except (client.Refused, client.Unreachable) as exc:
+        _say(f"parlschedctl: cannot plot: {exc}")
 
 
 @dataclass
@@ -388,6 +418,7 @@ class RunEnd:
     managed: set[int] = field(default_factory=set)  # every tid managed (observed) at some poll
     last: dict[str, Any] = field(default_factory=dict)  # the target at the last poll
     not_managed: str | None = None  # why CMD was never attached (or started)
+    plot: str | None = None  # the figure --plot wrote
 
     @property
     def exit_code(self) -> int:
@@ -411,7 +442,7 @@ class RunEnd:
                 "seconds": round(self.seconds, 3), "mode": "observe" if self.observe else "pin",
                 "watched": self.watched.name.lower(), "not_managed": self.not_managed,
                 "threads_managed": len(self.managed) if attached else None,
-                "threads": left, "on_one_cpu": one_cpu, "free_in_domain": free}
+                "threads": left, "on_one_cpu": one_cpu, "free_in_domain": free, "plot": self.plot}
 
 
 def _finish(end: RunEnd, as_json: bool, summary: bool = True) -> NoReturn:
@@ -484,20 +515,34 @@ def _run_summary(end: RunEnd) -> str:
 @talks_to_daemon
 def plot(sock: str, pid: int, out: str, last: int | None) -> None:
     """Plot PID's running average speed per thread and overall, with CPU and domain changes."""
-    from parlschedd.plots import plot_history
-
     try:
         check_figure(out)
+        said = _draw(sock, pid, out, last)
+    except PlotFailed as exc:
+        click.echo(f"parlschedctl: {exc}", err=True)
+        sys.exit(1)
+    click.echo(said)
+
+
+class PlotFailed(Exception):
+    """A figure not drawn, in the words the user is told."""
+
+
+def _draw(sock: str, pid: int, out: str, last: int | None = None) -> str:
+    """Draw the history of target ``pid`` (the last ``last`` periods) into ``out``;
+    'wrote OUT (N periods)', else PlotFailed. The history is asked for first:
+    matplotlib takes a second to import, and the target may be about to exit."""
+    try:
         history = client.request(sock, "history", pid=pid, last=last, timeout=60)
+        from parlschedd.plots import plot_history
+
         with writing(out):
             path = plot_history(history, out)
     except CannotWrite as exc:  # "PATH: cannot write: ...", as the other commands say it
-        click.echo(f"parlschedctl: {exc}", err=True)
-        sys.exit(1)
+        raise PlotFailed(str(exc)) from None
     except (ValueError, OSError) as exc:
-        click.echo(f"parlschedctl: cannot plot: {exc}", err=True)
-        sys.exit(1)
-    click.echo(f"wrote {path} ({len(history['samples'])} periods)")
+        raise PlotFailed(f"cannot plot: {exc}") from None
+    return f"wrote {path} ({len(history['samples'])} periods)"
 
 
 @cli.command()

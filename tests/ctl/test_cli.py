@@ -838,3 +838,26 @@ def test_the_history_says_whether_its_target_is_observed(daemon, workload):
     assert ctl("attach", str(pinned.pid), socket=daemon.socket).returncode == 0
     assert daemon.request("history", pid=observed.pid)["observe"] is True
     assert daemon.request("history", pid=pinned.pid)["observe"] is False
+
+
+@needs_root
+def test_run_plot_draws_the_run_once_it_ended(daemon, tmp_path):
+    """run --plot FILE: the figure of CMD's whole run, drawn after it ended (the daemon
+    keeps an exited target's history), said before the summary line, named in the JSON;
+    CMD's exit code stays run's. A figure that could not be written is refused before
+    CMD starts (a usage error: CMD never ran)."""
+    code = ("import threading,time,sys; [threading.Thread(target=time.sleep,args=(1,)).start() for _ in range(3)]; "
+            "time.sleep(1.2); sys.exit(5)")
+    out = tmp_path / "run.png"
+    r = ctl("run", "--json", "--plot", str(out), "--", sys.executable, "-c", code, socket=daemon.socket)
+    assert r.returncode == 5, r.stderr
+    said = r.stderr.splitlines()
+    assert re.fullmatch(rf"parlschedctl: wrote {out} \(\d+ periods\)", said[-2]) and "exited 5" in said[-1]
+    assert json.loads(r.stdout.splitlines()[-1])["plot"] == str(out)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    ran = tmp_path / "ran"
+    r = ctl("run", "--plot", str(tmp_path / "run.xyz"), "--", "touch", str(ran), socket=daemon.socket)
+    assert r.returncode == 2 and "cannot write a .xyz figure" in r.stderr and "--plot" in r.stderr
+    assert not ran.exists(), "CMD must not run when its plot cannot be drawn"
+    r = ctl("run", "--json", "--", "true", socket=daemon.socket)
+    assert json.loads(r.stdout.splitlines()[-1])["plot"] is None
