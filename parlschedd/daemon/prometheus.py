@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import errno
 import socket
+import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
 import psutil
+import structlog
 
 from prometheus_client import CollectorRegistry, Histogram, ProcessCollector, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
@@ -24,6 +26,8 @@ from parlschedd.host import procfs
 
 if TYPE_CHECKING:
     from parlschedd.daemon.engine import Engine
+
+log = structlog.get_logger("parlschedd")
 
 
 class EngineCollector(Collector):
@@ -87,6 +91,7 @@ class Metrics:
     def listen(self, address: str) -> None:
         host, port = _host_port(address)
         self.server, self.thread = start_http_server(port, addr=host, registry=self.registry)
+        self.server.handle_error = _request_failed  # a log line, not socketserver's traceback on stderr
 
     @property
     def port(self) -> int | None:
@@ -97,6 +102,19 @@ class Metrics:
             self.server.shutdown()
             self.server.server_close()
             self.server = None
+
+
+def _request_failed(request: object, client_address: tuple) -> None:
+    """socketserver's ``handle_error``, called in the request's thread: it printed a
+    traceback onto the daemon's stderr, lines that are no log records (not JSON under
+    --log-format json), for a client that only reset its connection (a TCP health
+    check, a scrape cut by its timeout)."""
+    exc = sys.exc_info()[1]
+    client = ":".join(map(str, client_address[:2]))
+    if isinstance(exc, ConnectionError):  # reset, broken pipe: the client's doing
+        log.debug("metrics client went away", client=client, error=str(exc))
+    else:
+        log.error("metrics request failed", client=client, exc_info=True)
 
 
 def _host_port(address: str) -> tuple[str, int]:

@@ -108,6 +108,33 @@ def test_prometheus_endpoint_reports_the_managed_threads(tmp_path, workload):
 
 
 @needs_root
+def test_a_scraper_that_resets_its_connection_is_no_traceback_in_the_json_log(tmp_path):
+    """A client that connects to the metrics port and resets the connection (a load
+    balancer's TCP check, a scrape cut by its timeout before the request was read)
+    printed socketserver's 15-line traceback ("Exception occurred during processing
+    of request ... ConnectionResetError") onto the daemon's stderr: lines that are
+    not JSON under --log-format json, in the journal as if the daemon had crashed.
+    It is a debug line naming the client now, and the endpoint serves on."""
+    port = free_port()
+    (tmp_path / "parlschedd.yaml").write_text(f"period_s: 0.05\nmetrics: '127.0.0.1:{port}'\n")
+    d = start_daemon(tmp_path)
+    try:
+        for request in (b"", b"GET /metrics HTTP/1.1\r\nHost: x\r\n"):  # nothing, or a request cut short
+            with socket.create_connection(("127.0.0.1", port)) as s:
+                s.sendall(request)
+                time.sleep(0.1)  # the server is reading
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close: a reset
+        assert scrape(port)["parlsched_managed_threads"] == 0
+        time.sleep(0.2)
+    finally:
+        d.stop()
+    lines = d.log_text().splitlines()
+    assert [line for line in lines if not line.startswith("{")] == []
+    resets = [r for r in d.log_records() if r["event"] == "metrics client went away"]
+    assert len(resets) == 2 and all(r["level"] == "debug" and r["client"].startswith("127.0.0.1:") for r in resets)
+
+
+@needs_root
 def test_history_is_bounded_and_plot_writes_a_png(tmp_path, workload):
     (tmp_path / "parlschedd.yaml").write_text("period_s: 0.02\ndomain_period_s: 0.2\nhistory_periods: 25\n")
     d = start_daemon(tmp_path)
