@@ -553,6 +553,8 @@ def reload(sock: str, as_json: bool) -> None:
     """Re-read the daemon's config (as SIGHUP does)."""
     reply = client.request(sock, "reload")
     pending = reply.get("restart_pending")
+    for warning in reply.get("warnings", []):  # applied, but not all of it usable on the daemon's host
+        click.echo(f"parlschedctl: warning: {warning}", err=True)
     if as_json:
         print_json(reply)
     else:

@@ -105,6 +105,7 @@ class Daemon:
         self.config, self.config_path = config, config_path
         self._started_with = config  # socket and metrics are set up from it, once
         self.restart_pending: list[str] = []  # keys of the config file that wait for a restart
+        self.reload_warnings: list[str] = []  # what the last reload applied but cannot use here (a rule's cgroup not there)
         self.socket_path, self.statefile = socket_path, StateFile(state_dir)
         self.sysfs, self.proc_root, self.cgroup_root = sysfs, proc_root, cgroup_root
         self.started = time.monotonic()
@@ -345,6 +346,10 @@ class Daemon:
         self.restart_pending = pending
         if self.restart_pending:
             log.warning("applied but for what takes effect at the next restart", keys=self.restart_pending)
+        self.reload_warnings = []
+        for key, message in narrowings(new, self.sysfs, self.cgroup_root):  # as the start says them
+            log.warning("config not all usable on this host", key=key, problem=message)
+            self.reload_warnings.append(f"{key}: {message}")
         relearning = self.engine.relearn()
         log.info("reloaded", config=str(new.read_from.path) if new.read_from else "the built-in config",  # not None
                  targets_learning_afresh=relearning)
@@ -733,7 +738,7 @@ class Daemon:
             errors = self.reload()
             if errors:
                 raise EngineError("bad_config", f"the new config was not applied, the old one stays: {'; '.join(errors)}")
-            return {"restart_pending": self.restart_pending}
+            return {"restart_pending": self.restart_pending, "warnings": self.reload_warnings}
         raise EngineError("bad_request", f"unhandled command {request.cmd}")
 
     def status(self, uid: int, pid: int | None = None) -> dict:

@@ -489,7 +489,7 @@ def test_attach_detach_reload_and_status_json(daemon, workload):
     r = ctl("status", "--json", str(w.pid), socket=daemon.socket)
     assert r.returncode == 1 and json.loads(r.stdout)["error"]["code"] == "not_attached"
     r = ctl("reload", "--json", socket=daemon.socket)
-    assert r.returncode == 0 and json.loads(r.stdout) == {"restart_pending": []}
+    assert r.returncode == 0 and json.loads(r.stdout) == {"restart_pending": [], "warnings": []}
     daemon.config.write_text("period_s: fast\n")
     r = ctl("reload", "--json", socket=daemon.socket)
     error = json.loads(r.stdout)["error"]

@@ -10,6 +10,7 @@ given to a new process by the kernel (ns_last_pid) where that matters."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -193,5 +194,31 @@ def test_a_rule_never_matches_a_client_of_the_control_socket(tmp_path):
                 assert client.wait(timeout=30) == 0
                 attached = [r["pid"] for r in d.log_records() if r["event"] == "attached"]
                 assert client.pid not in attached and len(attached) >= 2, attached  # the rule's, and run's CMD
+    finally:
+        d.stop()
+
+
+def test_a_reload_says_which_rules_cgroup_is_not_there(tmp_path):
+    """A rule added by a reload whose cgroup does not exist (a typo in the path, the
+    hierarchy misnamed) matches nothing. The start says so in its log, config check
+    as a warning; a reload said only "reloaded", and logged nothing: the admin who
+    added the rule and reloaded had no word of it. The reload logs it as the start
+    does, and `parlschedctl reload` prints it on stderr (--json: ``warnings``)."""
+    absent = f"/parlsched-absent-{uuid.uuid4().hex[:8]}"
+    d = start_daemon(tmp_path, "period_s: 0.05\nrescan_s: 0.1\n")
+    try:
+        d.config.write_text(f"period_s: 0.05\nrescan_s: 0.1\ntargets:\n  - name: '^nothing-named-so$'\n"
+                            f"  - cgroup: '{absent}'\n  - cgroup: 'cpusets:{absent}'\n")
+        ctl = [sys.executable, "-m", "parlschedctl", "--socket", d.socket, "reload"]
+        said = subprocess.run(ctl, capture_output=True, text=True, timeout=30)
+        assert said.returncode == 0 and said.stdout == "reloaded\n", said
+        assert [line.split(": ", 2)[:2] for line in said.stderr.splitlines()] == [
+            ["parlschedctl", "warning"]] * 2, said.stderr
+        assert "targets[1].cgroup: no cgroup " in said.stderr and absent in said.stderr
+        assert "targets[2].cgroup: no cgroup hierarchy for cpusets" in said.stderr
+        warned = [r for r in d.log_records() if r["event"] == "config not all usable on this host"]
+        assert [r["key"] for r in warned] == ["targets[1].cgroup", "targets[2].cgroup"]
+        reply = json.loads(subprocess.run([*ctl, "--json"], capture_output=True, text=True, timeout=30).stdout)
+        assert [w.split(":")[0] for w in reply["warnings"]] == ["targets[1].cgroup", "targets[2].cgroup"]
     finally:
         d.stop()
