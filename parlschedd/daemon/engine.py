@@ -676,11 +676,11 @@ class Engine:
             return
         except TooManyFiles as exc:
             self._not_adopted(target, tid)
-            log.error("out of file descriptors, thread not managed", tid=tid, error=str(exc))
+            log.error("out of file descriptors, thread not managed", pid=target.pid, tid=tid, error=str(exc))
             return
         except HostError as exc:
             self._not_adopted(target, tid)
-            log.warning("cannot manage thread", tid=tid, error=str(exc))
+            log.warning("cannot manage thread", pid=target.pid, tid=tid, error=str(exc))
             return
         target.threads[tid] = ThreadState(tid, start, name, value, now, process=process)
         target.most_threads = max(target.most_threads, len(target.threads))
@@ -779,7 +779,7 @@ class Engine:
             except Overridden:  # set by someone else since the last rescan_s
                 self._theirs(target, tid, None if record is None else record.start_time)
             except HostError as exc:
-                log.warning("original mask not restored", tid=tid, error=str(exc))
+                log.warning("original mask not restored", pid=target.pid, tid=tid, error=str(exc))
         log.debug("thread dropped", pid=target.pid, tid=tid, restored=restored)
         self.on_change()
         return restored
@@ -909,7 +909,7 @@ class Engine:
                 self._give_back(main, procfs.thread_start_time(main, self.proc_root), original)
                 self.handed_over.pop(main, None)  # not the thread someone else set any more
         except HostError as exc:
-            log.debug("mask not given back after an exec", tid=main, error=str(exc))
+            log.debug("mask not given back after an exec", pid=target.pid, tid=main, error=str(exc))
 
     # -- views ------------------------------------------------------------------------
 

@@ -124,7 +124,7 @@ def count_afresh(target: Target, main: int, mask: frozenset[int] | None, now: fl
         counted = counters.read(main)
         target.threads[main].name = procfs.comm(main, proc_root)
     except HostError as exc:
-        log.warning("main thread not counted after an exec", tid=main, error=str(exc))
+        log.warning("main thread not counted after an exec", pid=target.pid, tid=main, error=str(exc))
         return False
     r = target.current()
     row = int(np.searchsorted(r.tids, main))

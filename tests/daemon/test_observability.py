@@ -135,6 +135,36 @@ def test_a_scraper_that_resets_its_connection_is_no_traceback_in_the_json_log(tm
 
 
 @needs_root
+def test_a_thread_not_managed_is_logged_with_its_target(tmp_path):
+    """A thread the daemon could not manage (here: out of file descriptors, its
+    RLIMIT_NOFILE lowered by prlimit while a 40-thread process is attached) was logged
+    with its tid alone ("out of file descriptors, thread not managed", tid=...): with
+    several targets an administrator could not tell whose it was, nor look it up once
+    the thread had exited. The line names the target's pid too."""
+    from tests.reliability.helpers import fd_count, sleepy
+
+    d = start_daemon(tmp_path)
+    target = sleepy(40)
+    pid = d.proc.pid
+    hard = nofile_hard(pid)
+    try:
+        subprocess.run(["prlimit", f"--pid={pid}", f"--nofile={fd_count(pid) + 12}:{hard}"], check=True)
+        d.request("attach", pid=target.pid, timeout=10)
+        lines = [r for r in d.log_records() if r["event"] == "out of file descriptors, thread not managed"]
+        assert lines and all(r["pid"] == target.pid for r in lines), lines
+    finally:
+        subprocess.run(["prlimit", f"--pid={pid}", f"--nofile={hard}:{hard}"])
+        target.kill()
+        target.wait()
+        d.stop()
+
+
+def nofile_hard(pid: int) -> str:
+    with open(f"/proc/{pid}/limits") as f:
+        return next(line.split()[4] for line in f if line.startswith("Max open files"))
+
+
+@needs_root
 def test_history_is_bounded_and_plot_writes_a_png(tmp_path, workload):
     (tmp_path / "parlschedd.yaml").write_text("period_s: 0.02\ndomain_period_s: 0.2\nhistory_periods: 25\n")
     d = start_daemon(tmp_path)
