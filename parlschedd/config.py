@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 import errno
+import ipaddress
 import os
 import re
 from collections.abc import Callable, Collection, Mapping
@@ -284,9 +285,9 @@ def from_mapping(raw: Any, source: str = "<config>") -> Config:
     restore = c.boolean(top, "restore_on_exit", "restore_on_exit", True)
     socket = _socket(c, top.get("socket"))
     metrics = top.get("metrics")
-    address = re.fullmatch(r"[^\s:]*:(\d{1,5})", metrics) if isinstance(metrics, str) else None
-    if metrics is not None and not (address and int(address.group(1)) <= 65535):
-        c.fail("metrics", f"must be a listen address host:port with a port of 0-65535 (e.g. 127.0.0.1:9177), got {_shown(metrics)}")
+    if metrics is not None and not _listen_address(metrics):
+        c.fail("metrics", "must be a listen address host:port with a port of 0-65535 (e.g. 127.0.0.1:9177, or "
+                          f"[::1]:9177 for an IPv6 address), got {_shown(metrics)}")
         metrics = None
     rescan = c.number(top, "rescan_s", "rescan_s", 1.0, 0.0)
     history = c.count(top, "history_periods", 600)
@@ -295,6 +296,20 @@ def from_mapping(raw: Any, source: str = "<config>") -> Config:
         raise ConfigError(source, c.errors)
     return Config(period, domain_period, domains, cpus, utility, learning, targets, restore, socket, metrics,
                   rescan, history, max_threads)
+
+
+def _listen_address(value: Any) -> bool:
+    """host:port, or [IPv6 address]:port as URLs and Prometheus write one; a port of
+    0-65535 (``prometheus._host_port`` reads it)."""
+    address = re.fullmatch(r"(?:\[([^\]]*)\]|[^\s:\[\]]*):(\d{1,5})", value) if isinstance(value, str) else None
+    if address is None or int(address.group(2)) > 65535:
+        return False
+    if address.group(1) is not None:
+        try:
+            ipaddress.IPv6Address(address.group(1))
+        except ValueError:
+            return False
+    return True
 
 
 def _learning(c: _Checker, raw: Any) -> LearningParams:

@@ -118,8 +118,11 @@ def _request_failed(request: object, client_address: tuple) -> None:
 
 
 def _host_port(address: str) -> tuple[str, int]:
-    """The config's ``host:port`` (validated by config.py); no host: loopback only."""
+    """The config's ``host:port`` or ``[IPv6 address]:port`` (validated by config.py);
+    no host: loopback only."""
     host, _, port = address.rpartition(":")
+    if host.startswith("["):
+        host = host[1:-1]
     return host or "127.0.0.1", int(port)
 
 

@@ -165,6 +165,37 @@ def nofile_hard(pid: int) -> str:
 
 
 @needs_root
+def test_metrics_listen_on_an_ipv6_address_in_brackets(tmp_path):
+    """``metrics: '[::1]:PORT'``, an IPv6 listen address as Prometheus and every URL
+    write one (docs/systemd.md allows AF_INET6 for the listener), was refused by
+    config check and the daemon alike as "must be a listen address host:port": no
+    IPv6 address could be given at all. It is served there, and config check says
+    ok; a bracketed host that is not an address is still refused."""
+    with socket.socket(socket.AF_INET6) as s:
+        try:
+            s.bind(("::1", 0))
+        except OSError:
+            pytest.skip("no IPv6 loopback on this host")
+        port = s.getsockname()[1]
+    (tmp_path / "parlschedd.yaml").write_text(f"period_s: 0.05\nmetrics: '[::1]:{port}'\n")
+    check = subprocess.run([sys.executable, "-m", "parlschedctl", "config", "check", str(tmp_path / "parlschedd.yaml")],
+                           capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0 and check.stdout.endswith(": ok\n"), check
+    d = start_daemon(tmp_path)
+    try:
+        text = urllib.request.urlopen(f"http://[::1]:{port}/metrics", timeout=5).read().decode()
+        assert "parlsched_managed_threads 0.0" in text.splitlines()
+        listening = [r for r in d.log_records() if r["event"] == "metrics listening"]
+        assert listening[0]["port"] == port
+    finally:
+        d.stop()
+    (tmp_path / "bad.yaml").write_text("metrics: '[localhost]:9177'\n")
+    bad = subprocess.run([sys.executable, "-m", "parlschedctl", "config", "check", str(tmp_path / "bad.yaml")],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1 and "metrics: must be a listen address" in bad.stdout + bad.stderr, bad
+
+
+@needs_root
 def test_history_is_bounded_and_plot_writes_a_png(tmp_path, workload):
     (tmp_path / "parlschedd.yaml").write_text("period_s: 0.02\ndomain_period_s: 0.2\nhistory_periods: 25\n")
     d = start_daemon(tmp_path)
