@@ -90,7 +90,9 @@ def cgroup_procs(path: str, controllers: tuple[str, ...] = (), root: str = CGROU
     none in an inner cgroup that has controllers enabled, so a rule on
     ``/system.slice`` or a job's parent cgroup would otherwise match nothing. A cgroup
     that does not exist (yet, or any more: units come and go) has no processes, so
-    this returns an empty list rather than failing.
+    this returns an empty list rather than failing. A v2 threaded cgroup's
+    cgroup.procs cannot be read (EOPNOTSUPP): its processes are listed in the domain
+    cgroup above it, its thread root, and it is skipped.
     """
     pids: set[int] = set()
     for where, _, files in os.walk(cgroup_dir(path, controllers, root)):
@@ -101,6 +103,10 @@ def cgroup_procs(path: str, controllers: tuple[str, ...] = (), root: str = CGROU
                 text = (Path(where) / "cgroup.procs").read_text()
             except FileNotFoundError:
                 continue  # removed while walking
+            except OSError as exc:
+                if exc.errno != errno.EOPNOTSUPP:
+                    raise
+                continue  # a threaded cgroup: its processes are its thread root's
         pids.update(int(v) for v in text.split())
     return sorted(pids)
 

@@ -222,3 +222,39 @@ def test_a_reload_says_which_rules_cgroup_is_not_there(tmp_path):
         assert [w.split(":")[0] for w in reply["warnings"]] == ["targets[1].cgroup", "targets[2].cgroup"]
     finally:
         d.stop()
+
+
+def test_a_cgroup_rule_keeps_its_processes_when_a_threaded_cgroup_is_below(tmp_path):
+    """cgroup v2 lets a job put its threads in threaded child cgroups (cgroup.type
+    "threaded", for the cpu controller per thread); reading such a cgroup's
+    cgroup.procs fails with EOPNOTSUPP, its processes being listed in the domain
+    above. That one failure made the whole rule match nothing: the job's processes,
+    attached by the rule, were detached ("no config rule matches it any more") as soon
+    as the job made a threaded cgroup, and none of the job's was attached while it
+    existed. The threaded cgroup is skipped; the processes are matched where they
+    are listed."""
+    tag = f"parlsched-threaded-{uuid.uuid4().hex[:8]}"
+    with own_cgroup(CGROUP_MOUNTS[0][0]) as group:
+        job = tagged_sleeper(tag)
+        threaded = group / "threads"
+        try:
+            with killed_at_end(job):
+                (group / "cgroup.procs").write_text(str(job.pid))
+                rule = TargetRule(cgroup=f"/{group.name}")
+                (tmp_path / "parlschedd.yaml").write_text(
+                    f"period_s: 0.05\nrescan_s: 0.1\ntargets:\n  - cgroup: '{rule.cgroup}'\n")
+                d = start_daemon(tmp_path)
+                try:
+                    targets = lambda: {t["pid"] for t in d.request("status")["targets"]}  # noqa: E731
+                    wait_for(lambda: job.pid in targets())
+                    threaded.mkdir()
+                    (threaded / "cgroup.type").write_text("threaded")
+                    assert matcher().matching(rule) == {job.pid}
+                    time.sleep(0.5)  # five rescans
+                    assert targets() == {job.pid}
+                    assert not [r for r in d.log_records() if r["event"] == "detached"]
+                finally:
+                    d.stop()
+        finally:
+            if threaded.exists():
+                threaded.rmdir()
