@@ -162,7 +162,8 @@ class Engine:
         if not target.threads and not handle.alive():  # it ended while being attached: as a zombie would be
             self._release(target, keep_hand_overs=True)
             raise EngineError("no_such_process", f"process {pid} exited")
-        log.info("attached", pid=pid, name=name, mode=target.mode, threads=len(target.threads))
+        by_rule = {} if rule is None else {"rule": f"targets[{rule}]"}  # which rule took it, when one did
+        log.info("attached", pid=pid, name=name, mode=target.mode, threads=len(target.threads), **by_rule)
         return target
 
     def relearn(self) -> int:

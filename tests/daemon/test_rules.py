@@ -258,3 +258,25 @@ def test_a_cgroup_rule_keeps_its_processes_when_a_threaded_cgroup_is_below(tmp_p
         finally:
             if threaded.exists():
                 threaded.rmdir()
+
+
+def test_the_log_says_which_rule_attached_a_process(tmp_path):
+    """The "attached" log line of a process a config rule matched said only its pid,
+    name and mode, as for an attach by hand: an administrator who found a process
+    pinned that no one attached could not tell which rule (a regex broader than
+    meant) had taken it. It names the rule, as the detach-by-hand line does; an
+    attach by hand names none."""
+    tag = f"parlsched-which-{uuid.uuid4().hex[:8]}"
+    (tmp_path / "parlschedd.yaml").write_text(
+        f"period_s: 0.05\nrescan_s: 0.1\ntargets:\n  - name: '^nothing-named-so$'\n  - name: '{tag}'\n")
+    ruled, by_hand = tagged_sleeper(tag), tagged_sleeper("not-the-tag")
+    with killed_at_end(ruled, by_hand):
+        d = start_daemon(tmp_path)
+        try:
+            wait_for(lambda: ruled.pid in {t["pid"] for t in d.request("status")["targets"]})
+            d.request("attach", pid=by_hand.pid)
+            attached = {r["pid"]: r for r in d.log_records() if r["event"] == "attached"}
+            assert attached[ruled.pid]["rule"] == "targets[1]"
+            assert "rule" not in attached[by_hand.pid]
+        finally:
+            d.stop()
