@@ -220,6 +220,27 @@ def _cgroups(cfg: Config, root: str) -> list[Finding]:
             missing = "" if where.is_dir() else f"no cgroup {where} on this host (yet)"
         except HostError as exc:
             missing = str(exc)
+        if missing and (meant := _below_hierarchy(cgroup, root)):
+            missing += f"; write '{meant}' (the path below the hierarchy), not the directory's path"
         if missing:
             found.append(Finding(f"targets[{i}].cgroup", f"{missing}; the rule matches nothing until it exists"))
     return found
+
+
+def _below_hierarchy(written: str, root: str) -> str | None:
+    """A rule's cgroup written as its directory in cgroupfs (/sys/fs/cgroup/cpuset/job),
+    as a rule names it (cpuset:/job), or None when it was not written so."""
+    top = root.rstrip("/") + "/"
+    if not written.startswith(top) or not (parts := Path(written).relative_to(root).parts):
+        return None
+    if (Path(root) / "cgroup.controllers").exists():  # v2 alone, at the root
+        return "/" + "/".join(parts)
+    first, below = parts[0], "/" + "/".join(parts[1:])
+    if first == "unified":  # v2 on a hybrid host
+        return below
+    try:
+        with open("/proc/cgroups") as f:  # the v1 controllers; another hierarchy is a named one
+            controllers = {line.split()[0] for line in f if not line.startswith("#")}
+    except OSError:
+        controllers = set()
+    return ",".join(c if c in controllers else f"name={c}" for c in first.split(",")) + ":" + below

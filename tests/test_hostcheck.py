@@ -16,7 +16,7 @@ from parlschedd.config import from_mapping, load
 from parlschedd.daemon.prometheus import port_taken
 from parlschedd.hostcheck import (Finding, check_host, config_file_problem, one_line, refusals, socket_path_problem,
                                   state_dir_problem)
-from tests.conftest import NOBODY, fake_cpus, in_child_as, needs_root, refused_start, start_daemon, wait_for
+from tests.conftest import CGROUP_MOUNTS, NOBODY, fake_cpus, in_child_as, needs_root, own_cgroup, refused_start, start_daemon, wait_for
 
 GROUP_ADVICE = "create it (systemd-sysusers parlsched.sysusers.conf) or set socket.group: null"
 
@@ -96,6 +96,21 @@ def test_check_host_adds_what_only_narrows_the_daemon(tmp_path):
     assert [f.key for f in report.warnings] == ["cpus", "targets[0].cgroup"]
     assert report.warnings[0].message.startswith("4095 not usable on this host")
 
+
+
+@needs_root
+@pytest.mark.parametrize("mount, prefix", CGROUP_MOUNTS, ids=["v2", "v1 cpuset"])
+def test_a_rules_cgroup_written_as_its_sysfs_path_is_told_how_to_write_it(mount, prefix):
+    """An administrator copies a cgroup's directory, /sys/fs/cgroup/unified/job or
+    /sys/fs/cgroup/cpuset/job, into a rule: the rule looks for that path below the
+    hierarchy and matches nothing. The warning said only "no cgroup
+    /sys/fs/cgroup/unified/sys/fs/cgroup/unified/job on this host (yet)"; it says
+    how to write the cgroup that is there."""
+    with own_cgroup(mount) as group:
+        report = check_host(from_mapping({"targets": [{"cgroup": str(group)}]}))
+        [warning] = report.warnings
+        assert warning.key == "targets[0].cgroup"
+        assert f"write '{prefix}/{group.name}' (the path below the hierarchy)" in warning.message, warning
 
 @needs_root
 def test_a_metrics_port_another_program_holds_is_a_warning(tmp_path):
