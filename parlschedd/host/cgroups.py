@@ -90,7 +90,8 @@ def cgroup_procs(path: str, controllers: tuple[str, ...] = (), root: str = CGROU
     none in an inner cgroup that has controllers enabled, so a rule on
     ``/system.slice`` or a job's parent cgroup would otherwise match nothing. A cgroup
     that does not exist (yet, or any more: units come and go) has no processes, so
-    this returns an empty list rather than failing. A v2 threaded cgroup's
+    this returns an empty list rather than failing, and one removed during the walk
+    (ENOENT, or ENODEV once its file was opened) is skipped. A v2 threaded cgroup's
     cgroup.procs cannot be read (EOPNOTSUPP): its processes are listed in the domain
     cgroup above it, its thread root, and it is skipped.
     """
@@ -104,9 +105,9 @@ def cgroup_procs(path: str, controllers: tuple[str, ...] = (), root: str = CGROU
             except FileNotFoundError:
                 continue  # removed while walking
             except OSError as exc:
-                if exc.errno != errno.EOPNOTSUPP:
+                if exc.errno not in (errno.ENODEV, errno.EOPNOTSUPP):
                     raise
-                continue  # a threaded cgroup: its processes are its thread root's
+                continue  # ENODEV: removed after its file was opened; EOPNOTSUPP: a threaded cgroup, its processes its thread root's
         pids.update(int(v) for v in text.split())
     return sorted(pids)
 

@@ -10,10 +10,12 @@ given to a new process by the kernel (ns_last_pid) where that matters."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -280,3 +282,43 @@ def test_the_log_says_which_rule_attached_a_process(tmp_path):
             assert "rule" not in attached[by_hand.pid]
         finally:
             d.stop()
+
+
+def test_a_cgroup_rule_matches_on_while_cgroups_below_it_come_and_go():
+    """A cgroup removed between the walk's listing and the read of its cgroup.procs
+    reads ENODEV (not ENOENT) when it goes after the file was opened: the whole rule
+    matched nothing for that rescan, and every process it had attached was detached
+    ("no config rule matches it any more"), its masks restored and its learning lost,
+    and attached afresh at the next one; a rule on a slice whose units come and go
+    (job steps, scopes) did that now and then, for nothing. A cgroup that goes
+    mid-walk is skipped, as one already gone is."""
+    tag = f"parlsched-churn-{uuid.uuid4().hex[:8]}"
+    with own_cgroup(CGROUP_MOUNTS[0][0]) as group:
+        job = tagged_sleeper(tag)
+        stop = threading.Event()
+
+        def churn() -> None:
+            for i in itertools.count():
+                if stop.is_set():
+                    return
+                step = group / f"step{i % 50}"
+                with contextlib.suppress(OSError):
+                    step.mkdir()
+                with contextlib.suppress(OSError):
+                    step.rmdir()
+
+        churner = threading.Thread(target=churn)
+        with killed_at_end(job):
+            (group / "cgroup.procs").write_text(str(job.pid))
+            rule, rules = TargetRule(cgroup=f"/{group.name}"), matcher()
+            churner.start()
+            try:
+                deadline, walks = time.monotonic() + 8, 0
+                while time.monotonic() < deadline:
+                    assert rules.matching(rule) == {job.pid}, f"matched nothing at walk {walks}"
+                    walks += 1
+            finally:
+                stop.set()
+                churner.join()
+        for step in group.glob("step*"):
+            step.rmdir()
