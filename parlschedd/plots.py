@@ -114,7 +114,8 @@ def draw_history(history: dict, max_threads: int = 32) -> plt.Figure:
     threads' lines drawn."""
     samples = history["samples"]
     if not samples:
-        raise ValueError("the history is empty: the target has not run a period yet")
+        raise ValueError("the history is empty: " + ("no period of the target was recorded before it exited"
+                                                     if history.get("exited") else "the target has not run a period yet"))
     scale, unit = UNITS.get(history.get("counter_source", ""), (1.0, "utility"))
     t = np.array([s["t"] for s in samples])
     tids = sorted({tid for s in samples for tid in s["tids"]})
