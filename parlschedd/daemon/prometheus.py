@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import socket
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -31,10 +32,22 @@ log = structlog.get_logger("parlschedd")
 
 
 class EngineCollector(Collector):
-    def __init__(self, engine: Callable[[], Engine], source: Callable[[], str], max_threads: Callable[[], int]) -> None:
-        self.engine, self.source, self.max_threads = engine, source, max_threads
+    """The engine's series, computed at scrape time in the HTTP server's thread, under
+    ``lock``, which the daemon's loop holds but while it sleeps: a target's arrays are
+    realigned by whichever thread asks first after threads came or went, and a scrape
+    that did it while a period was adding a thread could leave that period a roster
+    without it."""
+
+    def __init__(self, engine: Callable[[], Engine], source: Callable[[], str], max_threads: Callable[[], int],
+                 lock: threading.Lock) -> None:
+        self.engine, self.source, self.max_threads, self.lock = engine, source, max_threads, lock
 
     def collect(self) -> Iterator:
+        with self.lock:  # all made before the first is handed out: a generator left half read would keep it
+            families = list(self._families())
+        yield from families
+
+    def _families(self) -> Iterator:
         engine = self.engine()
         labels = ["pid", "name", "tid"]
         utility = GaugeMetricFamily("parlsched_thread_utility", "Utility of a managed thread over the last period (counter units per second)", labels=labels)

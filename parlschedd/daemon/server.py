@@ -18,6 +18,7 @@ import signal
 import socket
 import stat
 import struct
+import threading
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -121,6 +122,9 @@ class Daemon:
         self._listen_paused_until = 0.0
         self._deadline = float("inf")  # of the next tick; requests wait for it once passed
         self.status_views = StatusViews()
+        # held by the loop but while it waits in select: what another thread (a metrics
+        # scrape) reads of the engine is never halfway through a period or a request
+        self.awake = threading.Lock()
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -208,11 +212,12 @@ class Daemon:
         self.ignored_signals.add(signum)
 
     def run(self) -> None:
-        self.startup()  # raises StartupError before the loop owns anything to undo
-        try:
-            self.main_loop()
-        finally:
-            self.shutdown()
+        with self.awake:
+            self.startup()  # raises StartupError before the loop owns anything to undo
+            try:
+                self.main_loop()
+            finally:
+                self.shutdown()
 
     def main_loop(self) -> None:
         period = self.config.period_s
@@ -223,7 +228,12 @@ class Daemon:
         while not self.should_exit:
             self._deadline = deadline
             timeout = max(0.0, deadline - time.monotonic())
-            for key, events in self.selector.select(timeout):
+            self.awake.release()
+            try:
+                ready = self.selector.select(timeout)
+            finally:
+                self.awake.acquire()
+            for key, events in ready:
                 if self._past_deadline():
                     break  # the rest stay ready and are served after the tick
                 self._dispatch(key, events)
@@ -391,7 +401,7 @@ class Daemon:
         from parlschedd.daemon.prometheus import EngineCollector, Metrics, held_by
 
         metrics = Metrics(EngineCollector(lambda: self.engine, lambda: self.counters.source.value,
-                                          lambda: self.config.metrics_max_threads))
+                                          lambda: self.config.metrics_max_threads, self.awake))
         try:
             metrics.listen(self.config.metrics)
         except OSError as exc:  # the holder named, as config check names it

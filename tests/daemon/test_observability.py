@@ -276,3 +276,67 @@ def test_the_history_of_a_target_that_exited_is_kept_for_its_plot(tmp_path, open
         assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     finally:
         d.stop()
+
+
+@needs_root
+def test_a_scrape_waits_for_the_engine_lock(workload):
+    """The collector reads the engine only under the lock the daemon's loop holds
+    but while it sleeps: a target's arrays are realigned by whichever thread asks
+    first, and a scrape that did it while a period adopted a thread left that period
+    a roster without it. Real engine, real threads; the loop's part is the test's."""
+    import threading
+
+    from parlschedd.daemon.prometheus import EngineCollector
+    from tests.daemon.test_engine import _engine, _released
+
+    w = workload(3)
+    lock = threading.Lock()
+    with _released(*_engine()) as engine:
+        engine.attach(w.pid, time.monotonic())
+        collector = EngineCollector(lambda: engine, lambda: "perf:task-clock", lambda: 256, lock)
+        done = threading.Event()
+        families: list = []
+
+        def scrape() -> None:
+            families.extend(collector.collect())
+            done.set()
+
+        with lock:  # the loop in a period
+            threading.Thread(target=scrape, daemon=True).start()
+            assert not done.wait(0.3), "the scrape must wait for the period to end"
+        assert done.wait(5), "and be served once the loop sleeps"
+        threads = next(f for f in families if f.name == "parlsched_target_threads")
+        assert [s.value for s in threads.samples] == [len(w.all_tids())]
+
+
+@needs_root
+def test_scrapes_while_threads_come_and_go_each_see_one_whole_period(tmp_path):
+    """A target whose threads are born and end all the time, scraped back to back:
+    each scrape's per-thread series are the target's threads of one period (as many
+    as its threads gauge says), and no scrape fails."""
+    port = free_port()
+    d = start_daemon(tmp_path, f"period_s: 0.01\ndomain_period_s: 0.1\nmetrics: 127.0.0.1:{port}\n" + PINNING)
+    churn = subprocess.Popen([sys.executable, "-c",
+                              "import threading, time\n"
+                              "while True:\n"
+                              "    ts = [threading.Thread(target=time.sleep, args=(0.003 * (i % 4),)) for i in range(8)]\n"
+                              "    [t.start() for t in ts]; [t.join() for t in ts]\n"])
+    try:
+        d.request("attach", pid=churn.pid)
+        deadline = time.monotonic() + 4
+        scrapes = 0
+        while time.monotonic() < deadline:
+            series = scrape(port)
+            of_churn = {k: v for k, v in series.items() if f'pid="{churn.pid}"' in k}
+            gauge = next((v for k, v in of_churn.items() if k.startswith("parlsched_target_threads{")), None)
+            if gauge is None:
+                continue  # not attached yet
+            scrapes += 1
+            per_thread = [k for k in of_churn if k.startswith("parlsched_thread_utility{")]
+            assert len(per_thread) == gauge, (len(per_thread), gauge)
+        assert scrapes > 20
+        assert "metrics request failed" not in d.log_text()
+    finally:
+        churn.kill()
+        churn.wait()
+        d.stop()
