@@ -15,6 +15,7 @@ and the target as ``status`` shows it (``target_status.py``).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
@@ -339,15 +340,28 @@ class Engine:
                         continue
                     self._refresh(target, now)
                 live.append(target)
-            except Exception:  # a bug must cost one target's period, never the daemon
-                log.exception("period failed for target", pid=target.pid)
+            except Exception as exc:  # a bug must cost one target's period, never the daemon
+                self._period_failed(target, exc)
         if self._unsaved and self.persist():
             self._unsaved.clear()
         for target in live:
             try:
                 self._step(target, now)
-            except Exception:
-                log.exception("period failed for target", pid=target.pid)
+                target.failing = None
+            except Exception as exc:
+                self._period_failed(target, exc)
+
+    @staticmethod
+    def _period_failed(target: Target, exc: Exception) -> None:
+        """Logged with its traceback when it is new; the same failure again in the next
+        periods (out of file descriptors: each period of the target fails alike until
+        the limit is raised) only at debug level."""
+        failure = f"{type(exc).__name__}: {exc}"
+        if failure == target.failing:
+            log.debug("period failed for target again", pid=target.pid, error=failure)
+            return
+        target.failing = failure
+        log.exception("period failed for target", pid=target.pid)
 
     def resync(self, now: float) -> None:
         """Notice a target's cpuset that changed (``follow_cpuset``), and the pinned
@@ -557,6 +571,8 @@ class Engine:
             target.exits.remove(tid)
             self.handed_over.pop(tid, None)
         target.ignored &= seen
+        if target.unadopted:  # only those listed still, and not adopted since
+            target.unadopted = {tid: said for tid, said in target.unadopted.items() if tid in seen}
         for main, tids in listed.items():
             others = target.others.get(main)
             if others and main in tids and not others & tids:
@@ -676,13 +692,12 @@ class Engine:
             self._not_adopted(target, tid)
             return
         except TooManyFiles as exc:
-            self._not_adopted(target, tid)
-            log.error("out of file descriptors, thread not managed", pid=target.pid, tid=tid, error=str(exc))
+            self._not_adopted(target, tid, "error", "out of file descriptors, thread not managed", exc)
             return
         except HostError as exc:
-            self._not_adopted(target, tid)
-            log.warning("cannot manage thread", pid=target.pid, tid=tid, error=str(exc))
+            self._not_adopted(target, tid, "warning", "cannot manage thread", exc)
             return
+        target.unadopted.pop(tid, None)
         target.threads[tid] = ThreadState(tid, start, name, value, now, process=process)
         target.most_threads = max(target.most_threads, len(target.threads))
         target.stale = True
@@ -694,9 +709,18 @@ class Engine:
         self.pinner.adopt(tid, start, original)
         self.pinner.restore(tid)
 
-    def _not_adopted(self, target: Target, tid: int) -> None:
+    def _not_adopted(self, target: Target, tid: int, level: str | None = None, event: str = "",
+                     exc: HostError | None = None) -> None:
+        """Undo a failed adoption; ``event`` is logged at ``level`` the first time the
+        thread fails so (each period tries it again: said again at debug level)."""
         self.counters.close(tid)
         target.exits.remove(tid)
+        if level is None:
+            return
+        said = target.unadopted.get(tid) == event
+        target.unadopted[tid] = event
+        log.log(logging.DEBUG if said else getattr(logging, level.upper()), event, pid=target.pid, tid=tid,
+                error=str(exc))
 
     def _inherited_original(self, target: Target, tid: int) -> frozenset[int] | None:
         """For a thread born after attach whose mask is one the daemon set on its

@@ -116,6 +116,10 @@ class Target:
     # listing saw only threads this target watches (else None: list every period)
     births_at: tuple[int, int] | None = None
     listed_at: float = float("-inf")  # when it was last listed (Engine._refresh)
+    # what the log was told, so that a failure repeated every period is told once: the
+    # listed threads not adopted, by tid, and why; the last period's failure, if any
+    unadopted: dict[int, str] = field(default_factory=dict)
+    failing: str | None = None
 
     @property
     def mode(self) -> str:

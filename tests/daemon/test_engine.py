@@ -1366,7 +1366,9 @@ def test_a_period_that_fails_for_one_target_goes_on_for_the_others(workload, pha
         with structlog.testing.capture_logs() as logs:
             _ticks(engine, 5, pause=0.02)
         failed = [e for e in logs if e["event"] == "period failed for target"]
-        assert [e["pid"] for e in failed] == [broken.pid] * 5 and all(e["exc_info"] for e in failed)
+        again = [e for e in logs if e["event"] == "period failed for target again"]  # the same failure
+        assert [e["pid"] for e in failed] == [broken.pid] and failed[0]["exc_info"]
+        assert [e["pid"] for e in again] == [broken.pid] * 4
         assert engine.targets[fine.pid].current().pinned.all()
         assert set(engine.targets) == {broken.pid, fine.pid}
 
@@ -1594,3 +1596,29 @@ def test_a_programs_own_mask_is_not_ours_while_a_cpu_is_offline(
         assert born in engine.targets[p.pid].threads
         engine.detach(p.pid)
         assert kernel.whole(born) == {1, 3}
+
+
+@needs_root
+def test_a_period_that_fails_alike_every_time_is_logged_with_its_traceback_once(workload, monkeypatch) -> None:
+    """Fault injection (a bug in the step of one target): the first failure is logged
+    with its traceback, the same one in the next periods at debug level only; a
+    period that succeeds in between makes the next failure news again."""
+    w = workload(2)
+    engine, counters = _pin_engine()
+    with _released(engine, counters):
+        engine.attach(w.pid, time.monotonic())
+        real_step = engine._step
+
+        def broken(target, now):
+            raise RuntimeError("a bug")
+
+        monkeypatch.setattr(engine, "_step", broken)
+        with structlog.testing.capture_logs() as logs:
+            _ticks(engine, 5, pause=0)
+            monkeypatch.setattr(engine, "_step", real_step)
+            _ticks(engine, 1, pause=0)
+            monkeypatch.setattr(engine, "_step", broken)
+            _ticks(engine, 2, pause=0)
+        said = [(e["event"], e["log_level"], e.get("exc_info")) for e in logs if e["event"].startswith("period failed")]
+        assert said == [("period failed for target", "error", True)] + [("period failed for target again", "debug", None)] * 4 \
+            + [("period failed for target", "error", True), ("period failed for target again", "debug", None)]

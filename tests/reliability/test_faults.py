@@ -488,3 +488,29 @@ def test_sigkill_at_random_points_never_leaves_a_stale_mask(tmp_path, workload):
             failures.append((cycle, {t: sorted(m) for t, m in now.items() if m != originals[t]}))
     assert not failures, failures
     assert not errors_in_log(d2)
+
+
+def test_a_failure_each_period_repeats_is_logged_once_not_every_period(daemon, workload):
+    """No file descriptor spare at all: a thread that came cannot be adopted, and each
+    period tries again and fails the same way. Said once (at error level), then at
+    debug level only: it was logged every period, 20 lines a second at period_s 0.05.
+    The daemon stays up and adopts the thread once the limit is raised."""
+    pid = daemon.proc.pid
+    w = workload(3)
+    hard = nofile_hard(pid)
+    try:
+        daemon.request("attach", pid=w.pid, timeout=10)
+        wait_for(lambda: len(threads_of(daemon, w.pid)) == 4)
+        lower_nofile(pid, fd_count(pid))
+        w.command("spawn")
+        time.sleep(1.5)
+        said = [r for r in daemon.log_records() if r["level"] in ("warning", "error") and r["event"] != "attached"]
+        assert [r["event"] for r in said] == ["out of file descriptors, thread not managed"], said
+        again = [r for r in daemon.log_records() if r["event"] == said[0]["event"] and r["level"] == "debug"]
+        assert len(again) > 10, "tried again every period, said at debug level"
+        subprocess.run(["prlimit", f"--pid={pid}", f"--nofile={hard}:{hard}"], check=True)
+        assert wait_for(lambda: len(threads_of(daemon, w.pid)) == 5, timeout=5)
+        assert daemon.proc.poll() is None
+    finally:
+        if daemon.proc.poll() is None:
+            subprocess.run(["prlimit", f"--pid={pid}", f"--nofile={hard}:{hard}"])
