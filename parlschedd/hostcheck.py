@@ -24,6 +24,7 @@ from parlschedd.host.cgroups import CGROUP_ROOT, cgroup_dir
 from parlschedd.host.errors import HostError
 from parlschedd.host.perf import detect_source
 from parlschedd.host.privileges import group_id
+from parlschedd.patterns import compile_pattern
 from parlschedd.topology import TopologyError, read_topology
 from parlschedd.trust import OnPath, fix, trusted_owners, untrusted, untrusted_on_path
 
@@ -54,7 +55,8 @@ class HostReport:
 
 def check_host(cfg: Config) -> HostReport:
     """Check ``cfg`` against this host as the daemon's start does, and more."""
-    return HostReport(refusals(cfg), narrowings(cfg) + _utility(cfg.utility) + _metrics_port(cfg.metrics))
+    return HostReport(refusals(cfg), narrowings(cfg) + sweeping_rules(cfg) + _utility(cfg.utility)
+                      + _metrics_port(cfg.metrics))
 
 
 def refusals(cfg: Config, socket_path: str | None = None, sysfs: str = "/sys",
@@ -156,6 +158,29 @@ def narrowings(cfg: Config, sysfs: str = "/sys", cgroup_root: str = CGROUP_ROOT)
     """What the daemon starts without, here: CPUs of ``cpus`` the host lacks, rules'
     cgroups not there yet. Said by config check and logged by the daemon's start."""
     return _cpus(cfg, sysfs) + _cgroups(cfg, cgroup_root)
+
+
+# Names of processes on nearly every Linux host: a rule's name that matches them all
+# matches (nearly) everything.
+EVERYDAY = ("systemd", "sshd", "bash", "cron", "python3")
+
+
+def sweeping_rules(cfg: Config) -> list[Finding]:
+    """A rule that attaches nearly every process on the host: a name that matches
+    EVERYDAY alike ('', '.') where it is not narrowed by a cgroup, a cgroup that is
+    a whole hierarchy ('/') where it is not narrowed by a name. Valid, and the
+    administrator's choice, but rarely what was meant."""
+    found = []
+    for i, rule in enumerate(cfg.targets):
+        whole = None if rule.cgroup is None or split_cgroup(rule.cgroup)[1].strip("/") else \
+            f"cgroup {rule.cgroup!r} is the whole hierarchy"
+        broad = None if rule.name is None or not all(compile_pattern(rule.name).search(n) for n in EVERYDAY) else \
+            f"name {rule.name!r} matches {', '.join(EVERYDAY[:-1])} and {EVERYDAY[-1]} alike"
+        if (rule.cgroup is None or whole) and (rule.name is None or broad):
+            why = " and ".join(w for w in (whole, broad) if w)
+            found.append(Finding(f"targets[{i}]", f"{why}: the rule attaches nearly every process on the host; narrow "
+                                                  "it (a name such as '^myapp$', or a job's cgroup)"))
+    return found
 
 
 def _cpus(cfg: Config, sysfs: str) -> list[Finding]:

@@ -407,3 +407,25 @@ def test_the_daemon_refuses_a_config_or_state_dir_in_a_directory_others_own_at_s
     proc = refused_start(config, run / "d.sock", state)
     assert (proc.returncode, proc.stderr) == (1, f"parlschedd: {said}\n")
     assert not run.exists() and list(d.iterdir()) == [config if what == "config" else state]
+
+
+@pytest.mark.parametrize("rule, why", [
+    ({"name": ""}, "name '' matches systemd, sshd, bash, cron and python3 alike"),
+    ({"name": "."}, "name '.' matches systemd, sshd, bash, cron and python3 alike"),
+    ({"cgroup": "/"}, "cgroup '/' is the whole hierarchy"),
+    ({"cgroup": "cpuset:/", "name": ".*"}, "cgroup 'cpuset:/' is the whole hierarchy and name '.*' matches systemd, "
+                                           "sshd, bash, cron and python3 alike"),
+])
+def test_a_rule_that_matches_nearly_every_process_is_a_warning(rule, why):
+    """`name: ''` (or '.') and `cgroup: /` passed config check without a word, and
+    the daemon would attach nearly every process on the host, itself excepted."""
+    report = check_host(from_mapping({"targets": [{"name": "^myapp$"}, rule]}))
+    assert [f.key for f in report.warnings] == ["targets[1]"]
+    assert report.warnings[0].message == (f"{why}: the rule attaches nearly every process on the host; narrow it "
+                                          "(a name such as '^myapp$', or a job's cgroup)")
+
+
+@pytest.mark.parametrize("rule", [{"name": "^python3$"}, {"cgroup": "/", "name": "^myapp$"},
+                                  {"cgroup": "/system.slice", "name": ""}])
+def test_a_narrow_rule_is_no_warning(rule):
+    assert [f for f in check_host(from_mapping({"targets": [rule]})).warnings if f.key == "targets[0]"] == []

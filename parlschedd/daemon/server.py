@@ -42,7 +42,8 @@ from parlschedd.host.base import CounterSource
 from parlschedd.cpulist import format_cpulist
 from parlschedd.host.perf import CounterSet, detect_source, raise_fd_limit
 from parlschedd.host.privileges import CAP_SYS_NICE, effective_capabilities, group_id, perfmon_capable
-from parlschedd.hostcheck import config_file_untrusted, narrowings, one_line, refusals, socket_path_problem
+from parlschedd.hostcheck import (config_file_untrusted, narrowings, one_line, refusals, socket_path_problem,
+                                  sweeping_rules)
 from parlschedd.topology import NoCpusFound, TopologyError, online_cpus, read_topology
 
 log = structlog.get_logger("parlschedd")
@@ -147,8 +148,7 @@ class Daemon:
             raise StartupError(f"{self._config_named()}: {exc.of_config()}") from None
         self.cpus = list(topology.usable)
         self.online = topology.online
-        for key, message in narrowings(self.config, self.sysfs, self.cgroup_root):
-            log.warning("config not all usable on this host", key=key, problem=message)
+        self._warn_of(self.config)
         skipped: dict[CounterSource, str] = {}
         source = detect_source(self.config.utility, proc_root=self.proc_root, sysfs=self.sysfs, skipped=skipped)
         why = "; ".join(f"{s.value}: {reason}" for s, reason in skipped.items())
@@ -356,10 +356,7 @@ class Daemon:
         self.restart_pending = pending
         if self.restart_pending:
             log.warning("applied but for what takes effect at the next restart", keys=self.restart_pending)
-        self.reload_warnings = []
-        for key, message in narrowings(new, self.sysfs, self.cgroup_root):  # as the start says them
-            log.warning("config not all usable on this host", key=key, problem=message)
-            self.reload_warnings.append(f"{key}: {message}")
+        self.reload_warnings = self._warn_of(new)  # as the start says them
         relearning = self.engine.relearn()
         log.info("reloaded", config=str(new.read_from.path) if new.read_from else "the built-in config",  # not None
                  targets_learning_afresh=relearning)
@@ -394,6 +391,17 @@ class Daemon:
             log.warning("CPUs came online after parlschedd started; it places threads only on those it started with, "
                         "restart it to use these (systemctl restart parlschedd)", cpus=format_cpulist(unused),
                         using=format_cpulist(self.cpus))
+
+    def _warn_of(self, config: Config) -> list[str]:
+        """Log what ``config`` asks for that this host narrows, or that reaches further
+        than may be meant, as config check warns of them; each as 'key: problem'."""
+        said = []
+        for event, findings in (("config not all usable on this host", narrowings(config, self.sysfs, self.cgroup_root)),
+                                ("config rule matches nearly every process", sweeping_rules(config))):
+            for key, message in findings:
+                log.warning(event, key=key, problem=message)
+                said.append(f"{key}: {message}")
+        return said
 
     def _start_metrics(self):
         if self.config.metrics is None:

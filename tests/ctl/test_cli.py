@@ -137,7 +137,8 @@ def test_config_check(tmp_path):
     rules.write_text(f"targets:\n  - cgroup: {root}\n  - cgroup: {absent}\n  - cgroup: 'nosuchctl:/x'\n")
     r = ctl("config", "check", str(rules))
     assert r.returncode == 0 and "ok" in r.stdout
-    assert "targets[0]" not in r.stderr and "targets[1].cgroup: no cgroup" in r.stderr
+    assert "targets[0].cgroup" not in r.stderr and "targets[1].cgroup: no cgroup" in r.stderr
+    assert "targets[0]: cgroup " in r.stderr and "is the whole hierarchy" in r.stderr  # there, and all of it
     assert "targets[2].cgroup: no cgroup hierarchy for nosuchctl" in r.stderr
     bad = tmp_path / "bad.yaml"
     bad.write_text("period_s: fast\nlearning:\n  gamma: 3\n")
