@@ -20,7 +20,7 @@ from typing import NamedTuple
 from parlschedd.config import Config, socket_path_too_long, split_cgroup
 from parlschedd.cpulist import format_cpulist
 from parlschedd.host.base import CounterSource
-from parlschedd.host.cgroups import CGROUP_ROOT, cgroup_dir
+from parlschedd.host.cgroups import CGROUP_ROOT, cgroup_dir, hierarchy_dir
 from parlschedd.host.errors import HostError
 from parlschedd.host.perf import detect_source
 from parlschedd.host.privileges import group_id
@@ -247,6 +247,8 @@ def _cgroups(cfg: Config, root: str) -> list[Finding]:
             missing = str(exc)
         if missing and (meant := _below_hierarchy(cgroup, root)):
             missing += f"; write '{meant}' (the path below the hierarchy), not the directory's path"
+        elif missing and (meant := _in_another_hierarchy(cgroup, controllers, root)):
+            missing += f"; it is in another hierarchy: write '{meant}'"
         if missing:
             found.append(Finding(f"targets[{i}].cgroup", f"{missing}; the rule matches nothing until it exists"))
     return found
@@ -260,12 +262,36 @@ def _below_hierarchy(written: str, root: str) -> str | None:
         return None
     if (Path(root) / "cgroup.controllers").exists():  # v2 alone, at the root
         return "/" + "/".join(parts)
-    first, below = parts[0], "/" + "/".join(parts[1:])
-    if first == "unified":  # v2 on a hybrid host
+    return _as_rule_names(parts[0], "/" + "/".join(parts[1:]))
+
+
+def _in_another_hierarchy(cgroup: str, controllers: tuple[str, ...], root: str) -> str | None:
+    """How a rule names ``cgroup`` where it is a directory of another hierarchy than
+    the one ``controllers`` name (a hybrid host: the v2 one, or a v1 one such as
+    cpuset), or None when it is in none. A v2-only host has no other."""
+    base = Path(root)
+    if not base.is_dir() or (base / "cgroup.controllers").exists():
+        return None
+    try:
+        mine = hierarchy_dir(controllers, root)
+    except HostError:
+        mine = None
+    below = "/" + cgroup.strip("/")
+    for hierarchy in sorted(base.iterdir()):  # not through a link: cpu -> cpu,cpuacct is one hierarchy
+        if not hierarchy.is_symlink() and hierarchy != mine and (hierarchy / below.lstrip("/")).is_dir():
+            return _as_rule_names(hierarchy.name, below)
+    return None
+
+
+def _as_rule_names(hierarchy: str, below: str) -> str:
+    """How a rule names cgroup ``below`` of the hierarchy mounted at directory
+    ``hierarchy`` of the cgroup root: 'unified' (v2 on a hybrid host) by its path,
+    a v1 one by its controllers ('cpuset:/job'), a named one as 'name=systemd:/job'."""
+    if hierarchy == "unified":
         return below
     try:
         with open("/proc/cgroups") as f:  # the v1 controllers; another hierarchy is a named one
             controllers = {line.split()[0] for line in f if not line.startswith("#")}
     except OSError:
         controllers = set()
-    return ",".join(c if c in controllers else f"name={c}" for c in first.split(",")) + ":" + below
+    return ",".join(c if c in controllers else f"name={c}" for c in hierarchy.split(",")) + ":" + below

@@ -429,3 +429,18 @@ def test_a_rule_that_matches_nearly_every_process_is_a_warning(rule, why):
                                   {"cgroup": "/system.slice", "name": ""}])
 def test_a_narrow_rule_is_no_warning(rule):
     assert [f for f in check_host(from_mapping({"targets": [rule]})).warnings if f.key == "targets[0]"] == []
+
+
+@needs_root
+@pytest.mark.parametrize("there, written_prefix, meant_prefix", [(CGROUP_MOUNTS[1][0], "", "cpuset:"),
+                                                                  (CGROUP_MOUNTS[0][0], "cpuset:", "")],
+                         ids=["v1 cpuset, written as v2", "v2, written as v1 cpuset"])
+def test_a_rules_cgroup_in_another_hierarchy_is_told_how_to_write_it(there, written_prefix, meant_prefix):
+    """On a hybrid host a job's cgroup may be in the v1 cpuset hierarchy alone, and a
+    rule written as a v2 path looks in the unified one (or the other way round): the
+    warning said only "no cgroup ... on this host (yet)"."""
+    with own_cgroup(there) as group:
+        report = check_host(from_mapping({"targets": [{"cgroup": f"{written_prefix}/{group.name}"}]}))
+        [warning] = report.warnings
+        assert warning.key == "targets[0].cgroup"
+        assert f"it is in another hierarchy: write '{meant_prefix}/{group.name}'" in warning.message, warning
