@@ -256,12 +256,15 @@ def _cgroups(cfg: Config, root: str) -> list[Finding]:
 
 def _below_hierarchy(written: str, root: str) -> str | None:
     """A rule's cgroup written as its directory in cgroupfs (/sys/fs/cgroup/cpuset/job),
-    as a rule names it (cpuset:/job), or None when it was not written so."""
+    as a rule names it (cpuset:/job; a v2-only host's directory on a hybrid host: its v2
+    path), or None when it was not written so or names no hierarchy of this host."""
     top = root.rstrip("/") + "/"
     if not written.startswith(top) or not (parts := Path(written).relative_to(root).parts):
         return None
     if (Path(root) / "cgroup.controllers").exists():  # v2 alone, at the root
         return "/" + "/".join(parts)
+    if not (Path(root) / parts[0]).is_dir():  # no hierarchy of this host: a v2-only host's path, copied
+        return "/" + "/".join(parts) if (Path(root) / "unified" / "cgroup.controllers").exists() else None
     return _as_rule_names(parts[0], "/" + "/".join(parts[1:]))
 
 

@@ -112,6 +112,25 @@ def test_a_rules_cgroup_written_as_its_sysfs_path_is_told_how_to_write_it(mount,
         assert warning.key == "targets[0].cgroup"
         assert f"write '{prefix}/{group.name}' (the path below the hierarchy)" in warning.message, warning
 
+def test_a_v2_only_hosts_sysfs_path_on_a_hybrid_host_is_not_taken_for_a_hierarchy(tmp_path):
+    """/sys/fs/cgroup/system.slice/x.service, a cgroup's directory on a v2-only host,
+    written in a rule on a hybrid one (a fake tree here): its first part is no
+    hierarchy of this host, and the warning told to write 'name=system.slice:/x.service',
+    a named v1 hierarchy that does not exist. It is the v2 path below the unified
+    hierarchy."""
+    from parlschedd.hostcheck import narrowings
+
+    for hierarchy in ("cpuset", "cpu,cpuacct", "systemd", "unified"):
+        (tmp_path / hierarchy).mkdir()
+    (tmp_path / "unified" / "cgroup.controllers").write_text("")
+    cfg = from_mapping({"targets": [{"cgroup": f"{tmp_path}/system.slice/x.service"},
+                                    {"cgroup": f"{tmp_path}/cpuset/job"}]})
+    said = [f.message for f in narrowings(cfg, cgroup_root=str(tmp_path)) if f.key.startswith("targets")]
+    assert "write '/system.slice/x.service' (the path below the hierarchy)" in said[0], said
+    assert "name=" not in said[0]
+    assert "write 'cpuset:/job' (the path below the hierarchy)" in said[1], said
+
+
 @needs_root
 def test_a_metrics_port_another_program_holds_is_a_warning(tmp_path):
     """config check passed a metrics port another program listened on, and the daemon
