@@ -125,12 +125,13 @@ def test_a_scraper_that_resets_its_connection_is_no_traceback_in_the_json_log(tm
                 time.sleep(0.1)  # the server is reading
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close: a reset
         assert scrape(port)["parlsched_managed_threads"] == 0
-        time.sleep(0.2)
+        went = lambda: [r for r in d.log_records() if r["event"] == "metrics client went away"]  # noqa: E731
+        wait_for(lambda: len(went()) == 2)  # said in the request's thread, maybe after the scrape
     finally:
         d.stop()
     lines = d.log_text().splitlines()
     assert [line for line in lines if not line.startswith("{")] == []
-    resets = [r for r in d.log_records() if r["event"] == "metrics client went away"]
+    resets = went()
     assert len(resets) == 2 and all(r["level"] == "debug" and r["client"].startswith("127.0.0.1:") for r in resets)
 
 
