@@ -17,6 +17,7 @@ from matplotlib.backend_bases import FigureCanvasBase  # noqa: E402
 import numpy as np  # noqa: E402
 
 from parlschedd.atomicfile import replace_bytes  # noqa: E402
+from parlschedd.words import counted  # noqa: E402
 
 UNITS = {"perf:instructions": (1e9, "instructions / s (x1e9)"),
          "perf:task-clock": (1e9, "CPU share (s of CPU per s)"),
@@ -134,7 +135,7 @@ def draw_history(history: dict, max_threads: int = 32) -> plt.Figure:
         ax.plot(t, running_average(util[:, col[tid]]), lw=0.8, alpha=0.7, label=f"tid {tid}" if named else "_nolegend_",
                 **({} if named else {"color": "silver"}))
     if len(shown) > LEGEND_THREADS:
-        ax.plot([], [], lw=0.8, alpha=0.7, color="silver", label=f"and {len(shown) - LEGEND_THREADS} more threads")
+        ax.plot([], [], lw=0.8, alpha=0.7, color="silver", label="and " + counted(len(shown) - LEGEND_THREADS, "more thread"))
     total = np.nanmean(util, axis=1) if util.size else util
     ax.plot(t, running_average(total), color="black", lw=2.2, label="whole target (mean per thread)")
     moves, domain_moved = placement_changes(samples)

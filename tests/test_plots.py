@@ -88,6 +88,8 @@ def test_the_thread_lines_are_labelled_the_first_few_by_tid_and_the_rest_counted
                       + ["and 4 more threads", "whole target (mean per thread)"])
     labels, _ = _legend_and_title(_many_threads(2))
     assert labels == ["tid 100", "tid 101", "whole target (mean per thread)"]
+    labels, _ = _legend_and_title(_many_threads(LEGEND_THREADS + 1))
+    assert labels[-2] == "and 1 more thread"
     fig = draw_history(_many_threads(n))
     colours = [line.get_color() for line in fig.axes[0].get_lines()[:n]]  # the threads' lines, in tid order
     plt.close(fig)
