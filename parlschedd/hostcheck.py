@@ -271,10 +271,14 @@ def _below_hierarchy(written: str, root: str) -> str | None:
 def _in_another_hierarchy(cgroup: str, controllers: tuple[str, ...], root: str) -> str | None:
     """How a rule names ``cgroup`` where it is a directory of another hierarchy than
     the one ``controllers`` name (a hybrid host: the v2 one, or a v1 one such as
-    cpuset), or None when it is in none. A v2-only host has no other."""
+    cpuset; a v2-only host: the v2 one, for a rule naming controllers), or None when
+    it is in none."""
     base = Path(root)
-    if not base.is_dir() or (base / "cgroup.controllers").exists():
+    if not base.is_dir():
         return None
+    if (base / "cgroup.controllers").exists():  # v2 alone: its one hierarchy, of a rule written for v1
+        below = "/" + cgroup.strip("/")
+        return below if controllers and (base / below.lstrip("/")).is_dir() else None
     try:
         mine = hierarchy_dir(controllers, root)
     except HostError:

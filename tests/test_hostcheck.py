@@ -131,6 +131,20 @@ def test_a_v2_only_hosts_sysfs_path_on_a_hybrid_host_is_not_taken_for_a_hierarch
     assert "write 'cpuset:/job' (the path below the hierarchy)" in said[1], said
 
 
+def test_a_v1_rule_on_a_v2_only_host_is_told_its_v2_path(tmp_path):
+    """A rule written for a v1 host (cpuset:/job) on a v2-only one (a fake tree here),
+    where /job is there: the warning said only "no cgroup hierarchy for cpuset", though
+    config check names the other hierarchy on a hybrid host."""
+    from parlschedd.hostcheck import narrowings
+
+    (tmp_path / "cgroup.controllers").write_text("cpuset cpu\n")
+    (tmp_path / "job").mkdir()
+    cfg = from_mapping({"targets": [{"cgroup": "cpuset:/job"}, {"cgroup": "cpuset:/nojob"}]})
+    said = [f.message for f in narrowings(cfg, cgroup_root=str(tmp_path)) if f.key.startswith("targets")]
+    assert "no cgroup hierarchy for cpuset" in said[0] and "it is in another hierarchy: write '/job'" in said[0], said
+    assert "another hierarchy" not in said[1], said
+
+
 @needs_root
 def test_a_metrics_port_another_program_holds_is_a_warning(tmp_path):
     """config check passed a metrics port another program listened on, and the daemon
