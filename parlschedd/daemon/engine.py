@@ -712,13 +712,15 @@ class Engine:
     def _not_adopted(self, target: Target, tid: int, level: str | None = None, event: str = "",
                      exc: HostError | None = None) -> None:
         """Undo a failed adoption; ``event`` is logged at ``level`` the first time the
-        thread fails so (each period tries it again: said again at debug level)."""
+        thread fails so, for this reason (each period tries it again: the same failure
+        said again at debug level)."""
         self.counters.close(tid)
         target.exits.remove(tid)
         if level is None:
             return
-        said = target.unadopted.get(tid) == event
-        target.unadopted[tid] = event
+        failure = f"{event}: {exc}"
+        said = target.unadopted.get(tid) == failure
+        target.unadopted[tid] = failure
         log.log(logging.DEBUG if said else getattr(logging, level.upper()), event, pid=target.pid, tid=tid,
                 error=str(exc))
 

@@ -1622,3 +1622,35 @@ def test_a_period_that_fails_alike_every_time_is_logged_with_its_traceback_once(
         said = [(e["event"], e["log_level"], e.get("exc_info")) for e in logs if e["event"].startswith("period failed")]
         assert said == [("period failed for target", "error", True)] + [("period failed for target again", "debug", None)] * 4 \
             + [("period failed for target", "error", True), ("period failed for target again", "debug", None)]
+
+
+class RefusesOne(CounterSet):
+    """perf:task-clock counters that cannot be opened for one tid, for the reason given."""
+
+    refused: int | None = None
+    why = ""
+
+    def open(self, tid: int) -> None:
+        if tid == self.refused:
+            raise HostError(self.why, tid=tid)
+        super().open(tid)
+
+
+@needs_root
+def test_a_thread_that_fails_anew_for_another_reason_is_said_again(workload) -> None:
+    """A thread not adopted is said once, then at debug level while it fails alike
+    each period; one that then fails for another reason is news, not a debug line."""
+    w = workload(2)
+    counters = RefusesOne(CounterSource.TASK_CLOCK)
+    config = dataclasses.replace(Config(), learning=dataclasses.replace(Config().learning, free=False))
+    engine = Engine(config, read_topology("/sys").domains(config.domains), counters, Pinner())
+    counters.refused = max(set(w.all_tids()) - {w.pid})
+    with _released(engine, counters), structlog.testing.capture_logs() as logs:
+        counters.why = "first reason"
+        engine.attach(w.pid, time.monotonic())
+        _ticks(engine, 3, pause=0)
+        counters.why = "second reason"
+        _ticks(engine, 2, pause=0)
+    said = [(e["log_level"], e["error"]) for e in logs if e["event"] == "cannot manage thread"]
+    assert said == [("warning", "first reason")] + [("debug", "first reason")] * 3 \
+        + [("warning", "second reason"), ("debug", "second reason")], said
