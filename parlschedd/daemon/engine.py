@@ -355,8 +355,13 @@ class Engine:
     def _period_failed(target: Target, exc: Exception) -> None:
         """Logged with its traceback when it is new; the same failure again in the next
         periods (out of file descriptors: each period of the target fails alike until
-        the limit is raised) only at debug level."""
-        failure = f"{type(exc).__name__}: {exc}"
+        the limit is raised) only at debug level. The same is the same error raised at
+        the same place: the same message from another line is another bug."""
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        at = "" if tb is None else f" at {tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
+        failure = f"{type(exc).__name__}: {exc}{at}"
         if failure == target.failing:
             log.debug("period failed for target again", pid=target.pid, error=failure)
             return

@@ -1654,3 +1654,27 @@ def test_a_thread_that_fails_anew_for_another_reason_is_said_again(workload) -> 
     said = [(e["log_level"], e["error"]) for e in logs if e["event"] == "cannot manage thread"]
     assert said == [("warning", "first reason")] + [("debug", "first reason")] * 3 \
         + [("warning", "second reason"), ("debug", "second reason")], said
+
+
+@needs_root
+def test_the_same_error_raised_elsewhere_is_a_new_failure(workload, monkeypatch) -> None:
+    """A period failing with the same message as the last but raised at another place
+    is another bug: logged with its traceback, not at debug level."""
+    w = workload(2)
+    engine, counters = _pin_engine()
+    with _released(engine, counters):
+        engine.attach(w.pid, time.monotonic())
+
+        def here(target, now):
+            raise KeyError(7)
+
+        def there(target, now):
+            raise KeyError(7)
+
+        with structlog.testing.capture_logs() as logs:
+            monkeypatch.setattr(engine, "_step", here)
+            _ticks(engine, 2, pause=0)
+            monkeypatch.setattr(engine, "_step", there)
+            _ticks(engine, 2, pause=0)
+        said = [e["event"] for e in logs if e["event"].startswith("period failed")]
+        assert said == ["period failed for target", "period failed for target again"] * 2, said
