@@ -6,6 +6,7 @@ import errno
 import logging
 import os
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any, TextIO
 
@@ -57,12 +58,17 @@ class _Sink(structlog.PrintLogger):
 
     def __init__(self, file: TextIO, render: Callable[..., str]) -> None:
         super().__init__(file)
+        self._guard = threading.Lock()  # the loop and the metrics threads log: one line and its count at a time
         self._render = render
         self._broken = False  # given up for good
         self._lost = 0  # lines not written since the last that was
         self._why = ""
 
     def msg(self, message: str) -> None:
+        with self._guard:
+            self._msg(message)
+
+    def _msg(self, message: str) -> None:
         if self._broken:
             return
         if self._lost:
