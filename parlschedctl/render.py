@@ -134,10 +134,13 @@ def _not_managed(ignored: int, handed_over: int) -> str:
 
 
 def progress_line(target: dict[str, Any], elapsed: float) -> str:
-    """One line for a terminal while ``run`` waits: threads, pins, moves, speed."""
+    """One line for a terminal while ``run`` waits: threads, pins, moves, speed (of an
+    observed target, which is never placed, only threads and speed)."""
     rows = target["threads"]
     utils = [t["utility"] for t in rows if t["utility"] is not None]
     mean = sum(utils) / len(utils) if utils else 0.0
+    if target.get("mode") == "observe":
+        return f"{elapsed:6.1f} s  {n_threads(len(rows))} observed, mean utility {mean:.3g}"
     return (f"{elapsed:6.1f} s  {n_threads(len(rows))} ({placements(rows)}), "
             f"{counted(target.get('migrations', 0), 'move')}, mean utility {mean:.3g}")
 

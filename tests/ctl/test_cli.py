@@ -807,6 +807,28 @@ def test_runs_live_status_fits_the_terminals_width(daemon):
 
 
 @needs_root
+@pytest.mark.timeout(60)
+def test_runs_live_status_in_observe_mode_says_no_placements(daemon):
+    """run --observe's live line on a terminal said "3 threads (0 on one CPU, 0 free in
+    their domain, 3 not placed), 0 moves": read as three pins that failed, where observe
+    mode places nothing (its summary says only "observed 3 threads")."""
+    code = "import threading,time; [threading.Thread(target=time.sleep,args=(1.5,)).start() for _ in range(2)]; time.sleep(1.5)"
+    main, terminal = pty.openpty()
+    fcntl.ioctl(main, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 200, 0, 0))
+    try:
+        proc = subprocess.Popen([*CTL, "run", "--observe", "--", sys.executable, "-c", code], stdout=subprocess.PIPE,
+                                stderr=terminal, env={**os.environ, "PARLSCHED_SOCKET": daemon.socket})
+    finally:
+        os.close(terminal)
+    seen = read_terminal(main)
+    assert proc.wait(timeout=30) == 0, seen
+    live = [part.decode() for part in seen.split(b"\r\033[K") if re.match(rb" *\d+\.\d s ", part)]
+    assert live, seen
+    assert any("3 threads observed" in line for line in live), live
+    assert not any("placed" in line or "on one CPU" in line or "move" in line for line in live), live
+
+
+@needs_root
 def test_plot_refuses_dash_as_its_out(daemon, workload, tmp_path):
     """``plot PID --out -`` wrote a file named ``-`` and said "wrote -": a reader takes
     ``-`` for stdout. It is a usage error naming --out."""
