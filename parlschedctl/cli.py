@@ -421,6 +421,12 @@ class RunEnd:
     plot: str | None = None  # the figure --plot wrote
 
     @property
+    def threads_managed(self) -> int:
+        """Every thread managed (observed) during the run: the daemon's count at the last
+        poll (a thread that came and went between two polls is in it), else the tids seen."""
+        return max(len(self.managed), self.last.get("threads_adopted", 0))
+
+    @property
     def exit_code(self) -> int:
         """run's own: CMD's, or 128 + N when signal N killed it, as a shell gives it."""
         return self.returncode if self.returncode >= 0 else 128 - self.returncode
@@ -441,7 +447,7 @@ class RunEnd:
                 "signal": _signal_name(-self.returncode) if self.returncode < 0 else None,
                 "seconds": round(self.seconds, 3), "mode": "observe" if self.observe else "pin",
                 "watched": self.watched.name.lower(), "not_managed": self.not_managed,
-                "threads_managed": len(self.managed) if attached else None,
+                "threads_managed": self.threads_managed if attached else None,
                 "threads": left, "on_one_cpu": one_cpu, "free_in_domain": free, "plot": self.plot}
 
 
@@ -497,13 +503,13 @@ def _run_summary(end: RunEnd) -> str:
     """'; managed 4 threads (at the end ...)' for run's last line; '' when never attached."""
     if end.watched is Watched.NEVER_ATTACHED:
         return ""
-    said = f"; {'observed' if end.observe else 'managed'} {n_threads(len(end.managed))}"
+    said = f"; {'observed' if end.observe else 'managed'} {n_threads(end.threads_managed)}"
     if end.watched in (Watched.DETACHED, Watched.DAEMON_STOPPED):
         return f"{said} ({end.watched.value})"
     if end.observe:
         return said
     left = end.last.get("threads", [])
-    at_end = "at the end" if len(left) == len(end.managed) else f"{len(left)} left at the end"
+    at_end = "at the end" if len(left) == end.threads_managed else f"{len(left)} left at the end"
     return said + f" ({at_end}: {placements(left)})"
 
 

@@ -705,6 +705,7 @@ class Engine:
         target.unadopted.pop(tid, None)
         target.threads[tid] = ThreadState(tid, start, name, value, now, process=process)
         target.most_threads = max(target.most_threads, len(target.threads))
+        target.adopted += 1
         target.stale = True
         self.on_change()
 

@@ -94,6 +94,7 @@ class Target:
     ignored: set[int] = field(default_factory=set)  # tids the thread filter left out, or someone else re-pinned
     migrations: int = 0  # affinity changes made
     most_threads: int = 0  # the most threads managed at once: what an exit is described by
+    adopted: int = 0  # threads managed (observed) since attach, each adoption once: status's threads_adopted
     base_mask: frozenset[int] | None = None  # the main thread's mask at attach
     base_original: frozenset[int] | None = None  # what a thread given base_mask back gets (Pinner.original_of)
     # what the process's cpuset allows, as last read (attach, every rescan_s; None:

@@ -32,6 +32,7 @@ def describe(target: Target, now: float | None, *, rescan_s: float, proc_root: s
         "cpus": sorted(c for d in placed_on(target.cpus, every_cpu) for c in d),  # where its cpuset lets it be placed
         "migrations": target.migrations, "threads_ignored": len(target.ignored),
         "threads_handed_over": sum(tid in handed_over for tid in target.ignored),
+        "threads_adopted": target.adopted,  # every thread managed since attach, those gone too (run counts them)
         "threads": [
             {"tid": tid, "pid": target.threads[tid].process, "name": target.threads[tid].name, "cpu": None if cpu < 0 else cpu,
              "domain": None if dom < 0 else dom, "utility": None if u != u else u, "pinned": pinned,
