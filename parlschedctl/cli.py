@@ -293,6 +293,12 @@ def _say(text: str, nl: bool = True, err: bool = True) -> None:
         pass
 
 
+def _is_terminal(stream: Any) -> bool:
+    """Whether ``stream`` is a terminal; False where there is none (Python's sys.stderr
+    is None when run started with descriptor 2 closed, ``2>&-``)."""
+    return stream is not None and stream.isatty()
+
+
 def _signal_name(number: int) -> str:
     """SIGKILL, SIGRTMIN+3: Python names only the first and last real-time signals."""
     try:
@@ -358,7 +364,7 @@ def run(sock: str, observe: bool, as_json: bool, plot_to: str | None, cmd: tuple
     try:
         end.last = client.request(sock, "attach", pid=proc.pid, observe=observe, descendants=True)["target"]
         end.managed.update(t["tid"] for t in end.last.get("threads", []))
-        live = sys.stderr.isatty()
+        live = _is_terminal(sys.stderr)
         while proc.poll() is None:
             try:
                 end.last = client.request(sock, "status", pid=proc.pid)["targets"][0]
@@ -381,7 +387,7 @@ def run(sock: str, observe: bool, as_json: bool, plot_to: str | None, cmd: tuple
         end.watched = Watched.NEVER_ATTACHED
     except client.Unreachable as exc:
         end.watched = Watched.DAEMON_STOPPED
-        _say(("\r\033[K" if sys.stderr.isatty() else "") + f"parlschedctl: lost the daemon ({exc}); waiting for {cmd[0]}")
+        _say(("\r\033[K" if _is_terminal(sys.stderr) else "") + f"parlschedctl: lost the daemon ({exc}); waiting for {cmd[0]}")
     end.returncode = proc.wait()
     end.seconds = time.monotonic() - started
     if plot_to is not None:
@@ -469,6 +475,8 @@ def _new_line(summary_said: bool) -> str:
     (a pipe, a socket), "\\n" always: an empty line after an output that did end its
     line costs less than a summary a script cannot parse. On the terminal the summary
     line on stderr just ended (the same terminal), nothing."""
+    if sys.stdout is None:  # started with stdout closed (>&-): the summary is lost, as on a closed pipe
+        return ""
     out = sys.stdout.fileno()
     with contextlib.suppress(OSError):
         sys.stdout.flush()

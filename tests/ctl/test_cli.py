@@ -794,6 +794,26 @@ def test_run_counts_the_short_lived_threads_it_did_not_see_at_a_poll(daemon):
 
 
 @needs_root
+def test_run_with_stdout_or_stderr_closed_waits_for_cmd_and_exits_with_its_code(daemon, tmp_path):
+    """``run -- CMD 2>&-`` (or ``>&-`` with --json) ended in a traceback nobody saw
+    ('NoneType' object has no attribute 'isatty'), exit 1, while CMD ran on unwaited:
+    Python has no sys.stderr (sys.stdout) for a closed descriptor. What cannot be said
+    is lost, as run's messages on a closed pipe are; CMD's exit code is run's."""
+    marker = tmp_path / "done"
+    cmd = ["sh", "-c", f"sleep 0.5; touch {marker}; exit 3"]
+    for closed, args in ((2, ["run"]), (2, ["run", "--json"]), (1, ["run", "--json"]), (1, ["run"])):
+        marker.unlink(missing_ok=True)
+        proc = subprocess.run([*CTL, *args, "--", *cmd], env={**os.environ, "PARLSCHED_SOCKET": daemon.socket},
+                              stdout=subprocess.DEVNULL if closed == 2 else None,
+                              stderr=subprocess.PIPE if closed == 1 else None,
+                              pass_fds=(), preexec_fn=lambda fd=closed: os.close(fd), timeout=60)
+        assert proc.returncode == 3, (closed, args, proc.returncode, proc.stderr)
+        assert marker.exists(), (closed, args)  # run waited for CMD
+        if closed == 1:
+            assert b"Traceback" not in proc.stderr and b"exited 3" in proc.stderr, proc.stderr
+
+
+@needs_root
 def test_run_of_a_command_that_cannot_start_exits_as_a_shell_would(daemon, tmp_path):
     """127 for a command not found, 126 for one that cannot be run: a script tells
     them from the command's own exit 1, as with sh, env(1) and timeout(1)."""
