@@ -532,7 +532,7 @@ def plot(sock: str, pid: int, out: str, last: int | None) -> None:
     try:
         check_figure(out)
         said = _draw(sock, pid, out, last)
-    except PlotFailed as exc:
+    except (PlotFailed, ValueError) as exc:  # check_figure's: CannotWrite, a format matplotlib has not
         click.echo(f"parlschedctl: {exc}", err=True)
         sys.exit(1)
     click.echo(said)

@@ -895,6 +895,21 @@ def test_plot_says_a_figure_it_cannot_write_as_the_other_write_errors(daemon, wo
 
 
 @needs_root
+def test_plot_refuses_an_out_in_no_directory_or_of_no_format_in_a_line(daemon, workload, tmp_path):
+    """plot PID --out /no/such/dir/x.png (or x.foo) ended in a traceback
+    (parlschedctl.outputs.CannotWrite) where run --plot says it in a line: the check
+    made before asking for the history was outside what plot catches."""
+    w = workload(2)
+    assert ctl("attach", str(w.pid), socket=daemon.socket).returncode == 0
+    wait_for(lambda: daemon.request("history", pid=w.pid)["samples"])
+    for out, said in ((tmp_path / "nodir" / "x.png", f"no directory {tmp_path / 'nodir'}"),
+                      (tmp_path / "x.foo", "cannot write a .foo figure")):
+        r = ctl("plot", str(w.pid), "--out", str(out), socket=daemon.socket)
+        assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+        assert r.stderr.startswith(f"parlschedctl: {out}: ") and said in r.stderr, r.stderr
+
+
+@needs_root
 def test_the_history_says_whether_its_target_is_observed(daemon, workload):
     """plot marks a figure of an observe-mode target (parlschedd/plots.py), which the
     history did not say."""
