@@ -169,6 +169,8 @@ def top(sock: str, interval: float | None, iterations: int | None, reconnect_tim
     --iterations counts are those shown, not the refreshes that found no daemon."""
     if reconnect_timeout is None and iterations is not None:
         reconnect_timeout = ITERATIONS_RECONNECT_S  # a script's bounded run must end when the daemon does not come back
+    if sys.stdout is None:  # started with stdout closed (>&-): no reader at all, as when one has left
+        return
     lost_since: float | None = None
     period = 0.1  # until the daemon says its own
     shown = 0

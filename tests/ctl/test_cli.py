@@ -331,6 +331,15 @@ def test_top_ends_quietly_when_its_reader_leaves(daemon):
     assert proc.stderr.read() == b""
 
 
+def test_top_with_stdout_closed_ends_quietly(daemon):
+    """``top >&-`` (stdout closed: Python's sys.stdout is None) ended in a traceback,
+    'NoneType' object has no attribute 'isatty', exit 1. No reader at all ends the
+    view as a reader that left does: exit 0, nothing said."""
+    r = subprocess.run([*CTL, "top", "--iterations", "2", "--interval", "0.05"], stderr=subprocess.PIPE,
+                       env={**os.environ, "PARLSCHED_SOCKET": daemon.socket}, preexec_fn=lambda: os.close(1), timeout=60)
+    assert r.returncode == 0 and r.stderr == b"", r.stderr
+
+
 def test_top_parts_its_frames_with_the_time_when_piped(daemon):
     """``top --iterations 3 > file`` ran the frames together, with nothing to tell one
     from the next or when each was taken."""
