@@ -86,7 +86,7 @@ class Connection:
             if kind:
                 raise Unreachable(f"{path} is {kind}, not a socket; give the daemon's socket "
                                   "(--socket or PARLSCHED_SOCKET)") from None
-            elsewhere = ("; a daemon on another socket (make run: ./run/parlschedd.sock) is named with "
+            elsewhere = ("; a daemon on another socket (make run: /run/parlsched-dev/parlschedd.sock) is named with "
                          "--socket or PARLSCHED_SOCKET") if path == DEFAULT_SOCKET else ""
             raise Unreachable(f"the daemon is not running (no listener on {path}: {exc.strerror}){elsewhere}") from None
         except PermissionError:

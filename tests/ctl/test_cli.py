@@ -65,6 +65,20 @@ def test_the_default_socket_missing_says_how_to_name_another():
     assert r.returncode == 3 and "--socket or PARLSCHED_SOCKET" in r.stderr
 
 
+def test_the_default_socket_missing_names_the_socket_make_run_listens_on():
+    """The hint said "make run: ./run/parlschedd.sock", where make run has listened on
+    /run/parlsched-dev/parlschedd.sock since 59575f7: PARLSCHED_SOCKET set as told
+    found no daemon either."""
+    if os.path.exists("/run/parlsched/parlschedd.sock"):
+        pytest.skip("a daemon listens on the default socket here")
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(repo, "Makefile")) as makefile:
+        rundir = re.search(r"^RUNDIR := (\S+)$", makefile.read(), flags=re.M).group(1)
+    env = {k: v for k, v in os.environ.items() if k != "PARLSCHED_SOCKET"}
+    r = subprocess.run([*CTL, "status"], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 3 and f"(make run: {rundir}/parlschedd.sock)" in r.stderr, r.stderr
+
+
 def test_a_socket_that_is_no_daemons_exits_3_with_a_message(tmp_path):
     """A path through a file, one too long for a socket address, and a listener that
     is not parlschedd: each a message and exit 3, not a traceback."""
