@@ -428,6 +428,7 @@ class Engine:
             target.ignored.discard(tid)
             target.exits.remove(tid)  # _adopt watches it again, or forgets it if it cannot manage it
             self._adopt(target, tid, now, new=False, process=group)
+            target.most_threads = max(target.most_threads, len(target.threads))
             if tid in target.threads:
                 log.info("thread renamed to match the thread filter, adopted", pid=target.pid, tid=tid)
 
@@ -572,6 +573,9 @@ class Engine:
             seen.update(tids)
         for tid in set(target.threads).difference(seen):
             self._drop_thread(target, tid)
+        # after the drops: a thread that ended and one that started since the last
+        # listing never ran together
+        target.most_threads = max(target.most_threads, len(target.threads))
         for tid in target.ignored.difference(seen):
             target.exits.remove(tid)
             self.handed_over.pop(tid, None)
@@ -704,7 +708,6 @@ class Engine:
             return
         target.unadopted.pop(tid, None)
         target.threads[tid] = ThreadState(tid, start, name, value, now, process=process)
-        target.most_threads = max(target.most_threads, len(target.threads))
         target.adopted += 1
         target.stale = True
         self.on_change()

@@ -355,6 +355,25 @@ def test_an_exit_is_described_by_the_most_threads_managed_not_the_last(workload)
 
 
 @needs_root
+def test_an_exit_is_not_described_by_threads_that_never_ran_together(workload) -> None:
+    """A thread that ends and another that starts between two periods (a new wave of
+    workers, a team made afresh) were counted together: the new one was adopted before
+    the one gone was dropped, and a process of never more than 4 threads "dropped it
+    (5 threads managed at most)" (8 for a program of waves of 4 workers)."""
+    engine, counters = _pin_engine()
+    w = workload(3)
+    with _released(engine, counters):
+        engine.attach(w.pid, time.monotonic())
+        assert len(engine.targets[w.pid].threads) == 4
+        for _ in range(3):
+            w.command("stop")
+            w.command("spawn")
+            _ticks_until(engine, lambda: set(engine.targets[w.pid].threads) == {w.pid, *w.tids}, "the new worker", 200)
+        _drop_on_exit(engine, w.proc)
+        assert "dropped it (4 threads managed at most)" in str(engine.not_attached(w.pid, 0))
+
+
+@needs_root
 @pytest.mark.skipif(not os.access(NS_LAST_PID, os.W_OK), reason="ns_last_pid not writable")
 def test_a_reused_pid_is_not_described_as_the_target_that_exited(kill_after) -> None:
     """A new process with a dropped target's pid (steered through ns_last_pid) is not
