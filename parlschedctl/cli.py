@@ -14,6 +14,7 @@ import importlib
 import json
 import os
 import select
+import shutil
 import signal
 import stat
 import subprocess
@@ -353,7 +354,7 @@ def run(sock: str, observe: bool, as_json: bool, plot_to: str | None, cmd: tuple
     try:
         proc = subprocess.Popen(cmd)
     except OSError as exc:  # the shell's and env(1)'s codes: 127 not found, 126 not runnable
-        end.not_managed = f"cannot start {cmd[0]}: {exc.strerror}"
+        end.not_managed = f"cannot start {cmd[0]}: {_why_not_started(cmd[0], exc)}"
         end.watched = Watched.NEVER_ATTACHED
         end.returncode = 127 if isinstance(exc, FileNotFoundError) else 126
         end.seconds = time.monotonic() - started
@@ -395,6 +396,26 @@ def run(sock: str, observe: bool, as_json: bool, plot_to: str | None, cmd: tuple
     if plot_to is not None:
         _plot_run(sock, end, plot_to)
     _finish(end, as_json)
+
+
+def _why_not_started(program: str, exc: OSError) -> str:
+    """Why exec failed, in words that fit the file: ENOENT of a file that is there
+    means its #! interpreter (or, of a binary, its loader) is missing, EACCES of a
+    directory that it is one; else the system's words."""
+    found = program if "/" in program else shutil.which(program)
+    if isinstance(exc, FileNotFoundError) and found and os.path.isfile(found):
+        try:
+            with open(found, "rb") as f:
+                first = f.readline(256)
+        except OSError:
+            first = b""
+        if first.startswith(b"#!") and first[2:].split():
+            interpreter = first[2:].split()[0].decode(errors="replace")
+            return f"its interpreter {interpreter} (its #! line) is not found"
+        return "a program it needs to start (its #! interpreter or ELF loader) is not found"
+    if isinstance(exc, PermissionError) and found and os.path.isdir(found):
+        return "it is a directory"
+    return exc.strerror or str(exc)
 
 
 def _plot_run(sock: str, end: RunEnd, out: str) -> None:

@@ -817,6 +817,22 @@ def test_run_counts_the_short_lived_threads_it_did_not_see_at_a_poll(daemon):
 
 
 @needs_root
+def test_run_of_a_script_whose_interpreter_is_missing_says_so(daemon, tmp_path):
+    """A script whose #! names no program (written on another machine) and a directory
+    said "cannot start ./job.sh: No such file or directory" of a file that is there,
+    and "Permission denied" of the directory, as env(1) does; bash says "required file
+    not found". The exit codes stay the shell's, 127 and 126."""
+    script = tmp_path / "job.sh"
+    script.write_text("#!/opt/no-such/python3 -u\nprint('hi')\n")
+    script.chmod(0o755)
+    r = ctl("run", "--", str(script), socket=daemon.socket)
+    assert r.returncode == 127, r.stderr
+    assert f"cannot start {script}: its interpreter /opt/no-such/python3 (its #! line) is not found" in r.stderr, r.stderr
+    r = ctl("run", "--", str(tmp_path), socket=daemon.socket)
+    assert r.returncode == 126 and f"cannot start {tmp_path}: it is a directory" in r.stderr, r.stderr
+
+
+@needs_root
 def test_run_with_stdout_or_stderr_closed_waits_for_cmd_and_exits_with_its_code(daemon, tmp_path):
     """``run -- CMD 2>&-`` (or ``>&-`` with --json) ended in a traceback nobody saw
     ('NoneType' object has no attribute 'isatty'), exit 1, while CMD ran on unwaited:
