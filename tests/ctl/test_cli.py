@@ -817,6 +817,25 @@ def test_run_counts_the_short_lived_threads_it_did_not_see_at_a_poll(daemon):
 
 
 @needs_root
+def test_run_plot_of_a_run_longer_than_the_history_says_what_it_drew(tmp_path):
+    """run --plot of a job longer than history_periods (60 s by default) said "wrote
+    FILE (600 periods)" of a figure of its last minute alone, where the README
+    promises the figure of the whole run: the ring had dropped the rest."""
+    d = start_daemon(tmp_path, "period_s: 0.05\ndomain_period_s: 0.5\nhistory_periods: 10\n" + PINNING)
+    try:
+        out = tmp_path / "run.png"
+        r = ctl("run", "--plot", str(out), "--", "sleep", "1.5", socket=d.socket)
+        assert r.returncode == 0 and out.exists(), r.stderr
+        said = re.search(r"wrote .*", r.stderr).group(0)
+        assert re.fullmatch(rf"wrote {out} \(10 periods: the last [\d.]+ s of the run, all the daemon keeps "
+                            r"\(history_periods 10\)\)", said), said
+        short = ctl("run", "--plot", str(out), "--", "sleep", "0.2", socket=d.socket)
+        assert re.search(rf"wrote {out} \(\d periods\)\n", short.stderr), short.stderr  # the whole run: said as before
+    finally:
+        d.stop()
+
+
+@needs_root
 def test_run_of_a_script_whose_interpreter_is_missing_says_so(daemon, tmp_path):
     """A script whose #! names no program (written on another machine) and a directory
     said "cannot start ./job.sh: No such file or directory" of a file that is there,
