@@ -130,7 +130,11 @@ def detach(sock: str, pid: int, as_json: bool) -> None:
     if as_json:
         print_json(reply)
     else:
-        click.echo(f"detached {pid}, restored {n_threads(reply['restored'])}")
+        if reply.get("mode") == "observe":
+            click.echo(f"detached {pid}: stopped observing {n_threads(reply['threads'])} (observe mode set no mask: "
+                       "none to restore)")
+        else:
+            click.echo(f"detached {pid}, restored {n_threads(reply['restored'])}")
         if reply.get("rule") is not None:
             click.echo(f"config rule {reply['rule']} matches it: left alone until it exits (attach it to manage it again)")
 

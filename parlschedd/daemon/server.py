@@ -742,6 +742,7 @@ class Daemon:
             return {"target": self.engine.describe(target)}
         if request.cmd == "detach":
             target = self.engine.targets.get(a["pid"])
+            threads = 0 if target is None else len(target.threads)
             restored = self.engine.detach(a["pid"], uid=uid)
             rule = None if target is None else target.rule
             if rule is not None:  # else the next rescan attaches it again
@@ -749,7 +750,8 @@ class Daemon:
                 log.info("detached by hand: the config rules leave it alone until it exits", pid=target.pid,
                          rule=f"targets[{rule}]")
             self.statefile.save(self.engine)
-            return {"pid": a["pid"], "restored": restored, "rule": rule}  # rule: the one now leaving it alone
+            return {"pid": a["pid"], "restored": restored, "rule": rule,  # rule: the one now leaving it alone
+                    "mode": None if target is None else target.mode, "threads": threads}  # threads: let go
         if request.cmd == "reload":
             if uid != 0:
                 raise EngineError("permission_denied", "only root may reload the daemon")

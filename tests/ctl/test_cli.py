@@ -507,7 +507,8 @@ def test_attach_detach_reload_and_status_json(daemon, workload):
     assert r.returncode == 1 and "already_attached" in r.stderr
     assert json.loads(r.stdout)["error"]["code"] == "already_attached"
     r = ctl("detach", "--json", str(w.pid), socket=daemon.socket)
-    assert r.returncode == 0 and json.loads(r.stdout) == {"pid": w.pid, "restored": 3, "rule": None}, r.stdout
+    assert r.returncode == 0 and json.loads(r.stdout) == {"pid": w.pid, "restored": 3, "rule": None,
+                                                        "mode": "pin", "threads": 3}, r.stdout
     r = ctl("detach", "--json", str(w.pid), socket=daemon.socket)
     assert r.returncode == 1 and json.loads(r.stdout)["error"]["code"] == "not_attached"
     r = ctl("status", "--json", str(w.pid), socket=daemon.socket)
@@ -999,3 +1000,24 @@ def test_run_plot_draws_the_run_once_it_ended(daemon, tmp_path):
     assert not ran.exists(), "CMD must not run when its plot cannot be drawn"
     r = ctl("run", "--json", "--", "true", socket=daemon.socket)
     assert json.loads(r.stdout.splitlines()[-1])["plot"] is None
+
+
+@needs_root
+def test_detach_of_an_observed_target_says_it_stopped_observing(daemon, workload):
+    """Detaching an observed target said "restored 0 threads", read as a failure:
+    observe mode sets no mask, so none is restored. The reply gives the mode and the
+    threads let go."""
+    w = workload(2)
+    assert ctl("attach", "--observe", str(w.pid), socket=daemon.socket).returncode == 0
+    wait_for(lambda: len(json.loads(ctl("status", "--json", socket=daemon.socket).stdout)["targets"][0]["threads"]) == 3)
+    r = ctl("detach", "--json", str(w.pid), socket=daemon.socket)
+    reply = json.loads(r.stdout)
+    assert reply["mode"] == "observe" and reply["threads"] == 3 and reply["restored"] == 0
+    assert ctl("attach", "--observe", str(w.pid), socket=daemon.socket).returncode == 0
+    r = ctl("detach", str(w.pid), socket=daemon.socket)
+    assert r.returncode == 0 and r.stdout.strip() == f"detached {w.pid}: stopped observing 3 threads (observe mode set " \
+                                                      "no mask: none to restore)", r.stdout
+    assert ctl("attach", str(w.pid), socket=daemon.socket).returncode == 0
+    wait_for(lambda: all(t["pinned"] for t in json.loads(ctl("status", "--json", socket=daemon.socket).stdout)["targets"][0]["threads"]))
+    reply = json.loads(ctl("detach", "--json", str(w.pid), socket=daemon.socket).stdout)
+    assert reply["mode"] == "pin" and reply["threads"] == 3 and reply["restored"] == 3

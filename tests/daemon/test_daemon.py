@@ -42,7 +42,8 @@ def test_attach_pins_and_detach_restores_exact_masks(daemon, workload):
     reply = daemon.request("attach", pid=w.pid)
     assert {t["tid"] for t in reply["target"]["threads"]} == set(tids)
     assert wait_for(lambda: pinned_where_shown(daemon, w.pid, len(tids))), "status must say where the thread is pinned"
-    assert daemon.request("detach", pid=w.pid) == {"pid": w.pid, "restored": len(tids), "rule": None}
+    assert daemon.request("detach", pid=w.pid) == {"pid": w.pid, "restored": len(tids), "rule": None,
+                                                  "mode": "pin", "threads": len(tids)}
     assert masks(tids) == before
     assert daemon.request("status")["targets"] == []
 
