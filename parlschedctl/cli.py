@@ -425,8 +425,12 @@ def _why_not_started(program: str, exc: OSError) -> str:
 def _plot_run(sock: str, end: RunEnd, out: str) -> None:
     """Draw CMD's run into ``out`` (end.plot when written); said either way, before
     the summary, which stays the last line."""
-    if end.watched is not Watched.TO_THE_END:
-        _say(f"parlschedctl: no plot: {end.cmd[0]} was not managed to its end")
+    cmd = end.cmd[0]
+    why = {Watched.NEVER_ATTACHED: f"{cmd} was never managed",
+           Watched.DETACHED: f"{cmd} was detached before its end, and its history with it",
+           Watched.DAEMON_STOPPED: f"the daemon stopped before {cmd}'s end"}.get(end.watched)
+    if why is not None:
+        _say(f"parlschedctl: no plot: {why}")
         return
     try:
         _say(f"parlschedctl: {_draw(sock, end.pid, out)}")

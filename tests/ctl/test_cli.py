@@ -635,10 +635,10 @@ def test_refusals_and_empty_attaches_say_why(daemon, workload, tmp_path):
     assert not (tmp_path / "plot.png").exists()
 
 
-def run_in_background(daemon, script: str) -> subprocess.Popen:
-    """``parlschedctl run -- sh -c SCRIPT`` in its own process group, as a shell job is."""
+def run_in_background(daemon, script: str, *options: str) -> subprocess.Popen:
+    """``parlschedctl run OPTIONS -- sh -c SCRIPT`` in its own process group, as a shell job is."""
     env = {**os.environ, "PARLSCHED_SOCKET": daemon.socket}
-    proc = subprocess.Popen([*CTL, "run", "--", "sh", "-c", script], stderr=subprocess.PIPE, text=True,
+    proc = subprocess.Popen([*CTL, "run", *options, "--", "sh", "-c", script], stderr=subprocess.PIPE, text=True,
                             env=env, start_new_session=True)
     wait_for(lambda: json.loads(ctl("status", "--json", socket=daemon.socket).stdout)["targets"])
     return proc
@@ -697,9 +697,11 @@ def test_run_keeps_cmds_exit_code_when_its_messages_cannot_be_written(daemon):
 @needs_root
 def test_run_says_cmd_was_detached_before_its_end(daemon, tmp_path):
     """A client detached CMD while it ran: the summary gave the placements of the last
-    poll before the detach as CMD's end."""
-    go = tmp_path / "go"
-    proc = run_in_background(daemon, f"for i in $(seq 600); do [ -e {go} ] && break; sleep 0.05; done; exit 3")
+    poll before the detach as CMD's end. --plot draws nothing (a detached target's
+    history goes with it) and says why: it said "was not managed to its end"."""
+    go, figure = tmp_path / "go", tmp_path / "run.png"
+    proc = run_in_background(daemon, f"for i in $(seq 600); do [ -e {go} ] && break; sleep 0.05; done; exit 3",
+                             "--plot", str(figure))
     target = json.loads(ctl("status", "--json", socket=daemon.socket).stdout)["targets"][0]["pid"]
     assert ctl("detach", str(target), socket=daemon.socket).returncode == 0
     said = proc.stderr.readline()  # run's next poll finds it detached
@@ -708,6 +710,7 @@ def test_run_says_cmd_was_detached_before_its_end(daemon, tmp_path):
     assert said == "parlschedctl: sh was detached; waiting for it\n", said + err
     assert proc.returncode == 3, err
     assert re.search(r"sh exited 3 after [\d.]+ s; managed \d+ threads? \(detached before the end\)\n", err), err
+    assert "parlschedctl: no plot: sh was detached before its end, and its history with it\n" in err and not figure.exists()
 
 
 @needs_root
