@@ -381,6 +381,15 @@ def run(sock: str, observe: bool, as_json: bool, plot_to: str | None, cmd: tuple
                     _say(("\r\033[K" if live else "") + f"parlschedctl: {cmd[0]} was detached; waiting for it")
                     break
                 continue  # it ended, and the daemon dropped it: the loop's end
+            except client.Unreachable as exc:  # a restart (systemctl restart) attaches CMD again from its state
+                _say(("\r\033[K" if live else "") + f"parlschedctl: lost the daemon ({exc}); waiting for {cmd[0]}, "
+                     "and for the daemon to come back")
+                if not _back(sock, proc):
+                    end.watched = Watched.DAEMON_STOPPED
+                    break
+                end.restarts += 1
+                _say(f"parlschedctl: the daemon is back and manages {cmd[0]} again")
+                continue
             end.managed.update(t["tid"] for t in end.last.get("threads", []))
             if live and end.last:
                 _say("\r\033[K" + _live_status(end.last, time.monotonic() - started), nl=False)
@@ -400,6 +409,21 @@ def run(sock: str, observe: bool, as_json: bool, plot_to: str | None, cmd: tuple
     if plot_to is not None:
         _plot_run(sock, end, plot_to)
     _finish(end, as_json)
+
+
+def _back(sock: str, proc: subprocess.Popen) -> bool:
+    """Whether a daemon manages ``proc`` again before it ends: the daemon restarted with
+    its state dir (systemctl restart keeps it) attaches again what clients attached.
+    False when it ended first, or a daemon came back without it (a stop forgets)."""
+    while proc.poll() is None:
+        try:
+            client.request(sock, "status", pid=proc.pid)
+            return True
+        except client.Unreachable:
+            time.sleep(0.5)
+        except client.Refused:
+            return False
+    return False
 
 
 def _why_not_started(program: str, exc: OSError) -> str:
@@ -433,7 +457,8 @@ def _plot_run(sock: str, end: RunEnd, out: str) -> None:
         _say(f"parlschedctl: no plot: {why}")
         return
     try:
-        _say(f"parlschedctl: {_draw(sock, end.pid, out)}")
+        since = " since the daemon's restart" if end.restarts else ""  # the restarted daemon's history alone
+        _say(f"parlschedctl: {_draw(sock, end.pid, out)}{since}")
         end.plot = out
     except PlotFailed as exc:
         _say(f"parlschedctl: {exc}")
@@ -456,6 +481,7 @@ class RunEnd:
     last: dict[str, Any] = field(default_factory=dict)  # the target at the last poll
     not_managed: str | None = None  # why CMD was never attached (or started)
     plot: str | None = None  # the figure --plot wrote
+    restarts: int = 0  # daemon restarts CMD was managed through: a history since the last
 
     @property
     def threads_managed(self) -> int:

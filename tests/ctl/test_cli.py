@@ -660,6 +660,33 @@ def test_run_waits_for_cmd_when_the_daemon_goes_away(daemon, tmp_path):
 
 
 @needs_root
+def test_run_follows_cmd_through_a_daemon_restart(tmp_path):
+    """systemctl restart parlschedd while run watches CMD: the new daemon attaches CMD
+    again (the state dir keeps what clients attached), and run watches it to its end,
+    its plot the new daemon's history. It stopped watching at the first lost
+    connection and said the daemon stopped before the end."""
+    go, figure = tmp_path / "go", tmp_path / "run.png"
+    d = start_daemon(tmp_path)
+    try:
+        proc = run_in_background(d, f"for i in $(seq 600); do [ -e {go} ] && break; sleep 0.05; done; exit 5",
+                                 "--plot", str(figure))
+        d.stop()
+        lost = proc.stderr.readline()
+        d = start_daemon(tmp_path)  # the same socket and state dir, as the unit's restart
+        back = proc.stderr.readline()
+        go.touch()
+        _, err = proc.communicate(timeout=60)
+        assert "lost the daemon" in lost and "and for the daemon to come back" in lost, lost + back + err
+        assert back == "parlschedctl: the daemon is back and manages sh again\n", back + err
+        assert proc.returncode == 5, err
+        assert re.search(r"wrote .*run\.png \(\d+ periods\) since the daemon's restart\n", err), err
+        assert "sh exited 5" in err and "at the end:" in err and "daemon stopped" not in err, err
+        assert figure.exists()
+    finally:
+        d.stop()
+
+
+@needs_root
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM],
                          ids=lambda sig: sig.name)
 def test_run_passes_signals_on_to_cmd(daemon, sig):
