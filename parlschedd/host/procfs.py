@@ -26,6 +26,7 @@ from parlschedd.host.errors import HostError, ThreadGone, Unsupported, as_host_e
 PROC_ROOT = "/proc"
 
 
+PF_EXITING = 0x00000004  # include/linux/sched.h: the task is in do_exit, not yet a zombie
 PF_KTHREAD = 0x00200000  # include/linux/sched.h: the task is a kernel thread
 PID_MAX_LIMIT = 1 << 22  # include/linux/threads.h: no pid or tid is above it on 64-bit kernels
 
@@ -54,6 +55,13 @@ class Stat:
         too while its other threads run on (they count in ``num_threads``, it with
         them): that process is alive."""
         return self.state == "Z" and self.num_threads <= 1
+
+    @property
+    def exiting(self) -> bool:
+        """Its one thread is ending (in do_exit, PF_EXITING) or has ended: the process is
+        about to be a zombie, and its pidfd does not poll readable yet. A leader that
+        ended with pthread_exit(3) while other threads run on is not."""
+        return (bool(self.flags & PF_EXITING) or self.state in ("Z", "X")) and self.num_threads <= 1
 
 
 @dataclass(frozen=True)

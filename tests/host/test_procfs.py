@@ -40,6 +40,17 @@ def test_a_zombie_leader_with_threads_left_has_not_exited() -> None:
     assert procfs.process_stat(os.getpid()).num_threads == len(os.listdir(f"/proc/{os.getpid()}/task"))
 
 
+def test_a_process_whose_one_thread_is_in_its_exit_is_exiting() -> None:
+    """PF_EXITING (field 9) is set from do_exit until the task is reaped: a process of
+    one thread with it is about to be a zombie (its pidfd not readable yet); a leader
+    that called pthread_exit(3) has it too while its other threads run on."""
+    assert procfs.parse_stat(stat_line(7, "false", state="R", flags=0x404044, threads=1)).exiting
+    assert procfs.parse_stat(stat_line(7, "false", state="Z", threads=1)).exiting
+    assert not procfs.parse_stat(stat_line(7, "app", state="Z", flags=0x404044, threads=3)).exiting
+    assert not procfs.parse_stat(stat_line(7, "app", state="R", flags=0x400040, threads=1)).exiting
+    assert not procfs.process_stat(os.getpid()).exiting
+
+
 def test_real_kernel_and_user_threads_are_told_apart() -> None:
     if procfs.comm(2) != "kthreadd":
         pytest.skip("pid 2 is not kthreadd here (a pid namespace)")
