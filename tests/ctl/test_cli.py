@@ -914,17 +914,14 @@ def test_run_of_a_command_that_cannot_start_exits_as_a_shell_would(daemon, tmp_p
     assert denied.returncode == 126 and "cannot start" in denied.stderr
 
 
-@needs_root
-@pytest.mark.timeout(60)
-def test_runs_live_status_fits_the_terminals_width(daemon):
-    """run's one-line status on stderr was ~88 characters for 9 threads and never cut:
-    on an 80-column terminal each refresh wrapped and left a stale row behind. It is
-    cut to the terminal's columns but one, as top's lines are."""
-    code = "import threading,time; [threading.Thread(target=time.sleep,args=(2,)).start() for _ in range(8)]; time.sleep(2)"
+
+def live_lines(daemon, code: str, columns: int, options: tuple[str, ...] = ()) -> list[str]:
+    """The live status lines ``run OPTIONS -- python -c CODE`` wrote to a terminal of
+    ``columns`` columns (its stderr), once CMD ended with 0."""
     main, terminal = pty.openpty()
-    fcntl.ioctl(main, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 40, 0, 0))
+    fcntl.ioctl(main, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
     try:
-        proc = subprocess.Popen([*CTL, "run", "--", sys.executable, "-c", code], stdout=subprocess.PIPE,
+        proc = subprocess.Popen([*CTL, "run", *options, "--", sys.executable, "-c", code], stdout=subprocess.PIPE,
                                 stderr=terminal, env={**os.environ, "PARLSCHED_SOCKET": daemon.socket})
     finally:
         os.close(terminal)
@@ -932,6 +929,16 @@ def test_runs_live_status_fits_the_terminals_width(daemon):
     assert proc.wait(timeout=30) == 0, seen
     live = [part.decode() for part in seen.split(b"\r\033[K") if re.match(rb" *\d+\.\d s ", part)]
     assert live, seen
+    return live
+
+@needs_root
+@pytest.mark.timeout(60)
+def test_runs_live_status_fits_the_terminals_width(daemon):
+    """run's one-line status on stderr was ~88 characters for 9 threads and never cut:
+    on an 80-column terminal each refresh wrapped and left a stale row behind. It is
+    cut to the terminal's columns but one, as top's lines are."""
+    code = "import threading,time; [threading.Thread(target=time.sleep,args=(2,)).start() for _ in range(8)]; time.sleep(2)"
+    live = live_lines(daemon, code, columns=40)
     assert all(len(line) <= 39 for line in live), live
     assert any("threads" in line for line in live), live
 
@@ -943,17 +950,7 @@ def test_runs_live_status_in_observe_mode_says_no_placements(daemon):
     their domain, 3 not placed), 0 moves": read as three pins that failed, where observe
     mode places nothing (its summary says only "observed 3 threads")."""
     code = "import threading,time; [threading.Thread(target=time.sleep,args=(1.5,)).start() for _ in range(2)]; time.sleep(1.5)"
-    main, terminal = pty.openpty()
-    fcntl.ioctl(main, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 200, 0, 0))
-    try:
-        proc = subprocess.Popen([*CTL, "run", "--observe", "--", sys.executable, "-c", code], stdout=subprocess.PIPE,
-                                stderr=terminal, env={**os.environ, "PARLSCHED_SOCKET": daemon.socket})
-    finally:
-        os.close(terminal)
-    seen = read_terminal(main)
-    assert proc.wait(timeout=30) == 0, seen
-    live = [part.decode() for part in seen.split(b"\r\033[K") if re.match(rb" *\d+\.\d s ", part)]
-    assert live, seen
+    live = live_lines(daemon, code, columns=200, options=("--observe",))
     assert any("3 threads observed" in line for line in live), live
     assert not any("placed" in line or "on one CPU" in line or "move" in line for line in live), live
 

@@ -1444,17 +1444,21 @@ def test_a_non_root_peer_manages_only_the_descendants_it_owns(open_dir, kill_aft
             os.kill(child, signal.SIGKILL)  # the parent's child, not the test's: init reaps it
 
 
-def test_a_daemon_whose_stderr_reader_is_gone_serves_and_stops_cleanly(tmp_path, workload):
-    """``parlschedd ... 2>&1 | tee log`` whose tee ends: the log writes fail with EPIPE,
-    which must cost the log, never the daemon, its answers or its shutdown."""
+def daemon_logging_to(tmp_path: Path, stderr, log: Path, *options: str) -> Daemon:
+    """A daemon started with its stderr on ``stderr`` (a pipe, a file), not waited for."""
     config = tmp_path / "parlschedd.yaml"
     config.write_text("period_s: 0.05\ndomain_period_s: 0.5\n" + PINNING)
     sock = str(tmp_path / "ctl.sock")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "parlschedd", "--config", str(config), "--socket", sock,
-         "--state-dir", str(tmp_path / "state"), "--log-level", "debug"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    d = Daemon(proc, sock, tmp_path / "state", config, tmp_path / "unused.log")
+    proc = subprocess.Popen([sys.executable, "-m", "parlschedd", "--config", str(config), "--socket", sock,
+                             "--state-dir", str(tmp_path / "state"), *options], stdout=subprocess.DEVNULL, stderr=stderr)
+    return Daemon(proc, sock, tmp_path / "state", config, log)
+
+
+def test_a_daemon_whose_stderr_reader_is_gone_serves_and_stops_cleanly(tmp_path, workload):
+    """``parlschedd ... 2>&1 | tee log`` whose tee ends: the log writes fail with EPIPE,
+    which must cost the log, never the daemon, its answers or its shutdown."""
+    d = daemon_logging_to(tmp_path, subprocess.PIPE, tmp_path / "unused.log", "--log-level", "debug")
+    proc = d.proc
     try:
         for line in iter(proc.stderr.readline, b""):  # read until up, as tee would
             if b" started " in line:
@@ -1469,7 +1473,7 @@ def test_a_daemon_whose_stderr_reader_is_gone_serves_and_stops_cleanly(tmp_path,
         assert wait_for(lambda: all_pinned(d, w.pid, len(tids)))
         assert d.request("ping")
         assert d.stop() == 0
-        assert not os.path.exists(sock), "the socket must be removed on stop"
+        assert not os.path.exists(d.socket), "the socket must be removed on stop"
         assert masks(tids) == before, "every thread must be restored on stop"
     finally:
         if proc.poll() is None:
@@ -1519,14 +1523,9 @@ def test_a_daemon_whose_log_disk_filled_logs_again_once_it_has_room(tmp_path, wo
     disk = small_tmpfs(tmp_path / "logdisk")
     with disk as logs:
         log = logs / "daemon.log"
-        config = tmp_path / "parlschedd.yaml"
-        config.write_text("period_s: 0.05\ndomain_period_s: 0.5\n" + PINNING)
-        sock = str(tmp_path / "ctl.sock")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "parlschedd", "--config", str(config), "--socket", sock,
-             "--state-dir", str(tmp_path / "state"), "--log-format", "json"],
-            stdout=subprocess.DEVNULL, stderr=open(log, "ab"))
-        d = Daemon(proc, sock, tmp_path / "state", config, log)
+        with open(log, "ab") as stderr:
+            d = daemon_logging_to(tmp_path, stderr, log, "--log-format", "json")
+        proc = d.proc
         try:
             assert wait_for(lambda: b'"started' in log.read_bytes(), timeout=15)
             filler = fill(logs)
