@@ -175,6 +175,11 @@ def wait_for(predicate, timeout: float = 5.0, interval: float = 0.05):
         time.sleep(interval)
 
 
+def target_pids(d: Daemon) -> set[int]:
+    """The pids of the daemon's targets, as status lists them."""
+    return {t["pid"] for t in d.request("status")["targets"]}
+
+
 def threads_of(d: Daemon, pid: int) -> dict[int, dict]:
     targets = d.request("status", pid=pid)["targets"]
     return {t["tid"]: t for t in targets[0]["threads"]}

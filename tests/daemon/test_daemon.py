@@ -23,7 +23,8 @@ from parlschedd.host import procfs
 from parlschedd.config import config_file
 from parlschedd.cpulist import format_cpulist
 from tests.conftest import (CGROUP_MOUNTS, NOBODY, Daemon, PINNING, all_pinned, as_user, needs_root, own_cgroup,
-                            pinned_where_shown, refused_start, start_daemon, tagged_sleeper, threads_of, wait_for)
+                            pinned_where_shown, refused_start, start_daemon, tagged_sleeper, target_pids,
+                            threads_of, wait_for)
 from tests.reliability.helpers import raw_exchange
 
 pytestmark = needs_root
@@ -812,14 +813,13 @@ def test_config_rule_adopts_by_name_and_releases_when_gone(tmp_path, workload, k
     gone, kept = kill_after(tagged_sleeper(tag)), kill_after(tagged_sleeper(tag))
     before = os.sched_getaffinity(kept.pid)
     with rule_daemon(tmp_path, tag) as d:
-        targets = lambda: {t["pid"] for t in d.request("status")["targets"]}  # noqa: E731
-        wait_for(lambda: targets() == {gone.pid, kept.pid})
-        assert w.pid not in targets()
+        wait_for(lambda: target_pids(d) == {gone.pid, kept.pid})
+        assert w.pid not in target_pids(d)
         assert {t["rule"] for t in d.request("status")["targets"]} == {0}
         wait_for(lambda: all(t["pinned"] for t in threads_of(d, kept.pid).values()))
         gone.kill()
         gone.wait()
-        wait_for(lambda: targets() == {kept.pid})
+        wait_for(lambda: target_pids(d) == {kept.pid})
         migrations = d.request("status")["targets"][0]["migrations"]
         d.config.write_text(d.config.read_text().replace("targets:\n", "targets:\n  - name: '^no-such-name$'\n"))
         d.request("reload")  # the same rule, second now: the target stays, and says so
@@ -827,7 +827,7 @@ def test_config_rule_adopts_by_name_and_releases_when_gone(tmp_path, workload, k
         assert d.request("status")["targets"][0]["migrations"] >= migrations, "not detached and attached again"
         d.config.write_text(d.config.read_text().replace(tag, tag + "-no-longer"))
         d.request("reload")
-        wait_for(lambda: targets() == set())
+        wait_for(lambda: target_pids(d) == set())
         assert os.sched_getaffinity(kept.pid) == before
 
 

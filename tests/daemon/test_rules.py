@@ -26,7 +26,8 @@ from parlschedd.config import TargetRule
 from parlschedd.daemon.rules import RuleMatcher
 from parlschedd.host import cgroups, procfs
 from tests.daemon.test_engine import _engine, _released
-from tests.conftest import CGROUP_MOUNTS, needs_root, own_cgroup, start_daemon, tagged_sleeper, wait_for
+from tests.conftest import (CGROUP_MOUNTS, needs_root, own_cgroup, start_daemon, tagged_sleeper, target_pids,
+                            wait_for)
 
 pytestmark = needs_root
 
@@ -110,10 +111,12 @@ def test_a_rule_with_a_cgroup_and_a_name_matches_only_the_named_in_the_cgroup(tm
                 f"period_s: 0.05\nrescan_s: 0.1\ntargets:\n  - cgroup: '{rule.cgroup}'\n    name: '{tag}'\n")
             d = start_daemon(tmp_path)
             try:
-                targets = lambda: {t["pid"] for t in d.request("status")["targets"]}  # noqa: E731
-                wait_for(lambda: inside.pid in targets())
-                time.sleep(0.5)  # five rescans
-                assert targets() == {inside.pid}
+                wait_for(lambda: inside.pid in target_pids(d))
+                witness = tagged_sleeper(tag)  # attached by a rescan after inside's: no other was by then
+                with killed_at_end(witness):
+                    (group / "cgroup.procs").write_text(str(witness.pid))
+                    assert wait_for(lambda: witness.pid in target_pids(d))
+                    assert target_pids(d) == {inside.pid, witness.pid}
             finally:
                 d.stop()
 
@@ -129,19 +132,22 @@ def test_a_match_detached_by_hand_is_attached_again_once_it_exits(tmp_path):
     first = tagged_sleeper(tag)
     d = start_daemon(tmp_path)
     try:
-        targets = lambda: {t["pid"] for t in d.request("status")["targets"]}  # noqa: E731
         with killed_at_end(first):
-            wait_for(lambda: first.pid in targets())
+            wait_for(lambda: first.pid in target_pids(d))
             said = subprocess.run([sys.executable, "-m", "parlschedctl", "detach", str(first.pid)], capture_output=True,
                                   text=True, env={**os.environ, "PARLSCHED_SOCKET": d.socket}, timeout=30)
             assert said.returncode == 0 and said.stdout.splitlines()[-1] == (  # the user is told, not only the log
                 "config rule 0 matches it: left alone until it exits (attach it to manage it again)"), said
-            time.sleep(0.5)  # five rescans
-            assert first.pid not in targets(), "left alone while it lives"
-        time.sleep(0.5)  # five rescans see it gone
+            witness = tagged_sleeper(tag)  # attached by a rescan after the detach
+            with killed_at_end(witness):
+                assert wait_for(lambda: witness.pid in target_pids(d))
+                assert first.pid not in target_pids(d), "left alone while it lives"
+        witness = tagged_sleeper(tag)  # attached by a rescan after the exit, which saw it gone
+        with killed_at_end(witness):
+            assert wait_for(lambda: witness.pid in target_pids(d))
         again = tagged_sleeper(tag, pid=first.pid)
         with killed_at_end(again):
-            wait_for(lambda: again.pid in targets())
+            wait_for(lambda: again.pid in target_pids(d))
     finally:
         d.stop()
 
@@ -247,13 +253,15 @@ def test_a_cgroup_rule_keeps_its_processes_when_a_threaded_cgroup_is_below(tmp_p
                     f"period_s: 0.05\nrescan_s: 0.1\ntargets:\n  - cgroup: '{rule.cgroup}'\n")
                 d = start_daemon(tmp_path)
                 try:
-                    targets = lambda: {t["pid"] for t in d.request("status")["targets"]}  # noqa: E731
-                    wait_for(lambda: job.pid in targets())
+                    wait_for(lambda: job.pid in target_pids(d))
                     threaded.mkdir()
                     (threaded / "cgroup.type").write_text("threaded")
                     assert matcher().matching(rule) == {job.pid}
-                    time.sleep(0.5)  # five rescans
-                    assert targets() == {job.pid}
+                    witness = tagged_sleeper(tag)  # attached by a rescan after the threaded cgroup was made
+                    with killed_at_end(witness):
+                        (group / "cgroup.procs").write_text(str(witness.pid))
+                        assert wait_for(lambda: witness.pid in target_pids(d))
+                        assert target_pids(d) == {job.pid, witness.pid}
                     assert not [r for r in d.log_records() if r["event"] == "detached"]
                 finally:
                     d.stop()
