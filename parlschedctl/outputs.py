@@ -51,14 +51,17 @@ def check_writable(path: str | os.PathLike[str]) -> None:
     """Raise CannotWrite naming ``path`` and the reason when it cannot be written."""
     where = Path(path)
     folder = where.parent
-    if where.is_dir():
-        reason = "is a directory"
-    elif not folder.is_dir():
-        reason = f"no directory {folder}" if not folder.exists() else f"{folder} is not a directory"
-    elif not os.access(folder, os.W_OK | os.X_OK) or (where.exists() and not os.access(where, os.W_OK)):
-        reason = "permission denied"
-    else:
-        return
+    try:  # is_dir() and exists() raise PermissionError under a directory we may not enter
+        if where.is_dir():
+            reason = "is a directory"
+        elif not folder.is_dir():
+            reason = f"no directory {folder}" if not folder.exists() else f"{folder} is not a directory"
+        elif not os.access(folder, os.W_OK | os.X_OK) or (where.exists() and not os.access(where, os.W_OK)):
+            reason = "permission denied"
+        else:
+            return
+    except OSError as exc:
+        reason = _reason(exc)
     raise CannotWrite(f"{path}: cannot write: {reason}")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import grp
+import importlib
 import json
 import os
 import pty
@@ -22,7 +23,7 @@ from parlschedd.host import cgroups
 from parlschedd.host.base import CounterSource
 from parlschedd.host.perf import detect_source
 from parlschedd import __version__
-from tests.conftest import NOBODY, PINNING, as_user, needs_root, read_terminal, start_daemon, wait_for
+from tests.conftest import NOBODY, PINNING, as_user, in_child_as, needs_root, read_terminal, start_daemon, wait_for
 
 CTL = [sys.executable, "-c", "from parlschedctl.cli import main; main()"]
 
@@ -1048,3 +1049,25 @@ def test_detach_of_an_observed_target_says_it_stopped_observing(daemon, workload
     wait_for(lambda: all(t["pinned"] for t in json.loads(ctl("status", "--json", socket=daemon.socket).stdout)["targets"][0]["threads"]))
     reply = json.loads(ctl("detach", "--json", str(w.pid), socket=daemon.socket).stdout)
     assert reply["mode"] == "pin" and reply["threads"] == 3 and reply["restored"] == 3
+
+
+@needs_root
+def test_plot_and_run_plot_to_a_directory_the_user_cannot_enter_say_so_in_a_line(tmp_path):
+    """plot --out and run --plot with a path under a directory the user may not traverse
+    (root's 0700 tmp_path, /root) ended in a traceback, PermissionError from the
+    is_dir() of check_writable, before anything was asked of the daemon."""
+    from click.testing import CliRunner
+
+    from parlschedctl.cli import cli
+    importlib.import_module("parlschedd.plots")  # nobody may not read the library under /root
+    out = tmp_path / "x.png"
+
+    def invoke(*args: str) -> list:
+        result = CliRunner().invoke(cli, ["--socket", str(tmp_path / "none.sock"), *args])
+        return [result.exit_code, result.output, repr(result.exception)]
+
+    for args, want in ((("plot", "1", "--out", str(out)), 1),  # run's --plot is checked as a usage error
+                       (("run", "--plot", str(out), "--", "true"), 2)):
+        code, output, exc = in_child_as(NOBODY, lambda a=args: invoke(*a))
+        assert code == want and f"{out}: cannot write: permission denied" in output, (args, code, output, exc)
+        assert "Traceback" not in output and "PermissionError" not in exc, (args, exc)
