@@ -31,7 +31,7 @@ import click
 from parlschedd import __version__
 from parlschedctl import client
 from parlschedd.daemon import protocol
-from parlschedctl.outputs import OUT_FILE, CannotWrite, check_figure, print_json, writing
+from parlschedctl.outputs import FILE, OUT_FILE, CannotWrite, check_figure, print_json, writing
 from parlschedctl.render import (clip, placement_counts, placements, printable, progress_line, status_screen,
                                  status_table)
 from parlschedd.words import n_threads
@@ -649,7 +649,7 @@ def config_group() -> None:
 
 
 @config_group.command("check")
-@click.argument("path", type=click.Path(dir_okay=False))
+@click.argument("path", type=FILE)
 @click.option("--any-host", is_flag=True,
               help="Check only what holds on every host, for a config meant for another machine: "
                    "what this host's daemon would refuse is a warning, not an error.")

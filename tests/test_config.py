@@ -1,5 +1,6 @@
 """Config loading and validation: every error named by its key path."""
 
+import importlib
 import json
 import os
 
@@ -301,3 +302,31 @@ def test_a_key_of_the_wrong_kind_is_named_with_what_it_got(raw, key, said):
     domains)."""
     errors = errors_of(raw)
     assert list(errors) == [key] and said in errors[key], errors
+
+
+def test_config_check_of_a_file_the_user_cannot_read_says_so_as_of_one_it_cannot_reach(open_dir, tmp_path):
+    """A user's config check of an existing file it may not read (root's 0600) was
+    click's usage error (exit 2, "File ... is not readable", --json's stdout empty),
+    while one under a directory it may not enter said "cannot read config ...:
+    permission denied" (exit 1, --json's "(file)" error) as the command means to."""
+    from click.testing import CliRunner
+
+    from parlschedctl.cli import cli
+    from tests.conftest import NOBODY, in_child_as
+
+    importlib.import_module("parlschedd.hostcheck")  # nobody may not read the library under /root
+    unreadable = open_dir / "secret.yaml"
+    unreadable.write_text("period_s: 0.1\n")
+    unreadable.chmod(0o600)
+    unreachable = tmp_path / "parlschedd.yaml"  # root's 0700 tmp_path
+    unreachable.write_text("period_s: 0.1\n")
+
+    def check(*args: str) -> list:
+        result = CliRunner().invoke(cli, ["config", "check", *args])
+        return [result.exit_code, result.stdout, result.stderr]
+
+    for path in (unreachable, unreadable):
+        code, _, said = in_child_as(NOBODY, lambda p=path: check(str(p)))
+        assert code == 1 and said == f"cannot read config {path}: permission denied\n", (path, code, said)
+        code, out, _ = in_child_as(NOBODY, lambda p=path: check("--json", str(p)))
+        assert code == 1 and json.loads(out)["errors"] == [{"key": "(file)", "message": "cannot read: permission denied"}]
