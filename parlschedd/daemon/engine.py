@@ -138,6 +138,9 @@ class Engine:
             if stat.kernel_thread:
                 raise EngineError("bad_request", f"process {pid} ({name}) is a kernel thread; parlschedd manages user processes")
             manager = self._manager_of(pid)
+            if manager is not None and uid not in (None, 0, self.targets[manager].uid):  # as not_attached: no leak
+                raise EngineError("already_attached", f"process {pid} is already managed, as a descendant of another "
+                                                      "user's target, which root or that user may detach")
             if manager is not None:
                 raise EngineError("already_attached", f"process {pid} is already managed, as a descendant of {manager}; "
                                                       f"detach {manager} first to attach it alone")

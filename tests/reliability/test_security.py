@@ -23,7 +23,7 @@ import pytest
 
 from parlschedctl import client
 from parlschedd import config as config_mod
-from tests.conftest import PINNING, as_user, needs_root, start_daemon, threads_of, wait_for
+from tests.conftest import PINNING, as_user, in_child_as, needs_root, start_daemon, threads_of, wait_for
 
 pytestmark = needs_root
 ALICE, BOB = 65534, 64999  # nobody, and a uid without a passwd entry
@@ -269,3 +269,37 @@ def test_catastrophic_threads_regex_from_a_peer_cannot_stall_the_daemon(open_dir
         evil.kill()
         evil.wait()
         kill_stalled(d)
+
+
+def test_attach_of_ones_own_process_managed_as_a_descendant_of_roots_target_does_not_name_it(open_dir):
+    """A user's own process in the tree of a target root attached with --descendants (a
+    batch launcher that starts users' jobs): the user's attach of it said "already
+    managed, as a descendant of PID; detach PID first", naming root's target, which
+    status and detach hide from that user (not_attached says no more), and telling
+    them to do what they may not."""
+    (open_dir / "parlschedd.yaml").write_text("period_s: 0.05\nsocket: {mode: '0666'}\n" + PINNING)
+    d = start_daemon(open_dir)
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess; p = subprocess.Popen(['sleep', '60'], user=%d, group=%d, "
+         "extra_groups=[]); print(p.pid, flush=True); p.wait()" % (ALICE, ALICE)], stdout=subprocess.PIPE, text=True)
+    job = int(launcher.stdout.readline())
+    try:
+        d.request("attach", pid=launcher.pid, descendants=True)
+        wait_for(lambda: job in {t["pid"] for t in threads_of(d, launcher.pid).values()})
+
+        def attach() -> list:
+            try:
+                return ["attached", client.request(d.socket, "attach", pid=job)]
+            except client.Refused as e:
+                return [e.code, str(e)]
+
+        code, said = in_child_as(ALICE, attach)
+        assert code == "already_attached" and f"process {job} is already managed" in said, said
+        assert str(launcher.pid) not in said.replace(str(job), ""), said
+        # root is still told which target manages it
+        with pytest.raises(client.Refused, match=f"descendant of {launcher.pid}; detach {launcher.pid} first"):
+            d.request("attach", pid=job)
+    finally:
+        d.stop()
+        os.kill(job, signal.SIGKILL)
+        launcher.wait()
