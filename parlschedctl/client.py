@@ -80,18 +80,17 @@ class Connection:
         self.sock.settimeout(timeout)
         try:
             self._connect(time.monotonic() + timeout)
-        except (FileNotFoundError, ConnectionRefusedError) as exc:
+        except (FileNotFoundError, ConnectionRefusedError, PermissionError) as exc:
             self.close()
-            kind = _not_a_socket(path)
+            kind = _not_a_socket(path)  # connect to one fails EACCES when we may not write it
             if kind:
                 raise Unreachable(f"{path} is {kind}, not a socket; give the daemon's socket "
                                   "(--socket or PARLSCHED_SOCKET)") from None
+            if isinstance(exc, PermissionError):
+                raise Unreachable(f"no permission to use {path} ({_who_may_use(path)})") from None
             elsewhere = ("; a daemon on another socket (make run: /run/parlsched-dev/parlschedd.sock) is named with "
                          "--socket or PARLSCHED_SOCKET") if path == DEFAULT_SOCKET else ""
             raise Unreachable(f"the daemon is not running (no listener on {path}: {exc.strerror}){elsewhere}") from None
-        except PermissionError:
-            self.close()
-            raise Unreachable(f"no permission to use {path} ({_who_may_use(path)})") from None
         except BlockingIOError:
             self.close()
             raise Unreachable(f"the daemon on {path} accepted no connection within {timeout:g} s (busy or hung)") from None

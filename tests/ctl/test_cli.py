@@ -56,6 +56,19 @@ def test_a_refused_socket_names_its_own_group(tmp_path, open_dir):
         d.stop()
 
 
+@needs_root
+def test_a_socket_path_that_is_no_socket_the_user_may_not_write_says_what_it_is(open_dir):
+    """PARLSCHED_SOCKET naming a root's file or directory a user may not write (connect
+    fails EACCES there, not ECONNREFUSED as for root) said "no permission to use PATH
+    (mode 0644, group root: only root may use it; set socket.group ...)", as of the
+    daemon's socket; root was told "PATH is a regular file, not a socket"."""
+    (open_dir / "a-file").write_text("")
+    (open_dir / "a-file").chmod(0o644)
+    for path, kind in ((open_dir, "a directory"), (open_dir / "a-file", "a regular file")):
+        said = as_user(NOBODY, str(path), "ping")["unreachable"]
+        assert said.startswith(f"{path} is {kind}, not a socket; give the daemon's socket"), said
+
+
 def test_the_default_socket_missing_says_how_to_name_another():
     """make run's daemon listens on ./run/parlschedd.sock: forgetting PARLSCHED_SOCKET
     said only that the daemon was not running."""
