@@ -267,6 +267,8 @@ class Engine:
             message += f": it exited, and parlschedd dropped it ({n_threads(gone.most_threads)} managed at most)"
         elif manager is not None and uid in (None, 0, manager.uid):
             message += f"; it is managed as a descendant of {manager.pid}; detach {manager.pid} to release it"
+        elif manager is not None and owner == uid:  # the caller's own process: that it is managed, not by whom
+            message += "; it is managed as a descendant of another user's target, which root or that user may detach"
         elif not hint and owner is None:
             message += ": there is no such process"
         elif not hint:

@@ -303,3 +303,35 @@ def test_attach_of_ones_own_process_managed_as_a_descendant_of_roots_target_does
         d.stop()
         os.kill(job, signal.SIGKILL)
         launcher.wait()
+
+
+def test_status_and_detach_of_ones_own_process_managed_by_roots_target_say_it_is_managed(open_dir):
+    """A user's own process pinned as a descendant of root's --descendants target: its
+    owner's status PID and detach PID said "not attached (parlschedctl status lists the
+    targets)", though the daemon pins its threads; they say it is managed as a
+    descendant of another user's target, naming neither that target nor its owner."""
+    (open_dir / "parlschedd.yaml").write_text("period_s: 0.05\nsocket: {mode: '0666'}\n" + PINNING)
+    d = start_daemon(open_dir)
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess; p = subprocess.Popen(['sleep', '60'], user=%d, group=%d, "
+         "extra_groups=[]); print(p.pid, flush=True); p.wait()" % (ALICE, ALICE)], stdout=subprocess.PIPE, text=True)
+    job = int(launcher.stdout.readline())
+    try:
+        d.request("attach", pid=launcher.pid, descendants=True)
+        wait_for(lambda: job in {t["pid"] for t in threads_of(d, launcher.pid).values()})
+
+        def ask(cmd: str) -> list:
+            try:
+                return ["ok", client.request(d.socket, cmd, pid=job)]
+            except client.Refused as e:
+                return [e.code, str(e)]
+
+        for cmd in ("status", "detach", "history"):
+            code, said = in_child_as(ALICE, lambda c=cmd: ask(c))
+            assert code == "not_attached" and "managed as a descendant of another user's target" in said, (cmd, said)
+            assert str(launcher.pid) not in said.replace(str(job), ""), (cmd, said)
+        assert job in {t["pid"] for t in threads_of(d, launcher.pid).values()}, "still managed by root's target"
+    finally:
+        d.stop()
+        os.kill(job, signal.SIGKILL)
+        launcher.wait()
