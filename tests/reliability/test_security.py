@@ -8,6 +8,7 @@ paths and regexes can make the daemon read or do.
 
 from __future__ import annotations
 
+import contextlib
 import grp
 import os
 import shutil
@@ -271,12 +272,10 @@ def test_catastrophic_threads_regex_from_a_peer_cannot_stall_the_daemon(open_dir
         kill_stalled(d)
 
 
-def test_attach_of_ones_own_process_managed_as_a_descendant_of_roots_target_does_not_name_it(open_dir):
-    """A user's own process in the tree of a target root attached with --descendants (a
-    batch launcher that starts users' jobs): the user's attach of it said "already
-    managed, as a descendant of PID; detach PID first", naming root's target, which
-    status and detach hide from that user (not_attached says no more), and telling
-    them to do what they may not."""
+@contextlib.contextmanager
+def users_job_under_roots_target(open_dir):
+    """A daemon whose socket every user may use, and a root launcher attached with
+    --descendants whose child, Alice's job, it pins: (daemon, launcher, job pid)."""
     (open_dir / "parlschedd.yaml").write_text("period_s: 0.05\nsocket: {mode: '0666'}\n" + PINNING)
     d = start_daemon(open_dir)
     launcher = subprocess.Popen(
@@ -286,6 +285,20 @@ def test_attach_of_ones_own_process_managed_as_a_descendant_of_roots_target_does
     try:
         d.request("attach", pid=launcher.pid, descendants=True)
         wait_for(lambda: job in {t["pid"] for t in threads_of(d, launcher.pid).values()})
+        yield d, launcher, job
+    finally:
+        d.stop()
+        os.kill(job, signal.SIGKILL)
+        launcher.wait()
+
+
+def test_attach_of_ones_own_process_managed_as_a_descendant_of_roots_target_does_not_name_it(open_dir):
+    """A user's own process in the tree of a target root attached with --descendants (a
+    batch launcher that starts users' jobs): the user's attach of it said "already
+    managed, as a descendant of PID; detach PID first", naming root's target, which
+    status and detach hide from that user (not_attached says no more), and telling
+    them to do what they may not."""
+    with users_job_under_roots_target(open_dir) as (d, launcher, job):
 
         def attach() -> list:
             try:
@@ -299,10 +312,6 @@ def test_attach_of_ones_own_process_managed_as_a_descendant_of_roots_target_does
         # root is still told which target manages it
         with pytest.raises(client.Refused, match=f"descendant of {launcher.pid}; detach {launcher.pid} first"):
             d.request("attach", pid=job)
-    finally:
-        d.stop()
-        os.kill(job, signal.SIGKILL)
-        launcher.wait()
 
 
 def test_status_and_detach_of_ones_own_process_managed_by_roots_target_say_it_is_managed(open_dir):
@@ -310,15 +319,7 @@ def test_status_and_detach_of_ones_own_process_managed_by_roots_target_say_it_is
     owner's status PID and detach PID said "not attached (parlschedctl status lists the
     targets)", though the daemon pins its threads; they say it is managed as a
     descendant of another user's target, naming neither that target nor its owner."""
-    (open_dir / "parlschedd.yaml").write_text("period_s: 0.05\nsocket: {mode: '0666'}\n" + PINNING)
-    d = start_daemon(open_dir)
-    launcher = subprocess.Popen(
-        [sys.executable, "-c", "import subprocess; p = subprocess.Popen(['sleep', '60'], user=%d, group=%d, "
-         "extra_groups=[]); print(p.pid, flush=True); p.wait()" % (ALICE, ALICE)], stdout=subprocess.PIPE, text=True)
-    job = int(launcher.stdout.readline())
-    try:
-        d.request("attach", pid=launcher.pid, descendants=True)
-        wait_for(lambda: job in {t["pid"] for t in threads_of(d, launcher.pid).values()})
+    with users_job_under_roots_target(open_dir) as (d, launcher, job):
 
         def ask(cmd: str) -> list:
             try:
@@ -331,7 +332,3 @@ def test_status_and_detach_of_ones_own_process_managed_by_roots_target_say_it_is
             assert code == "not_attached" and "managed as a descendant of another user's target" in said, (cmd, said)
             assert str(launcher.pid) not in said.replace(str(job), ""), (cmd, said)
         assert job in {t["pid"] for t in threads_of(d, launcher.pid).values()}, "still managed by root's target"
-    finally:
-        d.stop()
-        os.kill(job, signal.SIGKILL)
-        launcher.wait()
