@@ -273,20 +273,18 @@ def _in_another_hierarchy(cgroup: str, controllers: tuple[str, ...], root: str) 
     the one ``controllers`` name (a hybrid host: the v2 one, or a v1 one such as
     cpuset; a v2-only host: the v2 one, for a rule naming controllers), or None when
     it is in none."""
-    base = Path(root)
+    base, inside = Path(root), cgroup.strip("/")
     if not base.is_dir():
         return None
     if (base / "cgroup.controllers").exists():  # v2 alone: its one hierarchy, of a rule written for v1
-        below = "/" + cgroup.strip("/")
-        return below if controllers and (base / below.lstrip("/")).is_dir() else None
+        return "/" + inside if controllers and (base / inside).is_dir() else None
     try:
         mine = hierarchy_dir(controllers, root)
     except HostError:
         mine = None
-    below = "/" + cgroup.strip("/")
     for hierarchy in sorted(base.iterdir()):  # not through a link: cpu -> cpu,cpuacct is one hierarchy
-        if not hierarchy.is_symlink() and hierarchy != mine and (hierarchy / below.lstrip("/")).is_dir():
-            return _as_rule_names(hierarchy.name, below)
+        if not hierarchy.is_symlink() and hierarchy != mine and (hierarchy / inside).is_dir():
+            return _as_rule_names(hierarchy.name, "/" + inside)
     return None
 
 

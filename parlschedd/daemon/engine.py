@@ -715,10 +715,10 @@ class Engine:
             self._not_adopted(target, tid)
             return
         except TooManyFiles as exc:
-            self._not_adopted(target, tid, "error", "out of file descriptors, thread not managed", exc)
+            self._not_adopted(target, tid, logging.ERROR, "out of file descriptors, thread not managed", exc)
             return
         except HostError as exc:
-            self._not_adopted(target, tid, "warning", "cannot manage thread", exc)
+            self._not_adopted(target, tid, logging.WARNING, "cannot manage thread", exc)
             return
         target.unadopted.pop(tid, None)
         target.threads[tid] = ThreadState(tid, start, name, value, now, process=process)
@@ -732,7 +732,7 @@ class Engine:
         self.pinner.adopt(tid, start, original)
         self.pinner.restore(tid)
 
-    def _not_adopted(self, target: Target, tid: int, level: str | None = None, event: str = "",
+    def _not_adopted(self, target: Target, tid: int, level: int | None = None, event: str = "",
                      exc: HostError | None = None) -> None:
         """Undo a failed adoption; ``event`` is logged at ``level`` the first time the
         thread fails so, for this reason (each period tries it again: the same failure
@@ -744,8 +744,7 @@ class Engine:
         failure = f"{event}: {exc}"
         said = target.unadopted.get(tid) == failure
         target.unadopted[tid] = failure
-        log.log(logging.DEBUG if said else getattr(logging, level.upper()), event, pid=target.pid, tid=tid,
-                error=str(exc))
+        log.log(logging.DEBUG if said else level, event, pid=target.pid, tid=tid, error=str(exc))
 
     def _inherited_original(self, target: Target, tid: int) -> frozenset[int] | None:
         """For a thread born after attach whose mask is one the daemon set on its
