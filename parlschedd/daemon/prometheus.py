@@ -43,8 +43,15 @@ class EngineCollector(Collector):
         self.engine, self.source, self.max_threads, self.lock = engine, source, max_threads, lock
 
     def collect(self) -> Iterator:
-        with self.lock:  # all made before the first is handed out: a generator left half read would keep it
-            families = list(self._families())
+        """The engine's series; none, and an error record, when computing them fails
+        (a bug): raised, it reached wsgiref, which printed its traceback onto the
+        daemon's stderr and answered 500, the process series lost with it."""
+        try:
+            with self.lock:  # all made before the first is handed out: a generator left half read would keep it
+                families = list(self._families())
+        except Exception:
+            log.error("metrics of the targets could not be computed", exc_info=True)
+            return
         yield from families
 
     def _families(self) -> Iterator:

@@ -341,3 +341,39 @@ def test_scrapes_while_threads_come_and_go_each_see_one_whole_period(tmp_path):
         churn.kill()
         churn.wait()
         d.stop()
+
+
+@needs_root
+def test_a_failing_collector_is_a_log_record_and_the_endpoint_serves_on(workload, monkeypatch, capfd):
+    """A bug in the engine's series (here made by a target whose row cannot be read)
+    reached wsgiref, which printed its traceback onto the daemon's stderr (no log
+    record: not JSON under --log-format json) and answered 500, losing the scrape's
+    process series too. It is an error record with the traceback now; the scrape
+    serves what does not depend on the engine. Real engine, real threads, a real
+    HTTP listener; the bug is the test's."""
+    import threading
+
+    import structlog
+
+    from parlschedd.daemon.prometheus import EngineCollector, Metrics
+    from parlschedd.daemon.target import Target
+    from tests.daemon.test_engine import _engine, _released
+
+    w = workload(2)
+    with _released(*_engine()) as engine:
+        engine.attach(w.pid, time.monotonic())
+        metrics = Metrics(EngineCollector(lambda: engine, lambda: "perf:task-clock", lambda: 256, threading.Lock()))
+        metrics.listen("127.0.0.1:0")
+        try:
+            def broken(self):
+                raise ZeroDivisionError("the bug")
+
+            monkeypatch.setattr(Target, "current", broken)
+            with structlog.testing.capture_logs() as logs:
+                series = scrape(metrics.port)
+        finally:
+            metrics.close()
+    assert "parlsched_managed_threads" not in series and series["process_open_fds"] > 0
+    failed = [r for r in logs if r["event"] == "metrics of the targets could not be computed"]
+    assert len(failed) == 1 and failed[0]["log_level"] == "error" and failed[0]["exc_info"] is True
+    assert "Traceback" not in capfd.readouterr().err
