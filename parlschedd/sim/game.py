@@ -28,8 +28,12 @@ class Machine:
 
     @classmethod
     def uniform(cls, n_cores: int, n_domains: int = 1, penalty: float = 0.0) -> Machine:
-        per = -(-n_cores // n_domains)
-        return cls(np.ones(n_cores), np.arange(n_cores) // per, penalty)
+        """Identical cores in ``n_domains`` contiguous domains whose sizes differ by at
+        most one (core j in domain floor(j * d / m)): exactly as many domains as asked,
+        where cutting every ceil(m / d) cores left the last ones out."""
+        if not 1 <= n_domains <= n_cores:
+            raise ValueError(f"{n_domains} domains of {n_cores} cores: each needs a core")
+        return cls(np.ones(n_cores), np.arange(n_cores) * n_domains // n_cores, penalty)
 
     @property
     def n_cores(self) -> int:

@@ -1,6 +1,7 @@
 """The load-balancing game on hand-computed cases."""
 
 import numpy as np
+import pytest
 
 from parlschedd.sim.background import Background
 from parlschedd.sim.game import (
@@ -10,6 +11,26 @@ from parlschedd.sim.game import (
 
 M = Machine(speeds=np.array([1.0, 2.0]), domain_of_core=np.array([0, 1]), penalty=0.5)
 T = Threads(np.array([1.0, 2.0, 3.0]), home=np.array([0, 0, 1]))
+
+
+@pytest.mark.parametrize("n_cores, n_domains, domains", [
+    (4, 2, [[0, 1], [2, 3]]),
+    (5, 2, [[0, 1, 2], [3, 4]]),
+    (4, 3, [[0, 1], [2], [3]]),
+    (6, 4, [[0, 1], [2], [3, 4], [5]]),
+    (3, 3, [[0], [1], [2]]),
+])
+def test_uniform_machine_has_as_many_domains_as_asked(n_cores, n_domains, domains):
+    """Contiguous domains whose sizes differ by at most one. Cutting every ceil(m / d)
+    cores gave fewer domains when d does not divide m: 4 cores in 3 domains were two of
+    two, 6 in 4 were three of two, and a simulated 3-node machine had 2 nodes."""
+    assert Machine.uniform(n_cores, n_domains).domains == domains
+
+
+@pytest.mark.parametrize("n_domains", [0, 5])
+def test_uniform_machine_refuses_a_domain_without_a_core(n_domains):
+    with pytest.raises(ValueError, match="domains"):
+        Machine.uniform(4, n_domains)
 
 
 def test_loads_and_utilities_by_hand():
