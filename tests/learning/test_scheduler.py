@@ -251,3 +251,29 @@ def test_an_infinite_utility_is_not_measured_and_learning_goes_on():
     for _ in range(5):
         s.step(np.array([7]), np.array([1.0]))
     assert np.isfinite(s.scale).all() and not np.array_equal(s.x, before)
+
+
+def test_level1_compares_rho_tau_for_better_replies_and_b_tau_for_satisfaction():
+    """Spec, Level 1: the better-reply set is of rho(tau), and a thread is unsatisfied
+    when rho(tau+1) < b(tau), the benchmark before this step's update. Two threads, one
+    per single-core domain, Level 1 every period, nu 0.5, eta 1.5, gamma 1, zeta 0 (no
+    exploration), by hand:
+
+    - period 1: they join, thread 0 on CPU 0 (domain 0), thread 1 on CPU 1 (domain 1);
+    - period 2, utilities 4 and 5: rho = 4, 5; b = 8/3, 10/3; bbar = 4, 5. Thread 0's
+      set is {1} (4 < 5) but it is satisfied, and stays;
+    - period 3, utilities 1 and 0: rho(tau+1) = 2.5 for both, below b(tau), so both are
+      unsatisfied. Thread 0's set is still {1} (rho(tau) 4 < 5), thread 1's is empty
+      (5 < 4 is false): thread 0 alone moves, to domain 1.
+    With rho(tau+1) in the sets, 2.5 < 2.5 is false and no one moves; with b(tau+1)
+    (8/3 lowered to 2.5) no thread is ever unsatisfied and no one moves either.
+    """
+    s = TwoLevelScheduler([[0], [1]], LearningParams(seed=0, nu=0.5, eta=1.5, gamma=1.0, zeta=0.0), domain_every=1)
+    keys = np.arange(2)
+    assert s.step(keys, np.full(2, np.nan), ran_on=np.array([0, 1])).domains.tolist() == [0, 1]
+    p = s.step(keys, np.array([4.0, 5.0]))
+    assert p.domain_move is None
+    np.testing.assert_allclose(s.bench.lower, [8 / 3, 10 / 3])
+    p = s.step(keys, np.array([1.0, 0.0]))
+    np.testing.assert_allclose(s.rho, [2.5, 2.5])
+    assert p.domain_move == 0 and p.domains.tolist() == [1, 1]
