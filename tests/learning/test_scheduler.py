@@ -277,3 +277,17 @@ def test_level1_compares_rho_tau_for_better_replies_and_b_tau_for_satisfaction()
     p = s.step(keys, np.array([1.0, 0.0]))
     np.testing.assert_allclose(s.rho, [2.5, 2.5])
     assert p.domain_move == 0 and p.domains.tolist() == [1, 1]
+
+
+def test_level1_measures_the_mean_utility_of_the_periods_measured_in_the_window():
+    """u~(tau) is a rate over the last T_NUMA: the mean of the periods the thread was
+    measured in, not their sum, nor a mean over periods it has no reading for. Level 1
+    every 3 periods; thread 0 measured 2 then 4, thread 1 unread then 6: the first
+    aspirations are 3 and 6 (a sum would give 6 and 6, a mean over the window's three
+    periods 2 and 2)."""
+    s = TwoLevelScheduler([[0], [1]], LearningParams(seed=0, zeta=0.0), domain_every=3)
+    keys = np.arange(2)
+    s.step(keys, np.full(2, np.nan), ran_on=np.array([0, 1]))
+    s.step(keys, np.array([2.0, np.nan]))
+    s.step(keys, np.array([4.0, 6.0]))
+    np.testing.assert_allclose(s.rho, [3.0, 6.0])
