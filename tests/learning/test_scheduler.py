@@ -291,3 +291,19 @@ def test_level1_measures_the_mean_utility_of_the_periods_measured_in_the_window(
     s.step(keys, np.array([2.0, np.nan]))
     s.step(keys, np.array([4.0, 6.0]))
     np.testing.assert_allclose(s.rho, [3.0, 6.0])
+
+
+def test_level2_draws_from_sigma_uniform_over_the_threads_own_domain():
+    """Spec, Level 2, step 3: the next core is drawn from sigma = (1 - lambda) x +
+    lambda / |J|, |J| the cores of the thread's own domain. With lambda 1, sigma is
+    uniform over them whatever x learnt: eps 1 and a full reward make every x a unit
+    vector, yet each of domain 1's three cores is drawn about a third of the time, and
+    a thread lands on the core its x points at about a third of the time (drawing from
+    x: always; a share taken over another domain's cores: never on CPUs 2 and 3)."""
+    s = TwoLevelScheduler([[0], [1, 2, 3]], LearningParams(seed=5, eps=1.0, lam=1.0), domain_every=10**6)
+    keys = np.arange(3000)
+    s.step(keys, np.full(keys.size, np.nan), ran_on=np.full(keys.size, 2))
+    p = s.step(keys, np.ones(keys.size))
+    assert (p.domains == 1).all() and np.allclose(s.x.max(axis=1), 1.0)
+    np.testing.assert_allclose(np.bincount(p.cpus, minlength=4)[1:] / keys.size, [1 / 3] * 3, atol=0.03)
+    assert abs((p.cpus == s.domain_cpus[1, s.x.argmax(axis=1)]).mean() - 1 / 3) < 0.03
