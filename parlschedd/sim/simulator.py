@@ -77,16 +77,17 @@ def place_free(machine: Machine, threads: Threads, cpus: IntArray, domains: IntA
 
 @dataclass(frozen=True)
 class Workload:
-    """Threads whose weights may change: ``changes`` holds (step, new weights) pairs."""
+    """Threads whose weights may change: ``changes`` holds (step, new weights) pairs,
+    in any order."""
 
     threads: Threads
     changes: Sequence[tuple[int, FloatArray]] = ()
 
     def at(self, step: int) -> Threads:
-        weights = self.threads.weights
-        for when, w in self.changes:
-            if step >= when:
-                weights = w
+        """The threads with the weights of the latest change at or before ``step``
+        (by step, not by place in the list)."""
+        reached = [(when, w) for when, w in self.changes if when <= step]
+        weights = max(reached, key=lambda c: c[0])[1] if reached else self.threads.weights
         return Threads(weights, self.threads.home)
 
 

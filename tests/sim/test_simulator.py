@@ -79,3 +79,12 @@ def test_periods_to_within_is_where_the_running_median_settles_for_good():
                     mean_utility=np.zeros(4), migrations=np.zeros(4, dtype=np.int64))
     assert varying.periods_to_within(1.1, hold=1) == 1
     assert _trace([2.0] * 5 + [1.0] * 20).periods_to_within(1.1) == 10
+
+
+def test_a_workload_takes_the_latest_change_reached_in_whatever_order_listed():
+    """Weights at step k are those of the change with the largest step <= k. The
+    changes were applied in list order, so (50, a) listed before (10, b) gave b from
+    step 10 on, for good."""
+    a, b = np.array([4.0, 1.0]), np.array([2.0, 2.0])
+    w = Workload(Threads(np.ones(2)), changes=[(50, a), (10, b)])
+    assert [w.at(k).weights.tolist() for k in (5, 10, 49, 50, 60)] == [[1, 1], [2, 2], [2, 2], [4, 1], [4, 1]]
