@@ -25,6 +25,8 @@ class Background:
             raise ValueError(f"unknown background kind {self.kind!r}")
         if not 0 <= self.cores <= self.n_cores:
             raise ValueError("background cores out of range")
+        if self.period < 1:
+            raise ValueError(f"background period must be at least 1 step, got {self.period}")
 
     def at(self, step: int) -> NDArray[np.float64]:
         """Per-core background weight during ``step``."""

@@ -69,3 +69,10 @@ def test_background_kinds():
     np.testing.assert_array_equal(nu.at(1000), [3, 3, 0, 0])
     tv = Background(4, "time-varying", cores=1, load=2.0, period=10)
     assert tv.at(5)[0] == 2.0 and tv.at(15)[0] == 0.0 and tv.at(25)[0] == 2.0
+
+
+def test_a_background_that_cannot_switch_is_refused_when_made():
+    """A time-varying background of period 0 divided by zero at its first step, deep
+    in a simulation; refused when made now, as the other bad fields are."""
+    with pytest.raises(ValueError, match="period"):
+        Background(4, "time-varying", cores=1, load=2.0, period=0)
