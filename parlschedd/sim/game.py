@@ -17,7 +17,6 @@ import numpy as np
 from parlschedd.arrays import FloatArray, IntArray
 
 
-
 @dataclass(frozen=True)
 class Machine:
     """Cores with speeds, grouped into domains; ``penalty`` is the remote-access cost."""
@@ -25,6 +24,11 @@ class Machine:
     speeds: FloatArray
     domain_of_core: IntArray
     penalty: float = 0.0
+
+    def __post_init__(self) -> None:
+        labels = np.unique(self.domain_of_core)
+        if not np.array_equal(labels, np.arange(labels.size)):  # they index per-domain arrays
+            raise ValueError(f"domains must be numbered 0, 1, ... without a gap, got {labels.tolist()}")
 
     @classmethod
     def uniform(cls, n_cores: int, n_domains: int = 1, penalty: float = 0.0) -> Machine:

@@ -76,3 +76,12 @@ def test_a_background_that_cannot_switch_is_refused_when_made():
     in a simulation; refused when made now, as the other bad fields are."""
     with pytest.raises(ValueError, match="period"):
         Background(4, "time-varying", cores=1, load=2.0, period=0)
+
+
+def test_a_machine_whose_domains_are_not_numbered_from_zero_is_refused():
+    """Domain labels index per-domain arrays (the free threads' placement, the first
+    CPU of each domain): a machine labelled {0, 2} placed threads by the wrong row or
+    out of bounds. Refused when made, saying what the labels must be."""
+    with pytest.raises(ValueError, match="0, 1, ..."):
+        Machine(np.ones(4), np.array([0, 0, 2, 2]))
+    assert Machine(np.ones(4), np.array([1, 1, 0, 0])).domains == [[2, 3], [0, 1]]
