@@ -23,10 +23,6 @@ class Sample:
     cpu: NDArray[np.int16]
     domain: NDArray[np.int16]
 
-    @property
-    def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.tids, self.utility, self.cpu, self.domain))
-
     def as_json(self) -> dict:
         return {
             "t": round(self.t, 4),
@@ -50,10 +46,6 @@ class History:
             np.asarray(cpu, dtype=np.int16),
             np.asarray(domain, dtype=np.int16),
         ))
-
-    @property
-    def nbytes(self) -> int:
-        return sum(s.nbytes for s in self.samples)
 
     def last(self, n: int | None = None) -> list[Sample]:
         """The last ``n`` samples (all when None), oldest first: a list of their own,
