@@ -12,11 +12,14 @@ from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 
 @dataclass(frozen=True)
 class Sample:
+    """One period of a target: its threads and their utility and placement, in the
+    narrow dtypes that keep the ring's memory bound."""
+
     t: float                       # seconds since the target was attached
     tids: NDArray[np.int32]
     utility: NDArray[np.float32]   # NaN: not measured this period
@@ -34,11 +37,13 @@ class Sample:
 
 
 class History:
+    """The last ``capacity`` periods of one target, for ``history`` and its plot."""
+
     def __init__(self, capacity: int, started: float) -> None:
         self.samples: deque[Sample] = deque(maxlen=capacity)
         self.started = started
 
-    def record(self, now: float, tids, utility, cpu, domain) -> None:
+    def record(self, now: float, tids: ArrayLike, utility: ArrayLike, cpu: ArrayLike, domain: ArrayLike) -> None:
         self.samples.append(Sample(
             now - self.started,
             np.asarray(tids, dtype=np.int32),
