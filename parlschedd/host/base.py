@@ -123,8 +123,11 @@ class Counters(Protocol):
 class Actuator(Protocol):
     """Places threads on CPUs and can always put them back where they were."""
 
-    def adopt(self, tid: int, start_time: int) -> None:
-        """Remember the thread's current mask as its original (once per identity)."""
+    def adopt(self, tid: int, start_time: int, original: frozenset[int] | None = None,
+              cpuset: frozenset[int] | None = None) -> None:
+        """Remember the thread's current mask as its original (once per identity), or
+        ``original`` when the caller knows better (a mask inherited from a thread we
+        pinned); ``cpuset``: its process's, when the caller has read it."""
 
     def original_of(self, tid: int, mask: frozenset[int], cpuset: frozenset[int] | None) -> frozenset[int]:
         """The mask to restore for a thread found with ``mask`` in ``cpuset``."""
@@ -150,6 +153,10 @@ class Actuator(Protocol):
 
     def restore(self, tid: int) -> bool:
         """Put the original mask back and forget the thread; False if never adopted."""
+
+    def pinned_by_last_run(self, tid: int, mask: frozenset[int]) -> bool:
+        """Whether ``mask`` on ``tid`` has the shape of a pin the last run made (a
+        recovered actuator's question, before it restores)."""
 
     def restore_all(self) -> RestoreReport:
         """Restore every adopted thread; never raises for a single thread."""
