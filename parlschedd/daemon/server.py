@@ -470,8 +470,7 @@ class Daemon:
             except OSError:
                 os.unlink(path)  # stale socket of a dead daemon
             else:
-                pid, _, _ = struct.unpack("3i", probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                                 struct.calcsize("3i")))
+                pid, _ = _peer(probe)
                 raise StartupError(f"another daemon is listening on {path} (pid {pid}): stop it, or give this "
                                    "one another --socket and --state-dir")
             finally:
@@ -568,8 +567,7 @@ class Daemon:
         if len(self.clients) >= MAX_CLIENTS:
             self._evict_idlest()
         sock.setblocking(False)
-        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        pid, uid, _ = struct.unpack("3i", creds)
+        pid, uid = _peer(sock)
         self.rules.note_client(pid, self.engine)
         client = Client(sock, uid, last_active=time.monotonic())
         self.clients[sock.fileno()] = client
@@ -779,6 +777,13 @@ class Daemon:
             },
             "targets": [self.engine.describe(t, time.monotonic()) for t in targets],
         }
+
+
+def _peer(sock: socket.socket) -> tuple[int, int]:
+    """(pid, uid) of the process at the other end of a Unix socket (SO_PEERCRED's
+    ``struct ucred``), as it was when it connected."""
+    pid, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    return pid, uid
 
 
 def _file_id(path: str) -> tuple[int, int] | None:
