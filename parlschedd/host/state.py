@@ -20,12 +20,12 @@ from parlschedd.atomicfile import replace_own
 from parlschedd.trust import untrusted
 
 
-def write_state(path: str | os.PathLike[str], data: Mapping[str, Any], *, mode: int = 0o600) -> None:
+def write_state(path: str | os.PathLike[str], data: Mapping[str, Any]) -> None:
     """Atomically replace ``path`` with ``data`` as JSON, in a file of our own (readable
     by its owner only): a symbolic link at ``path`` is replaced, not written through,
     and a file someone else left there does not lend the new one its owner
     (``replace_own``)."""
-    replace_own(path, json.dumps(data, sort_keys=True).encode("utf-8"), mode=mode)
+    replace_own(path, json.dumps(data, sort_keys=True).encode("utf-8"), mode=0o600)
 
 
 class StateNotOurs(Exception):
