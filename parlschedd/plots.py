@@ -23,6 +23,7 @@ UNITS = {"perf:instructions": (1e9, "instructions / s (x1e9)"),
          "perf:task-clock": (1e9, "CPU share (s of CPU per s)"),
          "schedstat": (1e9, "CPU share (s of CPU per s)")}
 LEGEND_THREADS = 8  # the threads named in the legend, by tid; the others drawn are counted
+THREADS_DRAWN = 32  # the first threads by tid drawn a line each; the title says how many were left out
 
 
 def _missing_program(fmt: str) -> str | None:
@@ -102,16 +103,16 @@ def placement_changes(samples: list[dict]) -> tuple[np.ndarray, np.ndarray]:
     return moves, domain_moved
 
 
-def plot_history(history: dict, out: str | Path, max_threads: int = 32) -> Path:
+def plot_history(history: dict, out: str | Path) -> Path:
     """Draw the figure for a ``history`` reply of the daemon into ``out``, in the format
     its suffix names (``figure_format``; PNG without one)."""
     out = Path(out)
-    save_figure(draw_history(history, max_threads), out)
+    save_figure(draw_history(history), out)
     return out
 
 
-def draw_history(history: dict, max_threads: int = 32) -> plt.Figure:
-    """The figure of a ``history`` reply of the daemon, the first ``max_threads``
+def draw_history(history: dict) -> plt.Figure:
+    """The figure of a ``history`` reply of the daemon, the first THREADS_DRAWN
     threads' lines drawn."""
     samples = history["samples"]
     if not samples:
@@ -126,7 +127,7 @@ def draw_history(history: dict, max_threads: int = 32) -> plt.Figure:
         util[k, [col[x] for x in s["tids"]]] = [np.nan if u is None else u / scale for u in s["utility"]]
 
     fig, (ax, ax_cpu) = plt.subplots(2, 1, figsize=(10, 7), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
-    shown = tids[:max_threads]
+    shown = tids[:THREADS_DRAWN]
     # The threads past LEGEND_THREADS in silver (no colour of the cycle the named ones
     # take), one legend entry for them all: a legend of 32 tids hid the figure, and the
     # cycle's 10 colours repeat (the 11th line took the colour the legend gave the 1st)
