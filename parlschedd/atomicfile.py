@@ -24,16 +24,16 @@ import tempfile
 from pathlib import Path
 
 
-def replace_text(path: str | os.PathLike[str], text: str, *, mode: int | None = None) -> None:
+def replace_text(path: str | os.PathLike[str], text: str) -> None:
     """Atomically replace the file at ``path`` with ``text`` (UTF-8, line ends as
     given): ``replace_bytes``."""
-    replace_bytes(path, text.encode("utf-8"), mode=mode)
+    replace_bytes(path, text.encode("utf-8"))
 
 
-def replace_bytes(path: str | os.PathLike[str], data: bytes | memoryview, *, mode: int | None = None) -> None:
-    """Atomically replace the file at ``path`` with ``data``. ``mode``: the new file's
-    permissions; by default the old file's, or for a new file those open(2) gives under
-    the umask. An OSError is named by ``path``, whichever file it happened in."""
+def replace_bytes(path: str | os.PathLike[str], data: bytes | memoryview) -> None:
+    """Atomically replace the file at ``path`` with ``data``, with the old file's
+    permissions, or for a new file those open(2) gives under the umask. An OSError is
+    named by ``path``, whichever file it happened in."""
     target = Path(os.path.realpath(path))
     try:
         old: os.stat_result | None = target.stat()
@@ -46,8 +46,7 @@ def replace_bytes(path: str | os.PathLike[str], data: bytes | memoryview, *, mod
         except OSError as exc:  # /dev/full: ENOSPC on close, named by nothing
             raise _named(exc, path) from None
         return
-    if mode is None:
-        mode = stat.S_IMODE(old.st_mode) if old is not None else 0o666 & ~_umask()
+    mode = stat.S_IMODE(old.st_mode) if old is not None else 0o666 & ~_umask()
     _replace(target, path, data, mode, old)
 
 
