@@ -68,12 +68,8 @@ class Gone:
     history: History | None
 
 
-class EngineError(Exception):
-    """A refused request; ``code`` is the protocol's error code."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
+class EngineError(protocol.ProtocolError):
+    """A request the engine refuses (a pid not attached, not the caller's, ...)."""
 
 
 class Engine:

@@ -31,6 +31,9 @@ COMMANDS: dict[str, dict[str, tuple[type, bool]]] = {
 
 
 class ProtocolError(Exception):
+    """A refused request, as its error reply carries it: ``code`` is the protocol's
+    error code (interfaces.md), the message its text."""
+
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
