@@ -27,6 +27,7 @@ class Refused(Exception):
 
 
 def socket_path(explicit: str | None) -> str:
+    """The daemon's socket: --socket, else PARLSCHED_SOCKET, else the default."""
     return explicit or os.environ.get("PARLSCHED_SOCKET") or DEFAULT_SOCKET
 
 

@@ -24,6 +24,7 @@ UTILITY_UNITS = {"perf:instructions": "instructions per second",
 
 
 def status_table(reply: dict[str, Any]) -> str:
+    """A ``status`` reply as text: the daemon's header, then each target and its threads."""
     return "\n".join(line for line, _ in _status_rows(reply))
 
 

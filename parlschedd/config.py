@@ -108,6 +108,8 @@ DAEMON_LEARNING = LearningParams(eps=0.3, lam=0.001, decay=0.99, normalise="thre
 
 @dataclass(frozen=True)
 class SocketConfig:
+    """The control socket (``socket:``): who may use it is its group and mode."""
+
     path: str = DEFAULT_SOCKET
     group: str | None = None  # members may use the socket
     mode: int = 0o660
@@ -124,6 +126,9 @@ class FileRead(NamedTuple):
 
 @dataclass(frozen=True)
 class Config:
+    """The daemon's whole config, one field per key of the file (built-in defaults
+    where the file has none); ``from_mapping`` validates it."""
+
     period_s: float = 0.1
     domain_period_s: float = 4.0
     domains: str | tuple[tuple[int, ...], ...] = "auto"

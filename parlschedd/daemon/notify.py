@@ -16,6 +16,7 @@ except ImportError:  # pragma: no cover - depends on the optional extra
 
 
 def notify(message: str) -> bool:
+    """Send ``message`` (``KEY=value`` lines) to systemd; False when not under it."""
     if _sd is not None:
         return bool(_sd.notify(message))
     address = os.environ.get("NOTIFY_SOCKET")

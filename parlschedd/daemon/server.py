@@ -65,6 +65,10 @@ class StartupError(Exception):
 
 @dataclass
 class Client:
+    """One connection to the control socket: its peer's uid (SO_PEERCRED, which every
+    request is judged by) and its buffers, as the single-threaded loop serves it a
+    turn at a time."""
+
     sock: socket.socket
     uid: int
     inbuf: bytearray = field(default_factory=bytearray)
@@ -102,6 +106,9 @@ class LoopStats:
 
 
 class Daemon:
+    """The imperative shell around the engine: ``run`` starts it (``startup``), loops
+    (``main_loop``) until a stop signal, and restores every thread (``shutdown``)."""
+
     def __init__(self, config: Config, config_path: str | None, socket_path: str, state_dir: str,
                  sysfs: str = "/sys", proc_root: str = procfs.PROC_ROOT, cgroup_root: str = cgroups.CGROUP_ROOT) -> None:
         self.config, self.config_path = config, config_path
@@ -130,6 +137,9 @@ class Daemon:
     # -- lifecycle --------------------------------------------------------------------
 
     def startup(self) -> None:
+        """Check the host as ``config check`` does, choose the counter source, take the
+        state dir and the socket, restore what a crashed run left pinned and attach
+        again what it kept; StartupError before anything is changed when it cannot."""
         caps = effective_capabilities()
         if CAP_SYS_NICE not in caps:
             raise StartupError("parlschedd needs CAP_SYS_NICE to set the CPU affinity of other users' threads: "
@@ -220,6 +230,8 @@ class Daemon:
                 self.shutdown()
 
     def main_loop(self) -> None:
+        """Serve the socket until the next period's deadline, then tick; rescan every
+        rescan_s, reload on SIGHUP, and tell systemd's watchdog, until ``should_exit``."""
         period = self.config.period_s
         deadline = time.monotonic() + period
         next_rescan = time.monotonic() + self.config.rescan_s

@@ -79,6 +79,10 @@ class Roster:
 
 @dataclass
 class Target:
+    """One attached process (with ``descendants``, its tree): its threads, its
+    scheduler, and what the engine remembers between periods to adopt, drop and
+    place them."""
+
     pid: int
     name: str
     uid: int
