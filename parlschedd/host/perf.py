@@ -12,8 +12,8 @@ File descriptors: either perf source costs one fd per thread (a group of one eve
 the leader's own times scale it). EMFILE/ENFILE raise
 :class:`~parlschedd.host.errors.TooManyFiles` from :meth:`CounterSet.open`, with nothing
 leaked; the set never silently switches source, because utilities from different
-sources are not comparable. The daemon should call :func:`raise_fd_limit` at start and,
-on TooManyFiles, either skip the thread or rebuild with ``CounterSource.SCHEDSTAT``.
+sources are not comparable. The daemon calls :func:`raise_fd_limit` at start, and a
+thread whose counter hits TooManyFiles is not managed (the engine's ``_adopt``).
 """
 
 from __future__ import annotations
