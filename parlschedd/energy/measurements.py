@@ -27,6 +27,11 @@ import numpy as np
 from parlschedd.atomicfile import replace_text
 
 MIN_ENERGY_ROWS = 2  # an error normalised by the measurements' spread needs two of them
+# No run lasts 1e15 s (30 million years) or uses 1e15 Wh (a petawatt-hour), and unit
+# mistakes stay far below (runtimes in ns, energies in uJ): a larger cell is mistyped or
+# corrupted. Near the largest float it overflowed the fit's and the NRMSE's squares, and
+# a fit "succeeded" (exit 0) with NaN parameters, or failed with scipy's words on bounds.
+MAX_MEASURED = 1e15
 
 _REPEAT = re.compile(r"^(time_s|energy_wh)_r(\d+)$")
 _KNOWN = {"nsp", "time_s_mean", "energy_wh_mean", "baseline_time_s", "baseline_energy_wh"}
@@ -75,8 +80,11 @@ def _cell(value: str | None, column: str, source: str, line: int) -> float:
         x = float(value)
     except ValueError:
         raise MeasurementsError(source, line, f"column {column}: not a number: {value!r}") from None
-    if not math.isfinite(x) or x <= 0:
+    if math.isnan(x) or x <= 0:
         raise MeasurementsError(source, line, f"column {column}: must be a positive number, got {value!r}")
+    if x > MAX_MEASURED:  # inf too: '1e400' was said not to be positive
+        raise MeasurementsError(source, line, f"column {column}: {value!r} is more than any run measures (at most "
+                                f"{MAX_MEASURED:g}); correct the cell (mistyped, or the file corrupted?)")
     return x
 
 
