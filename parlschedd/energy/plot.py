@@ -50,10 +50,10 @@ def draw_figure3(m: Measurements, proposed: tuple[np.ndarray, np.ndarray],
         if reps.shape[1] and np.all(np.isfinite(reps)):
             ax.fill_between(m.nsp, reps.min(axis=1), reps.max(axis=1), color="0.85", label="Measured (min-max)")
         ax.plot(m.nsp, measured, "ko", ms=4, label="Experimental data (mean)")
-        ax.plot(m.nsp, proposed[i], "-", color="tab:blue", lw=2, label="Proposed model")
-        ax.plot(m.nsp, baseline[i], "--", color="tab:orange", label="Baseline model (refitted)")
+        ax.plot(m.nsp, proposed[i], "-", color="tab:blue", lw=2, label="Proposed model", **_lone("s", m.nsp))
+        ax.plot(m.nsp, baseline[i], "--", color="tab:orange", label="Baseline model (refitted)", **_lone("^", m.nsp))
         if stored is not None:
-            ax.plot(m.nsp, stored, ":", color="tab:red", label="Baseline model [33] (stored)")
+            ax.plot(m.nsp, stored, ":", color="tab:red", label="Baseline model [33] (stored)", **_lone("v", m.nsp))
         ax.set_xlabel("Number of subpopulations")
         ax.set_ylabel(label)
         ax.set_xticks(m.nsp)
@@ -64,3 +64,10 @@ def draw_figure3(m: Measurements, proposed: tuple[np.ndarray, np.ndarray],
     if title:
         fig.suptitle(title)
     return fig
+
+
+def _lone(marker: str, nsp: np.ndarray) -> dict[str, str]:
+    """A model's line drawn over one NSp as a hollow ``marker`` (the measured dot shows
+    through): a line of one point draws nothing, and a figure of one measured NSp
+    showed the measurement alone under a legend of the models' lines."""
+    return {"marker": marker, "mfc": "none"} if len(nsp) == 1 else {}

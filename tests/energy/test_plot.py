@@ -60,3 +60,17 @@ def test_an_extrapolating_figure_shades_the_nsp_the_model_was_fitted_on(measured
         assert span.get_x() <= 1 and 5 <= span.get_x() + span.get_width() < 6
     fig = draw_figure3(measured, predictions(measured), predictions(measured))
     assert not any(label.startswith("fitted on") for ax in fig.axes for label in legend(ax))
+
+
+def test_a_single_measured_nsp_shows_each_model_s_prediction(tmp_path):
+    """A line of one point draws nothing: the figure of one configuration showed the
+    measured dot alone, under a legend naming the models' lines."""
+    lines = MEASUREMENTS_CSV.read_text().splitlines()
+    one = tmp_path / "one.csv"
+    one.write_text("\n".join(lines[:2]) + "\n")
+    m = load_measurements(one)
+    fig = draw_figure3(m, predictions(m), predictions(m))
+    for ax in fig.axes:
+        models = [line for line in ax.get_lines() if "model" in str(line.get_label()).lower()]
+        assert len(models) == 3
+        assert all(line.get_marker() not in ("None", "", None) for line in models), [line.get_marker() for line in models]
