@@ -25,6 +25,7 @@ node's measured power.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,13 +160,28 @@ class BaselineModel:
         names = [n.name for n in cluster.nodes]
 
         def arr(key: str) -> np.ndarray:
-            """Per node of the cluster; a node missing is a KeyError naming both keys."""
+            """Per node of the cluster; a node missing is a KeyError naming both keys, one
+            the cluster does not have a ValueError naming it."""
             m = d[key]
+            if not isinstance(m, dict):
+                raise ValueError(f"{key}: must be an object of node name: value, got {m!r}")
             if missing := [n for n in names if n not in m]:
                 raise KeyError(f"{key}.{missing[0]}")
-            return np.array([number(m[n], f"{key}.{n}", nullable=True) for n in names])
+            if unknown := [n for n in m if n not in names]:
+                raise ValueError(f"{key}: node(s) {', '.join(unknown)} not in the file's cluster")
+            return np.array([_not_negative(m[n], f"{key}.{n}") for n in names])
 
         model = cls(cluster, d["rounding"])
-        model.params_ = BaselineParams(arr("theta_s"), number(d["overhead_s"], "overhead_s"), arr("pow_w"),
-                                       arr("pow_idle_w"), number(d["overhead_j"], "overhead_j", nullable=True))
+        model.params_ = BaselineParams(arr("theta_s"), _not_negative(d["overhead_s"], "overhead_s", nullable=False),
+                                       arr("pow_w"), arr("pow_idle_w"), _not_negative(d["overhead_j"], "overhead_j"))
         return model
+
+
+def _not_negative(value: Any, where: str, nullable: bool = True) -> float:
+    """A baseline parameter of a parameters file (model.number): times and powers are
+    finite and >= 0, as the fit bounds them. Read as given, a hand-edited -1 or null
+    section made validate print negative runtimes or Python's words, and exit 0."""
+    x = number(value, where, nullable)
+    if not (math.isnan(x) or (math.isfinite(x) and x >= 0)):
+        raise ValueError(f"{where}: must be finite and >= 0, got {value!r}")
+    return x

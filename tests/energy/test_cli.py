@@ -382,7 +382,11 @@ def test_a_malformed_params_file_names_the_key_at_fault(params, tmp_path):
              "model.parameters.T_com": ("abc", "model.parameters.T_com: must be a number, got 'abc'"),
              "baseline.theta_s.node1": (True, "baseline.theta_s.node1: must be a number, got True"),
              "baseline.overhead_j": ("1.5", "baseline.overhead_j: must be a number, got '1.5'"),
-             "model.method": (None, "missing key 'model.method'")}
+             "model.method": (None, "missing key 'model.method'"),
+             # read as given: negative runtimes in validate, Python's "argument of type 'NoneType' is not iterable"
+             "baseline.theta_s.node2": (-1.0, "baseline: theta_s.node2: must be finite and >= 0, got -1.0"),
+             "baseline.pow_w": ("none", "baseline: pow_w: must be an object of node name: value, got 'none'"),
+             "baseline.pow_idle_w.node9": (1.0, "baseline: pow_idle_w: node(s) node9 not in the file's cluster")}
     for key, (value, said) in cases.items():
         doc = json.loads(params.read_text())
         *path, last = key.split(".")
