@@ -31,6 +31,7 @@ from parlschedd.energy.measurements import Measurements, MeasurementsError, load
 from parlschedd.energy.metrics import OBJECTIVES
 from parlschedd.energy.model import MASTER_POWER, SUBPOP_SIZES
 from parlschedd.energy.store import Fitted, ParamsError, json_safe, load_params, params_document, save_params
+from parlschedd.words import counted
 from parlschedctl.outputs import FILE, OUT_FILE, CannotWrite, check_figure, check_writable, print_json, writing
 
 FAILURES = (ClusterError, MeasurementsError, ParamsError, MeasureError, ValueError, OSError)
@@ -432,7 +433,7 @@ def measure_cmd(nsp: tuple[int, ...], repeat: int, out_path: str, powercap_root:
         click.echo(f"parlschedctl model: no readable RAPL zones under {powercap_root}; energy left empty "
                    "(time-only fitting still works)", err=True)
     check_writable(out_path)  # an existing file is left as it is until the first configuration is measured
-    times, energies = [], []
+    times, energies, kept = [], [], 0  # kept: the configurations in out_path
     try:
         for t, e in measure(cmd, nsp, repeat, zones, progress_printer("run", False, len(nsp) * repeat)):
             times.append(t)
@@ -444,9 +445,11 @@ def measure_cmd(nsp: tuple[int, ...], repeat: int, out_path: str, powercap_root:
                            err=True)
             with writing(out_path):
                 write_measurements(out_path, np.array(nsp[:len(times)]), np.array(times), np.array(energies))
-    except MeasureError as exc:
-        if not times:
-            raise MeasureError(f"{exc}; nothing was measured, {out_path} was not written") from exc
-        raise MeasureError(f"{exc}; {out_path} keeps the {len(times)} configurations measured before it") from exc
+            kept = len(times)
+    except (MeasureError, KeyboardInterrupt) as exc:  # Ctrl-C said "Aborted!", not what --out holds
+        said = exc if isinstance(exc, MeasureError) else "interrupted"
+        if not kept:
+            raise MeasureError(f"{said}; nothing was measured, {out_path} was not written") from exc
+        raise MeasureError(f"{said}; {out_path} keeps the {counted(kept, 'configuration')} measured before it") from exc
     click.echo(f"wrote {out_path}: {len(nsp)} configurations x {repeat}")
 

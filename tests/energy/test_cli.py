@@ -9,8 +9,10 @@ import os
 import pty
 import resource
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -416,6 +418,24 @@ def test_measure_keeps_the_configurations_run_before_a_failure(tmp_path):
                                  "--powercap-root", str(tmp_path / "none"), "--", "touch", str(marker)])
     assert r.exit_code == 1 and f"{tmp_path / 'no' / 'm.csv'}: cannot write: no directory" in r.output
     assert not marker.exists()
+
+
+def test_measure_interrupted_says_what_out_keeps(tmp_path):
+    """Ctrl-C during the second configuration said "Aborted!" alone, not that --out
+    holds the first, complete."""
+    out = tmp_path / "m.csv"
+    script = "import sys, time; time.sleep(60 if sys.argv[1] == '2' else 0)"
+    ctl = subprocess.Popen([sys.executable, "-m", "parlschedctl", "model", "measure", "--nsp", "1-3", "--out", str(out),
+                            "--powercap-root", str(tmp_path / "none"), "--", sys.executable, "-c", script, "{nsp}"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 60
+    while not out.exists() and time.monotonic() < deadline:  # the first configuration is written
+        time.sleep(0.05)
+    ctl.send_signal(signal.SIGINT)
+    _, err = ctl.communicate(timeout=60)
+    assert ctl.returncode == 1 and f"interrupted; {out} keeps the 1 configuration measured before it" in err, err
+    assert [line.split(",")[0] for line in out.read_text().splitlines()[1:]] == ["1"]
 
 
 def test_measure_leaves_an_existing_out_until_a_configuration_is_measured(tmp_path):
