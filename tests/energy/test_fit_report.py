@@ -153,6 +153,6 @@ def test_a_mean_power_far_outside_the_cluster_s_is_a_unit_warning(tiny):
                       "(divide them by 3600)"]
     ms = fit_notes(tiny, measurements(nsp, [9.0, 9000.0, 9.0, 9000.0, 9.0, 9.0, 9.0], [1.0] * 7), "m.csv")
     assert ms == ["warning: m.csv: nsp 2,4: energy_wh x 3600 / time_s is a mean power of 0.4 W, under 1/100 of the "
-                  "most the cluster draws (321 W, 1.5 x every TDP): runtimes in ms rather than s, or energies in kWh "
-                  "rather than Wh?"]
+                  "most the cluster draws (321 W, 1.5 x every TDP): runtimes in ms rather than s, energies in kWh "
+                  "rather than Wh, or the cluster file's tdp_w in mW rather than W?"]
     assert fit_notes(tiny, measurements(nsp, [9.0] * 7, [1.0] * 7), "m.csv") == []  # 400 W: within reach
