@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import matplotlib
@@ -47,8 +48,8 @@ def draw_figure3(m: Measurements, proposed: tuple[np.ndarray, np.ndarray],
             a, b = fitted_on
             ax.axvspan(a - 0.4, b + 0.4, color="tab:green", alpha=0.12, lw=0,
                        label=f"fitted on NSp {a}-{b}" if a < b else f"fitted on NSp {a}")
-        if reps.shape[1] and np.all(np.isfinite(reps)):
-            ax.fill_between(m.nsp, reps.min(axis=1), reps.max(axis=1), color="0.85", label="Measured (min-max)")
+        if np.isfinite(reps).any():
+            ax.fill_between(m.nsp, *_spread(reps), color="0.85", label="Measured (min-max)")
         ax.plot(m.nsp, measured, "ko", ms=4, label="Experimental data (mean)")
         ax.plot(m.nsp, proposed[i], "-", color="tab:blue", lw=2, label="Proposed model", **_lone("s", m.nsp))
         ax.plot(m.nsp, baseline[i], "--", color="tab:orange", label="Baseline model (refitted)", **_lone("^", m.nsp))
@@ -71,3 +72,12 @@ def _lone(marker: str, nsp: np.ndarray) -> dict[str, str]:
     through): a line of one point draws nothing, and a figure of one measured NSp
     showed the measurement alone under a legend of the models' lines."""
     return {"marker": marker, "mfc": "none"} if len(nsp) == 1 else {}
+
+
+def _spread(reps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per configuration, the least and the most of the repetitions that measured one
+    (NaN, a gap in the band, where none did): the band was left out whole when one run
+    had no energy, though such a run costs only itself (measurements.py)."""
+    with warnings.catch_warnings():  # nanmin's "All-NaN slice": the gap is meant
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmin(reps, axis=1), np.nanmax(reps, axis=1)

@@ -74,3 +74,18 @@ def test_a_single_measured_nsp_shows_each_model_s_prediction(tmp_path):
         models = [line for line in ax.get_lines() if "model" in str(line.get_label()).lower()]
         assert len(models) == 3
         assert all(line.get_marker() not in ("None", "", None) for line in models), [line.get_marker() for line in models]
+
+
+def test_a_run_without_energy_costs_the_band_only_its_configuration(tmp_path):
+    """One repetition's energy empty (RAPL's counter did not move) left the energy
+    panel without its min-max band for every configuration."""
+    lines = MEASUREMENTS_CSV.read_text().splitlines()
+    header = lines[0].split(",")
+    row = lines[3].split(",")
+    row[header.index("energy_wh_r2")] = ""
+    holed = tmp_path / "holed.csv"
+    holed.write_text("\n".join([*lines[:3], ",".join(row), *lines[4:]]) + "\n")
+    m = load_measurements(holed)
+    fig = draw_figure3(m, predictions(m), predictions(m))
+    for ax in fig.axes:
+        assert "Measured (min-max)" in legend(ax), ax.get_ylabel()
