@@ -35,6 +35,8 @@ from parlschedd.words import counted
 from parlschedctl.outputs import FILE, OUT_FILE, CannotWrite, check_figure, check_writable, print_json, writing
 
 FAILURES = (ClusterError, MeasurementsError, ParamsError, MeasureError, ValueError, OSError)
+# Files are replaced whole (atomicfile), so Ctrl-C leaves none half-written.
+INTERRUPTED = "interrupted; an --out file is as it was, or written whole"
 
 
 _NSP_PART = re.compile(r"([0-9]+)(?:-([0-9]+))?")
@@ -124,9 +126,13 @@ def _measured_outside(fitted: Fitted, m: Measurements, params_path: str) -> list
 def fails_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Library errors become one line on stderr and exit 1; with --json also an error
     object on stdout, as the daemon's commands give one (code ``io_error`` for a file
-    that cannot be read or written, else ``invalid_input``)."""
+    that cannot be read or written, ``interrupted`` for Ctrl-C, else ``invalid_input``).
+    Ctrl-C was click's "Aborted!" with nothing on stdout, which a script reading --json
+    could not parse."""
 
-    def code(exc: Exception) -> str:
+    def code(exc: BaseException) -> str:
+        if isinstance(exc, KeyboardInterrupt):
+            return "interrupted"
         unreadable = isinstance(exc, OSError) or isinstance(exc.__cause__, OSError)
         return "io_error" if unreadable or isinstance(exc, CannotWrite) else "invalid_input"
 
@@ -134,8 +140,8 @@ def fails_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except FAILURES as exc:
-            said = _said(exc)
+        except (*FAILURES, KeyboardInterrupt) as exc:
+            said = INTERRUPTED if isinstance(exc, KeyboardInterrupt) else _said(exc)
             if kwargs.get("as_json"):
                 print_json({"error": {"code": code(exc), "message": said}})
             click.echo(f"parlschedctl model: {said}", err=True)

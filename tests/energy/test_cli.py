@@ -438,6 +438,21 @@ def test_measure_interrupted_says_what_out_keeps(tmp_path):
     assert [line.split(",")[0] for line in out.read_text().splitlines()[1:]] == ["1"]
 
 
+def test_fit_interrupted_gives_json_and_leaves_no_file(tmp_path):
+    """Ctrl-C during fit --json said "Aborted!" and left stdout empty: no JSON."""
+    out = tmp_path / "params.json"
+    ctl = subprocess.Popen([sys.executable, "-m", "parlschedctl", "model", "fit", "--cluster", str(CLUSTER_YAML),
+                            "--data", str(MEASUREMENTS_CSV), "--repeat", "50", "--out", str(out), "--json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    time.sleep(3)  # importing and reading done, fitting
+    ctl.send_signal(signal.SIGINT)
+    stdout, stderr = ctl.communicate(timeout=60)
+    assert ctl.returncode == 1 and "parlschedctl model: interrupted" in stderr, stderr
+    assert json.loads(stdout)["error"]["code"] == "interrupted"
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_measure_leaves_an_existing_out_until_a_configuration_is_measured(tmp_path):
     """A typo in CMD cost the measurements already in --out (truncated at the start)."""
     out = tmp_path / "keep.csv"
