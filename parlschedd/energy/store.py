@@ -83,8 +83,9 @@ def load_params(path: str | Path) -> Fitted:
         raise ParamsError(f"{source}: cannot read: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:
         raise ParamsError(f"{source}: not UTF-8 text (byte {exc.start}): not a parameters file") from exc
-    except json.JSONDecodeError as exc:
-        raise ParamsError(f"{source}:{exc.lineno}: not valid JSON: {exc.msg}") from exc
+    except json.JSONDecodeError as exc:  # most often another input given as --params: the cluster, the CSV
+        raise ParamsError(f"{source}:{exc.lineno}: not valid JSON: {exc.msg}; --params takes the file "
+                          "`model fit --out` writes") from exc
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ParamsError(f"{source}: not a parameters file of format {FORMAT} (write one with `model fit --out`)")
     try:

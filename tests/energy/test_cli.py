@@ -232,6 +232,9 @@ def test_failures_exit_1_with_the_file_named(tmp_path, params):
     assert r.exit_code == 1 and f"{cut}:13: 12 cells for 15 columns" in r.output, r.output
     r = CliRunner().invoke(cli, ["model", "predict", "--params", str(bad)])
     assert r.exit_code == 1 and "not valid JSON" in r.output
+    r = CliRunner().invoke(cli, ["model", "predict", "--params", str(CLUSTER_YAML)])  # said what, not what to give
+    assert r.exit_code == 1 and "not valid JSON: Expecting value; --params takes the file `model fit --out` writes" \
+        in r.output, r.output
 
 
 def test_usage_errors_exit_2(params):
