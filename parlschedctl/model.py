@@ -180,8 +180,10 @@ def progress_printer(label: str, quiet: bool, total: int) -> Callable[[int, int]
 
 def _nrmse(x: float | None) -> str:
     """An NRMSE as the text shows it: n/a where there is none (no energy fitted or
-    measured), undefined where it is NaN (``_why_undefined`` says why)."""
-    return "n/a" if x is None else "undefined" if np.isnan(x) else f"{x:.3f}"
+    measured), undefined where it is NaN (``_why_undefined`` says why), and in exponent
+    form past validate's column (parameters edited by hand: 300 digits pushed the
+    energy column off the table)."""
+    return "n/a" if x is None else "undefined" if np.isnan(x) else _fitting(x, 11, ".3f")
 
 
 def _why_undefined(times: list[float | None], energies: list[float | None]) -> list[str]:
@@ -309,11 +311,16 @@ def _cell(x: float | None, width: int, spec: str, scale: float = 1) -> str:
     went with them."""
     if x is None or not np.isfinite(x):
         return f"{'n/a':>{width}}"
-    shown = format(x * scale, spec)
+    return f"{_fitting(x * scale, width, spec):>{width}}"
+
+
+def _fitting(x: float, width: int, spec: str) -> str:
+    """``x`` in ``spec``, or in exponent form when that is wider than ``width``."""
+    shown = format(x, spec)
     if len(shown) > width:  # decimals: what the column leaves beside a sign, "d." and "e+308"
-        sign = spec.startswith("+") or x * scale < 0
-        shown = format(x * scale, f"{'+' if spec.startswith('+') else ''}.{max(0, width - 7 - sign)}e")
-    return f"{shown:>{width}}"
+        sign = spec.startswith("+") or x < 0
+        shown = format(x, f"{'+' if spec.startswith('+') else ''}.{max(0, width - 7 - sign)}e")
+    return shown
 
 
 @model.command()
@@ -332,7 +339,7 @@ def validate(params_path: str, data_path: str, as_json: bool) -> None:
     lines += _why_undefined([r.nrmse_time for r in report.models.values()],
                             [r.nrmse_energy for r in report.models.values()])
     nsp, error = report.models["proposed"].largest_time_error
-    lines.append(f"proposed: largest runtime error {error * 100:+.1f}% at nsp={nsp}")
+    lines.append(f"proposed: largest runtime error {_fitting(error * 100, 9, '+.1f')}% at nsp={nsp}")
     _emit(as_json, report.to_dict() | {"extrapolated_nsp": outside}, "\n".join(lines + [""] + _per_nsp_table(report.models)))
 
 

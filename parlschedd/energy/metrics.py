@@ -6,8 +6,11 @@ import numpy as np
 
 
 def rmse(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
-    """Root-mean-square error over the last axis (configurations), eqs. 10 and 11."""
-    return np.sqrt(np.mean((np.asarray(predicted) - np.asarray(measured)) ** 2, axis=-1))
+    """Root-mean-square error over the last axis (configurations), eqs. 10 and 11; inf,
+    without numpy's warning on stderr, where the squares overflow (predictions of
+    parameters edited by hand)."""
+    with np.errstate(over="ignore"):
+        return np.sqrt(np.mean((np.asarray(predicted) - np.asarray(measured)) ** 2, axis=-1))
 
 
 def nrmse(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:

@@ -139,6 +139,19 @@ def test_huge_predictions_keep_the_table_s_columns(params, tmp_path):
     assert any("e+" in line for line in lines)
 
 
+def test_huge_errors_keep_validate_s_summary_in_its_columns(params, tmp_path):
+    """A hand-edited T_master=1e150 printed the NRMSE, and the largest error, 150 digits
+    wide in fixed point: the energy column went off the table."""
+    doc = json.loads(params.read_text())
+    doc["model"]["parameters"]["T_master"] = 1e150
+    huge = tmp_path / "huge.json"
+    huge.write_text(json.dumps(doc))
+    r = run("model", "validate", "--params", str(huge), "--data", str(MEASUREMENTS_CSV))
+    summary = r.output.splitlines()[:5]
+    assert r.exit_code == 0 and {len(line) for line in summary[:4]} == {len(summary[0])}, r.output
+    assert "e+" in summary[1] and len(summary[4]) < 80, summary
+
+
 def test_predictions_that_overflow_are_no_numbers(params, tmp_path):
     """Parameters near the largest float (accepted by the loader) overflow a predicted
     time: null in the JSON and n/a in the table (the table failed on a TypeError)."""
