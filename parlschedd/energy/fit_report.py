@@ -50,14 +50,16 @@ POWER_FLOOR = 100
 def _implausible_power(cluster: Cluster, m: Measurements, source: str) -> list[str]:
     """A warning naming the configurations whose mean power (energy_wh x 3600 / time_s)
     is far outside what the model can fit, with the unit mistake each side suggests:
-    energies in J (x 3600), runtimes in ms or energies in kWh (/ 1000), or TDPs in mW
-    (x 1000), which put every configuration under the floor: told of the data alone, a
-    user whose measurements were right was sent to check them."""
+    energies in J (x 3600) or TDPs in kW (/ 1000), runtimes in ms, energies in kWh or
+    TDPs in mW (x 1000). A cluster file's wrong unit puts every configuration past one
+    side: told of the data alone, a user whose measurements were right was sent to
+    check them."""
     most = TDP_MARGIN * (cluster.tdp_w.sum() + cluster.master_tdp_w + cluster.switch_tdp_w)
     with np.errstate(invalid="ignore"):
         power = m.energy_wh * 3600 / m.time_s  # NaN where no energy: neither side
     reach = f"the most the cluster draws ({most:.3g} W, {TDP_MARGIN:g} x every TDP)"
-    sides = [(power > FAR * most, f"over {FAR} x {reach}", "energies in J rather than Wh? (divide them by 3600)"),
+    sides = [(power > FAR * most, f"over {FAR} x {reach}", "energies in J rather than Wh (divide them by 3600), or the "
+              "cluster file's tdp_w in kW rather than W?"),
              (power < most / POWER_FLOOR, f"under 1/{POWER_FLOOR} of {reach}",
               "runtimes in ms rather than s, energies in kWh rather than Wh, or the cluster file's tdp_w in mW "
               "rather than W?")]

@@ -963,7 +963,7 @@ def test_a_poor_fit_s_warning_gives_the_cause_its_parameters_show(tmp_path):
     assert "cluster description" not in warning and "underdetermined" not in warning
     assert warning.endswith("a larger search than --generations 12, --repeat 1 may find a better fit")
     assert f"warning: {joules}: nsp 1-32: energy_wh x 3600 / time_s is a mean power of " in r.stderr
-    assert "energies in J rather than Wh? (divide them by 3600)" in r.stderr  # said before the fit, as a cause
+    assert "energies in J rather than Wh (divide them by 3600)" in r.stderr  # said before the fit, as a cause
 
 
 def test_every_out_refuses_dash(params, tmp_path):

@@ -149,8 +149,8 @@ def test_a_mean_power_far_outside_the_cluster_s_is_a_unit_warning(tiny):
     nsp = list(range(1, 8))
     joules = fit_notes(tiny, measurements(nsp, [9.0] * 7, [1.0] * 5 + [3600.0] * 2), "m.csv")
     assert joules == ["warning: m.csv: nsp 6-7: energy_wh x 3600 / time_s is a mean power of 1.44e+06 W, over "
-                      "10 x the most the cluster draws (321 W, 1.5 x every TDP): energies in J rather than Wh? "
-                      "(divide them by 3600)"]
+                      "10 x the most the cluster draws (321 W, 1.5 x every TDP): energies in J rather than Wh "
+                      "(divide them by 3600), or the cluster file's tdp_w in kW rather than W?"]
     ms = fit_notes(tiny, measurements(nsp, [9.0, 9000.0, 9.0, 9000.0, 9.0, 9.0, 9.0], [1.0] * 7), "m.csv")
     assert ms == ["warning: m.csv: nsp 2,4: energy_wh x 3600 / time_s is a mean power of 0.4 W, under 1/100 of the "
                   "most the cluster draws (321 W, 1.5 x every TDP): runtimes in ms rather than s, energies in kWh "
