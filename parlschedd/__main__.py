@@ -5,17 +5,26 @@ from __future__ import annotations
 import os
 import sys
 from functools import partial
+from typing import NoReturn
 
 import click
 
 from parlschedd import __version__, config as config_mod
 from parlschedd.logging import LEVELS, configure
 
+# The exit status of a start refused with a one-line reason (a bad or untrusted config,
+# an unusable socket or state dir, missing privileges): EX_CONFIG, which systemd shows as
+# "status=78/CONFIG". The unit names it in RestartPreventExitStatus=, so systemd does not
+# start again, every RestartSec, what will be refused again until the admin acts, and then
+# refuse the admin's own start after the fix ("Start request repeated too quickly"); a
+# crash (an uncaught exception exits 1, a signal) is still restarted.
+REFUSED = 78
+
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
               help=f"YAML config (default {config_mod.DEFAULT_PATH}; built-in defaults when absent). "
-                   "A file given here that cannot be read stops the daemon with exit 1.")
+                   "A file given here that cannot be read stops the daemon with exit 78 (EX_CONFIG).")
 # A relative --socket is bound as given (an absolute path in a deep directory can pass
 # the 107 bytes of a socket address); the start log names both paths absolute.
 @click.option("--socket", "socket_path", default=None, help="Control socket path (default: the config's socket.path).")
@@ -34,20 +43,22 @@ def main(config_path: str | None, socket_path: str | None, state_dir: str, log_f
     try:
         cfg = config_mod.load(config_path, judge=partial(config_file_untrusted, euid=os.geteuid()))
     except config_mod.ConfigUntrusted as exc:  # refused unread, in the start check's words
-        click.echo(f"parlschedd: {exc}", err=True)
-        sys.exit(1)
+        _refuse(str(exc))
     except config_mod.ConfigUnreadable as exc:
-        click.echo(f"parlschedd: {exc}; {_unreadable_hint(exc, config_path)}", err=True)
-        sys.exit(1)
+        _refuse(f"{exc}; {_unreadable_hint(exc, config_path)}")
     except config_mod.ConfigError as exc:
-        click.echo(f"parlschedd: invalid config {exc}", err=True)
-        sys.exit(1)
+        _refuse(f"invalid config {exc}")
     daemon = Daemon(cfg, config_path, socket_path or cfg.socket.path, state_dir)
     try:
         daemon.run()
     except (StartupError, TopologyError, HostError) as exc:
-        click.echo(f"parlschedd: {exc}", err=True)
-        sys.exit(1)
+        _refuse(str(exc))
+
+
+def _refuse(reason: str) -> NoReturn:
+    """Stop a start that cannot succeed as it is, with its one-line reason."""
+    click.echo(f"parlschedd: {reason}", err=True)
+    sys.exit(REFUSED)
 
 
 def _unreadable_hint(exc: config_mod.ConfigUnreadable, config_path: str | None) -> str:

@@ -7,6 +7,7 @@ import os
 import pytest
 
 from parlschedd import config
+from parlschedd.__main__ import REFUSED
 from parlschedd.config import SUN_PATH_MAX, Config, ConfigError, from_mapping, load
 
 
@@ -160,7 +161,7 @@ def test_a_missing_config_file_is_not_called_invalid(tmp_path):
 
     missing = tmp_path / "missing.yaml"
     r = refused_start(missing, tmp_path / "d.sock", tmp_path / "state")
-    assert r.returncode == 1 and r.stderr.startswith(f"parlschedd: cannot read config {missing}: no such file; "
+    assert r.returncode == REFUSED and r.stderr.startswith(f"parlschedd: cannot read config {missing}: no such file; "
                                                      "check the path given to --config"), r.stderr
     assert "invalid" not in r.stderr and len(r.stderr.splitlines()) == 1
     r = ctl("config", "check", str(missing))

@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from parlschedd.__main__ import REFUSED
 from parlschedd.config import from_mapping, load
 from parlschedd.daemon.prometheus import port_taken
 from parlschedd.hostcheck import (Finding, check_host, config_file_problem, one_line, refusals, socket_path_problem,
@@ -203,7 +204,7 @@ def test_the_daemon_refuses_in_config_checks_words_before_it_makes_anything(tmp_
     path.write_text(config)
     run = tmp_path / "run"
     proc = refused_start(path, run / "d.sock", run / "state")
-    assert proc.returncode == 1 and proc.stderr.startswith(f"parlschedd: {path}: "), proc.stderr
+    assert proc.returncode == REFUSED and proc.stderr.startswith(f"parlschedd: {path}: "), proc.stderr
     assert said.format(config=path) in proc.stderr and "Traceback" not in proc.stderr
     check = subprocess.run([sys.executable, "-m", "parlschedctl", "config", "check", str(path)],
                            capture_output=True, text=True, timeout=30)
@@ -319,7 +320,7 @@ def test_the_daemon_refuses_a_config_or_state_dir_others_may_write_before_it_mak
         said = f"--state-dir: state dir {state}: mode 1777, writable by its group and others: {STATE_WHY}; " \
                f"chown root: {state} && chmod go-w {state}, or choose another --state-dir"
     proc = refused_start(config, run / "d.sock", state)
-    assert (proc.returncode, proc.stderr) == (1, f"parlschedd: {said}\n")
+    assert (proc.returncode, proc.stderr) == (REFUSED, f"parlschedd: {said}\n")
     assert not run.exists()
     if what == "state dir":
         assert [p.name for p in state.iterdir()] == ["state.json"]
@@ -421,7 +422,7 @@ def test_a_config_the_daemon_must_not_believe_is_refused_unread(tmp_path):
     config = d / "cfg.yaml"
     config.symlink_to(secret)
     proc = refused_start(config, tmp_path / "run" / "d.sock", tmp_path / "run" / "state")
-    assert (proc.returncode, proc.stderr) == (1, f"parlschedd: {config}: (file): {_on_path(d, NOT_ROOTS, CONFIG_WHY)}\n")
+    assert (proc.returncode, proc.stderr) == (REFUSED, f"parlschedd: {config}: (file): {_on_path(d, NOT_ROOTS, CONFIG_WHY)}\n")
     assert "SECRET" not in proc.stderr
 
 
@@ -438,7 +439,7 @@ def test_the_daemon_refuses_a_config_or_state_dir_in_a_directory_others_own_at_s
         state = _made(d / "state", 0o755)
         said = f"--state-dir: state dir {state}: {_on_path(d, NOT_ROOTS, STATE_WHY)}, or choose another --state-dir"
     proc = refused_start(config, run / "d.sock", state)
-    assert (proc.returncode, proc.stderr) == (1, f"parlschedd: {said}\n")
+    assert (proc.returncode, proc.stderr) == (REFUSED, f"parlschedd: {said}\n")
     assert not run.exists() and list(d.iterdir()) == [config if what == "config" else state]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from parlschedctl import client
+from parlschedd.__main__ import REFUSED
 from parlschedd.host import procfs
 from parlschedd.config import config_file
 from parlschedd.cpulist import format_cpulist
@@ -1007,7 +1009,7 @@ def test_without_cap_sys_nice_the_daemon_refuses_to_start_and_says_why(open_dir)
     proc = subprocess.run([*AS_NOBODY, sys.executable, "-m", "parlschedd", "--config", str(open_dir / "parlschedd.yaml"),
                            "--socket", str(open_dir / "ctl.sock"), "--state-dir", str(open_dir / "state")],
                           capture_output=True, text=True, timeout=30)
-    assert proc.returncode == 1
+    assert proc.returncode == REFUSED
     assert "needs CAP_SYS_NICE" in proc.stderr and "AmbientCapabilities" in proc.stderr
     assert not (open_dir / "ctl.sock").exists()
 
@@ -1266,7 +1268,7 @@ def test_a_run_dir_removed_under_the_daemon_is_made_again(tmp_path, workload):
             kept.sendall(b'{"cmd": "ping"}\n')
             assert json.loads(kept.makefile().readline())["ok"]
         second = refused_start(tmp_path / "parlschedd.yaml", tmp_path / "second.sock", run / "state")
-        assert second.returncode == 1 and "is in use by" in second.stderr, second.stderr
+        assert second.returncode == REFUSED and "is in use by" in second.stderr, second.stderr
         assert "control socket removed under the daemon, made again" in d.log_text()
         said_before = len(d.log_text())
         os.rename(run, tmp_path / "gone")
@@ -1288,7 +1290,7 @@ def test_a_socket_path_that_is_not_a_socket_is_left_alone(tmp_path):
     precious.write_text("keep me\n")
     (tmp_path / "cfg.yaml").write_text("period_s: 0.05\n")
     proc = refused_start(tmp_path / "cfg.yaml", precious, tmp_path / "state")
-    assert proc.returncode == 1
+    assert proc.returncode == REFUSED
     assert "exists and is not a socket" in proc.stderr
     assert precious.read_text() == "keep me\n"
 
@@ -1299,9 +1301,23 @@ def test_a_socket_path_too_long_makes_no_directory(tmp_path):
     (tmp_path / "cfg.yaml").write_text("period_s: 0.05\n")
     sock = tmp_path / "made" / ("s" * 120)
     proc = refused_start(tmp_path / "cfg.yaml", sock, tmp_path / "state")
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == REFUSED, proc.stderr
     assert f"parlschedd: --socket: {len(str(sock))} bytes, a Unix socket's path holds at most 108\n" == proc.stderr
     assert not (tmp_path / "made").exists()
+
+
+def test_a_refused_start_exits_with_the_status_the_unit_does_not_restart(tmp_path):
+    """Under systemd (Restart=on-failure) a start refused for its config exited 1, as a
+    crash does: systemd started it again every RestartSec into its start limit, and the
+    admin's `systemctl restart` after fixing the file failed with "Start request
+    repeated too quickly" until `systemctl reset-failed`. It exits 78 (EX_CONFIG),
+    which the unit's RestartPreventExitStatus= names; a crash still exits otherwise."""
+    config = tmp_path / "cfg.yaml"
+    config.write_text("period_s: fast\n")
+    proc = refused_start(config, tmp_path / "d.sock", tmp_path / "state")
+    assert proc.returncode == REFUSED == 78 and f"parlschedd: invalid config {config}" in proc.stderr, proc.stderr
+    unit = (Path(__file__).resolve().parents[2] / "systemd" / "parlschedd.service").read_text()
+    assert re.search(rf"^RestartPreventExitStatus={REFUSED}$", unit, re.M), "the unit restarts a refused start"
 
 
 def test_a_config_for_cpus_this_host_lacks_is_refused_naming_the_file_and_keys(tmp_path):
@@ -1310,7 +1326,7 @@ def test_a_config_for_cpus_this_host_lacks_is_refused_naming_the_file_and_keys(t
     config = tmp_path / "cfg.yaml"
     config.write_text("cpus: [4095]\n")
     proc = refused_start(config, tmp_path / "d.sock", tmp_path / "state")
-    assert proc.returncode == 1 and f"parlschedd: {config}: cpus: no usable CPUs" in proc.stderr, proc.stderr
+    assert proc.returncode == REFUSED and f"parlschedd: {config}: cpus: no usable CPUs" in proc.stderr, proc.stderr
     assert "on this host" in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -1323,7 +1339,7 @@ def test_a_path_under_missing_directories_makes_none(tmp_path, what):
     paths = {"--socket": str(tmp_path / "d.sock"), "--state-dir": str(tmp_path / "state")}
     paths[what] = str(tmp_path / "typo" / "run" / "d.sock" if what == "--socket" else tmp_path / "typo" / "run")
     proc = refused_start(tmp_path / "cfg.yaml", paths["--socket"], paths["--state-dir"])
-    assert proc.returncode == 1 and f"no directory {tmp_path / 'typo'} " in proc.stderr, proc.stderr
+    assert proc.returncode == REFUSED and f"no directory {tmp_path / 'typo'} " in proc.stderr, proc.stderr
     assert not (tmp_path / "typo").exists()
 
 
@@ -1345,7 +1361,7 @@ def test_an_unusable_state_dir_or_socket_group_stops_the_start(tmp_path, case):
     (tmp_path / "cfg.yaml").write_text(config)
     sock = tmp_path / "d.sock"
     proc = refused_start(tmp_path / "cfg.yaml", sock, state)
-    assert proc.returncode == 1
+    assert proc.returncode == REFUSED
     if case == "no such socket group":
         assert (f"{tmp_path / 'cfg.yaml'}: socket.group: no group 'no-such-group-here' on this host; create it "
                 "(systemd-sysusers parlsched.sysusers.conf) or set socket.group: null") in proc.stderr
@@ -1368,7 +1384,7 @@ def test_a_start_refused_for_another_daemons_socket_leaves_nothing_it_made(daemo
     if before == "the state dir and a lock file":
         (state / "lock").write_text("4242\n")  # a daemon stopped earlier left it
     proc = refused_start(daemon.config, daemon.socket, state)
-    assert proc.returncode == 1 and (f"another daemon is listening on {daemon.socket} (pid {daemon.proc.pid}): stop it, "
+    assert proc.returncode == REFUSED and (f"another daemon is listening on {daemon.socket} (pid {daemon.proc.pid}): stop it, "
                                      "or give this one another --socket and --state-dir") in proc.stderr, proc.stderr
     if before == "nothing":
         assert not state.exists()
@@ -1386,7 +1402,7 @@ def test_a_start_refused_for_a_metrics_port_in_use_leaves_nothing_it_made(tmp_pa
         (tmp_path / "cfg.yaml").write_text(f"period_s: 0.05\nmetrics: '127.0.0.1:{port}'\n")
         proc = refused_start(tmp_path / "cfg.yaml", tmp_path / "d.sock", tmp_path / "state")
     said = f"cannot listen for metrics on 127.0.0.1:{port}: Address already in use, by pid {os.getpid()} ("
-    assert proc.returncode == 1 and said in proc.stderr, proc.stderr  # the holder named, as config check names it
+    assert proc.returncode == REFUSED and said in proc.stderr, proc.stderr  # the holder named, as config check names it
     assert sorted(os.listdir(tmp_path)) == ["cfg.yaml"]  # no state dir, no lock file, no socket
 
 
@@ -1399,7 +1415,7 @@ def test_a_second_daemon_on_the_same_state_dir_is_refused(daemon, workload, tmp_
     wait_for(lambda: all(len(c) == 1 for c in masks(w.all_tids()).values()))
     saved = (daemon.state_dir / "state.json").read_text()
     proc = refused_start(daemon.config, tmp_path / "second.sock", daemon.state_dir)
-    assert proc.returncode == 1
+    assert proc.returncode == REFUSED
     assert f"state dir {daemon.state_dir} is in use by pid {daemon.proc.pid}" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert (daemon.state_dir / "lock").read_text() == f"{daemon.proc.pid}\n"  # the refused start removed nothing of it
