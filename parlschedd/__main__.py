@@ -8,6 +8,7 @@ from functools import partial
 from typing import NoReturn
 
 import click
+import structlog
 
 from parlschedd import __version__, config as config_mod
 from parlschedd.logging import LEVELS, configure
@@ -43,21 +44,26 @@ def main(config_path: str | None, socket_path: str | None, state_dir: str, log_f
     try:
         cfg = config_mod.load(config_path, judge=partial(config_file_untrusted, euid=os.geteuid()))
     except config_mod.ConfigUntrusted as exc:  # refused unread, in the start check's words
-        _refuse(str(exc))
+        _refuse(str(exc), log_format)
     except config_mod.ConfigUnreadable as exc:
-        _refuse(f"{exc}; {_unreadable_hint(exc, config_path)}")
+        _refuse(f"{exc}; {_unreadable_hint(exc, config_path)}", log_format)
     except config_mod.ConfigError as exc:
-        _refuse(f"invalid config {exc}")
+        _refuse(f"invalid config {exc}", log_format)
     daemon = Daemon(cfg, config_path, socket_path or cfg.socket.path, state_dir)
     try:
         daemon.run()
     except (StartupError, TopologyError, HostError) as exc:
-        _refuse(str(exc))
+        _refuse(str(exc), log_format)
 
 
-def _refuse(reason: str) -> NoReturn:
-    """Stop a start that cannot succeed as it is, with its one-line reason."""
-    click.echo(f"parlschedd: {reason}", err=True)
+def _refuse(reason: str, log_format: str) -> NoReturn:
+    """Stop a start that cannot succeed as it is, with its one-line reason: a JSON
+    line as every other under --log-format json (the journal's reader, a log collector,
+    parses each line; this one is the line an admin needs most)."""
+    if log_format == "json":
+        structlog.get_logger().error("refused to start", error=reason)
+    else:
+        click.echo(f"parlschedd: {reason}", err=True)
     sys.exit(REFUSED)
 
 

@@ -245,11 +245,11 @@ def read_terminal(controller: int) -> bytes:
     return shown
 
 
-def refused_start(config: Path | str, socket: Path | str, state_dir: Path | str) -> subprocess.CompletedProcess:
-    """A daemon started in the foreground on these paths, run until it exits (in the
-    tests that call this: it refuses to start), with its output."""
+def refused_start(config: Path | str, socket: Path | str, state_dir: Path | str, *options: str) -> subprocess.CompletedProcess:
+    """A daemon started in the foreground on these paths (and with ``options``), run
+    until it exits (in the tests that call this: it refuses to start), with its output."""
     return subprocess.run([sys.executable, "-m", "parlschedd", "--config", str(config), "--socket", str(socket),
-                           "--state-dir", str(state_dir)], capture_output=True, text=True, timeout=30)
+                           "--state-dir", str(state_dir), *options], capture_output=True, text=True, timeout=30)
 
 
 def in_child_as(uid: int, fn: Callable[[], Any]) -> Any:

@@ -1320,6 +1320,22 @@ def test_a_refused_start_exits_with_the_status_the_unit_does_not_restart(tmp_pat
     assert re.search(rf"^RestartPreventExitStatus={REFUSED}$", unit, re.M), "the unit restarts a refused start"
 
 
+def test_a_refused_start_is_a_json_line_under_log_format_json(tmp_path):
+    """The unit runs the daemon with --log-format json, and every line it logs is a
+    JSON object but the one an admin needs most: a start refused for a bad config was
+    the plain "parlschedd: invalid config ..." among them, which a collector that
+    parses each line drops. It is the event "refused to start" with the same reason."""
+    config = tmp_path / "cfg.yaml"
+    config.write_text("period_s: fast\n")
+    plain = refused_start(config, tmp_path / "d.sock", tmp_path / "state")
+    proc = refused_start(config, tmp_path / "d.sock", tmp_path / "state", "--log-format", "json")
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == REFUSED and len(lines) == 1, proc.stderr
+    record = json.loads(lines[0])
+    assert (record["event"], record["level"]) == ("refused to start", "error")
+    assert f"parlschedd: {record['error']}\n" == plain.stderr
+
+
 def test_a_config_for_cpus_this_host_lacks_is_refused_naming_the_file_and_keys(tmp_path):
     """Valid (config check says so, and that it would not start here), but with no CPU
     of its own on this host: the refusal said only "no usable CPUs"."""
