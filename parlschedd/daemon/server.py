@@ -130,6 +130,7 @@ class Daemon:
         self._listen_paused_until = 0.0
         self._deadline = float("inf")  # of the next tick; requests wait for it once passed
         self.status_views = StatusViews()
+        self._status_told = ""  # the STATUS= systemd shows in `systemctl status`, as last sent
         # held by the loop but while it waits in select: what another thread (a metrics
         # scrape) reads of the engine is never halfway through a period or a request
         self.awake = threading.Lock()
@@ -210,7 +211,8 @@ class Daemon:
         log.info("started", version=__version__, socket=os.path.abspath(self.socket_path),
                  state_dir=os.path.abspath(self._state_dir), domains=self.domains,
                  counter_source=source.value, period_s=self.config.period_s)
-        notify.notify(f"READY=1\nSTATUS=managing 0 threads\nMAINPID={os.getpid()}")
+        self._status_told = self._status_text()  # the targets attached again from the last run counted
+        notify.notify(f"READY=1\nSTATUS={self._status_told}\nMAINPID={os.getpid()}")
 
     def handle_exit(self, signum: int, frame: object = None) -> None:
         self.should_exit = True
@@ -296,10 +298,23 @@ class Daemon:
             self._deadline = deadline
             self.status_views.new_period(self.status, self._past_deadline)
             self._drop_stale_parts(now)
+            self._tell_status()
             if watchdog and now >= next_watchdog:
-                threads = sum(len(t.threads) for t in self.engine.targets.values())
-                notify.notify(f"WATCHDOG=1\nSTATUS=managing {threads} threads in {len(self.engine.targets)} targets")
+                notify.notify(f"WATCHDOG=1\nSTATUS={self._status_told}")
                 next_watchdog = now + watchdog
+
+    def _status_text(self) -> str:
+        threads = sum(len(t.threads) for t in self.engine.targets.values())
+        return f"managing {threads} threads in {len(self.engine.targets)} targets"
+
+    def _tell_status(self) -> None:
+        """Send systemd the STATUS= line once it changes: sent with the watchdog pings
+        alone (every 15 s, none without a watchdog), `systemctl status` said "managing
+        0 threads" for that long after an attach, and as many after a detach."""
+        status = self._status_text()
+        if status != self._status_told:
+            notify.notify(f"STATUS={status}")
+            self._status_told = status
 
     def shutdown(self) -> None:
         """Restore every thread, and keep the list of targets attached by hand in the

@@ -139,3 +139,26 @@ def test_a_daemon_tells_systemd_it_is_ready_alive_reloading_and_stopping(tmp_pat
         finally:
             if d.proc.poll() is None:
                 d.stop()
+
+
+@needs_root
+def test_a_daemon_tells_systemd_what_it_manages_when_that_changes(tmp_path, monkeypatch, workload):
+    """`systemctl status parlschedd` shows the daemon's STATUS=. It was sent with the
+    watchdog pings alone, every 15 s under the unit (and never without a watchdog), so
+    for that long after an attach it said "managing 0 threads", and as long after a
+    detach the threads let go. It is sent in the period the count changes."""
+    address = str(tmp_path / "notify.sock")
+    with listening(address) as sock:
+        monkeypatch.setenv("NOTIFY_SOCKET", address)
+        monkeypatch.delenv("WATCHDOG_USEC", raising=False)
+        d = start_daemon(tmp_path)
+        try:
+            assert datagrams(sock, b"READY=1")[-1].split(b"\n")[1].startswith(b"STATUS=managing 0 threads")
+            w = workload(3)
+            d.request("attach", pid=w.pid)
+            managing = f"STATUS=managing {len(w.all_tids())} threads in 1 targets".encode()
+            assert datagrams(sock, b"STATUS=", timeout=5)[-1] == managing
+            d.request("detach", pid=w.pid)
+            assert datagrams(sock, b"STATUS=", timeout=5)[-1] == b"STATUS=managing 0 threads in 0 targets"
+        finally:
+            d.stop()
