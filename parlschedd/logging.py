@@ -15,8 +15,14 @@ import structlog
 LEVELS = ("debug", "info", "warning", "error")
 
 
+# syslog(3) priorities of the levels, for journald's "<N>" line prefix (sd-daemon(3)).
+_PRIORITIES = {"debug": 7, "info": 6, "warning": 4, "error": 3, "critical": 2}
+
+
 def configure(fmt: str = "console", level: str = "info") -> None:
     renderer = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
+    if _to_journal(sys.stderr):
+        renderer = _prefixed_with_priority(renderer)
     processors = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
@@ -38,6 +44,28 @@ def configure(fmt: str = "console", level: str = "info") -> None:
         logger_factory=_SinkFactory(sys.stderr, render),
         cache_logger_on_first_use=False,
     )
+
+
+def _to_journal(stream: TextIO) -> bool:
+    """Whether ``stream`` is connected to journald: systemd names the stream it gave a
+    service in JOURNAL_STREAM (device:inode), and a child's redirected stderr is not it."""
+    try:
+        st = os.fstat(stream.fileno())
+    except (OSError, ValueError):  # no descriptor (a test's capture), or closed
+        return False
+    return os.environ.get("JOURNAL_STREAM") == f"{st.st_dev}:{st.st_ino}"
+
+
+def _prefixed_with_priority(renderer: Callable[..., str]) -> Callable[..., str]:
+    """``renderer`` whose lines start with their level's syslog priority, "<3>" for an
+    error: journald takes the prefix off and files the line at that priority. Without
+    it every line of the unit was "info", so `journalctl -p err -u parlschedd` showed
+    none of the daemon's errors, nor `systemctl status` them in red."""
+
+    def render(logger: Any, method: str, event_dict: dict) -> str:
+        return f"<{_PRIORITIES.get(event_dict.get('level', ''), 6)}>{renderer(logger, method, event_dict)}"
+
+    return render
 
 
 # Write errors that pass: a full disk or quota (freed again), a file at its size limit

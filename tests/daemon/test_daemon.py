@@ -1486,6 +1486,35 @@ def daemon_logging_to(tmp_path: Path, stderr, log: Path, *options: str) -> Daemo
     return Daemon(proc, sock, tmp_path / "state", config, log)
 
 
+@needs_root
+def test_on_the_journals_stream_each_line_carries_its_level_as_journald_reads_it(tmp_path, monkeypatch):
+    """Under the unit, stderr is journald's stream (named in JOURNAL_STREAM) and every
+    line was filed as "info": `journalctl -p err -u parlschedd` showed none of the
+    daemon's errors (a refused start, a failed reload), `-p warning` none of its
+    warnings. Each line starts with its syslog priority, which journald takes off; on
+    any other stream the lines stay as they were."""
+    log = tmp_path / "journal-stream.log"
+    with open(log, "ab") as stderr:
+        st = os.fstat(stderr.fileno())
+        monkeypatch.setenv("JOURNAL_STREAM", f"{st.st_dev}:{st.st_ino}")
+        d = daemon_logging_to(tmp_path, stderr, log, "--log-format", "json")
+        try:
+            assert wait_for(lambda: b'"started"' in log.read_bytes(), timeout=15)
+            d.proc.send_signal(signal.SIGUSR1)  # logged as a warning, and ignored
+            assert wait_for(lambda: b'"signal ignored"' in log.read_bytes(), timeout=10)
+        finally:
+            assert d.stop() == 0
+        d.config.write_text("period_s: fast\n")
+        refused = subprocess.run(d.proc.args, stdout=subprocess.DEVNULL, stderr=stderr, timeout=30)
+    assert refused.returncode == REFUSED
+    prefixed = {json.loads(line[3:])["event"]: line[:3] for line in log.read_text().splitlines()}
+    assert {e: prefixed[e] for e in ("started", "signal ignored", "stopped", "refused to start")} == \
+        {"started": "<6>", "signal ignored": "<4>", "stopped": "<6>", "refused to start": "<3>"}, prefixed
+    monkeypatch.setenv("JOURNAL_STREAM", "0:0")  # another stream's: a shell's redirect of a daemon started by systemd
+    other = subprocess.run(d.proc.args, capture_output=True, text=True, timeout=30)
+    assert other.returncode == REFUSED and other.stderr.startswith("{"), other.stderr
+
+
 def test_a_daemon_whose_stderr_reader_is_gone_serves_and_stops_cleanly(tmp_path, workload):
     """``parlschedd ... 2>&1 | tee log`` whose tee ends: the log writes fail with EPIPE,
     which must cost the log, never the daemon, its answers or its shutdown."""
