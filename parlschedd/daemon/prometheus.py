@@ -212,5 +212,16 @@ def cannot_listen(address: str) -> str | None:
         with socket.socket(family, kind, proto) as probe:
             probe.bind(where)
     except OSError as exc:  # gaierror: a name that does not resolve; EADDRNOTAVAIL: not this machine's
-        return f"cannot listen on {host}: {exc.strerror}"
+        return f"cannot listen on {host}: {refused_listen(exc)}"
     return None
+
+
+def refused_listen(exc: OSError) -> str:
+    """Why the metrics listener could not be made, and what to do when no change of the
+    config mends it: the unit's RestrictAddressFamilies=AF_UNIX makes every internet
+    socket fail with EAFNOSUPPORT, which said alone sends the admin to the config."""
+    if exc.errno != errno.EAFNOSUPPORT:
+        return exc.strerror or str(exc)
+    return (f"{exc.strerror}; under parlschedd.service, whose RestrictAddressFamilies=AF_UNIX refuses it, add a drop-in "
+            "(systemctl edit parlschedd) with RestrictAddressFamilies=AF_INET AF_INET6, PrivateNetwork=no and "
+            "IPAddressDeny= (docs/systemd.md), or set metrics: null")

@@ -433,7 +433,7 @@ class Daemon:
     def _start_metrics(self):
         if self.config.metrics is None:
             return None
-        from parlschedd.daemon.prometheus import EngineCollector, Metrics, held_by
+        from parlschedd.daemon.prometheus import EngineCollector, Metrics, held_by, refused_listen
 
         metrics = Metrics(EngineCollector(lambda: self.engine, lambda: self.counters.source.value,
                                           lambda: self.config.metrics_max_threads, self.awake))
@@ -441,7 +441,7 @@ class Daemon:
             metrics.listen(self.config.metrics)
         except OSError as exc:  # the holder named, as config check names it
             held = f", {held_by(self.config.metrics)}" if exc.errno == errno.EADDRINUSE else ""
-            raise StartupError(f"cannot listen for metrics on {self.config.metrics}: {exc.strerror}{held}") from None
+            raise StartupError(f"cannot listen for metrics on {self.config.metrics}: {refused_listen(exc)}{held}") from None
         log.info("metrics listening", address=self.config.metrics, port=metrics.port)
         return metrics
 

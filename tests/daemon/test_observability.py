@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 
 from parlschedctl import client
+from parlschedd.__main__ import REFUSED
 from parlschedd.daemon.history import History
 from parlschedctl.render import progress_line
-from tests.conftest import PINNING, needs_root, start_daemon, threads_of, wait_for
+from tests.conftest import PINNING, needs_root, refused_start, start_daemon, threads_of, wait_for
 
 
 def free_port() -> int:
@@ -378,3 +379,32 @@ def test_a_failing_collector_is_a_log_record_and_the_endpoint_serves_on(workload
     failed = [r for r in logs if r["event"] == "metrics of the targets could not be computed"]
     assert len(failed) == 1 and failed[0]["log_level"] == "error" and failed[0]["exc_info"] is True
     assert "Traceback" not in capfd.readouterr().err
+
+
+# What the unit's RestrictAddressFamilies=AF_UNIX does to the daemon, which the test
+# machine has no systemd to do: every internet socket fails with EAFNOSUPPORT.
+AF_UNIX_ONLY = """import errno, socket
+_init = socket.socket.__init__
+def init(self, family=-1, type=-1, proto=-1, fileno=None):
+    if family in (socket.AF_INET, socket.AF_INET6) and fileno is None:
+        raise OSError(errno.EAFNOSUPPORT, "Address family not supported by protocol")
+    _init(self, family, type, proto, fileno)
+socket.socket.__init__ = init
+"""
+
+
+def test_metrics_refused_by_the_units_address_families_say_which_drop_in_to_add(tmp_path, monkeypatch):
+    """`metrics:` set under the unit, without the drop-in docs/systemd.md describes:
+    the start was refused with "metrics: cannot listen on 127.0.0.1: Address family
+    not supported by protocol", which sends the admin to the config (config check
+    says it is ok). The refusal names the drop-in that mends it."""
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(AF_UNIX_ONLY)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(inject), os.environ.get("PYTHONPATH", "")]))
+    config = tmp_path / "cfg.yaml"
+    config.write_text("metrics: '127.0.0.1:9177'\n")
+    proc = refused_start(config, tmp_path / "d.sock", tmp_path / "state")
+    assert proc.returncode == REFUSED, proc.stderr
+    assert "metrics: cannot listen on 127.0.0.1: Address family not supported by protocol; " in proc.stderr
+    assert "systemctl edit parlschedd" in proc.stderr and "RestrictAddressFamilies=AF_INET AF_INET6" in proc.stderr
