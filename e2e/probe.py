@@ -308,6 +308,21 @@ def main() -> None:
         r["rundir_exists"] = os.path.exists("/run/parlsched")
         r["show"] = show("Result", "ExecMainStatus", "ExecMainCode")
 
+    with step("refused") as r:
+        # A start refused for a bad config: not restarted into the start limit, its reason
+        # an error in the journal, and the admin's start after the fix simply works.
+        good = CONFIG.read_text()
+        CONFIG.write_text(good + "period_s: not-a-number\n")
+        r["start"] = run(["systemctl", "start", UNIT], timeout=60)
+        time.sleep(5)  # more than RestartSec: a restart would have come
+        r["show"] = show("ActiveState", "Result", "ExecMainStatus", "NRestarts")
+        r["errors"] = run(["journalctl", "-u", UNIT, "-p", "err", "-o", "cat", "--no-pager"])["stdout"]
+        CONFIG.write_text(good)
+        r["fixed_start"] = run(["systemctl", "start", UNIT], timeout=60)
+        r["fixed_is_active"] = is_active()
+        r["fixed_status_text"] = show("StatusText")["StatusText"]
+        r["stop"] = run(["systemctl", "stop", UNIT], timeout=60)
+
     with step("journal") as r:
         j = journal_events()
         r["events"] = j["events"]

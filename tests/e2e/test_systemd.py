@@ -179,6 +179,16 @@ def test_stop_restores_every_original_affinity_exactly(steps):
     assert not sp["rundir_exists"], "RuntimeDirectory= not removed on stop"
 
 
+def test_a_refused_start_is_not_restarted_and_starts_once_fixed(steps):
+    rf = steps["refused"]
+    assert rf["start"]["rc"] != 0 and rf["show"]["ActiveState"] == "failed"
+    assert (rf["show"]["ExecMainStatus"], rf["show"]["NRestarts"]) == ("78", "0"), rf["show"]
+    refusal = [line for line in rf["errors"].splitlines() if '"refused to start"' in line]
+    assert refusal and "period_s" in json.loads(refusal[-1])["error"], rf["errors"]  # at priority err
+    assert rf["fixed_start"]["rc"] == 0 and rf["fixed_is_active"] == "active", rf["fixed_start"]
+    assert rf["fixed_status_text"].startswith("managing ")
+
+
 def test_journal_has_the_structured_log_lines(steps):
     j = steps["journal"]
     events = [e.get("event") for e in j["events"]]
