@@ -131,6 +131,7 @@ class Daemon:
         self._deadline = float("inf")  # of the next tick; requests wait for it once passed
         self.status_views = StatusViews()
         self._status_told = ""  # the STATUS= systemd shows in `systemctl status`, as last sent
+        self._status_stale = False  # threads or targets came or went since it was sent
         # held by the loop but while it waits in select: what another thread (a metrics
         # scrape) reads of the engine is never halfway through a period or a request
         self.awake = threading.Lock()
@@ -298,7 +299,8 @@ class Daemon:
             self._deadline = deadline
             self.status_views.new_period(self.status, self._past_deadline)
             self._drop_stale_parts(now)
-            self._tell_status()
+            if self._status_stale:
+                self._tell_status()
             if watchdog and now >= next_watchdog:
                 notify.notify(f"WATCHDOG=1\nSTATUS={self._status_told}")
                 next_watchdog = now + watchdog
@@ -311,6 +313,7 @@ class Daemon:
         """Send systemd the STATUS= line once it changes: sent with the watchdog pings
         alone (every 15 s, none without a watchdog), `systemctl status` said "managing
         0 threads" for that long after an attach, and as many after a detach."""
+        self._status_stale = False
         status = self._status_text()
         if status != self._status_told:
             notify.notify(f"STATUS={status}")
@@ -450,7 +453,7 @@ class Daemon:
     def _mark_dirty(self) -> None:
         """The engine attached, adopted or dropped a target or a thread: state and status
         change (attach and detach included: the engine reports them too)."""
-        self.statefile.dirty = True
+        self.statefile.dirty = self._status_stale = True
         self.status_views.clear()
 
     def _persist(self) -> bool:
