@@ -229,6 +229,7 @@ def main() -> None:
                        "group": run(["getent", "group", str(st.st_gid)])["stdout"].split(":")[0]}
         r["rundir_mode"] = oct(os.stat("/run/parlsched").st_mode & 0o7777)
         r["status"] = status_json()
+        r["reinstall"] = run(make + ["install"], timeout=300, env=env)  # over the running daemon
 
     workload = None
     with step("attach") as r:

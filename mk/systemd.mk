@@ -61,13 +61,12 @@ install:
 	chmod 0644 $(UNITDIR)/.parlschedd.service.new
 	mv $(UNITDIR)/.parlschedd.service.new $(UNITDIR)/parlschedd.service
 	test ! -f docs/systemd.md || install -m 0644 docs/systemd.md $(DOCDIR)/systemd.md
-	if $(SYSTEMD_RUNNING); then systemctl daemon-reload; \
-		if systemctl --quiet is-active parlschedd.service; then \
-			echo "parlschedd is running the old version: systemctl restart parlschedd"; fi; \
-	fi
-	@if $(SYSTEMD_RUNNING); then echo "installed; start it with: systemctl enable --now parlschedd"; \
-	else echo "installed; systemd is not running here (not PID 1), so start it by hand:" \
-		"$(BINDIR)/parlschedd --config $(CONFDIR)/parlschedd.yaml (docs/systemd.md, Without systemd)"; fi
+	if $(SYSTEMD_RUNNING); then systemctl daemon-reload; fi
+	@if ! $(SYSTEMD_RUNNING); then echo "installed; systemd is not running here (not PID 1), so start it by hand:" \
+		"$(BINDIR)/parlschedd --config $(CONFDIR)/parlschedd.yaml (docs/systemd.md, Without systemd)"; \
+	elif systemctl --quiet is-active parlschedd.service; then \
+		echo "installed; parlschedd is still running the old version: systemctl restart parlschedd"; \
+	else echo "installed; start it with: systemctl enable --now parlschedd"; fi
 
 uninstall:
 	@test "$$(id -u)" = 0 || { echo "make uninstall: run as root (sudo make uninstall)" >&2; exit 1; }

@@ -67,6 +67,18 @@ def test_make_install_is_idempotent_and_keeps_the_config(steps):
     assert inst["links"] == {"parlschedd": "/opt/parlsched/venv/bin/parlschedd",
                              "parlschedctl": "/opt/parlsched/venv/bin/parlschedctl"}
     assert inst["unit_file"] == "FragmentPath=/usr/local/lib/systemd/system/parlschedd.service"
+    assert last_words(inst["second"]) == "installed; start it with: systemctl enable --now parlschedd"
+
+
+def test_make_install_over_the_running_daemon_says_to_restart_it_and_not_to_start_it(steps):
+    reinstall = steps["start"]["reinstall"]
+    assert reinstall["rc"] == 0, reinstall["stderr"]
+    assert last_words(reinstall) == "installed; parlschedd is still running the old version: systemctl restart parlschedd"
+
+
+def last_words(make_run: dict) -> str:
+    """What make install said at its end (its stdout also echoes the recipe's commands)."""
+    return [line for line in make_run["stdout"].splitlines() if line.startswith("installed;")][-1]
 
 
 def test_systemd_analyze_verify_passes(steps):
