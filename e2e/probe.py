@@ -17,6 +17,7 @@ import re
 import subprocess
 import time
 import traceback
+import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -168,6 +169,14 @@ def drop_in(text: str | None) -> None:
         DROPIN.write_text("[Service]\n" + text + "\n")
     run(["systemctl", "daemon-reload"])
     run(["systemctl", "reset-failed", UNIT])  # also resets the start rate limit
+
+
+def scrape(url: str) -> dict:
+    try:
+        with urllib.request.urlopen(url, timeout=3) as response:
+            return {"ok": True, "text": response.read().decode()[-2000:]}
+    except OSError as exc:
+        return {"ok": False, "error": str(exc)}
 
 
 def events_of(pid: int) -> list[dict]:
@@ -351,6 +360,29 @@ def main() -> None:
         r["target"] = target
         r["stop"] = run(["systemctl", "stop", UNIT], timeout=60)
         run(["systemctl", "stop", "e2e-cgroup-workload.service"], timeout=60)
+        CONFIG.write_text(good)
+
+    with step("metrics") as r:
+        # `metrics:` under the unit, with the drop-in docs/systemd.md gives and with one
+        # that keeps PrivateNetwork=yes: the listener binds in both, so the start succeeds.
+        good = CONFIG.read_text()
+        CONFIG.write_text(good.replace("\nmetrics: null\n", "\nmetrics: '127.0.0.1:9477'\n"))
+        families = "RestrictAddressFamilies=AF_INET AF_INET6"
+        for name, text in (("kept_private_network", families),
+                           ("documented", f"{families}\nPrivateNetwork=no\nIPAddressDeny=")):
+            m = r[name] = {}
+            drop_in(text)
+            m["start"] = run(["systemctl", "start", UNIT], timeout=60)
+            m["is_active"] = is_active()
+            daemon_pid = main_pid()
+            m["scrape"] = scrape("http://127.0.0.1:9477/metrics")
+            time.sleep(1)  # the journal has the start's lines
+            m["said"] = [{k: e.get(k) for k in ("event", "level", "problem")} for e in events_of(daemon_pid)
+                         if e.get("event", "").startswith("metrics")]
+            if m["is_active"] != "active":
+                m["journal"] = run(["journalctl", "-u", UNIT, "-n", "8", "-o", "cat", "--no-pager"])["stdout"]
+            run(["systemctl", "stop", UNIT], timeout=60)
+        drop_in(None)
         CONFIG.write_text(good)
 
     with step("ablation") as r:

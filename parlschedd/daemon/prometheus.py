@@ -24,6 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.registry import Collector
 
 from parlschedd.host import procfs
+from parlschedd.host.errors import HostError
 
 if TYPE_CHECKING:
     from parlschedd.daemon.engine import Engine
@@ -124,6 +125,25 @@ class Metrics:
             self.server = None
 
 
+DROP_IN = ("a drop-in (systemctl edit parlschedd) with RestrictAddressFamilies=AF_INET AF_INET6, PrivateNetwork=no "
+           "and IPAddressDeny= (docs/systemd.md)")
+
+
+def unreachable() -> str | None:
+    """Why no scraper can reach a listener that was made, or None. Binding succeeds in a
+    network namespace of its own (the unit's PrivateNetwork=yes kept by a drop-in that
+    only adds the address families), where no interface but loopback exists. (A kept
+    IPAddressDeny=any drops the packets unseen: nothing here can tell it.)"""
+    try:
+        alone = procfs.network_interfaces() == ["lo"]
+    except HostError:
+        return None  # no /proc/self/net: nothing to tell by
+    if not alone:
+        return None
+    return ("this daemon's network has no interface but loopback (PrivateNetwork=yes under systemd): "
+            f"only its own namespace reaches the port; {DROP_IN} mends it")
+
+
 def _request_failed(request: object, client_address: tuple) -> None:
     """socketserver's ``handle_error``, called in the request's thread: it printed a
     traceback onto the daemon's stderr, lines that are no log records (not JSON under
@@ -222,6 +242,5 @@ def refused_listen(exc: OSError) -> str:
     socket fail with EAFNOSUPPORT, which said alone sends the admin to the config."""
     if exc.errno != errno.EAFNOSUPPORT:
         return exc.strerror or str(exc)
-    return (f"{exc.strerror}; under parlschedd.service, whose RestrictAddressFamilies=AF_UNIX refuses it, add a drop-in "
-            "(systemctl edit parlschedd) with RestrictAddressFamilies=AF_INET AF_INET6, PrivateNetwork=no and "
-            "IPAddressDeny= (docs/systemd.md), or set metrics: null")
+    return (f"{exc.strerror}; under parlschedd.service, whose RestrictAddressFamilies=AF_UNIX refuses it, add "
+            f"{DROP_IN}, or set metrics: null")

@@ -436,7 +436,7 @@ class Daemon:
     def _start_metrics(self):
         if self.config.metrics is None:
             return None
-        from parlschedd.daemon.prometheus import EngineCollector, Metrics, held_by, refused_listen
+        from parlschedd.daemon.prometheus import EngineCollector, Metrics, held_by, refused_listen, unreachable
 
         metrics = Metrics(EngineCollector(lambda: self.engine, lambda: self.counters.source.value,
                                           lambda: self.config.metrics_max_threads, self.awake))
@@ -446,6 +446,9 @@ class Daemon:
             held = f", {held_by(self.config.metrics)}" if exc.errno == errno.EADDRINUSE else ""
             raise StartupError(f"cannot listen for metrics on {self.config.metrics}: {refused_listen(exc)}{held}") from None
         log.info("metrics listening", address=self.config.metrics, port=metrics.port)
+        why = unreachable()
+        if why:
+            log.warning("metrics not reachable", address=self.config.metrics, problem=why)
         return metrics
 
     # -- the engine's calls -----------------------------------------------------------

@@ -169,6 +169,14 @@ def cmdline(pid: int, root: str = PROC_ROOT) -> list[str]:
     return raw.rstrip("\0").split("\0") if raw else []
 
 
+def network_interfaces(root: str = PROC_ROOT) -> list[str]:
+    """The interfaces of the caller's network namespace (``/proc/self/net/dev``): what
+    socket.if_nameindex() tells, without the netlink socket that a unit's
+    RestrictAddressFamilies= refuses."""
+    lines = _read(os.path.join(root, "self", "net", "dev")).splitlines()[2:]  # two header lines
+    return [line.split(":", 1)[0].strip() for line in lines]
+
+
 def runs(argv: Sequence[str], program: str) -> bool:
     """Whether command line ``argv`` runs ``program``, a Python command of this
     project: as itself, or run by a Python interpreter as its script (which the kernel

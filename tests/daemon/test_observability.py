@@ -132,8 +132,25 @@ def test_a_scraper_that_resets_its_connection_is_no_traceback_in_the_json_log(tm
         d.stop()
     lines = d.log_text().splitlines()
     assert [line for line in lines if not line.startswith("{")] == []
+    assert "metrics not reachable" not in d.log_text()
     resets = went()
     assert len(resets) == 2 and all(r["level"] == "debug" and r["client"].startswith("127.0.0.1:") for r in resets)
+
+
+@needs_root
+def test_a_listener_in_a_network_of_its_own_is_said_to_be_unreachable(tmp_path):
+    """The drop-in that adds AF_INET but keeps the unit's PrivateNetwork=yes: the
+    listener binds in a namespace whose loopback no scraper shares, and the daemon
+    started as if all were well. It warns now, naming the drop-in that mends it
+    (here: unshare(1) makes the namespace, with its loopback up as systemd sets it)."""
+    port = free_port()
+    (tmp_path / "parlschedd.yaml").write_text(f"period_s: 0.05\nmetrics: '127.0.0.1:{port}'\n")
+    d = start_daemon(tmp_path, prefix=["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "sh"])
+    d.stop()
+    warned = [r for r in d.log_records() if r["event"] == "metrics not reachable"]
+    assert len(warned) == 1 and warned[0]["level"] == "warning", d.log_text()
+    assert "no interface but loopback (PrivateNetwork=yes under systemd)" in warned[0]["problem"]
+    assert "PrivateNetwork=no" in warned[0]["problem"]
 
 
 @needs_root

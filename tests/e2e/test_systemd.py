@@ -222,6 +222,19 @@ def test_cgroup_rule_finds_a_units_process_through_read_only_cgroupfs(steps):
     assert len(cg["target"]["threads"]) >= 3
 
 
+def test_metrics_are_scraped_through_the_documented_drop_in_and_said_unreachable_with_private_network_kept(steps):
+    m = steps["metrics"]
+    documented = m["documented"]
+    assert documented["is_active"] == "active" and documented["scrape"]["ok"], documented
+    assert "parlsched_managed_threads" in documented["scrape"]["text"]
+    assert [s["event"] for s in documented["said"]] == ["metrics listening"], documented
+    private = m["kept_private_network"]  # bound in the unit's own network namespace
+    assert private["is_active"] == "active" and not private["scrape"]["ok"], private
+    unreachable = [s for s in private["said"] if s["event"] == "metrics not reachable"]
+    assert len(unreachable) == 1 and unreachable[0]["level"] == "warning", private
+    assert "PrivateNetwork=yes under systemd" in unreachable[0]["problem"]
+
+
 def test_each_capability_is_needed(steps):
     ab = steps["ablation"]
     nice = ab["CAP_SYS_NICE"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -15,7 +16,7 @@ import pytest
 
 from parlschedd.host import procfs
 from parlschedd.host.errors import HostError, ThreadGone
-from tests.conftest import wait_for
+from tests.conftest import needs_root, wait_for
 from parlschedd.host.procfs import Schedstat, Uids
 
 from .conftest import FakeProc, Worker, stat_line
@@ -56,6 +57,17 @@ def test_real_kernel_and_user_threads_are_told_apart() -> None:
         pytest.skip("pid 2 is not kthreadd here (a pid namespace)")
     assert procfs.process_stat(2).kernel_thread
     assert not procfs.process_stat(os.getpid()).kernel_thread
+
+
+@needs_root
+def test_network_interfaces_are_those_of_the_callers_namespace() -> None:
+    """/proc/self/net/dev follows the reader's network namespace, as the daemon under
+    PrivateNetwork=yes needs (it cannot open the netlink socket if_nameindex uses)."""
+    assert procfs.network_interfaces() == [name for _, name in socket.if_nameindex()]
+    own = subprocess.run(["unshare", "--net", sys.executable, "-c",
+                          "from parlschedd.host import procfs; print(procfs.network_interfaces())"],
+                         capture_output=True, text=True, check=True)
+    assert own.stdout.strip() == "['lo']", own
 
 
 def test_fake_tree_threads_and_identity(fake_proc: FakeProc) -> None:
