@@ -885,7 +885,9 @@ def test_an_exec_from_any_thread_leaves_the_main_thread_counted_and_restored(who
         else:
             assert set(target.threads) == {p.pid}
             utility = target.current().utility[0]
-            assert utility > 0.3e9, f"the main tid counts {utility:.3g} ns/s while its program spins"
+            # about 1e9 on a quiet machine; a third of that on a loaded one (a pinned
+            # thread shares its CPU), and 0 when the counter stayed with the old thread
+            assert utility > 0.1e9, f"the main tid counts {utility:.3g} ns/s while its program spins"
         engine.detach(p.pid)
         assert os.sched_getaffinity(p.pid) == after
 
