@@ -1,7 +1,8 @@
 """parlschedctl: a thin command-line client (shared/spec/interfaces.md).
 
 It parses, calls and prints. Exit codes: 0 success, 1 refused or failed,
-2 usage error (click's default), 3 the daemon is not reachable.
+2 usage error (click's default; with --json also its error object, code "usage"),
+3 the daemon is not reachable.
 """
 
 from __future__ import annotations
@@ -71,9 +72,40 @@ def talks_to_daemon(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 class Commands(click.Group):
     """The model commands load numpy and scipy, most of a second: imported when asked
-    for (or listed by --help), so that status, top and attach answer at once."""
+    for (or listed by --help), so that status, top and attach answer at once.
+
+    A usage error (exit 2, click's message on stderr) of a command line that asks for
+    --json also puts {"error": {"code": "usage", "message": ...}} on stdout, one line, as
+    a refusal does: a script reading stdout found nothing there to parse. Whether it
+    asks is read from the words (``_asks_for_json``), the options being unparsed."""
 
     lazy = {"model": ("parlschedctl.model", "model")}
+    ARGV = "parlschedctl.argv"  # ctx.meta: the command line as given, for a usage error raised after the parse
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        words = list(args)  # the parse consumes args
+        try:
+            ctx = super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as exc:  # parlschedctl's own options (--json before the command too)
+            if parent is None:
+                self._usage_json(words, exc)
+            raise
+        ctx.meta.setdefault(self.ARGV, words)
+        return ctx
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:  # the command's (a group's: the subcommand's): its name, options, arguments
+            if ctx.parent is None:
+                self._usage_json(ctx.meta.get(self.ARGV, []), exc)
+            raise
+
+    def _usage_json(self, words: list[str], exc: click.UsageError) -> None:
+        if _asks_for_json(self, words):
+            with contextlib.suppress(OSError):  # stdout closed: click's message on stderr still says it
+                click.echo(json.dumps({"error": {"code": "usage", "message": exc.format_message()}}))
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted([*super().list_commands(ctx), *self.lazy])
@@ -83,6 +115,34 @@ class Commands(click.Group):
             module, attr = self.lazy[name]
             return getattr(importlib.import_module(module), attr)
         return super().get_command(ctx, name)
+
+
+def _asks_for_json(group: click.Group, words: list[str]) -> bool:
+    """Whether a command line asks for --json: the word ``--json`` (or ``--json=...``)
+    anywhere among parlschedctl's own words, before the command (``parlschedctl --json
+    status``, itself the usage error) or after it, before or after the word in error.
+    Not a word after ``--``, nor one from CMD on in run (model measure), nor the value
+    of an option that takes one (``--threads --json``), which are not options: walked
+    as click reads them, each word resolved against the command it falls under."""
+    command: click.Command | None = group
+    rest = iter(words)
+    for word in rest:
+        if word == "--":
+            return False
+        if word == "--json" or word.startswith("--json="):
+            return True
+        if word.startswith("-") and word != "-":
+            name, _, value = word.partition("=")
+            option = next((p for p in command.params if isinstance(p, click.Option) and name in p.opts), None) \
+                if command is not None else None
+            if option is not None and not option.is_flag and not option.count and not value:
+                next(rest, None)  # its value, whatever it reads
+        elif isinstance(command, click.Group):
+            with contextlib.suppress(Exception):  # a command that is not there: its options unknown
+                command = command.get_command(click.Context(command), word)
+        elif command is not None and not command.context_settings.get("allow_interspersed_args", True):
+            return False  # CMD begins: the rest is CMD's
+    return False
 
 
 @click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})

@@ -137,6 +137,37 @@ def test_usage_error_exits_2(tmp_path):
     assert r.returncode == 2 and "No such option '--jsn'" in r.stderr  # not a program named --jsn
 
 
+@pytest.mark.parametrize("args", [
+    ("status", "--json", "--bogus"), ("status", "--bogus", "--json"),  # --json before or after the word in error
+    ("attach", "--json", "notapid"), ("attach", "notapid", "--json"),
+    ("--json", "status"),  # --json before the command: click's "No such option", still asked for
+    ("stauts", "--json"),  # no such command
+    ("run", "--plot", "x.nosuchformat", "--json", "--", "true"),
+    ("model", "predict", "--json", "--params", "p.json", "--nsp", "5-2"),  # a model command's (parlschedctl/model.py)
+    ("model", "fit", "--bogus", "--json"),
+])
+def test_a_usage_error_under_json_is_a_json_error_on_stdout(tmp_path, args):
+    """A usage error printed nothing on stdout, --json or not, where a refusal prints its
+    error object: a script reading stdout had nothing to parse. Exit 2 and click's
+    message on stderr as before; on stdout one line, the error with code "usage"."""
+    r = ctl(*args, socket=str(tmp_path / "none.sock"), cwd=tmp_path)
+    assert r.returncode == 2 and "Error: " in r.stderr, (args, r.stderr)
+    assert len(r.stdout.splitlines()) == 1, (args, r.stdout)
+    error = json.loads(r.stdout)["error"]
+    assert error["code"] == "usage" and error["message"] and error["message"] in r.stderr, (args, error)
+
+
+@pytest.mark.parametrize("args", [
+    ("attach", "notapid"),  # no --json: stdout stays empty, as before
+    ("status", "--", "--json"),  # after --: an argument, not the option
+    ("attach", "--threads", "--json", "notapid"),  # --threads' value
+    ("run", "--plot", "x.nosuchformat", "sh", "-c", "echo --json"),  # CMD's
+])
+def test_a_usage_error_without_json_prints_nothing_on_stdout(tmp_path, args):
+    r = ctl(*args, socket=str(tmp_path / "none.sock"), cwd=tmp_path)
+    assert r.returncode == 2 and r.stdout == "" and "Error: " in r.stderr, (args, r.stdout, r.stderr)
+
+
 def test_daemon_commands_do_not_load_the_models_libraries(tmp_path):
     """numpy and scipy (the model commands') took most of a second of every status."""
     probe = ("import atexit, sys\n"
