@@ -8,33 +8,25 @@ It parses, calls and prints. Exit codes: 0 success, 1 refused or failed,
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import functools
 import importlib
 import json
 import os
 import select
-import shutil
-import signal
-import stat
-import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime
-from enum import Enum
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
 from parlschedd import __version__
-from parlschedctl import client
+from parlschedctl import client, runner
 from parlschedd.daemon import protocol
-from parlschedctl.outputs import FILE, OUT_FILE, CannotWrite, check_figure, print_json, writing
-from parlschedctl.render import (clip, placement_counts, placements, printable, progress_line, status_screen,
-                                 status_table)
+from parlschedctl.outputs import FILE, OUT_FILE, CannotWrite, check_figure, print_json
+from parlschedctl.render import printable, status_screen, status_table, terminal_size
+from parlschedctl.runner import PlotFailed, draw
 from parlschedd.words import n_threads
 
 
@@ -259,7 +251,7 @@ def top(sock: str, interval: float | None, iterations: int | None, reconnect_tim
             lost_since = None
             period = reply["daemon"]["period_s"]
             if tty:
-                now = _terminal_size()
+                now = terminal_size()
                 resized = size is not None and now != size
                 frame = _screen_frame(status_screen(reply, now.lines - 1, now.columns), resized)
                 size = now
@@ -273,23 +265,6 @@ def top(sock: str, interval: float | None, iterations: int | None, reconnect_tim
         pass
     except BrokenPipeError:  # the reader left: the view's end, not an error (click's own handling exits 1)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush has nowhere to fail
-
-
-def _terminal_size(fd: int | None = None) -> os.terminal_size:
-    """The terminal size of ``fd`` (stdout's when None), asked at each frame so that a
-    resize is followed at the next; 80 x 24 where the terminal says 0 (a pty nobody sized)."""
-    try:
-        size = os.get_terminal_size(sys.stdout.fileno() if fd is None else fd)
-    except OSError:
-        size = os.terminal_size((0, 0))
-    return os.terminal_size((size.columns or 80, size.lines or 24))
-
-
-def _live_status(target: dict, elapsed: float) -> str:
-    """run's one-line status cut to stderr's terminal columns but one, read at each
-    refresh as top does: a longer line wrapped, and each ``\\r`` then redrew only its
-    last row, leaving a stale row behind per refresh."""
-    return clip(progress_line(target, elapsed), _terminal_size(sys.stderr.fileno()).columns - 1)
 
 
 def _screen_frame(lines: list[str], resized: bool) -> str:
@@ -315,73 +290,6 @@ def _reader_left(seconds: float) -> bool:
     watch = select.poll()
     watch.register(sys.stdout.fileno(), 0)  # no events asked: only POLLERR, POLLHUP and POLLNVAL come back
     return bool(watch.poll(seconds * 1000))
-
-
-# Sent to run alone (a supervisor, a closed ssh session, kill), they are passed on to CMD,
-# so that CMD never runs on orphaned, still pinned, with no summary. The keyboard's are
-# not: Ctrl-C and Ctrl-\ reach CMD through the terminal's process group, and passing them
-# on would send them twice (a JVM would dump its threads twice); run ignores them.
-RELAYED = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM)
-FROM_KEYBOARD = (signal.SIGINT, signal.SIGQUIT)
-
-
-class _Relay:
-    """Passes RELAYED signals on to CMD; one that comes before CMD exists is kept and
-    passed on as soon as it does (installed before the fork, so none is missed). A
-    signal run was started ignoring (nohup's SIGHUP, a shell's background job) stays
-    ignored, and CMD inherits that, as it would without run."""
-
-    def __init__(self) -> None:
-        self.proc: subprocess.Popen | None = None
-        self.pending: list[int] = []
-        for sig in RELAYED:
-            if signal.getsignal(sig) != signal.SIG_IGN:
-                signal.signal(sig, self._on_signal)
-
-    def _on_signal(self, signum: int, frame: object) -> None:
-        if self.proc is None:
-            self.pending.append(signum)
-        else:
-            self.proc.send_signal(signum)
-
-    def started(self, proc: subprocess.Popen) -> None:
-        self.proc = proc
-        while self.pending:
-            proc.send_signal(self.pending.pop(0))
-
-
-def _say(text: str, nl: bool = True, err: bool = True) -> None:
-    """A message of run's on stderr (its --json summary on stdout), where one that cannot
-    be written (a closed pipe, a full disk) is lost rather than turning CMD's exit code
-    into run's failure."""
-    try:
-        click.echo(text, nl=nl, err=err)
-    except OSError:
-        pass
-
-
-def _is_terminal(stream: Any) -> bool:
-    """Whether ``stream`` is a terminal; False where there is none (Python's sys.stderr
-    is None when run started with descriptor 2 closed, ``2>&-``)."""
-    return stream is not None and stream.isatty()
-
-
-def _signal_name(number: int) -> str:
-    """SIGKILL, SIGRTMIN+3: Python names only the first and last real-time signals."""
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        rtmin = int(signal.SIGRTMIN)
-        return f"SIGRTMIN+{number - rtmin}" if rtmin < number < signal.SIGRTMAX else f"signal {number}"
-
-
-class Watched(Enum):
-    """How far run watched CMD, which is what its summary can say of CMD's threads."""
-
-    TO_THE_END = ""  # attached until CMD ended: the count, and when managed the last placements
-    DETACHED = "detached before the end"  # a client detached CMD while it ran: the count and this
-    DAEMON_STOPPED = "the daemon stopped before the end"  # it went away (before the attach or after): the same
-    NEVER_ATTACHED = None  # the daemon refused the attach (or CMD could not start): nothing to count
 
 
 def _figure_to(ctx: click.Context, param: click.Parameter, path: str | None) -> str | None:
@@ -411,231 +319,7 @@ def run(sock: str, observe: bool, as_json: bool, plot_to: str | None, cmd: tuple
     """Start CMD, attach it, wait for it, print a summary, exit with CMD's exit code
     (128 + N when a signal N killed it; 127 when CMD is not found, 126 when it cannot run).
     Everything from CMD on is CMD's, options too."""
-    client.request(sock, "ping")
-    started = time.monotonic()
-    relay = _Relay()
-    end = RunEnd(cmd, observe)
-    try:
-        proc = subprocess.Popen(cmd)
-    except OSError as exc:  # the shell's and env(1)'s codes: 127 not found, 126 not runnable
-        end.not_managed = f"cannot start {cmd[0]}: {_why_not_started(cmd[0], exc)}"
-        end.watched = Watched.NEVER_ATTACHED
-        end.returncode = 127 if isinstance(exc, FileNotFoundError) else 126
-        end.seconds = time.monotonic() - started
-        _say(f"parlschedctl: {end.not_managed}")
-        _finish(end, as_json, summary=False)
-    relay.started(proc)
-    end.pid = proc.pid
-    for sig in FROM_KEYBOARD:  # after the fork: CMD must not inherit them ignored
-        signal.signal(sig, signal.SIG_IGN)
-    try:
-        end.last = client.request(sock, "attach", pid=proc.pid, observe=observe, descendants=True)["target"]
-        end.managed.update(t["tid"] for t in end.last.get("threads", []))
-        live = _is_terminal(sys.stderr)
-        while proc.poll() is None:
-            try:
-                end.last = client.request(sock, "status", pid=proc.pid)["targets"][0]
-            except client.Refused:
-                if proc.poll() is None:  # it runs, and is not attached: a client detached it
-                    end.watched = Watched.DETACHED
-                    _say(("\r\033[K" if live else "") + f"parlschedctl: {cmd[0]} was detached; waiting for it")
-                    break
-                continue  # it ended, and the daemon dropped it: the loop's end
-            except client.Unreachable as exc:  # a restart (systemctl restart) attaches CMD again from its state
-                _say(("\r\033[K" if live else "") + f"parlschedctl: lost the daemon ({exc}); waiting for {cmd[0]}, "
-                     "and for the daemon to come back")
-                if not _back(sock, proc):
-                    end.watched = Watched.DAEMON_STOPPED
-                    break
-                end.restarts += 1
-                _say(f"parlschedctl: the daemon is back and manages {cmd[0]} again")
-                continue
-            end.managed.update(t["tid"] for t in end.last.get("threads", []))
-            if live and end.last:
-                _say("\r\033[K" + _live_status(end.last, time.monotonic() - started), nl=False)
-            time.sleep(0.2)
-        if live:
-            _say("\r\033[K", nl=False)
-    except client.Refused as exc:
-        ended = exc.code == "no_such_process" and proc.poll() is not None
-        end.not_managed = f"{cmd[0]} ended before it could be attached" if ended else str(exc)
-        _say(f"parlschedctl: not managed: {end.not_managed}")
-        end.watched = Watched.NEVER_ATTACHED
-    except client.Unreachable as exc:
-        end.watched = Watched.DAEMON_STOPPED
-        _say(("\r\033[K" if _is_terminal(sys.stderr) else "") + f"parlschedctl: lost the daemon ({exc}); waiting for {cmd[0]}")
-    end.returncode = proc.wait()
-    end.seconds = time.monotonic() - started
-    if plot_to is not None:
-        _plot_run(sock, end, plot_to)
-    _finish(end, as_json)
-
-
-def _back(sock: str, proc: subprocess.Popen) -> bool:
-    """Whether a daemon manages ``proc`` again before it ends: the daemon restarted with
-    its state dir (systemctl restart keeps it) attaches again what clients attached.
-    False when it ended first, or a daemon came back without it (a stop forgets)."""
-    while proc.poll() is None:
-        try:
-            client.request(sock, "status", pid=proc.pid)
-            return True
-        except client.Unreachable:
-            time.sleep(0.5)
-        except client.Refused:
-            return False
-    return False
-
-
-def _why_not_started(program: str, exc: OSError) -> str:
-    """Why exec failed, in words that fit the file: ENOENT of a file that is there
-    means its #! interpreter (or, of a binary, its loader) is missing, EACCES of a
-    directory that it is one; else the system's words."""
-    found = program if "/" in program else shutil.which(program)
-    if isinstance(exc, FileNotFoundError) and found and os.path.isfile(found):
-        try:
-            with open(found, "rb") as f:
-                first = f.readline(256)
-        except OSError:
-            first = b""
-        if first.startswith(b"#!") and first[2:].split():
-            interpreter = first[2:].split()[0].decode(errors="replace")
-            return f"its interpreter {interpreter} (its #! line) is not found"
-        return "a program it needs to start (its #! interpreter or ELF loader) is not found"
-    if isinstance(exc, PermissionError) and found and os.path.isdir(found):
-        return "it is a directory"
-    return exc.strerror or str(exc)
-
-
-def _plot_run(sock: str, end: RunEnd, out: str) -> None:
-    """Draw CMD's run into ``out`` (end.plot when written); said either way, before
-    the summary, which stays the last line."""
-    cmd = end.cmd[0]
-    why = {Watched.NEVER_ATTACHED: f"{cmd} was never managed",
-           Watched.DETACHED: f"{cmd} was detached before its end, and its history with it",
-           Watched.DAEMON_STOPPED: f"the daemon stopped before {cmd}'s end"}.get(end.watched)
-    if why is not None:
-        _say(f"parlschedctl: no plot: {why}")
-        return
-    try:
-        since = " since the daemon's restart" if end.restarts else ""  # the restarted daemon's history alone
-        _say(f"parlschedctl: {_draw(sock, end.pid, out)}{since}")
-        end.plot = out
-    except PlotFailed as exc:
-        _say(f"parlschedctl: {exc}")
-    except (client.Refused, client.Unreachable) as exc:
-        _say(f"parlschedctl: cannot plot: {exc}")
-
-
-@dataclass
-class RunEnd:
-    """What run saw of CMD, for its summary: the last line on stderr, and with --json
-    one JSON object on stdout."""
-
-    cmd: tuple[str, ...]
-    observe: bool
-    pid: int | None = None  # None: CMD could not be started
-    returncode: int = 0  # Popen's: -N when signal N killed CMD
-    seconds: float = 0.0
-    watched: Watched = Watched.TO_THE_END
-    managed: set[int] = field(default_factory=set)  # every tid managed (observed) at some poll
-    last: dict[str, Any] = field(default_factory=dict)  # the target at the last poll
-    not_managed: str | None = None  # why CMD was never attached (or started)
-    plot: str | None = None  # the figure --plot wrote
-    restarts: int = 0  # daemon restarts CMD was managed through: a history since the last
-
-    @property
-    def threads_managed(self) -> int:
-        """Every thread managed (observed) during the run: the daemon's count at the last
-        poll (a thread that came and went between two polls is in it), else the tids seen."""
-        return max(len(self.managed), self.last.get("threads_adopted", 0))
-
-    @property
-    def exit_code(self) -> int:
-        """run's own: CMD's, or 128 + N when signal N killed it, as a shell gives it."""
-        return self.returncode if self.returncode >= 0 else 128 - self.returncode
-
-    def line(self) -> str:
-        """'parlschedctl: CMD exited 3 after 1.20 s; managed 4 threads (at the end: ...)'."""
-        how = f"exited {self.returncode}" if self.returncode >= 0 else f"was killed by {_signal_name(-self.returncode)}"
-        return f"parlschedctl: {self.cmd[0]} {how} after {self.seconds:.2f} s{_run_summary(self)}"
-
-    def as_json(self) -> dict[str, Any]:
-        """The summary's facts under status --json's names (pid, mode, threads), each
-        null where the summary says nothing of it."""
-        attached = self.watched is not Watched.NEVER_ATTACHED
-        at_end = self.watched is Watched.TO_THE_END and not self.observe  # the summary gives the last placements
-        left = self.last.get("threads", []) if at_end else None
-        one_cpu, free = placement_counts(left) if left is not None else (None, None)
-        return {"command": list(self.cmd), "pid": self.pid, "exit_code": self.exit_code,
-                "signal": _signal_name(-self.returncode) if self.returncode < 0 else None,
-                "seconds": round(self.seconds, 3), "mode": "observe" if self.observe else "pin",
-                "watched": self.watched.name.lower(), "not_managed": self.not_managed,
-                "threads_managed": self.threads_managed if attached else None,
-                "threads": left, "on_one_cpu": one_cpu, "free_in_domain": free, "plot": self.plot}
-
-
-def _finish(end: RunEnd, as_json: bool, summary: bool = True) -> NoReturn:
-    """Say how CMD ended (stderr; stdout too with --json) and exit with its code."""
-    if summary:
-        _say(end.line())
-    if as_json:  # one line: CMD's output shares stdout, and a script takes the last line
-        start = _new_line(summary_said=summary) if end.pid is not None else ""  # a CMD never started wrote nothing
-        _say(start + json.dumps(end.as_json(), separators=(",", ":")), err=False)
-    sys.exit(end.exit_code)
-
-
-def _new_line(summary_said: bool) -> str:
-    """What run --json writes before its summary so that the summary is a line of its
-    own: CMD writes to the same stdout, and ``printf 'no newline'`` left the summary
-    joined to CMD's last line. "\\n" when CMD's output did not end its line; on a regular
-    file that is read back (its byte before the write position). Where it cannot be
-    (a pipe, a socket), "\\n" always: an empty line after an output that did end its
-    line costs less than a summary a script cannot parse. On the terminal the summary
-    line on stderr just ended (the same terminal), nothing."""
-    if sys.stdout is None:  # started with stdout closed (>&-): the summary is lost, as on a closed pipe
-        return ""
-    out = sys.stdout.fileno()
-    with contextlib.suppress(OSError):
-        sys.stdout.flush()
-        if os.isatty(out):
-            if summary_said and os.isatty(2) and os.path.samestat(os.fstat(out), os.fstat(2)):
-                return ""
-        elif stat.S_ISREG(os.fstat(out).st_mode):
-            return "" if _byte_before_write(out) in (b"", b"\n") else "\n"
-    return "\n"
-
-
-def _byte_before_write(fd: int) -> bytes:
-    """The byte before where the next write to regular file ``fd`` lands (at its end
-    in append mode), b"" at the file's start. A file opened write-only (``> out``) is
-    read through /proc/self/fd, which opens it again for reading; raises OSError."""
-    at = os.fstat(fd).st_size if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_APPEND else os.lseek(fd, 0, os.SEEK_CUR)
-    if at == 0:
-        return b""
-    try:
-        return os.pread(fd, 1, at - 1)
-    except OSError as exc:
-        if exc.errno != errno.EBADF:
-            raise
-    reader = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        return os.pread(reader, 1, at - 1)
-    finally:
-        os.close(reader)
-
-
-def _run_summary(end: RunEnd) -> str:
-    """'; managed 4 threads (at the end ...)' for run's last line; '' when never attached."""
-    if end.watched is Watched.NEVER_ATTACHED:
-        return ""
-    said = f"; {'observed' if end.observe else 'managed'} {n_threads(end.threads_managed)}"
-    if end.watched in (Watched.DETACHED, Watched.DAEMON_STOPPED):
-        return f"{said} ({end.watched.value})"
-    if end.observe:
-        return said
-    left = end.last.get("threads", [])
-    at_end = "at the end" if len(left) == end.threads_managed else f"{len(left)} left at the end"
-    return said + f" ({at_end}: {placements(left)})"
+    runner.run(sock, observe, as_json, plot_to, cmd)
 
 
 @cli.command()
@@ -648,42 +332,11 @@ def plot(sock: str, pid: int, out: str, last: int | None) -> None:
     """Plot PID's running average speed per thread and overall, with CPU and domain changes."""
     try:
         check_figure(out)
-        said = _draw(sock, pid, out, last)
+        said = draw(sock, pid, out, last)
     except (PlotFailed, ValueError) as exc:  # check_figure's: CannotWrite, a format matplotlib has not
         click.echo(f"parlschedctl: {exc}", err=True)
         sys.exit(1)
     click.echo(said)
-
-
-class PlotFailed(Exception):
-    """A figure not drawn, in the words the user is told."""
-
-
-def _draw(sock: str, pid: int, out: str, last: int | None = None) -> str:
-    """Draw the history of target ``pid`` (the last ``last`` periods) into ``out``;
-    'wrote OUT (N periods)', else PlotFailed. The history is asked for first:
-    matplotlib takes a second to import, and the target may be about to exit."""
-    try:
-        history = client.request(sock, "history", pid=pid, last=last, timeout=60)
-        from parlschedd.plots import plot_history
-
-        with writing(out):
-            path = plot_history(history, out)
-    except CannotWrite as exc:  # "PATH: cannot write: ...", as the other commands say it
-        raise PlotFailed(str(exc)) from None
-    except (ValueError, OSError) as exc:
-        raise PlotFailed(f"cannot plot: {exc}") from None
-    return f"wrote {path} ({len(history['samples'])} periods{_cut(history) if last is None else ''})"
-
-
-def _cut(history: dict[str, Any]) -> str:
-    """': the last 60.0 s of the run, ...' when the daemon's ring (history_periods) has
-    dropped the run's first periods, so a figure said to be of the whole run is not."""
-    samples, capacity, period = history["samples"], history.get("capacity"), history.get("period_s", 0.0)
-    if not capacity or len(samples) < capacity or samples[0]["t"] < 1.5 * period:
-        return ""
-    span = samples[-1]["t"] - samples[0]["t"] + period
-    return f": the last {span:.1f} s of the run, all the daemon keeps (history_periods {capacity})"
 
 
 @cli.command()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import unicodedata
 from typing import Any
 
@@ -160,3 +162,13 @@ def placement_counts(threads: list[dict[str, Any]]) -> tuple[int, int]:
     ``pinned``; the rest have their own)."""
     free = sum(bool(t["pinned"] and t.get("free")) for t in threads)
     return sum(t["pinned"] for t in threads) - free, free
+
+
+def terminal_size(fd: int | None = None) -> os.terminal_size:
+    """The terminal size of ``fd`` (stdout's when None), asked at each frame so that a
+    resize is followed at the next; 80 x 24 where the terminal says 0 (a pty nobody sized)."""
+    try:
+        size = os.get_terminal_size(sys.stdout.fileno() if fd is None else fd)
+    except OSError:
+        size = os.terminal_size((0, 0))
+    return os.terminal_size((size.columns or 80, size.lines or 24))
