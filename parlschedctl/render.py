@@ -9,6 +9,7 @@ from typing import Any
 
 from parlschedd.cpulist import format_cpulist
 from parlschedd.daemon.protocol import clip as clip_value
+from parlschedd.units import unit_of
 from parlschedd.words import counted, n_threads
 
 
@@ -18,11 +19,6 @@ def printable(name: str) -> str:
     as escapes, as ps(1) does, never sent to root's terminal as they are."""
     return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
                    for c in name)
-
-
-UTILITY_UNITS = {"perf:instructions": "instructions per second",
-                 "perf:task-clock": "ns of CPU per second (1e9: a whole CPU)",
-                 "schedstat": "ns of CPU per second (1e9: a whole CPU)"}
 
 
 def status_table(reply: dict[str, Any]) -> str:
@@ -40,7 +36,7 @@ def _status_rows(reply: dict[str, Any]) -> list[tuple[str, int | None]]:
         (f"parlschedd {d['version']} pid {d['pid']} up {d['uptime_s']:.0f} s, counters {d['counter_source']}, "
          f"period {d['period_s']} s / domain period {d['domain_period_s']} s, loop mean {loop['mean_ms']} ms max {loop['max_ms']} ms",
          None),
-        (f"domains {d['domains']}; utility in {UTILITY_UNITS.get(d['counter_source'], 'the counter source units')};"
+        (f"domains {d['domains']}; utility in {unit_of(d['counter_source']).per_second};"
          " pinned: the mask we set holds its cpu, or its domain (cpu free: the kernel places it there); no: its own mask", None),
     ]
     if not reply["targets"]:

@@ -17,11 +17,9 @@ from matplotlib.backend_bases import FigureCanvasBase  # noqa: E402
 import numpy as np  # noqa: E402
 
 from parlschedd.atomicfile import replace_bytes  # noqa: E402
+from parlschedd.units import unit_of  # noqa: E402
 from parlschedd.words import counted  # noqa: E402
 
-UNITS = {"perf:instructions": (1e9, "instructions / s (x1e9)"),
-         "perf:task-clock": (1e9, "CPU share (s of CPU per s)"),
-         "schedstat": (1e9, "CPU share (s of CPU per s)")}
 LEGEND_THREADS = 8  # the threads named in the legend, by tid; the others drawn are counted
 THREADS_DRAWN = 32  # the first threads by tid drawn a line each; the title says how many were left out
 
@@ -118,13 +116,13 @@ def draw_history(history: dict) -> plt.Figure:
     if not samples:
         raise ValueError("the history is empty: " + ("no period of the target was recorded before it exited"
                                                      if history.get("exited") else "the target has not run a period yet"))
-    scale, unit = UNITS.get(history.get("counter_source", ""), (1.0, "utility"))
+    unit = unit_of(history.get("counter_source"))
     t = np.array([s["t"] for s in samples])
     tids = sorted({tid for s in samples for tid in s["tids"]})
     col = {tid: i for i, tid in enumerate(tids)}
     util = np.full((len(samples), len(tids)), np.nan)
     for k, s in enumerate(samples):
-        util[k, [col[x] for x in s["tids"]]] = [np.nan if u is None else u / scale for u in s["utility"]]
+        util[k, [col[x] for x in s["tids"]]] = [np.nan if u is None else u / unit.scale for u in s["utility"]]
 
     fig, (ax, ax_cpu) = plt.subplots(2, 1, figsize=(10, 7), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
     shown = tids[:THREADS_DRAWN]
@@ -144,7 +142,7 @@ def draw_history(history: dict) -> plt.Figure:
         ax.axvline(t[k + 1], color="tab:red", lw=0.8, ls="--")
         ax_cpu.axvline(t[k + 1], color="tab:red", lw=0.8, ls="--")
     ax_cpu.bar(t[1:], moves, width=history.get("period_s", 0.1), color="tab:blue")
-    ax.set_ylabel(f"running average speed\n{unit}")
+    ax.set_ylabel(f"running average speed\n{unit.axis}")
     ax.set_title(f"{history.get('name', '')} (pid {history.get('pid', '?')}): {len(tids)} threads"
                  + (f", {len(shown)} drawn" if len(shown) < len(tids) else "")
                  # the kernel placed them: the changes below are its, not parlschedd's

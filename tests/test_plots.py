@@ -7,7 +7,10 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
+from parlschedd.host.base import CounterSource
 from parlschedd.plots import LEGEND_THREADS, draw_history, placement_changes, plot_history
+from parlschedd.units import UNITS, unit_of
+from parlschedctl.render import status_table
 from tests.conftest import NOBODY, in_child_as
 
 
@@ -105,3 +108,21 @@ def test_a_figure_of_an_observe_mode_target_says_so_in_its_title() -> None:
     assert "observe" not in title
     _, title = _legend_and_title(_many_threads(2))  # a daemon that does not say: not claimed either way
     assert "observe" not in title
+
+
+def test_the_figure_and_status_read_one_units_table_with_every_counter_source() -> None:
+    """The units were two tables, plots.py's UNITS and render.py's UTILITY_UNITS, each
+    to be kept in step with CounterSource by hand: one now, parlschedd/units.py."""
+    assert set(UNITS) == {source.value for source in CounterSource}
+    for source in [*CounterSource, "no-such-source"]:
+        unit = unit_of(source)
+        history = _many_threads(2, counter_source=source)
+        fig = draw_history(history)
+        try:
+            assert fig.axes[0].get_ylabel() == f"running average speed\n{unit.axis}"
+            assert max(fig.axes[0].get_lines()[0].get_ydata()) == 0.5e9 / unit.scale
+        finally:
+            plt.close(fig)
+        daemon = {"version": "x", "pid": 1, "uptime_s": 1.0, "counter_source": str(source), "period_s": 0.1,
+                  "domain_period_s": 4.0, "loop": {"mean_ms": 0.5, "max_ms": 1.0}, "domains": [[0, 1]], "cpus": [0, 1]}
+        assert f"utility in {unit.per_second};" in status_table({"daemon": daemon, "targets": []})
