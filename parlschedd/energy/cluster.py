@@ -43,6 +43,29 @@ DEFAULT_SUBPOPULATIONS = (1, 32)  # the paper's span
 
 
 @dataclass(frozen=True)
+class PhysicalRange:
+    """The values a physical quantity of the file can take (inclusive), in ``unit``,
+    ``said`` in words, and the likely mistake behind a value below or above them."""
+
+    low: float
+    high: float
+    unit: str
+    said: str
+    too_low: str
+    too_high: str
+
+
+# Far wider than any real device, master or switch: outside them a value is a unit mistake
+# or a typo, which the model took (a TDP of 1e9 W, a clock of 1e15 Hz) and fitted powers
+# and speeds to.
+TDP_RANGE = PhysicalRange(1.0, 100e3, "W", "1 W to 100 kW", "a TDP in kW rather than W? give it in watts",
+                          "a TDP in mW rather than W, or mistyped? give it in watts")
+FREQUENCY_RANGE = PhysicalRange(10e6, 100e9, "Hz", "10 MHz to 100 GHz",
+                                "a clock in GHz, MHz or kHz rather than Hz? 2.1 GHz is 2.1e9",
+                                "mistyped (an exponent too large?); 2.1 GHz is 2.1e9")
+
+
+@dataclass(frozen=True)
 class RunSettings:
     """The GA being modelled: N, g, NGm, alpha and the NSp range of interest."""
 
@@ -165,6 +188,26 @@ class _Reader(Collector):
             return None
         return int(value) if integer else float(value)
 
+    def physical(self, value: float | None, where: str, bounds: PhysicalRange) -> float | None:
+        """``value`` when inside ``bounds``, else an error at ``where`` saying the range
+        and the likely mistake on the side ``value`` is off, and None."""
+        if value is None or bounds.low <= value <= bounds.high:
+            return value
+        mistake = bounds.too_low if value < bounds.low else bounds.too_high
+        self.fail(where, f"must be between {bounds.low:g} and {bounds.high:g} {bounds.unit} ({bounds.said}), "
+                         f"got {value:g}: {mistake}")
+        return None
+
+    def tdp(self, data: Mapping[str, Any], key: str, path: str) -> float | None:
+        """A TDP in W, inside TDP_RANGE."""
+        value = self.number(data, key, path, above=0.0)  # the power parameters' bounds are fractions of it
+        return self.physical(value, f"{path}.{key}", TDP_RANGE)
+
+    def frequency(self, data: Mapping[str, Any], key: str, path: str, *, required: bool = True) -> float | None:
+        """A clock frequency in Hz, inside FREQUENCY_RANGE."""
+        value = self.number(data, key, path, low=1.0, required=required)
+        return self.physical(value, f"{path}.{key}", FREQUENCY_RANGE)
+
     def text(self, data: Mapping[str, Any], key: str, path: str, default: str) -> str:
         value = data.get(key, default)
         if not isinstance(value, str) or not value:
@@ -216,8 +259,8 @@ def _device(r: _Reader, raw: Any, path: str, index: int) -> Device | None:
     if not isinstance(raw, Mapping):  # noted by section(): nothing under it to read
         return None
     cu = r.number(d, "compute_units", path, integer=True, low=1)
-    f = r.number(d, "frequency_hz", path, low=1.0)
-    tdp = r.number(d, "tdp_w", path, above=0.0)  # the power parameters' bounds are fractions of it
+    f = r.frequency(d, "frequency_hz", path)
+    tdp = r.tdp(d, "tdp_w", path)
     name = r.text(d, "name", path, f"dev{index + 1}")
     kind = r.text(d, "kind", path, "cpu")
     return None if None in (cu, f, tdp) else Device(name, kind, cu, f, tdp)
@@ -289,10 +332,10 @@ def parse_cluster(data: Any, source: str = "<cluster>") -> Cluster:
     switch = r.mapping(data.get("switch", {}), "switch")
     r.only_known(master, "master", {"tdp_w", "cpu_threads", "frequency_hz"})
     r.only_known(switch, "switch", {"tdp_w"})
-    master_tdp = r.number(master, "tdp_w", "master", above=0.0)
-    switch_tdp = r.number(switch, "tdp_w", "switch", above=0.0)
+    master_tdp = r.tdp(master, "tdp_w", "master")
+    switch_tdp = r.tdp(switch, "tdp_w", "switch")
     threads = r.number(master, "cpu_threads", "master", integer=True, low=1, required=False)
-    freq = r.number(master, "frequency_hz", "master", low=1.0, required=False)
+    freq = r.frequency(master, "frequency_hz", "master", required=False)
     nodes = _nodes(r, data)
     r.only_known(data, "", {"run", "master", "switch", "nodes"})
     if r.errors:

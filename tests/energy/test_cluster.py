@@ -282,3 +282,43 @@ def test_a_crossover_probability_outside_0_to_1_is_refused_with_the_interval_it_
     with pytest.raises(ClusterError) as err:
         load_cluster(path)
     assert ("run.crossover_probability", f"must be a number in (0, 1], got {value}") in err.value.errors
+
+
+@pytest.mark.parametrize("key, value, said", [
+    ("nodes[0].devices[0].tdp_w", 1e9, "must be between 1 and 100000 W (1 W to 100 kW), got 1e+09: a TDP in mW "
+                                       "rather than W, or mistyped? give it in watts"),
+    ("nodes[0].devices[0].tdp_w", 0.001, "must be between 1 and 100000 W (1 W to 100 kW), got 0.001: a TDP in kW "
+                                         "rather than W? give it in watts"),
+    ("nodes[0].devices[1].frequency_hz", 1e15, "must be between 1e+07 and 1e+11 Hz (10 MHz to 100 GHz), got 1e+15: "
+                                               "mistyped (an exponent too large?); 2.1 GHz is 2.1e9"),
+    ("nodes[0].devices[1].frequency_hz", 1e5, "must be between 1e+07 and 1e+11 Hz (10 MHz to 100 GHz), got 100000: "
+                                              "a clock in GHz, MHz or kHz rather than Hz? 2.1 GHz is 2.1e9"),
+    ("nodes[0].devices[1].frequency_hz", 2.1, "got 2.1: a clock in GHz, MHz or kHz rather than Hz?"),
+    ("master.tdp_w", 2e5, "must be between 1 and 100000 W (1 W to 100 kW), got 200000: a TDP in mW"),
+    ("switch.tdp_w", 0.0045, "got 0.0045: a TDP in kW rather than W?"),
+    ("master.frequency_hz", 2100, "got 2100: a clock in GHz, MHz or kHz rather than Hz?"),
+])
+def test_a_tdp_or_clock_outside_any_machine_s_is_refused_with_the_range(tmp_path, key, value, said):
+    """A device of 1e9 W or 0.001 W, or clocked at 1e15 Hz or 2.1 Hz (GHz written in
+    frequency_hz), was taken, and a model fitted to it."""
+    bad = copy.deepcopy(TINY)
+    where = bad
+    *parents, leaf = key.replace("[", ".").replace("]", "").split(".")
+    for part in parents:
+        where = where[int(part)] if part.isdigit() else where[part]
+    where[leaf] = value
+    path = tmp_path / "absurd.yaml"
+    path.write_text(yaml.safe_dump(bad))
+    with pytest.raises(ClusterError) as err:
+        load_cluster(path)
+    assert str(err.value).startswith(f"{path}: {key}: ")
+    assert len(err.value.errors) == 1 and err.value.errors[0][0] == key and said in err.value.errors[0][1]
+
+
+def test_the_ends_of_the_physical_ranges_are_accepted():
+    edge = copy.deepcopy(TINY)
+    edge["master"].update(tdp_w=1, frequency_hz=10e6)
+    edge["switch"]["tdp_w"] = 100e3
+    edge["nodes"][0]["devices"][0].update(tdp_w=100e3, frequency_hz=100e9)
+    cluster = parse_cluster(edge)
+    assert cluster.master_tdp_w == 1 and cluster.frequency_hz[0] == 100e9
