@@ -17,8 +17,9 @@ from typing import Any, TypeVar
 import numpy as np
 
 from parlschedd.atomicfile import replace_text
+from parlschedd.cpulist import format_cpulist
 from parlschedd.energy.baseline import BaselineModel
-from parlschedd.energy.cluster import Cluster, ClusterError, cluster_to_dict, parse_cluster
+from parlschedd.energy.cluster import Cluster, ClusterError, cluster_to_dict, parse_cluster, without_individuals
 from parlschedd.energy.estimator import EnergyTimeModel
 from parlschedd.energy.model import NotANumber
 
@@ -97,7 +98,7 @@ def load_params(path: str | Path) -> Fitted:
     model = _section(doc, "model", source, lambda d: EnergyTimeModel.from_dict(cluster, d))
     baseline = _section(doc, "baseline", source, lambda d: BaselineModel.from_dict(cluster, d))
     extra = {k: v for k, v in doc.items() if k not in {"format", "cluster", "model", "baseline", "fitted_nsp"}}
-    return Fitted(cluster, model, baseline, extra, _fitted_nsp(doc.get("fitted_nsp"), source))
+    return Fitted(cluster, model, baseline, extra, _fitted_nsp(doc.get("fitted_nsp"), cluster, source))
 
 
 def _section(doc: dict[str, Any], key: str, source: str, read: Callable[[Any], T]) -> T:
@@ -115,13 +116,21 @@ def _section(doc: dict[str, Any], key: str, source: str, read: Callable[[Any], T
         raise ParamsError(f"{source}: malformed parameters: {key}: {exc}") from exc
 
 
-def _fitted_nsp(value: Any, source: str) -> tuple[int, ...] | None:
+def _fitted_nsp(value: Any, cluster: Cluster, source: str) -> tuple[int, ...] | None:
     """The file's ``fitted_nsp``, ascending; None where it has none (written before it
-    was recorded: read as it was, without knowing what is extrapolated)."""
+    was recorded: read as it was, without knowing what is extrapolated). An NSp above
+    the cluster's run.individuals is refused: a subpopulation needs an individual
+    (spec: PE = N / NSp), so no model was fitted there, and the extrapolation range
+    read from it would hide every extrapolated NSp up to it."""
     if value is None:
         return None
     if (not isinstance(value, list) or not value
             or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in value)):
         raise ParamsError(f"{source}: fitted_nsp: must be a non-empty list of integers >= 1 (the NSp the model "
                           f"was fitted on), got {value!r} (write the file with `model fit --out`)")
+    individuals = cluster.run.individuals
+    if above := without_individuals(cluster.run, sorted(set(value))):
+        raise ParamsError(f"{source}: fitted_nsp: nsp {format_cpulist(above)} above cluster.run.individuals "
+                          f"({individuals}): each subpopulation needs at least one individual, so the NSp fitted "
+                          f"on are at most {individuals} (write the file with `model fit --out`)")
     return tuple(sorted(value))

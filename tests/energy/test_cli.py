@@ -525,6 +525,7 @@ def test_measured_nsp_without_individuals_are_refused(params, tmp_path):
     assert r.exit_code == 1 and "nsp 11, 12" in r.output and "above the cluster's run.individuals (10)" in r.output
     doc = json.loads(params.read_text())
     doc["cluster"]["run"].update(individuals=10, subpopulations=[1, 10])
+    doc["fitted_nsp"] = list(range(1, 11))  # a file fitted on more NSp than 10 is refused as such
     narrow = tmp_path / "narrow.json"
     narrow.write_text(json.dumps(doc))
     for command in (["validate"], ["plot", "--out", str(tmp_path / "f.png")]):
@@ -846,6 +847,24 @@ def test_a_params_file_without_fitted_nsp_is_read_as_before(params, tmp_path):
     older.write_text(json.dumps(doc))
     r = run("model", "predict", "--params", str(older))
     assert r.exit_code == 1 and f"{older}: fitted_nsp: must be a non-empty list of integers >= 1" in r.stderr
+
+
+def test_a_fitted_nsp_above_the_individuals_is_refused_with_the_limit(params, tmp_path):
+    """fitted_nsp [1, 2, 5000] with run.individuals 3840 was read: no model is fitted on
+    empty subpopulations, and NSp up to 5000 were then not said to be extrapolated."""
+    doc = json.loads(params.read_text())
+    doc["fitted_nsp"] = [1, 2, 3841, 5000]
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(doc))
+    for command in (["predict", "--nsp", "1-3"], ["recommend"]):
+        r = run("model", *command, "--params", str(edited))
+        assert r.exit_code == 1 and r.stdout == ""
+        assert r.stderr == (f"parlschedctl model: {edited}: fitted_nsp: nsp 3841,5000 above cluster.run.individuals "
+                            "(3840): each subpopulation needs at least one individual, so the NSp fitted on are at "
+                            "most 3840 (write the file with `model fit --out`)\n")
+    doc["fitted_nsp"] = [1, 3840]
+    edited.write_text(json.dumps(doc))
+    assert run("model", "predict", "--params", str(edited), "--nsp", "1-3").exit_code == 0
 
 
 def test_a_figure_cut_short_leaves_the_old_file_and_the_error_names_it(params, tmp_path):
