@@ -197,8 +197,21 @@ def test_an_output_that_cannot_be_written_fails_before_the_work(params, tmp_path
     (tmp_path / "file").write_text("")
     r = run("model", "plot", "--params", str(params), "--data", str(MEASUREMENTS_CSV), "--out", str(tmp_path / "file" / "x.png"))
     assert r.exit_code == 1 and f"cannot write: {tmp_path / 'file'} is not a directory" in r.output
-    r = run("model", "plot", "--params", str(params), "--data", str(MEASUREMENTS_CSV), "--out", str(tmp_path / "fig.foo"))
-    assert r.exit_code == 1 and "cannot write a .foo figure; use one of" in r.output and ".svg" in r.output
+
+
+@pytest.mark.parametrize("name, said", [("fig", "has no suffix"), ("fig.", "has no suffix"),
+                                        ("fig.foo", "has the suffix .foo, not a figure format")])
+def test_plot_out_without_a_figure_suffix_is_a_usage_error_listing_the_suffixes(params, tmp_path, name, said):
+    """--out fig wrote a PNG named fig, and --out fig.foo failed (exit 1) where the
+    interfaces page makes a wrong option a usage error (exit 2); both before any work."""
+    out = tmp_path / name
+    r = run("model", "plot", "--params", str(tmp_path / "not-read.json"), "--data", str(MEASUREMENTS_CSV),
+            "--out", str(out))
+    assert r.exit_code == 2 and not out.exists() and "not-read.json" not in r.stderr
+    assert (f"Invalid value for '--out': '{out}' {said}; the suffix chooses the format: use one of "
+            in r.stderr) and ".png, " in r.stderr and ".svg" in r.stderr
+    r = run("model", "plot", "--params", str(params), "--data", str(MEASUREMENTS_CSV), "--out", str(tmp_path / "F.PNG"))
+    assert r.exit_code == 0 and (tmp_path / "F.PNG").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_plot_writes_a_png(params, tmp_path):
@@ -221,7 +234,7 @@ def test_a_figure_format_whose_program_is_missing_is_one_line(params, tmp_path, 
     assert "\n" not in said and said.startswith(f"parlschedctl model: {out}: cannot write a .pgf figure: it needs "
                                                  "xelatex (matplotlib's pgf.texsystem), which is not on the PATH")
     r = run("model", "plot", "--params", str(params), "--data", str(MEASUREMENTS_CSV), "--out", str(tmp_path / "f.x"))
-    assert r.exit_code == 1 and ".svg" in r.stderr and ".pgf" not in r.stderr  # not offered where it cannot be written
+    assert r.exit_code == 2 and ".svg" in r.stderr and ".pgf" not in r.stderr  # not offered where it cannot be written
 
 
 @pytest.mark.parametrize("goal", ["time", "energy", "edp"])
@@ -543,12 +556,13 @@ def test_fit_out_may_not_be_an_input(tmp_path):
 
 
 def test_plot_out_may_not_be_an_input(params, tmp_path):
-    """--params params --out params wrote a PNG over the parameters (no suffix: PNG)."""
-    bare = tmp_path / "params"
+    """--params params --out params wrote a PNG over the parameters (no suffix: PNG; an
+    --out without one is now a usage error, so inputs named as figures stand in)."""
+    bare = tmp_path / "params.png"
     bare.write_bytes(params.read_bytes())
-    data = tmp_path / "m"
+    data = tmp_path / "m.svg"
     data.write_bytes(MEASUREMENTS_CSV.read_bytes())
-    for out in (bare, data, tmp_path / "." / "params"):
+    for out in (bare, data, tmp_path / "." / "params.png"):
         r = run("model", "plot", "--params", str(bare), "--data", str(data), "--out", str(out))
         assert r.exit_code == 1 and f"--out {out} is an input of this command" in r.stderr, r.output
     assert bare.read_bytes() == params.read_bytes() and data.read_bytes() == MEASUREMENTS_CSV.read_bytes()
