@@ -2,7 +2,8 @@
 
 Columns (shared/data/energy-time/README.md): ``nsp``, repetitions ``time_s_r1..rK`` and
 ``energy_wh_r1..rK``, their means ``time_s_mean`` and ``energy_wh_mean`` (the model is
-fitted to the means; when a mean column is absent it is computed from the repetitions),
+fitted to the means; when a mean column is absent or a cell empty it is computed from the
+repetitions, and a mean given must be theirs to the rounding of the cells' last digits),
 and optionally the baseline's stored predictions ``baseline_time_s`` and
 ``baseline_energy_wh``. Energy cells may be empty (a machine without RAPL): the energy
 of that configuration is then NaN and it is left out of the energy fit, which needs
@@ -19,12 +20,14 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from parlschedd.atomicfile import replace_text
+from parlschedd.words import counted
 
 MIN_ENERGY_ROWS = 2  # an error normalised by the measurements' spread needs two of them
 # No run lasts 1e15 s (30 million years) or uses 1e15 Wh (a petawatt-hour), and unit
@@ -112,6 +115,34 @@ def _mean(stored: float, reps: list[float]) -> float:
     return float(np.mean(values)) if values else math.nan
 
 
+def _half_unit(text: str) -> float:
+    """Half a unit of the last digit ``text`` (a number _cell took) is written to: how
+    far rounding it to that digit may have moved it (``73.17``: 0.005; ``1e3``: 500)."""
+    return 0.5 * 10.0 ** Decimal(text.strip()).as_tuple().exponent
+
+
+def _stored_mean(row: dict[str, str], column: str, reps_columns: list[str], reps: list[float], source: str,
+                 line: int) -> float:
+    """The mean in ``column`` (``time_s_mean``), or of ``reps`` when it is empty or absent.
+    A mean that is not that of the repetitions measured, by more than the rounding of the
+    cells' last digits allows, is refused naming the line and column: a hand edit or a
+    shifted column, and the fit took it without a word over the repetitions beside it."""
+    text = (row.get(column) or "").strip()
+    stored = _cell(text, column, source, line)
+    measured = [(c, v) for c, v in zip(reps_columns, reps, strict=True) if not math.isnan(v)]
+    if math.isnan(stored) or not measured:
+        return _mean(stored, reps)
+    of_reps = math.fsum(v for _, v in measured) / len(measured)
+    rounding = _half_unit(text) + max(_half_unit(row[c]) for c, _ in measured) + 1e-9 * abs(of_reps)
+    if abs(stored - of_reps) > rounding:
+        named = [c for c, _ in measured]
+        said = f"{named[0]}..{named[-1]}" if len(named) == len(reps_columns) > 2 else ", ".join(named)
+        raise MeasurementsError(source, line, f"column {column}: {text!r} is not the mean of {said} ({of_reps:.6g}, "
+                                f"of {counted(len(named), 'repetition')} measured); correct it, or empty the cell to "
+                                "have the mean computed from the repetitions")
+    return stored
+
+
 def parse_measurements(rows: list[dict[str, str]], header: list[str], source: str,
                        lines: Sequence[int]) -> Measurements:
     """Validate CSV rows; ``lines`` are their line numbers in ``source`` for the errors."""
@@ -148,12 +179,12 @@ def parse_measurements(rows: list[dict[str, str]], header: list[str], source: st
         seen[k] = line
         times = [_cell(row.get(c), c, source, line) for c in t_cols]
         energies = [_cell(row.get(c), c, source, line) for c in e_cols]
-        mean_t = _mean(_cell(row.get("time_s_mean"), "time_s_mean", source, line), times)
+        mean_t = _stored_mean(row, "time_s_mean", t_cols, times, source, line)
         if math.isnan(mean_t):
             raise MeasurementsError(source, line, "no runtime measured for this configuration")
         nsp.append(k)
         t.append(mean_t)
-        e.append(_mean(_cell(row.get("energy_wh_mean"), "energy_wh_mean", source, line), energies))
+        e.append(_stored_mean(row, "energy_wh_mean", e_cols, energies, source, line))
         tr.append(times)
         er.append(energies)
         bt.append(_cell(row.get("baseline_time_s"), "baseline_time_s", source, line))

@@ -121,3 +121,28 @@ def test_a_file_separated_by_semicolons_or_tabs_is_told_to_be_comma_separated(tm
         load_measurements(path)
     assert str(err.value) == (f"{path}:1: the header is separated by {named}, not commas: save the file as "
                               "comma-separated values (CSV with ',' between cells and '.' in numbers)")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("nsp,time_s_r1,time_s_r2,time_s_mean\n1,10,12,11\n2,5,6,6.5\n",
+     ":3: column time_s_mean: '6.5' is not the mean of time_s_r1, time_s_r2 (5.5, of 2 repetitions "
+     "measured); correct it, or empty the cell to have the mean computed from the repetitions"),
+    ("nsp,time_s_r1,energy_wh_r1,energy_wh_r2,time_s_mean,energy_wh_mean\n1,10,1.00,,10,1.02\n",
+     ":2: column energy_wh_mean: '1.02' is not the mean of energy_wh_r1 (1, of 1 repetition measured)"),
+    ("nsp,time_s_r1,time_s_r2,time_s_r3,time_s_mean\n1,10,12,14,15\n",
+     ":2: column time_s_mean: '15' is not the mean of time_s_r1..time_s_r3 (12, of 3 repetitions measured)"),
+])
+def test_a_mean_that_is_not_the_mean_of_its_repetitions_is_refused(tmp_path, text, message):
+    """time_s_mean 999 beside five runs of about 428 s was fitted to, the runs ignored."""
+    path, said = refusal(tmp_path, text)
+    assert said.startswith(f"{path}{message}")
+
+
+def test_a_mean_within_the_rounding_of_its_cells_is_the_mean_given(tmp_path):
+    """Means are written to fewer digits than the runs, or the runs to fewer than the mean
+    (the shared file: energies to 0.01 Wh, their means to 0.0001): within half a unit of
+    each one's last digit, the mean given is taken; an empty mean is computed."""
+    m = load_measurements(write(tmp_path, "nsp,time_s_r1,time_s_r2,time_s_r3,energy_wh_r1,energy_wh_r2,time_s_mean,"
+                                          "energy_wh_mean\n1,10,10,11,1.01,1.02,10.3,1.0156\n2,1e2,1e2,1e2,,2,100.4,\n"))
+    assert m.time_s.tolist() == [10.3, 100.4] and m.energy_wh.tolist() == [1.0156, 2.0]
+    assert load_measurements(MEASUREMENTS_CSV).time_s[0] == 428.1930
