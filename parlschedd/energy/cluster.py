@@ -78,7 +78,10 @@ class RunSettings:
 
 @dataclass(frozen=True)
 class Device:
-    """Device j of a node: C_ij compute units at F_ij Hz, with a TDP bounding its power."""
+    """Device j of a node: C_ij compute units at F_ij Hz, with a TDP bounding its power.
+    ``kind`` (cpu, gpu, ...) is free text, a label for people: the model reads no kind
+    (eqs. 1-7 treat every device alike), so a set of kinds would refuse an accelerator
+    the model handles as well as any."""
 
     name: str
     kind: str
