@@ -24,7 +24,7 @@ import click
 from parlschedd import __version__
 from parlschedctl import client, runner
 from parlschedd.daemon import protocol
-from parlschedctl.outputs import FILE, OUT_FILE, CannotWrite, check_figure, print_json
+from parlschedctl.outputs import FILE, OUT_FILE, CannotWrite, check_figure, figure_suffix, print_json
 from parlschedctl.render import printable, status_screen, status_table, terminal_size
 from parlschedctl.runner import PlotFailed, draw
 from parlschedd.words import n_threads
@@ -310,8 +310,9 @@ def _figure_to(ctx: click.Context, param: click.Parameter, path: str | None) -> 
                    "line; on a pipe, where that cannot be read back, after a newline always (an empty line may "
                    "come before it).")
 @click.option("--plot", "plot_to", type=OUT_FILE, default=None, callback=_figure_to,
-              help="Also draw the run, as `plot` does, into this figure once CMD has ended (PNG; .svg, .pdf, ... by "
-                   "suffix). Checked before CMD starts; a plot that fails is said, and run still exits with CMD's code.")
+              help="Also draw the run, as `plot` does, into this figure once CMD has ended (its suffix is the "
+                   "format: .svg, .pdf, ...; none: PNG). Checked before CMD starts; a plot that fails is said, and run "
+                   "still exits with CMD's code.")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_obj
 @talks_to_daemon
@@ -324,7 +325,8 @@ def run(sock: str, observe: bool, as_json: bool, plot_to: str | None, cmd: tuple
 
 @cli.command()
 @click.argument("pid", type=PID)
-@click.option("--out", required=True, type=OUT_FILE, help="Figure to write (PNG; .svg, .pdf, ... by suffix).")
+@click.option("--out", required=True, type=OUT_FILE, callback=figure_suffix,
+              help="Figure to write; its suffix is the format (.svg, .pdf, ...; none: PNG).")
 @click.option("--last", type=click.IntRange(min=1), default=None, help="Only the last N periods.")
 @click.pass_obj
 @talks_to_daemon
@@ -333,7 +335,7 @@ def plot(sock: str, pid: int, out: str, last: int | None) -> None:
     try:
         check_figure(out)
         said = draw(sock, pid, out, last)
-    except (PlotFailed, ValueError) as exc:  # check_figure's: CannotWrite, a format matplotlib has not
+    except (PlotFailed, ValueError) as exc:  # CannotWrite, a figure matplotlib failed to render
         click.echo(f"parlschedctl: {exc}", err=True)
         sys.exit(1)
     click.echo(said)

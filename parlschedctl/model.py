@@ -32,7 +32,8 @@ from parlschedd.energy.metrics import OBJECTIVES
 from parlschedd.energy.model import MASTER_POWER, SUBPOP_SIZES
 from parlschedd.energy.store import Fitted, ParamsError, json_safe, load_params, params_document, save_params
 from parlschedd.words import counted
-from parlschedctl.outputs import FILE, OUT_FILE, CannotWrite, check_figure, check_writable, print_json, writing
+from parlschedctl.outputs import (FILE, OUT_FILE, CannotWrite, check_figure, check_writable, figure_suffix, print_json,
+                                  writing)
 
 FAILURES = (ClusterError, MeasurementsError, ParamsError, MeasureError, ValueError, OSError)
 # Files are replaced whole (atomicfile), so Ctrl-C leaves none half-written.
@@ -356,42 +357,11 @@ def _per_nsp_table(models: dict[str, validation.ModelErrors]) -> list[str]:
     return lines
 
 
-def _figure_suffix(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    """--out of ``plot`` with a suffix naming a format matplotlib writes, else a usage
-    error listing the suffixes there are: without one a PNG was written under the bare
-    name, and an unknown one was refused as a failure (exit 1), not a usage error. A
-    format that needs a program missing here (.pgf) is check_figure's, a failure."""
-    from matplotlib.backend_bases import FigureCanvasBase  # matplotlib is slow to import; only here
-
-    suffix = Path(value).suffix
-    if suffix[1:].lower() in FigureCanvasBase.get_supported_filetypes():
-        return value
-    said = "has no suffix" if not suffix else f"has the suffix {suffix}, not a figure format"
-    raise click.BadParameter(f"{value!r} {said}; the suffix chooses the format: use one of {_figure_suffixes()}",
-                             ctx, param)
-
-
-def _figure_suffixes() -> str:
-    """The suffixes of the figure formats that can be written here, as a refusal lists them."""
-    from matplotlib.backend_bases import FigureCanvasBase
-
-    from parlschedd.plots import figure_format
-
-    def writable(fmt: str) -> bool:
-        try:
-            figure_format(f"figure.{fmt}")  # refuses a format whose program is missing here
-        except ValueError:
-            return False
-        return True
-
-    return ", ".join(f".{fmt}" for fmt in sorted(FigureCanvasBase.get_supported_filetypes()) if writable(fmt))
-
-
 @model.command()
 @click.option("--params", "params_path", required=True, type=FILE)
 @click.option("--data", "data_path", required=True, type=FILE)
-@click.option("--out", "out_path", required=True, type=OUT_FILE, callback=_figure_suffix,
-              help="Figure to write; its suffix is the format (.png, .svg, .pdf, ...).")
+@click.option("--out", "out_path", required=True, type=OUT_FILE, callback=figure_suffix,
+              help="Figure to write; its suffix is the format (.svg, .pdf, ...; none: PNG).")
 @fails_cleanly
 def plot(params_path: str, data_path: str, out_path: str) -> None:
     """Measured vs predicted runtime and energy for both models (the paper's Figure 3)."""

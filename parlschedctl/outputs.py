@@ -73,6 +73,20 @@ def check_figure(path: str | os.PathLike[str]) -> None:
     figure_format(path)
 
 
+def figure_suffix(ctx: click.Context, param: click.Parameter, path: str | None) -> str | None:
+    """A figure option's click callback: a path whose suffix names no format written
+    here (an unknown one, or one whose program is missing) is a usage error, before
+    any work, as every command that draws says it. No suffix is a PNG."""
+    from parlschedd.plots import figure_format  # matplotlib is slow to import; only here
+
+    if path is not None:
+        try:
+            figure_format(path)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), ctx, param) from None
+    return path
+
+
 @contextlib.contextmanager
 def writing(path: str | os.PathLike[str]) -> Iterator[None]:
     """An OSError in the block, which writes ``path``, as CannotWrite saying so as

@@ -1029,15 +1029,19 @@ def test_plot_says_a_figure_it_cannot_write_as_the_other_write_errors(daemon, wo
 def test_plot_refuses_an_out_in_no_directory_or_of_no_format_in_a_line(daemon, workload, tmp_path):
     """plot PID --out /no/such/dir/x.png (or x.foo) ended in a traceback
     (parlschedctl.outputs.CannotWrite) where run --plot says it in a line: the check
-    made before asking for the history was outside what plot catches."""
+    made before asking for the history was outside what plot catches. A suffix that
+    names no format is a usage error, as for run --plot and model plot."""
     w = workload(2)
     assert ctl("attach", str(w.pid), socket=daemon.socket).returncode == 0
     wait_for(lambda: daemon.request("history", pid=w.pid)["samples"])
-    for out, said in ((tmp_path / "nodir" / "x.png", f"no directory {tmp_path / 'nodir'}"),
-                      (tmp_path / "x.foo", "cannot write a .foo figure")):
-        r = ctl("plot", str(w.pid), "--out", str(out), socket=daemon.socket)
-        assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
-        assert r.stderr.startswith(f"parlschedctl: {out}: ") and said in r.stderr, r.stderr
+    out = tmp_path / "nodir" / "x.png"
+    r = ctl("plot", str(w.pid), "--out", str(out), socket=daemon.socket)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith(f"parlschedctl: {out}: cannot write: no directory {tmp_path / 'nodir'}"), r.stderr
+    out = tmp_path / "x.foo"
+    for command in (["plot", str(w.pid), "--out", str(out)], ["run", "--plot", str(out), "--", "true"]):
+        r = ctl(*command, socket=daemon.socket)
+        assert r.returncode == 2 and f": {out}: cannot write a .foo figure; use one of ." in r.stderr, r.stderr
 
 
 @needs_root
