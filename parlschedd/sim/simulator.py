@@ -14,7 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
-from parlschedd.arrays import FloatArray, IntArray
+from parlschedd.arrays import BoolArray, FloatArray, IntArray
 from parlschedd.learning.params import LearningParams
 from parlschedd.learning.scheduler import FREE, TwoLevelScheduler
 from parlschedd.sim.background import Background
@@ -56,10 +56,13 @@ class ParlschedPolicy:
         return place_free(self.machine, obs.threads, placement.cpus, placement.domains, obs.background)
 
 
-def place_free(machine: Machine, threads: Threads, cpus: IntArray, domains: IntArray, background: FloatArray) -> IntArray:
+def place_free(machine: Machine, threads: Threads, cpus: IntArray, domains: IntArray, background: FloatArray,
+               allowed: BoolArray | None = None) -> IntArray:
     """The cores the kernel gives the FREE threads: heaviest first, each on the least
     loaded core (runnable load / speed) of its domain, after the pinned threads and the
-    background; pinned threads keep their cores."""
+    background; pinned threads keep their cores. ``allowed`` (threads x cores): the
+    cores each FREE thread's mask holds, when that is not its domain (a mask the
+    kernel narrowed to a cpuset, or one over several domains: ``sim.host``)."""
     free = np.flatnonzero(cpus == FREE)
     if free.size == 0:
         return cpus
@@ -68,7 +71,7 @@ def place_free(machine: Machine, threads: Threads, cpus: IntArray, domains: IntA
     pinned = cpus >= 0
     np.add.at(work, cpus[pinned], threads.weights[pinned])
     for i in free[np.argsort(-threads.weights[free], kind="stable")].tolist():
-        cores = np.flatnonzero(machine.domain_of_core == domains[i])
+        cores = np.flatnonzero(machine.domain_of_core == domains[i] if allowed is None else allowed[i])
         j = int(cores[np.argmin(work[cores] / machine.speeds[cores])])
         out[i] = j
         work[j] += threads.weights[i]

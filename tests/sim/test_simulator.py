@@ -20,6 +20,16 @@ def test_free_threads_go_heaviest_first_to_the_least_loaded_core_of_their_domain
     assert out.tolist() == [0, 1, 3, 2]  # 3.0 beside nothing on 1; 2.0 on idle 3, then 1.0 on 2 (0.5 < 2.0)
 
 
+def test_free_threads_with_masks_go_to_the_least_loaded_core_their_mask_holds():
+    """A mask over cores of two domains, or part of one (``sim.host``'s threads)."""
+    m = Machine.uniform(4, n_domains=2)  # domains {0, 1} and {2, 3}
+    threads = Threads(np.array([2.0, 1.0, 1.0]))
+    cpus = np.array([FREE, FREE, 3])
+    allowed = np.array([[False, True, False, True], [True, False, True, False], [False, False, False, False]])
+    out = place_free(m, threads, cpus, np.zeros(3, dtype=np.int64), np.zeros(4), allowed)
+    assert out.tolist() == [1, 0, 3]  # 2.0 beside nothing on 1 (3 holds the pinned one), 1.0 on idle 0
+
+
 def test_all_free_matches_the_kernel_like_balancer():
     m = Machine.uniform(2)
     w = Workload(Threads(np.ones(4)))
