@@ -60,7 +60,9 @@ class SimHost:
     counted thread has done.
 
     ``cpuset``: the CPUs every thread may use (None: all of the machine's);
-    ``weight``: each thread's demand in the game (``Threads.weights``), 1 unless given;
+    ``weight``: each thread's demand in the game (``Threads.weights``), 1 unless given
+    (every thread's memory is in domain 0, the game's default home: a machine with a
+    remote-access penalty charges it elsewhere);
     ``background``: per-core load nobody places (``Background.at``); ``scale``: counts
     per unit of work (a speed-1 core alone does 1e9 "instructions" a second).
     """
