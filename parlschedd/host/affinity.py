@@ -1,5 +1,9 @@
 """Thread affinity: the sched_{get,set}affinity syscalls and a save-set-restore Pinner.
 
+The Pinner reaches the kernel's affinity table only through an :class:`AffinityKernel`:
+this host's (:class:`LinuxAffinity`, the functions below) in the daemon, a simulated
+machine's in ``parlschedd.sim.host``; the Pinner itself is the same in both.
+
 On Linux ``os.sched_setaffinity(tid, ...)`` acts on the single thread ``tid``
 (sched_setaffinity(2) takes a thread id), so each thread of a target is placed on its
 own. The kernel intersects a new mask with the thread's cpuset and fails with EINVAL
@@ -13,9 +17,10 @@ import functools
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import structlog
 
@@ -90,6 +95,53 @@ def _theirs(tid: int, mask: frozenset[int]) -> Overridden:
 AllowedCpus = Callable[[int], "frozenset[int] | None"]
 
 
+class AffinityKernel(Protocol):
+    """What the :class:`Pinner` asks of the kernel about threads' masks: the whole of
+    its side of the affinity table. :class:`LinuxAffinity` is this host's kernel; a
+    simulated machine (:class:`~parlschedd.sim.host.SimHost`) is another, whose CPUs
+    this host lacks. Whether a thread is still the one adopted is not asked here: it is
+    always proven on the real thread (/proc, pidfds)."""
+
+    def get_affinity(self, tid: int) -> frozenset[int]:
+        """The thread's mask as sched_getaffinity gives it (:func:`get_affinity`)."""
+
+    def set_affinity(self, tid: int, cpus: frozenset[int]) -> None:
+        """sched_setaffinity (:func:`set_affinity`): InvalidMask when the thread's
+        cpuset allows none of ``cpus``."""
+
+    def thread_cpus_allowed(self, tid: int) -> frozenset[int]:
+        """The thread's mask as set, offline CPUs included (/proc's Cpus_allowed_list)."""
+
+    def online_cpus(self) -> frozenset[int]:
+        """The CPUs online now."""
+
+    def possible_cpus(self) -> frozenset[int]:
+        """Every CPU the kernel may ever bring online (:func:`possible_cpus`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LinuxAffinity:
+    """The :class:`AffinityKernel` of this host: the syscalls, /proc under
+    ``proc_root`` and sysfs under ``sysfs``. The pin's and the drift read's calls
+    (``get_affinity``, ``set_affinity``) are the module's functions themselves, not
+    wrappers: the daemon's period pays no extra call for the seam."""
+
+    sysfs: str = "/sys"
+    proc_root: str = procfs.PROC_ROOT
+
+    get_affinity = staticmethod(get_affinity)
+    set_affinity = staticmethod(set_affinity)
+
+    def thread_cpus_allowed(self, tid: int) -> frozenset[int]:
+        return procfs.thread_cpus_allowed(tid, self.proc_root)
+
+    def online_cpus(self) -> frozenset[int]:
+        return online_cpus(self.sysfs)
+
+    def possible_cpus(self) -> frozenset[int]:
+        return possible_cpus(self.sysfs)
+
+
 class Pinner:
     """The real :class:`~parlschedd.host.base.Actuator`.
 
@@ -100,12 +152,15 @@ class Pinner:
     A vanished thread raises ThreadGone after its record is dropped and a debug line is
     logged; it is an expected event, not an error.
 
-    ``allowed(tid)`` gives the CPUs the thread may use (default: its cpuset; None when
-    unrestricted); ``records`` seeds the state, as :meth:`from_json` does after a
-    restart; ``placements``: the masks a daemon pins threads to (each CPU alone, each
-    domain whole), by which a record of the last run tells its pins from someone
-    else's masks (:meth:`_ours_to_restore`; None: any mask counts as its pin). Not
-    thread-safe; the daemon loop owns it.
+    ``kernel``: the affinity table it reads and writes (:class:`AffinityKernel`; by
+    default this host's, a :class:`LinuxAffinity` on ``sysfs`` and ``proc_root``:
+    ``sysfs`` is only the default's). Thread identities are read in ``proc_root``
+    whatever the kernel. ``allowed(tid)`` gives the CPUs the thread may use (default:
+    its cpuset; None when unrestricted); ``records`` seeds the state, as
+    :meth:`from_json` does after a restart; ``placements``: the masks a daemon pins
+    threads to (each CPU alone, each domain whole), by which a record of the last run
+    tells its pins from someone else's masks (:meth:`_ours_to_restore`; None: any mask
+    counts as its pin). Not thread-safe; the daemon loop owns it.
     """
 
     def __init__(
@@ -113,13 +168,18 @@ class Pinner:
         *,
         allowed: AllowedCpus = cgroups.task_cpus,
         proc_root: str = procfs.PROC_ROOT,
-        sysfs: str = "/sys",
+        sysfs: str | None = None,
+        kernel: AffinityKernel | None = None,
         records: Mapping[int, PinRecord] | None = None,
         placements: Iterable[frozenset[int]] | None = None,
     ) -> None:
+        if kernel is None:
+            kernel = LinuxAffinity("/sys" if sysfs is None else sysfs, proc_root)
+        elif sysfs is not None:
+            raise TypeError("sysfs is the default kernel's: pass it to the kernel given")
+        self._kernel = kernel
         self._allowed = allowed
         self._proc_root = proc_root
-        self._sysfs = sysfs
         self._records: dict[int, PinRecord] = dict(records or {})
         self._placements = None if placements is None else frozenset(placements)
         self._handles: dict[int, procfs.ThreadHandle] = {}  # identity proofs, not state
@@ -143,7 +203,7 @@ class Pinner:
         known = self._records.get(tid)
         if known is not None and known.start_time == start_time:
             return
-        mask = get_affinity(tid)
+        mask = self._kernel.get_affinity(tid)
         self._close_handle(tid)
         self._check_identity(tid, start_time)
         self._records[tid] = PinRecord(start_time, self.original_of(tid, mask, cpuset) if original is None else original,
@@ -170,12 +230,12 @@ class Pinner:
         as set (/proc) is the original: the read would leave that CPU out for good,
         and could not tell a thread never pinned from one pinned to exactly the online
         CPUs (where the first needs no walk of the cgroups)."""
-        every = possible_cpus(self._sysfs)
+        every = self._kernel.possible_cpus()
         if mask >= every:
             return mask
-        if online_cpus(self._sysfs) != every:
+        if self._kernel.online_cpus() != every:
             try:
-                mask = procfs.thread_cpus_allowed(tid, self._proc_root)
+                mask = self._kernel.thread_cpus_allowed(tid)
             except HostError:  # gone: the identity check that follows says so
                 return mask
             if mask >= every:
@@ -238,7 +298,7 @@ class Pinner:
         for tid in tids:
             record = self._records[tid]
             try:
-                mask = get_affinity(tid)
+                mask = self._kernel.get_affinity(tid)
                 if mask == record.current:
                     continue
                 kept = self._by_kernel(tid, record, mask)
@@ -273,7 +333,7 @@ class Pinner:
         for the kernel's."""
         if mask == record.wanted:
             return True
-        whole = procfs.thread_cpus_allowed(tid, self._proc_root)
+        whole = self._kernel.thread_cpus_allowed(tid)
         if whole == record.wanted or (record.asked is None and whole == record.original):
             return True
         allowed = self._allowed(tid)
@@ -292,7 +352,7 @@ class Pinner:
         ``original`` is the mask to restore, and the mask it has now the one last set.
         Raises KeyError for a tid never adopted, ThreadGone when it is gone."""
         record = self._records[tid]
-        self._records[tid] = PinRecord(record.start_time, original, self._guarded(tid, get_affinity))
+        self._records[tid] = PinRecord(record.start_time, original, self._guarded(tid, self._kernel.get_affinity))
 
     def release(self, tid: int) -> None:
         """Forget a thread without touching its mask: someone else set it since we did,
@@ -304,7 +364,7 @@ class Pinner:
         """Overridden unless the thread's mask is the one we set or the kernel's
         narrowing of it: a move never writes over a mask someone else set since."""
         record = self._records[tid]
-        mask = get_affinity(tid)
+        mask = self._kernel.get_affinity(tid)
         if mask != record.current:
             if self._by_kernel(tid, record, mask) is None:
                 raise _theirs(tid, mask)
@@ -312,13 +372,13 @@ class Pinner:
 
     def _set(self, tid: int, cpus: frozenset[int]) -> None:
         try:
-            set_affinity(tid, cpus)
+            self._kernel.set_affinity(tid, cpus)
         except InvalidMask:
             allowed = self._allowed(tid)
             target = frozenset() if allowed is None else cpus & allowed
             if not target:
                 raise InvalidMask(f"CPUs {format_cpulist(cpus)} outside the allowed set of tid {tid}", tid=tid) from None
-            set_affinity(tid, target)
+            self._kernel.set_affinity(tid, target)
 
     def _exited(self, tids: list[int]) -> set[int]:
         """Which of ``tids`` are gone or now name another thread; handles are opened
@@ -359,20 +419,21 @@ class Pinner:
 
     def _restore(self, tid: int, record: PinRecord) -> None:
         self._guarded(tid, lambda t: self._check_identity(t, record.start_time))
-        mask = self._guarded(tid, get_affinity)
+        kernel = self._kernel
+        mask = self._guarded(tid, kernel.get_affinity)
         if not self._ours_to_restore(tid, record, mask):
             raise _theirs(tid, mask)
         try:
-            self._guarded(tid, lambda t: set_affinity(t, record.original))
+            self._guarded(tid, lambda t: kernel.set_affinity(t, record.original))
         except InvalidMask:
             allowed = self._guarded(tid, self._allowed)
             if allowed is None:  # no cpuset applies: every CPU of the original is offline
-                widened = record.original | online_cpus(self._sysfs)
+                widened = record.original | kernel.online_cpus()
                 log.warning("original mask offline, widening", tid=tid, cpus=format_cpulist(widened))
             else:
                 widened = record.original | allowed
                 log.warning("original mask outside cpuset, widening", tid=tid, cpus=format_cpulist(widened))
-            self._guarded(tid, lambda t: set_affinity(t, widened))
+            self._guarded(tid, lambda t: kernel.set_affinity(t, widened))
 
     def _ours_to_restore(self, tid: int, record: PinRecord, mask: frozenset[int]) -> bool:
         """Whether ``mask`` is the thread's original or one we set: the mask we last
@@ -444,9 +505,9 @@ class Pinner:
         return cls(records=records, **kwargs)
 
     def from_saved(self, data: Any, placements: Iterable[frozenset[int]]) -> Pinner:
-        """A Pinner on this one's host (its cpuset, /proc and sysfs readers) holding the
+        """A Pinner on this one's host (its kernel, cpuset and /proc readers) holding the
         records a previous run saved (:meth:`from_json`): what crash recovery restores."""
-        return self.from_json(data, allowed=self._allowed, proc_root=self._proc_root, sysfs=self._sysfs,
+        return self.from_json(data, kernel=self._kernel, allowed=self._allowed, proc_root=self._proc_root,
                               placements=placements)
 
     def _check_identity(self, tid: int, start_time: int) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from parlschedd.host import affinity, cgroups, procfs
-from parlschedd.host.affinity import Pinner, get_affinity, possible_cpus, set_affinity
+from parlschedd.host.affinity import LinuxAffinity, Pinner, get_affinity, possible_cpus, set_affinity
 from parlschedd.host.base import Drift, PinRecord
 from parlschedd.host.errors import AccessDenied, HostError, InvalidMask, Overridden, ThreadGone
 from parlschedd.host.state import read_state, write_state
@@ -551,6 +551,27 @@ def test_from_6_2_the_whole_cpuset_over_a_mask_it_keeps_is_someone_elses(
 # unplug CPUs in a fast test (tests/reliability/test_faults.py does it for real, slowly),
 # so the syscall's view of an unplugged CPU is stood in for where said.
 
+@dataclass(frozen=True)
+class Unplugged(LinuxAffinity):
+    """This host's kernel but for sched_getaffinity, whose reads (of a thread some of
+    whose CPUs are offline) are ``reads``'."""
+
+    reads: Callable[[int], frozenset[int]] = get_affinity
+
+    def get_affinity(self, tid: int) -> frozenset[int]:
+        return self.reads(tid)
+
+
+def test_the_default_kernel_is_the_syscalls_themselves() -> None:
+    """The Pinner's default kernel adds no call to a pin or a drift read (the period's
+    cost): its get_affinity and set_affinity are the module's functions. Its sysfs is
+    the default's alone: a Pinner given a kernel and a sysfs is refused."""
+    kernel = LinuxAffinity()
+    assert kernel.get_affinity is get_affinity and kernel.set_affinity is set_affinity
+    with pytest.raises(TypeError):
+        Pinner(kernel=kernel, sysfs="/sys")
+
+
 def test_a_mask_of_offline_cpus_alone_is_read_whole(spawn: Callable[..., Worker],
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """The syscall reads such a mask as empty (stood in for); no one can set an empty
@@ -561,14 +582,14 @@ def test_a_mask_of_offline_cpus_alone_is_read_whole(spawn: Callable[..., Worker]
     assert get_affinity(worker.tid) == {1}
 
 
-def test_a_domain_unplugged_cpu_by_cpu_stays_ours(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_domain_unplugged_cpu_by_cpu_stays_ours() -> None:
     """Pinned to the domain {2, 3} (a 4-CPU host stood in for): CPU 3 goes offline and
     the thread reads {2}; then CPU 2 too, and it reads whole, {2, 3}, as we asked: the
     kernel's doing, not someone else's mask, whatever its cpuset allows now."""
     record = PinRecord(start_time=1, original=frozenset({0, 1, 2, 3}), current=frozenset({2}),
                        asked=frozenset({2, 3}))
-    pinner = Pinner(allowed=lambda tid: frozenset({0, 1}), records={7: record})
-    monkeypatch.setattr(affinity, "get_affinity", lambda tid: frozenset({2, 3}))
+    pinner = Pinner(allowed=lambda tid: frozenset({0, 1}), records={7: record},
+                    kernel=Unplugged(reads=lambda tid: frozenset({2, 3})))
     assert pinner.drifted([7]) == Drift([], [])
     assert pinner.records[7].current == {2, 3}
 
@@ -603,8 +624,7 @@ def test_while_a_cpu_is_offline_the_original_is_the_mask_as_set(tmp_path: Path, 
     assert every_online.original_of(100, frozenset({1}), None) == {1}  # the read is the whole mask: /proc not read
 
 
-def test_cpus_going_offline_and_back_change_no_one_elses_mask(fake_proc: FakeProc,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cpus_going_offline_and_back_change_no_one_elses_mask(fake_proc: FakeProc) -> None:
     """Where no cpuset tells (the syscall's view of an unplugged CPU 1 stood in for,
     /proc faked): a thread pinned to the domain {0, 1} reads {0} while CPU 1 is
     offline, and one adopted while it was offline reads it again when it is back;
@@ -619,11 +639,11 @@ def test_cpus_going_offline_and_back_change_no_one_elses_mask(fake_proc: FakePro
     pinned = PinRecord(start_time=1, original=frozenset({0, 1, 2, 3}), current=frozenset({0, 1}),
                        asked=frozenset({0, 1}))
     adopted_offline = PinRecord(start_time=1, original=frozenset({0, 1, 2, 3}), current=frozenset({0, 2, 3}))
-    pinner = Pinner(allowed=unrestricted, proc_root=str(fake_proc.root), records={100: pinned, 101: adopted_offline})
+    reads = {100: frozenset({0}), 101: frozenset({0, 2, 3})}
+    pinner = Pinner(allowed=unrestricted, proc_root=str(fake_proc.root), records={100: pinned, 101: adopted_offline},
+                    kernel=Unplugged(proc_root=str(fake_proc.root), reads=lambda tid: reads[tid]))
     as_set(100, "0-1")
     as_set(101, "0-3")
-    reads = {100: frozenset({0}), 101: frozenset({0, 2, 3})}
-    monkeypatch.setattr(affinity, "get_affinity", lambda tid: reads[tid])
     assert pinner.drifted([100, 101]) == Drift([], [])
     reads = {100: frozenset({0, 1}), 101: frozenset({0, 1, 2, 3})}  # CPU 1 is back
     assert pinner.drifted([100, 101]) == Drift([], [])
