@@ -8,10 +8,14 @@ domains) with a kernel's affinity table over its CPUs, so the real
 (found through /proc, as always) on, say, two domains of four cores, which this host
 (one NUMA node) cannot give.
 
-- :class:`SimActuator` keeps the masks the engine asks for in the host's table (a
-  thread cannot be set on a CPU this host lacks), with the kernel's rules: a mask is
-  narrowed to the thread's cpuset, and one with no CPU of it is refused (InvalidMask).
-  Thread identity (exited, or a tid that names another thread) is checked in /proc.
+- The actuator is the real :class:`~parlschedd.host.affinity.Pinner`, the daemon's own
+  (:meth:`SimHost.pinner`): only its kernel is simulated. :class:`SimHost` is an
+  :class:`~parlschedd.host.affinity.AffinityKernel` whose table keeps the masks the
+  Pinner asks for (a thread cannot be set on a CPU this host lacks), with the kernel's
+  rules (Linux 6.2+): a mask is narrowed to the thread's cpuset, and one with no CPU
+  of it is refused (InvalidMask). Every CPU of the machine is online, so hotplug plays
+  no part. Thread identity (exited, or a tid that names another thread) is the real
+  one, checked by the Pinner on the real threads (/proc, pidfds) as on any host.
 - :class:`SimCounters` gives each thread a cumulative count that grows at the rate the
   simulator's game (``game.utilities``) gives it where its mask puts it now: a mask of
   one CPU runs there, a wider one where the kernel would put it (``place_free``, each
@@ -20,22 +24,21 @@ domains) with a kernel's affinity table over its CPUs, so the real
   difference / time difference) are exactly the game's.
 
 What is simulated is only what this host lacks: CPUs, their speeds and a PMU. The
-kernel's affinity table is simulated with them because its CPUs are those CPUs.
+kernel's affinity table is simulated with them because its CPUs are those CPUs;
+what the daemon does with that table (save, pin, tell drift, restore) is not.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from types import MappingProxyType
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
 from parlschedd.cpulist import format_cpulist
 from parlschedd.host import procfs
 from parlschedd.host.affinity import Pinner
-from parlschedd.host.base import CounterSource, Drift, PinRecord, RestoreReport
-from parlschedd.host.errors import HostError, InvalidMask, Overridden, ThreadGone
+from parlschedd.host.base import CounterSource
+from parlschedd.host.errors import InvalidMask, ThreadGone
 from parlschedd.learning.scheduler import FREE
 from parlschedd.sim.game import Machine, Threads, utilities
 from parlschedd.sim.simulator import place_free
@@ -56,8 +59,9 @@ class Clock:
 
 
 class SimHost:
-    """The simulated machine: its CPUs, each thread's mask on them, and the work each
-    counted thread has done.
+    """The simulated machine: its CPUs, each thread's mask on them (the
+    :class:`~parlschedd.host.affinity.AffinityKernel` of the :meth:`pinner`), and the
+    work each counted thread has done.
 
     ``cpuset``: the CPUs every thread may use (None: all of the machine's);
     ``weight``: each thread's demand in the game (``Threads.weights``), 1 unless given
@@ -86,6 +90,11 @@ class SimHost:
         self.work: dict[int, float] = {}  # counted threads: cumulative count
         self._at = clock()
 
+    def pinner(self) -> Pinner:
+        """The daemon's Pinner on this machine's affinity table (threads' identities in
+        ``proc_root``, as ever)."""
+        return Pinner(kernel=self, allowed=self.allowed, proc_root=self.proc_root)
+
     # -- the kernel's affinity table ------------------------------------------------
 
     def allowed(self, tid: int) -> frozenset[int] | None:
@@ -105,6 +114,16 @@ class SimHost:
         self.accrue()  # the work done on the old mask up to now
         self.asked[tid] = frozenset(cpus)
         self.set_log.append((tid, frozenset(cpus), self.get_affinity(tid)))
+
+    def thread_cpus_allowed(self, tid: int) -> frozenset[int]:
+        """The mask as set: the one sched_getaffinity reads, every CPU being online."""
+        return self.get_affinity(tid)
+
+    def online_cpus(self) -> frozenset[int]:
+        return self.every
+
+    def possible_cpus(self) -> frozenset[int]:
+        return self.every
 
     # -- work -----------------------------------------------------------------------
 
@@ -182,168 +201,3 @@ class SimCounters:
     def close_all(self) -> None:
         self.host.accrue()
         self.host.work.clear()
-
-
-class SimActuator:
-    """The :class:`~parlschedd.host.base.Actuator` on a :class:`SimHost`: the real
-    :class:`~parlschedd.host.affinity.Pinner`'s save-set-restore, with the masks in the
-    host's table. Masks changed outside the actuator (``SimHost.set_affinity`` by the
-    test: someone's taskset) are told from the kernel's narrowing to a cpuset as the
-    Pinner tells them; no CPU is ever offline here, so hotplug plays no part.
-    ``placements``: as the Pinner's, the masks a daemon pins to (None: any)."""
-
-    def __init__(self, host: SimHost, *, records: Mapping[int, PinRecord] | None = None,
-                 placements: Iterable[frozenset[int]] | None = None) -> None:
-        self.host = host
-        self._records: dict[int, PinRecord] = dict(records or {})
-        self._placements = None if placements is None else frozenset(placements)
-
-    @property
-    def records(self) -> Mapping[int, PinRecord]:
-        return MappingProxyType(self._records)
-
-    def adopt(self, tid: int, start_time: int, original: frozenset[int] | None = None,
-              cpuset: frozenset[int] | None = None) -> None:
-        known = self._records.get(tid)
-        if known is not None and known.start_time == start_time:
-            return
-        mask = self.host.get_affinity(tid)
-        self._check_identity(tid, start_time)
-        self._records[tid] = PinRecord(start_time, self.original_of(tid, mask, cpuset) if original is None else original,
-                                       mask)
-
-    def original_of(self, tid: int, mask: frozenset[int], cpuset: frozenset[int] | None) -> frozenset[int]:
-        """As the Pinner's: a mask that is the thread's whole cpuset is restored as
-        every CPU (the thread follows its cpuset), any other as it was found."""
-        if mask >= self.host.every:
-            return mask
-        if mask != cpuset:
-            cpuset = self.host.allowed(tid)
-        return self.host.every if cpuset is not None and mask == cpuset else mask
-
-    def pin_many(self, moves: Sequence[tuple[int, frozenset[int]]]) -> list[bool | HostError]:
-        outcomes: list[bool | HostError] = []
-        for tid, cpus in moves:
-            record = self._records[tid]
-            if record.asked == cpus and record.current <= cpus:
-                outcomes.append(False)
-                continue
-            try:
-                self._check_identity(tid, record.start_time)
-                mask = self.host.get_affinity(tid)
-                if mask != record.current:
-                    if self._by_kernel(tid, record, mask) is None:
-                        raise Overridden(f"tid {tid} was set to CPUs {format_cpulist(mask)} by someone else", tid=tid)
-                    record.current = mask
-                self.host.set_affinity(tid, cpus)
-            except ThreadGone as exc:
-                self._records.pop(tid, None)
-                outcomes.append(exc)
-            except HostError as exc:
-                outcomes.append(exc)
-            else:
-                record.current = record.asked = cpus
-                outcomes.append(True)
-        return outcomes
-
-    def drifted(self, tids: Iterable[int]) -> Drift:
-        drift = Drift([], [])
-        for tid in tids:
-            record = self._records[tid]
-            mask = self.host.get_affinity(tid)
-            if mask == record.current:
-                continue
-            kept = self._by_kernel(tid, record, mask)
-            if kept is None:
-                drift.overridden.append(tid)
-                continue
-            record.current = mask
-            if not kept:
-                drift.narrowed.append(tid)
-        return drift
-
-    def _by_kernel(self, tid: int, record: PinRecord, mask: frozenset[int]) -> bool | None:
-        """As the Pinner's (a kernel that keeps the mask asked for, Linux 6.2+): True
-        when ``mask`` is what the cpuset allows of the mask we asked for, False when it
-        is the whole cpuset because it allows none of it, None when someone else set it."""
-        if mask == record.wanted:
-            return True
-        allowed = self.host.allowed(tid)
-        if allowed is None:
-            return None
-        kept = record.wanted & allowed
-        if kept and mask == kept:
-            return True
-        if mask == allowed and not kept:
-            return False
-        return None
-
-    def reassign(self, tid: int, original: frozenset[int]) -> None:
-        record = self._records[tid]
-        if not self.host.exists(tid):
-            self._records.pop(tid, None)
-            raise ThreadGone(f"tid {tid} has exited", tid=tid)
-        self._records[tid] = PinRecord(record.start_time, original, self.host.get_affinity(tid))
-
-    def release(self, tid: int) -> None:
-        self._records.pop(tid, None)
-
-    def restore(self, tid: int) -> bool:
-        """As the Pinner's: the original back, or with the cpuset beside it when the
-        cpuset allows none of it; Overridden (nothing written) for a mask someone else set."""
-        record = self._records.pop(tid, None)
-        if record is None:
-            return False
-        self._check_identity(tid, record.start_time)
-        mask = self.host.get_affinity(tid)
-        ours = mask in (record.current, record.original) or (
-            self.pinned_by_last_run(tid, mask) if record.recovered else self._by_kernel(tid, record, mask) is not None)
-        if not ours:
-            raise Overridden(f"tid {tid} was set to CPUs {format_cpulist(mask)} by someone else", tid=tid)
-        try:
-            self.host.set_affinity(tid, record.original)
-        except InvalidMask:
-            self.host.set_affinity(tid, record.original | (self.host.allowed(tid) or self.host.every))
-        return True
-
-    def pinned_by_last_run(self, tid: int, mask: frozenset[int]) -> bool:
-        if self._placements is None or mask in self._placements:
-            return True
-        allowed = self.host.allowed(tid)
-        return allowed is not None and any(mask == p & allowed for p in self._placements)
-
-    def restore_all(self) -> RestoreReport:
-        restored: list[int] = []
-        gone: list[int] = []
-        kept: list[int] = []
-        failed: list[tuple[int, str]] = []
-        for tid in sorted(self._records):
-            try:
-                self.restore(tid)
-            except ThreadGone:
-                gone.append(tid)
-            except Overridden:
-                kept.append(tid)
-            except HostError as exc:
-                failed.append((tid, str(exc)))
-            else:
-                restored.append(tid)
-        return RestoreReport(tuple(restored), tuple(gone), tuple(failed), tuple(kept))
-
-    def to_json(self) -> dict[str, Any]:
-        """The Pinner's state format."""
-        return Pinner(records=self._records).to_json()
-
-    def from_saved(self, data: Any, placements: Iterable[frozenset[int]]) -> SimActuator:
-        """On the same host, the records a previous run saved, read as the Pinner reads them."""
-        return SimActuator(self.host, records=Pinner.from_json(data).records, placements=placements)
-
-    def _check_identity(self, tid: int, start_time: int) -> None:
-        """ThreadGone unless ``tid`` is the thread started at ``start_time`` (in /proc)."""
-        try:
-            same = procfs.thread_start_time(tid, self.host.proc_root) == start_time
-        except ThreadGone:
-            same = False
-        if not same:
-            self._records.pop(tid, None)
-            raise ThreadGone(f"tid {tid} has exited or names another thread", tid=tid)

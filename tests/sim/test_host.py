@@ -24,7 +24,7 @@ from parlschedd.host.errors import InvalidMask
 from parlschedd.learning.scheduler import FREE, TwoLevelScheduler
 from parlschedd.sim.background import Background
 from parlschedd.sim.game import Machine, Threads
-from parlschedd.sim.host import Clock, SimActuator, SimCounters, SimHost
+from parlschedd.sim.host import Clock, SimCounters, SimHost
 from parlschedd.sim.simulator import Observation, ParlschedPolicy, Workload, simulate
 from tests.conftest import fake_cpus
 from tests.reliability.helpers import sleepy, tids_of
@@ -71,7 +71,7 @@ def target() -> Iterator[int]:
 
 
 def engine_on(host: SimHost, cfg: Config, sysfs: str) -> Engine:
-    return Engine(cfg, host.machine.domains, SimCounters(host), SimActuator(host), allowed=host.allowed, sysfs=sysfs)
+    return Engine(cfg, host.machine.domains, SimCounters(host), host.pinner(), allowed=host.allowed, sysfs=sysfs)
 
 
 def domain_share(host: SimHost, tids: list[int], domain: int) -> float:
