@@ -2,7 +2,7 @@
 
 The Pinner reaches the kernel's affinity table only through an :class:`AffinityKernel`:
 this host's (:class:`LinuxAffinity`, the functions below) in the daemon, a simulated
-machine's in ``parlschedd.sim.host``; the Pinner itself is the same in both.
+machine's in ``parlschedd.host.simulated``; the Pinner itself is the same in both.
 
 On Linux ``os.sched_setaffinity(tid, ...)`` acts on the single thread ``tid``
 (sched_setaffinity(2) takes a thread id), so each thread of a target is placed on its
@@ -98,7 +98,7 @@ AllowedCpus = Callable[[int], "frozenset[int] | None"]
 class AffinityKernel(Protocol):
     """What the :class:`Pinner` asks of the kernel about threads' masks: the whole of
     its side of the affinity table. :class:`LinuxAffinity` is this host's kernel; a
-    simulated machine (:class:`~parlschedd.sim.host.SimHost`) is another, whose CPUs
+    simulated machine (:class:`~parlschedd.host.simulated.SimHost`) is another, whose CPUs
     this host lacks. Whether a thread is still the one adopted is not asked here: it is
     always proven on the real thread (/proc, pidfds)."""
 

@@ -3,16 +3,16 @@
 The engine measures through a :class:`Counters` and moves through an :class:`Actuator`;
 the real ones (:class:`~parlschedd.host.perf.CounterSet`,
 :class:`~parlschedd.host.affinity.Pinner`) call the kernel. The simulator
-(``parlschedd.sim.host``) puts the real engine, with the real threads it finds in
+(``parlschedd.host.simulated``) puts the real engine, with the real threads it finds in
 /proc, on a machine this one is not (more CPUs, NUMA domains of other speeds): its
-:class:`~parlschedd.sim.host.SimCounters` count what the simulator's game gives each
+:class:`~parlschedd.host.simulated.SimCounters` count what the simulator's game gives each
 thread where it is placed, and the actuator is the real Pinner in both, given the
-simulated machine (:class:`~parlschedd.sim.host.SimHost`) as its kernel
+simulated machine (:class:`~parlschedd.host.simulated.SimHost`) as its kernel
 (:class:`~parlschedd.host.affinity.AffinityKernel`): only the affinity table it
 reads and writes is simulated, not what the Pinner does with it. The simulator's own
 loop (``parlschedd.sim.simulator``) drives the same
 :class:`~parlschedd.learning.scheduler.TwoLevelScheduler` without the engine, and
-through this seam the engine makes the same decisions (``tests/sim/test_host.py``).
+through this seam the engine makes the same decisions (``tests/host/test_simulated.py``).
 Every adapter raises :class:`~parlschedd.host.errors.ThreadGone` for a thread that no
 longer exists, which the engine treats as "drop this thread", never as a failure.
 """

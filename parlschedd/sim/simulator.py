@@ -62,7 +62,7 @@ def place_free(machine: Machine, threads: Threads, cpus: IntArray, domains: IntA
     loaded core (runnable load / speed) of its domain, after the pinned threads and the
     background; pinned threads keep their cores. ``allowed`` (threads x cores): the
     cores each FREE thread's mask holds, when that is not its domain (a mask the
-    kernel narrowed to a cpuset, or one over several domains: ``sim.host``)."""
+    kernel narrowed to a cpuset, or one over several domains: ``host.simulated``)."""
     free = np.flatnonzero(cpus == FREE)
     if free.size == 0:
         return cpus

@@ -151,7 +151,9 @@ def test_requests_wait_for_the_tick_once_its_deadline_passed(tmp_path, kill_afte
     try:
         d.request("attach", pid=clock.pid)
         d.request("attach", pid=big.pid, timeout=30)
-        time.sleep(2.0)  # 40 periods of history: a reply of ~150 KB (its first part sent)
+        # 40 periods of history: a reply of ~150 KB, several parts (a sleep of 2 s gave
+        # fewer on a loaded machine, where the 128 threads' adoption took longer)
+        wait_for(lambda: len(d.request("history", pid=big.pid, timeout=30)["samples"]) >= 40, timeout=30, interval=0.5)
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(30)
             s.connect(d.socket)

@@ -21,7 +21,7 @@ def test_free_threads_go_heaviest_first_to_the_least_loaded_core_of_their_domain
 
 
 def test_free_threads_with_masks_go_to_the_least_loaded_core_their_mask_holds():
-    """A mask over cores of two domains, or part of one (``sim.host``'s threads)."""
+    """A mask over cores of two domains, or part of one (``host.simulated``'s threads)."""
     m = Machine.uniform(4, n_domains=2)  # domains {0, 1} and {2, 3}
     threads = Threads(np.array([2.0, 1.0, 1.0]))
     cpus = np.array([FREE, FREE, 3])

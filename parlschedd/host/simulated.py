@@ -1,4 +1,5 @@
-"""A simulated host behind the engine's seam: real threads on a NUMA machine this one is not.
+"""A simulated host behind the engine's seam (the simulated adapters beside the real ones in
+host/): real threads on a NUMA machine this one is not.
 
 The engine measures through a :class:`~parlschedd.host.base.Counters` and moves threads
 through an :class:`~parlschedd.host.base.Actuator` (``host/base.py``). Here both act on

@@ -1,4 +1,4 @@
-"""The real engine on a simulated NUMA box (``parlschedd.sim.host``): real threads of a
+"""The real engine on a simulated NUMA box (``parlschedd.host.simulated``): real threads of a
 process the test starts, found through /proc; simulated CPUs, speeds and counters.
 
 This host has one NUMA node and 2 CPUs, so what the engine does on two domains of four
@@ -24,7 +24,7 @@ from parlschedd.host.errors import InvalidMask
 from parlschedd.learning.scheduler import FREE, TwoLevelScheduler
 from parlschedd.sim.background import Background
 from parlschedd.sim.game import Machine, Threads
-from parlschedd.sim.host import Clock, SimCounters, SimHost
+from parlschedd.host.simulated import Clock, SimCounters, SimHost
 from parlschedd.sim.simulator import Observation, ParlschedPolicy, Workload, simulate
 from tests.conftest import fake_cpus
 from tests.reliability.helpers import sleepy, tids_of
