@@ -17,7 +17,7 @@ import functools
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Protocol, TypeVar
@@ -47,7 +47,10 @@ def keeps_asked_mask(release: str) -> bool:
     return match is None or (int(match[1]), int(match[2])) >= (6, 2)
 
 
-KEEPS_ASKED_MASK = keeps_asked_mask(os.uname().release)
+@functools.cache
+def running_kernel_keeps_asked_mask() -> bool:
+    """:func:`keeps_asked_mask` of the running kernel (read once)."""
+    return keeps_asked_mask(os.uname().release)
 
 
 @functools.cache
@@ -102,6 +105,13 @@ class AffinityKernel(Protocol):
     this host lacks. Whether a thread is still the one adopted is not asked here: it is
     always proven on the real thread (/proc, pidfds)."""
 
+    @property
+    def keeps_asked_mask(self) -> bool:
+        """Whether a cpuset change keeps the mask a thread asked for, giving it what the
+        new cpuset allows of it (Linux 6.2+), rather than the whole cpuset (before):
+        :func:`keeps_asked_mask`. Read by :meth:`Pinner._by_kernel` to tell the
+        kernel's masks from someone else's."""
+
     def get_affinity(self, tid: int) -> frozenset[int]:
         """The thread's mask as sched_getaffinity gives it (:func:`get_affinity`)."""
 
@@ -124,10 +134,12 @@ class LinuxAffinity:
     """The :class:`AffinityKernel` of this host: the syscalls, /proc under
     ``proc_root`` and sysfs under ``sysfs``. The pin's and the drift read's calls
     (``get_affinity``, ``set_affinity``) are the module's functions themselves, not
-    wrappers: the daemon's period pays no extra call for the seam."""
+    wrappers: the daemon's period pays no extra call for the seam.
+    ``keeps_asked_mask``: the running kernel's (its release, read once), unless given."""
 
     sysfs: str = "/sys"
     proc_root: str = procfs.PROC_ROOT
+    keeps_asked_mask: bool = field(default_factory=running_kernel_keeps_asked_mask)
 
     get_affinity = staticmethod(get_affinity)
     set_affinity = staticmethod(set_affinity)
@@ -316,8 +328,9 @@ class Pinner:
         """Whether the kernel made ``mask`` of the mask we last asked for: a cgroup v1
         cpuset that changes gives each task what it allows of that mask (True: the
         thread has part or all of ours, a grown cpuset gives it back), or the whole
-        cpuset when it allows none of it (False). Before Linux 6.2 any change of the
-        cpuset gives the whole cpuset, whatever we asked (False too: placed again).
+        cpuset when it allows none of it (False). Before Linux 6.2 (a kernel whose
+        ``keeps_asked_mask`` is False) any change of the cpuset gives the whole
+        cpuset, whatever we asked (False too: placed again).
         None for any other mask: someone set it (taskset, an administrator, the program
         itself), and it is theirs; before 6.2 a mask someone sets to the whole cpuset
         cannot be told from the kernel's and is taken for it.
@@ -342,7 +355,7 @@ class Pinner:
         kept = record.wanted & allowed
         if kept and mask == kept:
             return True
-        if mask == allowed and not (kept and KEEPS_ASKED_MASK):
+        if mask == allowed and not (kept and self._kernel.keeps_asked_mask):
             return False
         return None
 

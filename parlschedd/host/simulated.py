@@ -86,6 +86,7 @@ class SimHost:
         self.background = np.zeros(machine.n_cores) if background is None else np.asarray(background, dtype=np.float64)
         self.scale = scale
         self.proc_root = proc_root
+        self.keeps_asked_mask = True  # the table keeps each thread's request across cpuset changes (Linux 6.2+)
         self.asked: dict[int, frozenset[int]] = {}  # sched_setaffinity's requests (Linux 6.2+ keeps them)
         self.set_log: list[tuple[int, frozenset[int], frozenset[int]]] = []  # (tid, asked, got) of every set
         self.work: dict[int, float] = {}  # counted threads: cumulative count

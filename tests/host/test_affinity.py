@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -506,14 +507,24 @@ def test_the_kernel_release_says_whether_a_cpuset_change_keeps_our_mask(release:
     assert affinity.keeps_asked_mask(release) is keeps
 
 
-def whole_cpuset_after_a_pin(spawn: Callable[..., Worker], cpuset: CpusetDir) -> tuple[Pinner, int]:
+def test_the_default_kernel_keeps_the_asked_mask_as_its_release_says() -> None:
+    """LinuxAffinity's ``keeps_asked_mask`` is the running kernel's, read once; one
+    given (as for a kernel before 6.2) is kept."""
+    assert LinuxAffinity().keeps_asked_mask is affinity.keeps_asked_mask(os.uname().release)
+    assert LinuxAffinity(keeps_asked_mask=False).keeps_asked_mask is False
+
+
+def whole_cpuset_after_a_pin(spawn: Callable[..., Worker], cpuset: CpusetDir,
+                             keeps_asked_mask: bool) -> tuple[Pinner, int]:
     """A thread pinned to CPU 0 in a cpuset of CPUs 0-1 that now has the whole cpuset,
-    as a kernel before 6.2 gives it at any update of the cpuset. This host's kernel
-    is later, so that mask is written by hand where the old kernel would write it."""
+    as a kernel before 6.2 gives it at any update of the cpuset, by a Pinner on this
+    host's kernel said to keep the asked mask or not (``keeps_asked_mask``). This
+    host's kernel is later, so that mask is written by hand where the old kernel
+    would write it."""
     w = spawn(busy=False)
     cpuset.set_cpus("0-1")
     cpuset.add(w.tid)
-    pinner = Pinner()
+    pinner = Pinner(kernel=dataclasses.replace(LinuxAffinity(), keeps_asked_mask=keeps_asked_mask))
     adopted(pinner, w)
     pin(pinner, w.tid, frozenset({0}))
     cpuset.set_cpus("0-1")  # an update, even to the same CPUs
@@ -522,12 +533,11 @@ def whole_cpuset_after_a_pin(spawn: Callable[..., Worker], cpuset: CpusetDir) ->
 
 
 def test_before_6_2_a_cpuset_change_that_gives_the_whole_cpuset_is_the_kernels(
-        spawn: Callable[..., Worker], cpuset: CpusetDir, monkeypatch: pytest.MonkeyPatch) -> None:
+        spawn: Callable[..., Worker], cpuset: CpusetDir) -> None:
     """The mask we asked for is still allowed, yet the old kernel gave the whole
     cpuset: that was taken for someone else's mask and the thread handed over for
-    good. The old kernel is mocked (its release, and the mask it writes)."""
-    monkeypatch.setattr(affinity, "KEEPS_ASKED_MASK", False)
-    pinner, tid = whole_cpuset_after_a_pin(spawn, cpuset)
+    good. The old kernel is mocked (its ``keeps_asked_mask``, and the mask it writes)."""
+    pinner, tid = whole_cpuset_after_a_pin(spawn, cpuset, keeps_asked_mask=False)
     assert pinner.drifted([tid]) == Drift([tid], []), "narrowed: to be placed again"
     assert pinner.records[tid].current == {0, 1}
     assert pin(pinner, tid, frozenset({0})) is True and os.sched_getaffinity(tid) == {0}
@@ -535,11 +545,10 @@ def test_before_6_2_a_cpuset_change_that_gives_the_whole_cpuset_is_the_kernels(
 
 
 def test_from_6_2_the_whole_cpuset_over_a_mask_it_keeps_is_someone_elses(
-        spawn: Callable[..., Worker], cpuset: CpusetDir, monkeypatch: pytest.MonkeyPatch) -> None:
+        spawn: Callable[..., Worker], cpuset: CpusetDir) -> None:
     """The kernel would have kept our CPU 0: the whole cpuset is a taskset over every
     CPU, and the thread is theirs."""
-    monkeypatch.setattr(affinity, "KEEPS_ASKED_MASK", True)
-    pinner, tid = whole_cpuset_after_a_pin(spawn, cpuset)
+    pinner, tid = whole_cpuset_after_a_pin(spawn, cpuset, keeps_asked_mask=True)
     assert pinner.drifted([tid]) == Drift([], [tid])
     with pytest.raises(Overridden):
         pin(pinner, tid, frozenset({1}))  # a move checks the mask first
