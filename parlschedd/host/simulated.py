@@ -13,8 +13,11 @@ domains) with a kernel's affinity table over its CPUs, so the real
   (:meth:`SimHost.pinner`): only its kernel is simulated. :class:`SimHost` is an
   :class:`~parlschedd.host.affinity.AffinityKernel` whose table keeps the masks the
   Pinner asks for (a thread cannot be set on a CPU this host lacks), with the kernel's
-  rules (Linux 6.2+): a mask is narrowed to the thread's cpuset, and one with no CPU
-  of it is refused (InvalidMask). Every CPU of the machine is online, so hotplug plays
+  rules: a mask is narrowed to the thread's cpuset, and one with no CPU of it is
+  refused (InvalidMask). A change of the cpuset (:meth:`SimHost.set_cpuset`) gives
+  each thread what the new cpuset allows of the mask it asked for (Linux 6.2+), or,
+  on a kernel that does not keep the asked mask (``keeps_asked_mask=False``: before
+  6.2), the whole new cpuset. Every CPU of the machine is online, so hotplug plays
   no part. Thread identity (exited, or a tid that names another thread) is the real
   one, checked by the Pinner on the real threads (/proc, pidfds) as on any host.
 - :class:`SimCounters` gives each thread a cumulative count that grows at the rate the
@@ -64,7 +67,9 @@ class SimHost:
     :class:`~parlschedd.host.affinity.AffinityKernel` of the :meth:`pinner`), and the
     work each counted thread has done.
 
-    ``cpuset``: the CPUs every thread may use (None: all of the machine's);
+    ``cpuset``: the CPUs every thread may use (None: all of the machine's; changed by
+    :meth:`set_cpuset`); ``keeps_asked_mask``: whether a cpuset change keeps the mask
+    each thread asked for (Linux 6.2+, the default) or gives it the whole cpuset (before);
     ``weight``: each thread's demand in the game (``Threads.weights``), 1 unless given
     (every thread's memory is in domain 0, the game's default home: a machine with a
     remote-access penalty charges it elsewhere);
@@ -74,20 +79,21 @@ class SimHost:
 
     def __init__(self, machine: Machine, clock: Callable[[], float], *, cpuset: frozenset[int] | None = None,
                  weight: Mapping[int, float] | None = None, background: np.ndarray | None = None,
-                 scale: float = 1e9, proc_root: str = procfs.PROC_ROOT) -> None:
+                 scale: float = 1e9, proc_root: str = procfs.PROC_ROOT, keeps_asked_mask: bool = True) -> None:
         self.machine = machine
         self.clock = clock
         self.every = frozenset(range(machine.n_cores))
-        if cpuset is not None and not (cpuset and cpuset <= self.every):
-            raise ValueError(f"cpuset {format_cpulist(cpuset)!r} is not a non-empty set of the machine's CPUs "
-                             f"{format_cpulist(self.every)}")
+        self._check_cpuset(cpuset)
         self.cpuset = cpuset
         self.weight = dict(weight or {})
         self.background = np.zeros(machine.n_cores) if background is None else np.asarray(background, dtype=np.float64)
         self.scale = scale
         self.proc_root = proc_root
-        self.keeps_asked_mask = True  # the table keeps each thread's request across cpuset changes (Linux 6.2+)
-        self.asked: dict[int, frozenset[int]] = {}  # sched_setaffinity's requests (Linux 6.2+ keeps them)
+        self.keeps_asked_mask = keeps_asked_mask
+        # each thread's mask as asked (Linux 6.2+ keeps sched_setaffinity's request), or as
+        # the kernel set it (before: the request narrowed to the cpuset, the whole cpuset
+        # at a change of it); a thread never set: every CPU
+        self.asked: dict[int, frozenset[int]] = {}
         self.set_log: list[tuple[int, frozenset[int], frozenset[int]]] = []  # (tid, asked, got) of every set
         self.work: dict[int, float] = {}  # counted threads: cumulative count
         self._at = clock()
@@ -103,6 +109,23 @@ class SimHost:
         """The CPUs ``tid``'s cpuset allows (None: every CPU), as ``cgroups.task_cpus``."""
         return self.cpuset
 
+    def set_cpuset(self, cpuset: frozenset[int] | None) -> None:
+        """Change every thread's cpuset (None: all of the machine's CPUs), as a write of
+        cpuset.cpus does: each thread then has what the new cpuset allows of the mask
+        it asked for, or the whole cpuset when it allows none of it; before Linux 6.2
+        (``keeps_asked_mask`` False) the whole cpuset, whatever it asked."""
+        self._check_cpuset(cpuset)
+        self.accrue()  # the work done on the old masks up to now
+        self.cpuset = cpuset
+        if not self.keeps_asked_mask:
+            whole = cpuset or self.every
+            self.asked = dict.fromkeys(self.asked, whole)
+
+    def _check_cpuset(self, cpuset: frozenset[int] | None) -> None:
+        if cpuset is not None and not (cpuset and cpuset <= self.every):
+            raise ValueError(f"cpuset {format_cpulist(cpuset)!r} is not a non-empty set of the machine's CPUs "
+                             f"{format_cpulist(self.every)}")
+
     def get_affinity(self, tid: int) -> frozenset[int]:
         """sched_getaffinity: what the thread asked for that its cpuset allows (never
         asked: all CPUs), or the whole cpuset when it allows none of it."""
@@ -110,11 +133,13 @@ class SimHost:
         return self.asked.get(tid, self.every) & allowed or allowed
 
     def set_affinity(self, tid: int, cpus: frozenset[int]) -> None:
-        """sched_setaffinity: InvalidMask (EINVAL) when the cpuset allows none of ``cpus``."""
-        if not cpus & (self.cpuset or self.every):
+        """sched_setaffinity: InvalidMask (EINVAL) when the cpuset allows none of ``cpus``.
+        Before Linux 6.2 only the part the cpuset allows is kept."""
+        allowed = self.cpuset or self.every
+        if not cpus & allowed:
             raise InvalidMask(f"CPUs {format_cpulist(cpus)} outside the allowed set of tid {tid}", tid=tid)
         self.accrue()  # the work done on the old mask up to now
-        self.asked[tid] = frozenset(cpus)
+        self.asked[tid] = frozenset(cpus) if self.keeps_asked_mask else frozenset(cpus) & allowed
         self.set_log.append((tid, frozenset(cpus), self.get_affinity(tid)))
 
     def thread_cpus_allowed(self, tid: int) -> frozenset[int]:

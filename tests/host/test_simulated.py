@@ -20,6 +20,8 @@ import pytest
 
 from parlschedd.config import Config
 from parlschedd.daemon.engine import Engine
+from parlschedd.host import procfs
+from parlschedd.host.base import Drift
 from parlschedd.host.errors import InvalidMask
 from parlschedd.learning.scheduler import FREE, TwoLevelScheduler
 from parlschedd.sim.background import Background
@@ -214,3 +216,34 @@ def test_the_actuator_never_pins_outside_the_cpuset(target: int, sysfs: str, fre
     assert isinstance(outcome, InvalidMask) and host.get_affinity(tid) == mask
     engine.detach(target)
     assert {tid: host.get_affinity(tid) for tid in before} == before
+
+
+@pytest.mark.parametrize("keeps", [True, False], ids=["linux-6.2+", "before-6.2"])
+def test_the_originals_come_back_exactly_after_the_cpuset_shrinks_and_grows(target: int, keeps: bool) -> None:
+    """Simulated: the 2 x 4 machine's kernel as of Linux 6.2 (a cpuset change keeps
+    each thread's asked mask) and as before (it gives the whole cpuset). The same
+    scenario on both: threads with masks of their own are adopted and pinned, the
+    cpuset shrinks to domain 0 and grows back to every CPU. The kernels leave the
+    threads different masks (6.2+: our pins again; before: the whole cpuset), each
+    read as the kernel's by the Pinner (its ``_by_kernel``, by ``keeps_asked_mask``),
+    never as someone else's; and restore_all gives every thread exactly its original."""
+    host = SimHost(two_by_four(1), Clock(), keeps_asked_mask=keeps)
+    before = taskset(host, target)
+    tids = list(before)
+    pinner = host.pinner()
+    for tid in tids:
+        pinner.adopt(tid, procfs.thread_start_time(tid))
+    pins = [frozenset(p) for p in ({3}, {6}, {4, 5, 6, 7}, {0, 1, 2, 3}, {1}, {5}, {2, 3, 4, 5}, {7})]
+    assert pinner.pin_many(list(zip(tids, pins))) == [True] * THREADS
+
+    host.set_cpuset(frozenset({0, 1, 2, 3}))
+    none_left = [t for t, p in zip(tids, pins) if not p & {0, 1, 2, 3}]
+    whole_given = [t for t, p in zip(tids, pins) if p != {0, 1, 2, 3}]
+    assert pinner.drifted(tids) == Drift(none_left if keeps else whole_given, [])
+
+    host.set_cpuset(frozenset(range(8)))  # a cpuset of every CPU, still a cpuset (None: no cpuset applies)
+    after = {t: host.get_affinity(t) for t in tids}
+    assert after == (dict(zip(tids, pins)) if keeps else dict.fromkeys(tids, frozenset(range(8))))
+    report = pinner.restore_all()
+    assert sorted(report.restored) == sorted(tids) and not (report.gone or report.failed or report.kept)
+    assert {t: host.get_affinity(t) for t in tids} == before
