@@ -888,7 +888,7 @@ def test_a_rule_match_whose_attach_hits_a_bug_is_left_alone_and_the_rest_attache
     (inject / "sitecustomize.py").write_text(FAULT)
     tag = f"parlsched-fault-{os.getpid()}"
     buggy, fine = kill_after(tagged_sleeper(tag)), kill_after(tagged_sleeper(tag))
-    monkeypatch.setenv("PYTHONPATH", str(inject))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(inject), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.setenv("PARLSCHED_FAULT_PID", str(buggy.pid))
     with rule_daemon(tmp_path, tag) as d:
         wait_for(lambda: fine.pid in {t["pid"] for t in d.request("status")["targets"]})
@@ -921,7 +921,7 @@ def test_a_request_that_hits_a_bug_is_answered_internal_and_the_daemon_goes_on(t
     inject.mkdir()
     (inject / "sitecustomize.py").write_text(REQUEST_FAULT)
     w = workload(2)
-    monkeypatch.setenv("PYTHONPATH", str(inject))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(inject), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.setenv("PARLSCHED_FAULT_PID", str(w.pid))
     d = start_daemon(tmp_path)
     try:
@@ -959,7 +959,7 @@ def test_bugs_in_the_loops_work_are_logged_and_the_daemon_goes_on(tmp_path, work
     inject = tmp_path / "inject"
     inject.mkdir()
     (inject / "sitecustomize.py").write_text(LOOP_FAULTS)
-    monkeypatch.setenv("PYTHONPATH", str(inject))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(inject), os.environ.get("PYTHONPATH", "")]))
     w = workload(2)
     d = start_daemon(tmp_path, "period_s: 0.05\nrescan_s: 0.1\n")
     try:
