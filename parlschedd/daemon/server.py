@@ -1,6 +1,7 @@
-"""The daemon process: control socket, period loop, signals, requests. It composes the
-engine (engine.py), the config rules' matches (rules.py), the state file
-(statefile.py) and the cache of status replies (status_cache.py).
+"""The daemon process: period loop, signals, requests. It composes the engine
+(engine.py), the config rules' matches (rules.py), the state file (statefile.py), the
+cache of status replies (status_cache.py) and the control socket the requests come
+by (control.py), which it tells what a request line means.
 
 A single thread runs everything: a selector waits for socket traffic until the next
 period's deadline, then the engine ticks. Deadlines advance by whole periods from the
@@ -16,15 +17,12 @@ import os
 import selectors
 import signal
 import socket
-import stat
-import struct
 import threading
 import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from functools import partial
-from pathlib import Path
 
 import numpy as np
 import structlog
@@ -32,6 +30,7 @@ import structlog
 from parlschedd import __version__, config as config_mod
 from parlschedd.config import Config, ConfigError, ConfigUnreadable, ConfigUntrusted
 from parlschedd.daemon import notify, protocol
+from parlschedd.daemon.control import PARTS_TTL_S, ControlSocket, SocketUnusable
 from parlschedd.daemon.engine import Engine, EngineError
 from parlschedd.daemon.rules import RuleMatcher
 from parlschedd.daemon.statefile import StateDirUnusable, StateFile, by_hand, reattach
@@ -41,17 +40,11 @@ from parlschedd.host.affinity import Pinner
 from parlschedd.host.base import CounterSource
 from parlschedd.cpulist import format_cpulist
 from parlschedd.host.perf import CounterSet, detect_source, raise_fd_limit
-from parlschedd.host.privileges import CAP_SYS_NICE, effective_capabilities, group_id, perfmon_capable
-from parlschedd.hostcheck import (config_file_untrusted, narrowings, one_line, refusals, socket_path_problem,
-                                  sweeping_rules)
+from parlschedd.host.privileges import CAP_SYS_NICE, effective_capabilities, perfmon_capable
+from parlschedd.hostcheck import config_file_untrusted, narrowings, one_line, refusals, sweeping_rules
 from parlschedd.topology import NoCpusFound, TopologyError, online_cpus, read_topology
 
 log = structlog.get_logger("parlschedd")
-MAX_CLIENTS = 256
-MAX_LINES_PER_TURN = 64  # requests of one client handled before others get a turn
-ACCEPT_PAUSE_S = 0.1  # after accept() fails (EMFILE), stop listening this long
-MAX_PENDING = 4 * 1024 * 1024  # reply bytes a client may leave unread, request bytes it may have waiting
-PARTS_TTL_S = 30.0  # the rest of a long reply is dropped when its client is idle this long
 # SIGQUIT asks a program to stop as SIGTERM does (its core dump matters less than the
 # masks); the signals admins send daemons by habit (USR1 to reopen logs, ...) would
 # otherwise end it by their default action, leaving every thread pinned.
@@ -61,22 +54,6 @@ IGNORED_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM)
 
 class StartupError(Exception):
     """The daemon cannot start; the message is the one-line reason."""
-
-
-@dataclass
-class Client:
-    """One connection to the control socket: its peer's uid (SO_PEERCRED, which every
-    request is judged by) and its buffers, as the single-threaded loop serves it a
-    turn at a time."""
-
-    sock: socket.socket
-    uid: int
-    inbuf: bytearray = field(default_factory=bytearray)
-    outbuf: bytearray = field(default_factory=bytearray)
-    discarding: bool = False  # inside an over-long line: drop bytes up to its newline
-    last_active: float = 0.0
-    eof: bool = False  # the peer shut down its side: answer what it sent, then close
-    parts: Iterator[bytes] | None = None  # the rest of a long reply (protocol.lines), made when asked for
 
 
 @dataclass
@@ -121,13 +98,11 @@ class Daemon:
         self.should_exit = False
         self.reload_requested = False
         self.ignored_signals: set[int] = set()
-        self._socket_id: tuple[int, int] | None = None  # (st_dev, st_ino) of the socket we bound
-        self._socket_trouble_said = False
         self.stats = LoopStats()
-        self.clients: dict[int, Client] = {}
         self.selector = selectors.DefaultSelector()
+        self.control = ControlSocket(socket_path, config.socket, self._state_dir, self.selector, serve=self._handle,
+                                     on_connect=self._note_client, past_deadline=self._past_deadline)
         self.rules = RuleMatcher(proc_root, cgroup_root)
-        self._listen_paused_until = 0.0
         self._deadline = float("inf")  # of the next tick; requests wait for it once passed
         self.status_views = StatusViews()
         self._status_told = ""  # the STATUS= systemd shows in `systemctl status`, as last sent
@@ -185,12 +160,15 @@ class Daemon:
         except StateDirUnusable as exc:
             raise StartupError(str(exc)) from None
         try:
-            gid = self._socket_gid()  # all three checked before recover changes any thread
-            self._claim_socket_path()
+            gid = self.control.group_id()  # all three checked before recover changes any thread
+            self.control.claim()
             saved = self.statefile.recover(self.engine)
             self.metrics = self._start_metrics()
-            self._open_socket(gid)
-        except BaseException:  # a refused start leaves no state dir or lock file of its own behind
+            self.control.open(gid)
+        except SocketUnusable as exc:  # a refused start leaves no state dir or lock file of its own behind
+            self.statefile.unmake()
+            raise StartupError(str(exc)) from None
+        except BaseException:  # as does any other
             self.statefile.unmake()
             raise
         self._wake_r, self._wake_w = socket.socketpair()
@@ -277,7 +255,7 @@ class Daemon:
                 except Exception as exc:  # /proc unreadable, out of fds: the periods go on
                     log.error("rescan failed", error=f"{type(exc).__name__}: {exc}")
                 try:  # apart: a rescan failing every time must not keep the daemon unreachable
-                    self._keep_socket()
+                    self.control.keep()
                     self.statefile.keep_lock()
                 except Exception as exc:  # a bug: said, and tried again at the next rescan
                     log.error("socket and lock check failed", error=f"{type(exc).__name__}: {exc}")
@@ -287,7 +265,7 @@ class Daemon:
                     self.statefile.save(self.engine)
             except Exception as exc:  # out of fds, a full disk, a bug: log, keep serving
                 log.error("period failed", error=f"{type(exc).__name__}: {exc}")
-            self._resume_listening(now)
+            self.control.resume_listening(now)
             elapsed = time.perf_counter() - started
             self.stats.add(now, elapsed)
             if self.metrics is not None:
@@ -298,7 +276,7 @@ class Daemon:
                 deadline = time.monotonic() + period
             self._deadline = deadline
             self.status_views.new_period(self.status, self._past_deadline)
-            self._drop_stale_parts(now)
+            self.control.drop_stale_parts(now)
             if self._status_stale:
                 self._tell_status()
             if watchdog and now >= next_watchdog:
@@ -337,11 +315,8 @@ class Daemon:
         self.counters.close_all()
         if self.metrics is not None:
             self.metrics.close()
-        for client in list(self.clients.values()):
-            self._close(client)
+        self.control.close()
         self.selector.close()
-        if _file_id(self.socket_path) == self._socket_id:  # not another daemon's, made since at this path
-            os.unlink(self.socket_path)
         self.statefile.unlock()  # last: the state file is final
         log.info("stopped")
 
@@ -465,7 +440,30 @@ class Daemon:
         self.statefile.save(self.engine)
         return not self.statefile.dirty
 
-    # -- socket -----------------------------------------------------------------------
+    # -- the control socket's calls ---------------------------------------------------
+
+    def _dispatch(self, key: selectors.SelectorKey, events: int) -> None:
+        if key.data == "wake":
+            try:
+                while self._wake_r.recv(4096):
+                    pass
+            except BlockingIOError:
+                pass
+        else:
+            self.control.dispatch(key, events)
+
+    def _note_client(self, pid: int) -> None:
+        """A peer connected: while it lives, the config rules never take it for a
+        workload."""
+        self.rules.note_client(pid, self.engine)
+
+    def _past_deadline(self) -> bool:
+        """The next tick is due: requests not yet served wait until after it. Lines left
+        in a client's inbuf keep it watched for EVENT_WRITE, so the control socket
+        serves them after the tick."""
+        return time.monotonic() >= self._deadline
+
+    # -- paths ------------------------------------------------------------------------
 
     @property
     def _state_dir(self) -> str:
@@ -475,242 +473,13 @@ class Daemon:
         """The config file the daemon read, as its refusals name it."""
         return str(config_mod.config_file(self.config_path) or "the built-in config")
 
-    def _socket_gid(self) -> int | None:
-        try:
-            return group_id(self._started_with.socket.group)  # a reload's waits for a restart, as it says
-        except LookupError as exc:  # removed since the start's check
-            raise StartupError(f"socket.group: {exc}") from None
-
-    def _claim_socket_path(self) -> None:
-        """Refuse a socket path that cannot be used (``socket_path_problem``, or another
-        daemon's), make its own directory, and clear a dead daemon's socket: at the
-        start, and when the socket was removed under the daemon."""
-        path = self.socket_path
-        if problem := socket_path_problem(path, self._state_dir):  # before any directory is made for it
-            raise StartupError(f"cannot use control socket path {path}: {problem}")
-        try:
-            Path(path).parent.mkdir(exist_ok=True, mode=0o755)
-            found = os.lstat(path) if os.path.lexists(path) else None
-        except OSError as exc:  # changed since the check
-            raise StartupError(f"cannot use control socket path {path}: {exc.strerror or exc}") from None
-        if found is not None and not stat.S_ISSOCK(found.st_mode):  # made since the check: never unlinked
-            raise StartupError(f"cannot use control socket path {path}: it is not a socket; parlschedd does not "
-                               "replace it")
-        if found is not None:
-            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                probe.connect(path)
-            except OSError:
-                os.unlink(path)  # stale socket of a dead daemon
-            else:
-                pid, _ = _peer(probe)
-                raise StartupError(f"another daemon is listening on {path} (pid {pid}): stop it, or give this "
-                                   "one another --socket and --state-dir")
-            finally:
-                probe.close()
-
-    def _open_socket(self, gid: int | None) -> None:
-        path = self.socket_path
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-        umask = os.umask(0o177)  # no moment with a wider mode than the config's
-        try:
-            sock.bind(path)
-        except OSError as exc:
-            sock.close()
-            raise StartupError(f"cannot bind control socket {path}: {exc.strerror or exc}") from None
-        finally:
-            os.umask(umask)
-        try:
-            os.chmod(path, self._started_with.socket.mode)
-            if gid is not None:
-                os.chown(path, 0, gid)
-        except OSError as exc:
-            sock.close()
-            os.unlink(path)  # not left at the path as if it were another daemon's
-            raise StartupError(f"cannot give control socket {path} mode {self._started_with.socket.mode:o} and group "
-                               f"{self._started_with.socket.group}: {exc.strerror}") from None
-        sock.listen(1 << 16)  # the kernel's largest queue (net.core.somaxconn) for a burst; MAX_CLIENTS bounds those served
-        sock.setblocking(False)
-        self.listener = sock
-        self._socket_id = _file_id(path)
-        self.selector.register(sock, selectors.EVENT_READ, "accept")
-
-    def _keep_socket(self) -> None:
-        """Make the control socket again when its path was removed under the daemon
-        (``make clean``, an ``rm -rf`` of the run dir), with the mode and group it
-        started with: else clients are told the daemon is not running while it still
-        manages their threads. Connections already open stay. A path that leads to
-        another file now (another daemon's socket) is left alone; that, or a socket
-        that cannot be made again, is said once until it is mended."""
-        found = _file_id(self.socket_path)
-        if found == self._socket_id:
-            self._socket_trouble_said = False
-            return
-        if found is not None:
-            self._say_socket_trouble("the control socket's path leads to another file now; this daemon is reachable "
-                                     "only on connections already open: stop it and start it again")
-            return
-        old = self.listener
-        try:
-            self._claim_socket_path()  # its directory made again, or why not
-            self._open_socket(self._socket_gid())
-        except (OSError, StartupError) as exc:
-            self._say_socket_trouble("control socket removed, and cannot be made again", error=str(exc))
-            return
-        if not self._listen_paused_until:  # else it was unregistered already
-            self.selector.unregister(old)
-        self._listen_paused_until = 0.0
-        old.close()
-        self._socket_trouble_said = False
-        log.warning("control socket removed under the daemon, made again", path=self.socket_path)
-
-    def _say_socket_trouble(self, message: str, **fields: str) -> None:
-        if not self._socket_trouble_said:
-            log.error(message, path=self.socket_path, **fields)
-            self._socket_trouble_said = True
-
-    def _dispatch(self, key: selectors.SelectorKey, events: int) -> None:
-        if key.data == "wake":
-            try:
-                while self._wake_r.recv(4096):
-                    pass
-            except BlockingIOError:
-                pass
-        elif key.data == "accept":
-            self._accept()
-        else:
-            client: Client = key.data
-            if events & selectors.EVENT_READ:
-                self._read(client)
-            if events & selectors.EVENT_WRITE and client.sock.fileno() >= 0:
-                self._flush(client)
-
-    def _accept(self) -> None:
-        try:
-            sock, _ = self.listener.accept()
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as exc:
-            # EMFILE and the like: the listener stays readable, so stop watching it for
-            # a moment instead of spinning on it; waiting peers stay in the backlog.
-            log.warning("accept failed, pausing the listener", error=str(exc), pause_s=ACCEPT_PAUSE_S)
-            self.selector.unregister(self.listener)
-            self._listen_paused_until = time.monotonic() + ACCEPT_PAUSE_S
-            return
-        if len(self.clients) >= MAX_CLIENTS:
-            self._evict_idlest()
-        sock.setblocking(False)
-        pid, uid = _peer(sock)
-        self.rules.note_client(pid, self.engine)
-        client = Client(sock, uid, last_active=time.monotonic())
-        self.clients[sock.fileno()] = client
-        self.selector.register(sock, selectors.EVENT_READ, client)
-
-    def _evict_idlest(self) -> None:
-        """All slots taken: the connection idle longest makes room, so idle peers can
-        never lock others out (the newest connection always gets in)."""
-        idlest = min(self.clients.values(), key=lambda c: (bool(c.outbuf), c.last_active))
-        log.info("client slots full, closing the idlest connection", uid=idlest.uid)
-        self._close(idlest)
-
-    def _resume_listening(self, now: float) -> None:
-        if self._listen_paused_until and now >= self._listen_paused_until:
-            self._listen_paused_until = 0.0
-            self.selector.register(self.listener, selectors.EVENT_READ, "accept")
-
-    def _drop_stale_parts(self, now: float) -> None:
-        """What is left of a long reply holds its snapshot (a status view, a history's
-        samples) in memory: a client idle for PARTS_TTL_S gives it up."""
-        for client in self.clients.values():
-            if client.parts is not None and now - client.last_active > PARTS_TTL_S:
-                client.parts = None
-
-    def _read(self, client: Client) -> None:
-        try:
-            data = client.sock.recv(65536)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            data = b""
-        if not data:
-            client.eof = True
-            if client.inbuf and not client.discarding and not client.inbuf.endswith(b"\n"):
-                client.inbuf += b"\n"  # the last request, sent without its newline before the shutdown
-            if b"\n" not in client.inbuf and not client.outbuf:
-                self._close(client)
-            else:
-                self.selector.modify(client.sock, selectors.EVENT_WRITE, client)
-            return
-        if len(client.outbuf) > MAX_PENDING or len(client.inbuf) > MAX_PENDING:  # sends, never reads (or waits)
-            self._close(client)
-            return
-        client.inbuf += data
-        if client.discarding:
-            nl = client.inbuf.find(b"\n")
-            if nl < 0:
-                client.inbuf.clear()
-                return
-            del client.inbuf[: nl + 1]
-            client.discarding = False
-        client.last_active = time.monotonic()
-        self._serve_lines(client)
-        if len(client.inbuf) > protocol.MAX_LINE and client.inbuf.find(b"\n", 0, protocol.MAX_LINE + 1) < 0:
-            client.inbuf.clear()
-            client.parts = None  # a request too, if not one to answer
-            client.outbuf += protocol.error("bad_request", f"request line longer than {protocol.MAX_LINE} bytes")
-            client.discarding = True
-        self._flush(client)
-
-    def _serve_lines(self, client: Client) -> None:
-        """Answer at most MAX_LINES_PER_TURN complete lines, and none while the client
-        has more than MAX_PENDING unread: a pipelined burst is served a turn at a time
-        as the client reads, while other clients and the period go on."""
-        for _ in range(MAX_LINES_PER_TURN):
-            nl = client.inbuf.find(b"\n")
-            if nl < 0 or len(client.outbuf) > MAX_PENDING or self._past_deadline():
-                return
-            line = bytes(client.inbuf[:nl])
-            del client.inbuf[: nl + 1]
-            client.outbuf += self._handle(line, client)
-
-    def _past_deadline(self) -> bool:
-        """The next tick is due: requests not yet served wait until after it. Lines left
-        in a client's inbuf keep it watched for EVENT_WRITE, so _flush serves them."""
-        return time.monotonic() >= self._deadline
-
-    def _flush(self, client: Client) -> None:
-        try:
-            sent = client.sock.send(client.outbuf) if client.outbuf else 0
-        except (BlockingIOError, InterruptedError):
-            sent = 0
-        except OSError:
-            self._close(client)
-            return
-        del client.outbuf[:sent]
-        if b"\n" in client.inbuf and len(client.outbuf) <= MAX_PENDING:
-            self._serve_lines(client)  # the next turn of a pipelined burst
-        more = bool(client.outbuf) or b"\n" in client.inbuf
-        if client.eof and not more:
-            self._close(client)
-            return
-        want = (0 if client.eof else selectors.EVENT_READ) | (selectors.EVENT_WRITE if more else 0)
-        self.selector.modify(client.sock, want, client)
-
-    def _close(self, client: Client) -> None:
-        self.clients.pop(client.sock.fileno(), None)
-        try:
-            self.selector.unregister(client.sock)
-        except (KeyError, ValueError):
-            pass
-        client.sock.close()
-
     # -- requests ---------------------------------------------------------------------
 
-    def _handle(self, line: bytes, client: Client) -> bytes:
-        """The reply line to one request line. A reply longer than a line is sent in
-        parts (``protocol.lines``): the first now, each next when the client asks with
-        ``continue``; any other request drops what is left of it."""
-        left, client.parts = client.parts, None
+    def _handle(self, line: bytes, uid: int, left: Iterator[bytes] | None) -> tuple[bytes, Iterator[bytes] | None]:
+        """The reply line to one request line of a client of ``uid``, and the rest of
+        the reply. A reply longer than a line is sent in parts (``protocol.lines``):
+        the first now, each next when the client asks with ``continue``, from ``left``
+        (the rest of its last reply); any other request drops what is left of it."""
         try:
             request = protocol.parse_request(line)
             if request.cmd == "continue":
@@ -719,14 +488,13 @@ class Daemon:
                     raise protocol.ProtocolError(
                         "bad_request", "continue: no reply is being sent in parts (the rest of one is dropped by any "
                         f"other request, and after {PARTS_TTL_S:g} s idle)")
-                client.parts = left
-                return part
+                return part, left
             if request.cmd == "status":
-                replies = self.status_views.reply(client.uid, request.args.get("pid"), self.status)
+                replies = self.status_views.reply(uid, request.args.get("pid"), self.status)
             elif request.cmd == "history":
-                replies = protocol.lines(self._history(request.args, client.uid))
+                replies = protocol.lines(self._history(request.args, uid))
             else:
-                replies = protocol.lines([protocol.ok(**self._execute(request, client.uid))])
+                replies = protocol.lines([protocol.ok(**self._execute(request, uid))])
             first = next(replies)  # a history's first samples are encoded here
         except (protocol.ProtocolError, EngineError) as exc:
             replies = protocol.lines([protocol.error(exc.code, str(exc))])
@@ -735,8 +503,7 @@ class Daemon:
             log.exception("request failed", error=str(exc))
             replies = protocol.lines([protocol.error("internal", f"internal error: {type(exc).__name__}")])
             first = next(replies)
-        client.parts = replies
-        return first
+        return first, replies
 
     def _history(self, args: dict, uid: int) -> Iterator[bytes]:
         """The text of a ``history`` reply, a sample at a time: a full history of a
@@ -810,19 +577,3 @@ class Daemon:
             },
             "targets": [self.engine.describe(t, time.monotonic()) for t in targets],
         }
-
-
-def _peer(sock: socket.socket) -> tuple[int, int]:
-    """(pid, uid) of the process at the other end of a Unix socket (SO_PEERCRED's
-    ``struct ucred``), as it was when it connected."""
-    pid, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
-    return pid, uid
-
-
-def _file_id(path: str) -> tuple[int, int] | None:
-    """(st_dev, st_ino) of what ``path`` names, None when nothing is there."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino

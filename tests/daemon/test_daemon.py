@@ -938,7 +938,7 @@ def test_a_request_that_hits_a_bug_is_answered_internal_and_the_daemon_goes_on(t
 
 
 LOOP_FAULTS = """
-from parlschedd.daemon import engine, rules, server
+from parlschedd.daemon import control, engine, rules, server
 def injected(*args, **kwargs):  # fault injection: a bug in every part of the loop's work
     raise RuntimeError("injected")
 first_rescan = rules.RuleMatcher.rescan
@@ -947,7 +947,7 @@ def rescan(self, *args):  # the start's rescan passes: a bug there stops the sta
     return first_rescan(self, *args)
 engine.Engine.tick = injected
 rules.RuleMatcher.rescan = rescan
-server.Daemon._keep_socket = injected
+control.ControlSocket.keep = injected
 server.Daemon.reload = injected
 """
 
