@@ -151,18 +151,25 @@ def taskset(host: SimHost, pid: int) -> dict[int, frozenset[int]]:
     return {tid: host.get_affinity(tid) for tid in tids}
 
 
-def test_detach_restores_each_threads_original_mask(target: int, sysfs: str) -> None:
-    """Simulated: the 2 x 4 machine's CPUs (this one has 2: CPU 5 cannot be set on a
-    real thread here), so the masks are the simulated kernel's. Each thread had a mask
-    of its own before attach; the engine moves them about for 100 periods, and detach
-    gives each back exactly the mask it had, as sched_getaffinity would read it."""
+def moved_about(target: int, sysfs: str, periods: int = 100) -> tuple[SimHost, Engine, dict[int, frozenset[int]]]:
+    """The target's threads, each on a mask of its own (their masks before, returned),
+    attached to an engine on the 2 x 4 machine and moved about for ``periods``."""
     clock = Clock()
     host = SimHost(two_by_four(1), clock)
     before = taskset(host, target)
     engine = engine_on(host, config(), sysfs)
     engine.attach(target, clock.now)
-    for _ in range(100):
+    for _ in range(periods):
         engine.tick(clock.advance(PERIOD))
+    return host, engine, before
+
+
+def test_detach_restores_each_threads_original_mask(target: int, sysfs: str) -> None:
+    """Simulated: the 2 x 4 machine's CPUs (this one has 2: CPU 5 cannot be set on a
+    real thread here), so the masks are the simulated kernel's. Each thread had a mask
+    of its own before attach; the engine moves them about for 100 periods, and detach
+    gives each back exactly the mask it had, as sched_getaffinity would read it."""
+    host, engine, before = moved_about(target, sysfs)
     during = {tid: host.get_affinity(tid) for tid in before}
     assert sum(during[t] != before[t] for t in before) >= THREADS - 1, "the engine placed them"
     assert engine.detach(target) == THREADS
@@ -174,13 +181,7 @@ def test_a_restart_restores_the_originals_saved_by_the_last_run(target: int, sys
     """Simulated as above. A daemon killed mid-run leaves its actuator's records (the
     state file); the next one reads them (``from_saved``) and restores every thread
     (``restore_all``) to the mask it had before the first attach."""
-    clock = Clock()
-    host = SimHost(two_by_four(1), clock)
-    before = taskset(host, target)
-    engine = engine_on(host, config(), sysfs)
-    engine.attach(target, clock.now)
-    for _ in range(100):
-        engine.tick(clock.advance(PERIOD))
+    host, engine, before = moved_about(target, sysfs)
     saved = json.loads(json.dumps(engine.pinner.to_json()))  # as the state file has it
     recovered = engine.pinner.from_saved(saved, engine.placements)
     report = recovered.restore_all()
