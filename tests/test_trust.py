@@ -242,7 +242,12 @@ def test_what_cannot_be_looked_up_ends_the_walk(tmp_path):
 
 
 def _run(command: str, cwd: Path) -> None:
-    """``command`` as an admin would paste it into a shell."""
+    """``command`` as an admin would paste it into a shell, in ``cwd`` (a test's
+    tmp_path), when every path it names is in there: a judge broken by a change (the
+    sticky bit not looked at) would name /tmp itself, and its advice must not take
+    /tmp's 1777 away from the whole host."""
+    *_, named = shlex.split(command.split(" && ")[0])
+    assert os.path.realpath(os.path.join(cwd, named)).startswith(f"{cwd}/"), f"{command!r} is not about {cwd}"
     done = subprocess.run(["sh", "-c", command], cwd=cwd, capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, f"{command!r}: {done.stderr}"
 
@@ -293,3 +298,4 @@ def test_the_advice_for_a_daemon_run_as_its_own_user_gives_the_state_dir_to_that
     _run(said, tmp_path)
     st = os.stat(run)
     assert (st.st_uid, untrusted(st, trusted_owners(NOBODY))) == (NOBODY, None)
+
