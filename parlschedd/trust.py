@@ -124,16 +124,18 @@ def fix(path: str | os.PathLike[str], euid: int = 0, link: bool = False) -> str:
     """What to run to make ``path`` one a daemon running as ``euid`` believes: owned by
     that user (root, or the daemon's own, which must write in its state dir); for a
     ``link``, the link itself (its mode means nothing)."""
-    owner = "root" if euid == 0 else _user(euid)
-    quoted = shlex.quote(os.fspath(path))
+    owner = "root:" if euid == 0 else _owner(euid)
+    path = os.fspath(path)
+    quoted = shlex.quote(f"./{path}" if path.startswith("-") else path)  # not an option of chown's
     if link:
-        return f"chown -h {owner}: {quoted}"
-    return f"chown {owner}: {quoted} && chmod go-w {quoted}"
+        return f"chown -h {owner} {quoted}"
+    return f"chown {owner} {quoted} && chmod go-w {quoted}"
 
 
-def _user(uid: int) -> str:
-    """A user's name for chown, its number where it has none."""
+def _owner(uid: int) -> str:
+    """A user as chown takes it: "name:" (and its login group), or the bare number of a
+    uid no user has ("12345:" asks for the login group of a user there is none of)."""
     try:
-        return pwd.getpwuid(uid).pw_name
+        return f"{pwd.getpwuid(uid).pw_name}:"
     except KeyError:
         return str(uid)

@@ -299,3 +299,25 @@ def test_the_advice_for_a_daemon_run_as_its_own_user_gives_the_state_dir_to_that
     st = os.stat(run)
     assert (st.st_uid, untrusted(st, trusted_owners(NOBODY))) == (NOBODY, None)
 
+
+def test_the_advice_for_a_daemon_run_as_a_uid_no_user_has_runs(tmp_path):
+    """A daemon run as a uid without a passwd entry (a DynamicUser= where nss-systemd
+    is not configured): the advice named the uid as "12345:", which chown refuses
+    ("invalid spec": the colon asks for the login group of a user there is none of)."""
+    uid = _nameless_uid()
+    run = _made(tmp_path / "run", 0o777)
+    _run(fix(run, uid), tmp_path)
+    st = os.stat(run)
+    assert (st.st_uid, untrusted(st, trusted_owners(uid))) == (uid, None)
+
+
+@pytest.mark.parametrize("link", [False, True])
+def test_the_advice_for_a_relative_path_that_starts_with_a_dash_runs(tmp_path, link):
+    """``--config=-x.yaml``: shlex.quote leaves -x.yaml as it is, and chown took it
+    for its options."""
+    target = _made(tmp_path / "-x.yaml", 0o666, NOBODY, text="x")
+    if link:
+        target = _link(tmp_path / "-l.yaml", target.name, NOBODY)
+    _run(fix(target.name, link=link), tmp_path)
+    st = os.lstat(target)
+    assert st.st_uid == 0 and (link or untrusted(st, ROOTS) is None)
