@@ -60,10 +60,13 @@ def _prefixed_with_priority(renderer: Callable[..., str]) -> Callable[..., str]:
     """``renderer`` whose lines start with their level's syslog priority, "<3>" for an
     error: journald takes the prefix off and files the line at that priority. Without
     it every line of the unit was "info", so `journalctl -p err -u parlschedd` showed
-    none of the daemon's errors, nor `systemctl status` them in red."""
+    none of the daemon's errors, nor `systemctl status` them in red. Every line of a
+    record that spans several (a console traceback) has it: journald files each line
+    on its own."""
 
     def render(logger: Any, method: str, event_dict: dict) -> str:
-        return f"<{_PRIORITIES.get(event_dict.get('level', ''), 6)}>{renderer(logger, method, event_dict)}"
+        prefix = f"<{_PRIORITIES.get(event_dict.get('level', ''), 6)}>"
+        return prefix + renderer(logger, method, event_dict).replace("\n", "\n" + prefix)
 
     return render
 

@@ -118,3 +118,29 @@ os.environ["JOURNAL_STREAM"] = f"{st.st_dev + 1}:{st.st_ino}"
 configure(sys.argv[1], sys.argv[2])""")
     lines = logged(tmp_path, "json", child=child).splitlines()
     assert out.exists() and [json.loads(line)["level"] for line in lines] == list(ALL)
+
+
+FAILED = """
+import sys
+import structlog
+from parlschedd.logging import configure
+
+configure(sys.argv[1], sys.argv[2])
+try:
+    {}["missing"]
+except KeyError:
+    structlog.get_logger().exception("period failed for target", pid=1)
+"""
+
+
+@pytest.mark.parametrize("fmt", ["json", "console"])
+def test_on_the_journals_stream_every_line_of_a_traceback_carries_the_errors_priority(tmp_path, fmt):
+    """journald files each line of the stream on its own: a console traceback's lines
+    after the first, without "<3>", were filed as "info", and `journalctl -p err`
+    showed the error without where it came from (a JSON record is one line)."""
+    lines = logged(tmp_path, fmt, journal="ours", child=FAILED).splitlines()
+    assert all(line.startswith("<3>") for line in lines), lines
+    if fmt == "json":
+        assert len(lines) == 1 and "KeyError: 'missing'" in json.loads(lines[0][3:])["exception"], lines
+    else:
+        assert (lines[1], lines[-1]) == ("<3>Traceback (most recent call last):", "<3>KeyError: 'missing'"), lines
