@@ -94,6 +94,9 @@ class Engine:
         self._single = {c: frozenset({c}) for d in domains for c in d}  # pin masks, made once
         self._whole = [frozenset(d) for d in domains]  # a free thread's mask: its domain
         self._usable = frozenset(self._single)  # every CPU of the domains
+        self._domain_of = np.full(max(self._usable, default=0) + 2, -1, dtype=np.int64)  # by CPU; [-1]: none
+        for a, cpus in enumerate(domains):
+            self._domain_of[cpus] = a
         self.placements = frozenset([*self._single.values(), *self._whole])  # every mask we pin to (the state file's)
         self._schedulers_made = 0
         self.read_errors = 0  # periods a live thread was not measured: a failed read, or a PMU group multiplexed out throughout
@@ -466,8 +469,9 @@ class Engine:
         ran = self._ran_elsewhere(target, r)
         placement = target.scheduler.step(r.tids, utility, ran)
         cpus, domains = placement.cpus, placement.domains
-        if target.observe:
+        if target.observe:  # the kernel's placement, shown and drawn as it is
             r.cpu = ran
+            domains = self._domain_of[np.minimum(ran, self._domain_of.size - 1)]
         else:
             moved = np.flatnonzero((cpus != r.cpu) | ~r.pinned | ((cpus < 0) & (domains != r.domain)))
             held = self._unsaved.union(target.exec_watches) if self._unsaved or target.exec_watches else ()

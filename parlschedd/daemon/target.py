@@ -42,8 +42,10 @@ class Roster:
     """A target's per-period numbers as arrays aligned on its tids (sorted), so the
     period works on whole arrays instead of one Python object per thread. ``cpu`` is
     -1 where no single CPU is ours to name: a free thread (``pinned``, to its whole
-    domain), or not pinned by us (observe mode, a refused pin); ``domain`` is -1 before
-    the thread's first period."""
+    domain), or one not pinned by us (a refused pin); of an observed target, the CPU
+    the thread last ran on, and ``domain`` that CPU's (the kernel's placement, not the
+    scheduler's model of one); ``domain`` is -1 before the thread's first period, and
+    of an observed thread last seen on a CPU of no domain."""
 
     tids: IntArray
     last: FloatArray      # counter value at the last read
