@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from parlschedctl.render import clip, printable, status_screen, status_table
+from parlschedctl.render import clip, printable, progress_line, status_screen, status_table
 
 
 def _reply(process: str, thread: str) -> dict:
@@ -115,3 +115,10 @@ def test_a_thread_filter_is_shown_in_its_targets_header() -> None:
     assert "11 app (pin, threads matching '^worker', 1 thread)" in status_table(reply)
     reply["targets"][0]["thread_filter"] = "x" * 500
     assert "... (500 characters)" in status_table(reply)  # repeated, not in full
+
+
+def test_progress_line():
+    line = progress_line({"threads": [{"utility": 2.0, "pinned": True}, {"utility": None, "pinned": False},
+                                      {"utility": 1.0, "pinned": True, "free": True}], "migrations": 7}, 3.25)
+    assert line == "   3.2 s  3 threads (1 on one CPU, 1 free in their domain, 1 not placed), 7 moves, mean utility 1.5"
+    assert ", 1 move, " in progress_line({"threads": [], "migrations": 1}, 1.0)

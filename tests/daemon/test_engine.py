@@ -34,7 +34,7 @@ from parlschedd.host.base import CounterSource
 from parlschedd.host.errors import HostError
 from parlschedd.host.perf import CounterSet
 from parlschedd.topology import read_topology
-from tests.conftest import fake_cpus, needs_root, wait_for
+from tests.conftest import fake_cpus, needs_root, start_daemon, wait_for
 from tests.reliability.helpers import NS_LAST_PID, masks, sleepy, spawn_with_pid, tids_of
 
 
@@ -1703,3 +1703,33 @@ def test_the_same_error_raised_elsewhere_is_a_new_failure(workload, monkeypatch)
             _ticks(engine, 2, pause=0)
         said = [e["event"] for e in logs if e["event"].startswith("period failed")]
         assert said == ["period failed for target", "period failed for target again"] * 2, said
+
+
+@needs_root
+def test_a_thread_not_managed_is_logged_with_its_target(tmp_path):
+    """A thread the daemon could not manage (here: out of file descriptors, its
+    RLIMIT_NOFILE lowered by prlimit while a 40-thread process is attached) was logged
+    with its tid alone ("out of file descriptors, thread not managed", tid=...): with
+    several targets an administrator could not tell whose it was, nor look it up once
+    the thread had exited. The line names the target's pid too."""
+    from tests.reliability.helpers import fd_count, sleepy
+
+    d = start_daemon(tmp_path)
+    target = sleepy(40)
+    pid = d.proc.pid
+    hard = nofile_hard(pid)
+    try:
+        subprocess.run(["prlimit", f"--pid={pid}", f"--nofile={fd_count(pid) + 12}:{hard}"], check=True)
+        d.request("attach", pid=target.pid, timeout=10)
+        lines = [r for r in d.log_records() if r["event"] == "out of file descriptors, thread not managed"]
+        assert lines and all(r["pid"] == target.pid for r in lines), lines
+    finally:
+        subprocess.run(["prlimit", f"--pid={pid}", f"--nofile={hard}:{hard}"])
+        target.kill()
+        target.wait()
+        d.stop()
+
+
+def nofile_hard(pid: int) -> str:
+    with open(f"/proc/{pid}/limits") as f:
+        return next(line.split()[4] for line in f if line.startswith("Max open files"))

@@ -1,4 +1,6 @@
-"""Metrics, history and plots of a real daemon managing a real process."""
+"""parlschedd/daemon/prometheus.py: the metrics endpoint of a real daemon managing
+real threads, scraped over a real socket; its collector on a real engine; the
+listen address and the refusals and warnings of a listener that cannot serve."""
 
 from __future__ import annotations
 
@@ -11,13 +13,9 @@ import sys
 import time
 import urllib.request
 
-import numpy as np
 import pytest
 
-from parlschedctl import client
 from parlschedd.__main__ import REFUSED
-from parlschedd.daemon.history import History
-from parlschedctl.render import progress_line
 from tests.conftest import PINNING, needs_root, refused_start, start_daemon, threads_of, wait_for
 
 
@@ -154,36 +152,6 @@ def test_a_listener_in_a_network_of_its_own_is_said_to_be_unreachable(tmp_path):
 
 
 @needs_root
-def test_a_thread_not_managed_is_logged_with_its_target(tmp_path):
-    """A thread the daemon could not manage (here: out of file descriptors, its
-    RLIMIT_NOFILE lowered by prlimit while a 40-thread process is attached) was logged
-    with its tid alone ("out of file descriptors, thread not managed", tid=...): with
-    several targets an administrator could not tell whose it was, nor look it up once
-    the thread had exited. The line names the target's pid too."""
-    from tests.reliability.helpers import fd_count, sleepy
-
-    d = start_daemon(tmp_path)
-    target = sleepy(40)
-    pid = d.proc.pid
-    hard = nofile_hard(pid)
-    try:
-        subprocess.run(["prlimit", f"--pid={pid}", f"--nofile={fd_count(pid) + 12}:{hard}"], check=True)
-        d.request("attach", pid=target.pid, timeout=10)
-        lines = [r for r in d.log_records() if r["event"] == "out of file descriptors, thread not managed"]
-        assert lines and all(r["pid"] == target.pid for r in lines), lines
-    finally:
-        subprocess.run(["prlimit", f"--pid={pid}", f"--nofile={hard}:{hard}"])
-        target.kill()
-        target.wait()
-        d.stop()
-
-
-def nofile_hard(pid: int) -> str:
-    with open(f"/proc/{pid}/limits") as f:
-        return next(line.split()[4] for line in f if line.startswith("Max open files"))
-
-
-@needs_root
 def test_metrics_listen_on_an_ipv6_address_in_brackets(tmp_path):
     """``metrics: '[::1]:PORT'``, an IPv6 listen address as Prometheus and every URL
     write one (docs/systemd.md allows AF_INET6 for the listener), was refused by
@@ -212,91 +180,6 @@ def test_metrics_listen_on_an_ipv6_address_in_brackets(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "parlschedctl", "config", "check", str(tmp_path / "bad.yaml")],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 1 and "metrics: must be a listen address" in bad.stdout + bad.stderr, bad
-
-
-@needs_root
-def test_history_is_bounded_and_plot_writes_a_png(tmp_path, workload):
-    (tmp_path / "parlschedd.yaml").write_text("period_s: 0.02\ndomain_period_s: 0.2\nhistory_periods: 25\n")
-    d = start_daemon(tmp_path)
-    try:
-        w = workload(3)
-        d.request("attach", pid=w.pid)
-        wait_for(lambda: len(d.request("history", pid=w.pid)["samples"]) == 25)
-        time.sleep(0.3)
-        h = d.request("history", pid=w.pid)
-        assert h["capacity"] == 25 and len(h["samples"]) == 25  # the ring keeps only the last 25
-        t = [s["t"] for s in h["samples"]]
-        assert t == sorted(t) and t[0] > 0.3
-        assert set(h["samples"][-1]["tids"]) == set(threads_of(d, w.pid))
-        assert len(d.request("history", pid=w.pid, last=5)["samples"]) == 5
-        out = tmp_path / "run.png"
-        r = subprocess.run([sys.executable, "-c", "from parlschedctl.cli import main; main()", "--socket", d.socket,
-                            "plot", str(w.pid), "--out", str(out)], capture_output=True, text=True, timeout=120)
-        assert r.returncode == 0, r.stderr
-        data = out.read_bytes()
-        assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
-        width, height = struct.unpack(">II", data[16:24])
-        assert width > 500 and height > 400
-    finally:
-        d.stop()
-
-
-def test_history_memory_is_bounded():
-    h = History(capacity=100, started=0.0)
-    for k in range(1000):
-        h.record(k * 0.1, np.arange(64), np.random.rand(64), np.zeros(64), np.zeros(64))
-    assert len(h.samples) == 100
-    held = sum(a.nbytes for s in h.samples for a in (s.tids, s.utility, s.cpu, s.domain))
-    assert held == 100 * 64 * (4 + 4 + 2 + 2)
-    assert h.last(1)[0].as_json()["t"] == pytest.approx(99.9)
-
-
-def test_progress_line():
-    line = progress_line({"threads": [{"utility": 2.0, "pinned": True}, {"utility": None, "pinned": False},
-                                      {"utility": 1.0, "pinned": True, "free": True}], "migrations": 7}, 3.25)
-    assert line == "   3.2 s  3 threads (1 on one CPU, 1 free in their domain, 1 not placed), 7 moves, mean utility 1.5"
-    assert ", 1 move, " in progress_line({"threads": [], "migrations": 1}, 1.0)
-
-
-@needs_root
-def test_the_history_of_a_target_that_exited_is_kept_for_its_plot(tmp_path, open_dir, kill_after):
-    """``parlschedctl run -- CMD`` ends when CMD does, and the daemon drops the target:
-    its history went with it, so no plot could be drawn of a run once it was over
-    ("process N is not attached: it exited"). The last HISTORIES_KEPT exited targets'
-    histories are kept: served (marked exited) to root and to the process's owner, not
-    to another user, and plotted."""
-    from parlschedd.daemon.engine import HISTORIES_KEPT
-    from tests.conftest import NOBODY, as_user
-
-    d = start_daemon(tmp_path, "period_s: 0.02\ndomain_period_s: 0.2\nsocket: {mode: '0666'}\n" + PINNING, run=open_dir)
-    try:
-        runs = [kill_after(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]))
-                for _ in range(HISTORIES_KEPT + 1)]
-        for p in runs:
-            d.request("attach", pid=p.pid)
-        wait_for(lambda: all(len(d.request("history", pid=p.pid)["samples"]) >= 5 for p in runs))
-        last = {}
-        for p in runs:
-            last[p.pid] = d.request("history", pid=p.pid, last=1)["samples"][-1]["t"]
-            p.kill()
-            p.wait()
-        assert wait_for(lambda: not d.request("status")["targets"]), "every target dropped as it exited"
-        first, kept = runs[0], runs[1:]
-        for p in kept:
-            h = d.request("history", pid=p.pid)
-            assert h["exited"] is True and h["pid"] == p.pid and h["samples"][-1]["t"] >= last[p.pid]
-        assert as_user(NOBODY, d.socket, "history", pid=kept[-1].pid) == {"refused": "not_attached"}
-        with pytest.raises(client.Refused, match=r"it exited, and parlschedd dropped it .*; its history is no "
-                                                 rf"longer kept \(the last {HISTORIES_KEPT} exited targets' are\)"):
-            d.request("history", pid=first.pid)
-        out = tmp_path / "run.png"
-        r = subprocess.run([sys.executable, "-m", "parlschedctl", "--socket", d.socket, "plot", str(kept[-1].pid),
-                            "--out", str(out)], capture_output=True, text=True, timeout=120)
-        assert r.returncode == 0, r.stderr
-        assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    finally:
-        d.stop()
-
 
 @needs_root
 def test_a_scrape_waits_for_the_engine_lock(workload):
