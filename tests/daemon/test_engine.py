@@ -1712,7 +1712,7 @@ def test_a_thread_not_managed_is_logged_with_its_target(tmp_path):
     with its tid alone ("out of file descriptors, thread not managed", tid=...): with
     several targets an administrator could not tell whose it was, nor look it up once
     the thread had exited. The line names the target's pid too."""
-    from tests.reliability.helpers import fd_count, sleepy
+    from tests.reliability.helpers import fd_count, nofile_hard, sleepy
 
     d = start_daemon(tmp_path)
     target = sleepy(40)
@@ -1728,8 +1728,3 @@ def test_a_thread_not_managed_is_logged_with_its_target(tmp_path):
         target.kill()
         target.wait()
         d.stop()
-
-
-def nofile_hard(pid: int) -> str:
-    with open(f"/proc/{pid}/limits") as f:
-        return next(line.split()[4] for line in f if line.startswith("Max open files"))

@@ -39,6 +39,12 @@ def fd_count(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def nofile_hard(pid: int) -> str:
+    """The process's hard limit of open files, as /proc/<pid>/limits writes it."""
+    with open(f"/proc/{pid}/limits") as f:
+        return next(line.split()[4] for line in f if line.startswith("Max open files"))
+
+
 def rss_mib(pid: int) -> float:
     with open(f"/proc/{pid}/status") as f:
         for line in f:

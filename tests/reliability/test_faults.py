@@ -29,7 +29,7 @@ from parlschedd.host.affinity import Pinner
 from parlschedd.host.base import CounterSource
 from parlschedd.host.perf import CounterSet, perf_event_open
 from tests.conftest import PINNING, needs_root, pinned_where_shown, start_daemon, threads_of, wait_for
-from tests.reliability.helpers import (NS_LAST_PID, errors_in_log, fd_count, masks, sleepy,
+from tests.reliability.helpers import (NS_LAST_PID, errors_in_log, fd_count, masks, nofile_hard, sleepy,
                                        spawn_with_pid, tids_of)
 
 pytestmark = needs_root
@@ -307,11 +307,6 @@ def test_a_cpu_plugged_in_after_start_is_named_and_left_alone(tmp_path, hotplug)
 
 
 # -- perf_event_open failing -----------------------------------------------------------
-
-def nofile_hard(pid: int) -> str:
-    with open(f"/proc/{pid}/limits") as f:
-        return next(line.split()[4] for line in f if line.startswith("Max open files"))
-
 
 def lower_nofile(pid: int, soft: int) -> str:
     hard = nofile_hard(pid)
