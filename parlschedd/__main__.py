@@ -37,8 +37,6 @@ def main(config_path: str | None, socket_path: str | None, state_dir: str, log_f
     """Run the PaRLSched daemon in the foreground."""
     from parlschedd.daemon.server import Daemon, StartupError
     from parlschedd.hostcheck import config_file_untrusted
-    from parlschedd.host.errors import HostError
-    from parlschedd.topology import TopologyError
 
     configure(log_format, log_level)
     try:
@@ -52,7 +50,7 @@ def main(config_path: str | None, socket_path: str | None, state_dir: str, log_f
     daemon = Daemon(cfg, config_path, socket_path or cfg.socket.path, state_dir)
     try:
         daemon.run()
-    except (StartupError, TopologyError, HostError) as exc:
+    except StartupError as exc:  # only a start's: a failure once running exits 1, and systemd restarts it
         _refuse(str(exc), log_format)
 
 

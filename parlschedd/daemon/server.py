@@ -38,6 +38,7 @@ from parlschedd.daemon.status_cache import StatusViews
 from parlschedd.host import cgroups, procfs
 from parlschedd.host.affinity import Pinner
 from parlschedd.host.base import CounterSource
+from parlschedd.host.errors import HostError
 from parlschedd.cpulist import format_cpulist
 from parlschedd.host.perf import CounterSet, detect_source, raise_fd_limit
 from parlschedd.host.privileges import CAP_SYS_NICE, effective_capabilities, perfmon_capable
@@ -204,7 +205,10 @@ class Daemon:
 
     def run(self) -> None:
         with self.awake:
-            self.startup()  # raises StartupError before the loop owns anything to undo
+            try:
+                self.startup()  # raises before the loop owns anything to undo
+            except (TopologyError, HostError) as exc:  # a refused start (exit 78), unlike a failure once running
+                raise StartupError(str(exc)) from exc
             try:
                 self.main_loop()
             finally:
