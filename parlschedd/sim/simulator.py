@@ -88,9 +88,11 @@ class Workload:
 
     def at(self, step: int) -> Threads:
         """The threads with the weights of the latest change at or before ``step``
-        (by step, not by place in the list)."""
-        reached = [(when, w) for when, w in self.changes if when <= step]
-        weights = max(reached, key=lambda c: c[0])[1] if reached else self.threads.weights
+        (by step, not by place in the list; of two at one step, the one listed last)."""
+        latest, weights = None, self.threads.weights
+        for when, w in self.changes:
+            if when <= step and (latest is None or when >= latest):
+                latest, weights = when, w
         return Threads(weights, self.threads.home)
 
 

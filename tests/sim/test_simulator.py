@@ -98,3 +98,5 @@ def test_a_workload_takes_the_latest_change_reached_in_whatever_order_listed():
     a, b = np.array([4.0, 1.0]), np.array([2.0, 2.0])
     w = Workload(Threads(np.ones(2)), changes=[(50, a), (10, b)])
     assert [w.at(k).weights.tolist() for k in (5, 10, 49, 50, 60)] == [[1, 1], [2, 2], [2, 2], [4, 1], [4, 1]]
+    tied = Workload(Threads(np.ones(2)), changes=[(10, a), (10, b)])  # as applied in order: the last listed stays
+    assert tied.at(10).weights.tolist() == [2, 2]
