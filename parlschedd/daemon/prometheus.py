@@ -9,6 +9,7 @@ one series with ``tid="other"``.
 from __future__ import annotations
 
 import errno
+import os
 import socket
 import sys
 import threading
@@ -140,8 +141,16 @@ def unreachable() -> str | None:
         return None  # no /proc/self/net: nothing to tell by
     if not alone:
         return None
+    if not under_systemd():  # a container without a network, unshare --net: no unit to mend
+        return "this daemon's network has no interface but loopback: only its own namespace reaches the port"
     return ("this daemon's network has no interface but loopback (PrivateNetwork=yes under systemd): "
             f"only its own namespace reaches the port; {DROP_IN} mends it")
+
+
+def under_systemd() -> bool:
+    """Whether a systemd unit started this process (it sets INVOCATION_ID): only then
+    can the unit's sandbox be what refused or hid the listener."""
+    return bool(os.environ.get("INVOCATION_ID"))
 
 
 def _request_failed(request: object, client_address: tuple) -> None:
@@ -242,5 +251,7 @@ def refused_listen(exc: OSError) -> str:
     socket fail with EAFNOSUPPORT, which said alone sends the admin to the config."""
     if exc.errno != errno.EAFNOSUPPORT:
         return exc.strerror or str(exc)
+    if not under_systemd():  # config check in a shell, a daemon started by hand: the kernel's own refusal
+        return f"{exc.strerror} (a kernel without IPv6, for an IPv6 address?)"
     return (f"{exc.strerror}; under parlschedd.service, whose RestrictAddressFamilies=AF_UNIX refuses it, add "
             f"{DROP_IN}, or set metrics: null")

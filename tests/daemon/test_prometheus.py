@@ -136,19 +136,27 @@ def test_a_scraper_that_resets_its_connection_is_no_traceback_in_the_json_log(tm
 
 
 @needs_root
-def test_a_listener_in_a_network_of_its_own_is_said_to_be_unreachable(tmp_path):
+@pytest.mark.parametrize("unit", [True, False], ids=["under a unit", "started by hand"])
+def test_a_listener_in_a_network_of_its_own_is_said_to_be_unreachable(tmp_path, monkeypatch, unit):
     """The drop-in that adds AF_INET but keeps the unit's PrivateNetwork=yes: the
     listener binds in a namespace whose loopback no scraper shares, and the daemon
-    started as if all were well. It warns now, naming the drop-in that mends it
-    (here: unshare(1) makes the namespace, with its loopback up as systemd sets it)."""
+    started as if all were well. It warns now, naming the drop-in that mends it when a
+    unit started it (INVOCATION_ID, as systemd sets it), and no unit when none did (a
+    container without a network). Here unshare(1) makes the namespace, with its
+    loopback up as systemd sets it."""
+    if unit:
+        monkeypatch.setenv("INVOCATION_ID", "0123456789abcdef0123456789abcdef")
+    else:
+        monkeypatch.delenv("INVOCATION_ID", raising=False)
     port = free_port()
     (tmp_path / "parlschedd.yaml").write_text(f"period_s: 0.05\nmetrics: '127.0.0.1:{port}'\n")
     d = start_daemon(tmp_path, prefix=["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "sh"])
     d.stop()
     warned = [r for r in d.log_records() if r["event"] == "metrics not reachable"]
     assert len(warned) == 1 and warned[0]["level"] == "warning", d.log_text()
-    assert "no interface but loopback (PrivateNetwork=yes under systemd)" in warned[0]["problem"]
-    assert "PrivateNetwork=no" in warned[0]["problem"]
+    assert "network has no interface but loopback" in warned[0]["problem"]
+    assert ("PrivateNetwork=yes under systemd" in warned[0]["problem"]) is unit
+    assert ("PrivateNetwork=no" in warned[0]["problem"]) is unit
 
 
 @needs_root
@@ -297,14 +305,22 @@ def test_metrics_refused_by_the_units_address_families_say_which_drop_in_to_add(
     """`metrics:` set under the unit, without the drop-in docs/systemd.md describes:
     the start was refused with "metrics: cannot listen on 127.0.0.1: Address family
     not supported by protocol", which sends the admin to the config (config check
-    says it is ok). The refusal names the drop-in that mends it."""
+    says it is ok). The refusal names the drop-in that mends it, when a unit started the
+    daemon (INVOCATION_ID); started by hand, the unit is not the cause, and the kernel
+    (one without IPv6) is named instead."""
     inject = tmp_path / "inject"
     inject.mkdir()
     (inject / "sitecustomize.py").write_text(AF_UNIX_ONLY)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(inject), os.environ.get("PYTHONPATH", "")]))
     config = tmp_path / "cfg.yaml"
     config.write_text("metrics: '127.0.0.1:9177'\n")
+    monkeypatch.setenv("INVOCATION_ID", "0123456789abcdef0123456789abcdef")
     proc = refused_start(config, tmp_path / "d.sock", tmp_path / "state")
     assert proc.returncode == REFUSED, proc.stderr
     assert "metrics: cannot listen on 127.0.0.1: Address family not supported by protocol; " in proc.stderr
     assert "systemctl edit parlschedd" in proc.stderr and "RestrictAddressFamilies=AF_INET AF_INET6" in proc.stderr
+    monkeypatch.delenv("INVOCATION_ID")
+    proc = refused_start(config, tmp_path / "d.sock", tmp_path / "state")
+    assert proc.returncode == REFUSED, proc.stderr
+    assert ("metrics: cannot listen on 127.0.0.1: Address family not supported by protocol (a kernel without IPv6, "
+            "for an IPv6 address?)") in proc.stderr and "systemctl edit" not in proc.stderr
