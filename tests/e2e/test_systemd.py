@@ -211,6 +211,10 @@ def test_journal_has_the_structured_log_lines(steps):
     assert attached[0]["pid"] == steps["attach"]["pid"] and attached[0]["level"] == "info"
     assert all("timestamp" in e and "level" in e for e in j["events"])
     assert j["non_json"] == [], j["non_json"][:10]
+    priority = {"debug": "7", "info": "6", "warning": "4", "error": "3", "critical": "2"}
+    filed = {(e["level"], e["_journal"]["PRIORITY"]) for e in j["events"]}
+    assert filed == {(level, priority[level]) for level, _ in filed}, filed  # each line at its level's priority
+    assert {"info", "error"} <= {level for level, _ in filed}, filed
 
 
 def test_cgroup_rule_finds_a_units_process_through_read_only_cgroupfs(steps):
