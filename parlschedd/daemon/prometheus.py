@@ -61,7 +61,7 @@ class EngineCollector(Collector):
         labels = ["pid", "name", "tid"]
         utility = GaugeMetricFamily("parlsched_thread_utility", "Utility of a managed thread over the last period (counter units per second)", labels=labels)
         cpu = GaugeMetricFamily("parlsched_thread_cpu", "CPU a managed thread is pinned on, or of an observed target (attach --observe) the CPU it last ran on (-1: left free in its domain, or not placed yet)", labels=labels)
-        domain = GaugeMetricFamily("parlsched_thread_domain", "Domain (NUMA node or group) of a managed thread", labels=labels)
+        domain = GaugeMetricFamily("parlsched_thread_domain", "Domain (NUMA node or group) of a managed thread, or of an observed target the domain of the CPU it last ran on (-1: not placed yet, or last seen on a CPU of no domain)", labels=labels)
         pinned = GaugeMetricFamily("parlsched_thread_pinned", "1 when the thread is pinned by the daemon", labels=labels)
         threads = GaugeMetricFamily("parlsched_target_threads", "Managed threads of a target", labels=["pid", "name"])
         target_utility = GaugeMetricFamily("parlsched_target_utility", "Sum of the utilities of a target's threads", labels=["pid", "name"])
