@@ -34,7 +34,7 @@ from parlschedd.daemon import names
 from parlschedd.daemon.target import DomainCpus, Roster, Target, ThreadState
 from parlschedd.daemon.turns import in_turn
 from parlschedd.host import cgroups, procfs
-from parlschedd.host.affinity import AllowedCpus, get_affinity
+from parlschedd.host.affinity import AllowedCpus
 from parlschedd.host.base import Actuator, Counters, PinRecord
 from parlschedd.host.errors import HostError, Overridden, ThreadGone, TooManyFiles
 from parlschedd.learning.scheduler import TwoLevelScheduler
@@ -607,12 +607,11 @@ class Engine:
         target.births_at = births if seen <= target.threads.keys() | target.ignored else None
         target.listed_at = now
 
-    @staticmethod
-    def _masks_of(tids: Iterable[int]) -> dict[int, frozenset[int]]:
+    def _masks_of(self, tids: Iterable[int]) -> dict[int, frozenset[int]]:
         masks = {}
         for tid in tids:
             try:
-                masks[tid] = get_affinity(tid)
+                masks[tid] = self.pinner.mask_of(tid)
             except HostError:
                 pass  # gone: the next listing drops it
         return masks
@@ -751,10 +750,10 @@ class Engine:
         creator (a core, or a free thread's whole domain): the target's own mask, to
         restore instead of ours."""
         if target.base_mask is None:
-            target.base_mask = get_affinity(target.pid)
+            target.base_mask = self.pinner.mask_of(target.pid)
             target.base_original = self.pinner.original_of(target.pid, target.base_mask, target.cpuset)
             return None
-        mask = get_affinity(tid)
+        mask = self.pinner.mask_of(tid)
         return target.base_original if mask != target.base_mask and mask in self._ours(target) else None
 
     def _ours(self, target: Target) -> set[frozenset[int]]:
@@ -796,7 +795,7 @@ class Engine:
             given = 0
             for tid in born:
                 try:
-                    if get_affinity(tid) in ours and self._manager_of(tid) is None:
+                    if self.pinner.mask_of(tid) in ours and self._manager_of(tid) is None:
                         self._give_back(tid, procfs.thread_start_time(tid, self.proc_root), target.base_original)
                         given += 1
                 except HostError:
@@ -899,7 +898,7 @@ class Engine:
             return
         if not target.observe:
             try:
-                mask = get_affinity(main)
+                mask = self.pinner.mask_of(main)
             except HostError:
                 return  # gone: the next period drops it
             if mask != self.pinner.records[main].current:
@@ -953,7 +952,7 @@ class Engine:
         set on a thread that went: that thread exec'd and is the main tid now, with our
         mask. It gets that thread's original back, and is left alone."""
         try:
-            mask, original = carried_original(target, main, went)
+            mask, original = carried_original(target, main, went, self.pinner)
             if original is not None and mask != before:
                 self._give_back(main, procfs.thread_start_time(main, self.proc_root), original)
                 self.handed_over.pop(main, None)  # not the thread someone else set any more

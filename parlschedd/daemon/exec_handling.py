@@ -18,7 +18,6 @@ import structlog
 from parlschedd.daemon.exec_watch import ExecWatch, Masks, carried, original_after_exec
 from parlschedd.daemon.target import Target
 from parlschedd.host import procfs
-from parlschedd.host.affinity import get_affinity
 from parlschedd.host.base import Actuator, Counters, CounterSource, PinRecord
 from parlschedd.host.errors import HostError
 
@@ -49,18 +48,18 @@ def exec_went(target: Target, main: int, pinner: Actuator, proc_root: str) -> di
     try:
         if others & set(procfs.list_tids(main, proc_root)):
             return None
-        mask = get_affinity(main)
+        mask = pinner.mask_of(main)
     except HostError:
         return None
     went = masks_that_went(target, others, pinner.records)
     return went if carried(went, mask) else None
 
 
-def carried_original(target: Target, main: int,
-                     went: Mapping[int, Masks]) -> tuple[frozenset[int], frozenset[int] | None]:
+def carried_original(target: Target, main: int, went: Mapping[int, Masks],
+                     pinner: Actuator) -> tuple[frozenset[int], frozenset[int] | None]:
     """The main tid's mask now, and the original of the thread that went with that
     mask last set (``original_after_exec``; None: none went with it)."""
-    mask = get_affinity(main)
+    mask = pinner.mask_of(main)
     return mask, original_after_exec(went, mask, target.base_original or mask)
 
 
@@ -104,7 +103,7 @@ def reassign_original(target: Target, main: int, went: Mapping[int, Masks], pinn
     it was (``carried_original``) to restore; its mask now, or None when none of the
     threads that went had that mask: someone else set it, and the thread is theirs.
     Raises HostError when it is gone."""
-    mask, original = carried_original(target, main, went)
+    mask, original = carried_original(target, main, went, pinner)
     if original is None:
         return None
     pinner.reassign(main, original)
@@ -147,7 +146,7 @@ def settle_exec(target: Target, main: int, pinner: Actuator, proc_root: str) -> 
     if went is None:
         return
     try:  # a mask as last set: threads that ended, or an exec from main itself (as the engine's _after_the_others_went)
-        mask, original = carried_original(target, main, went)
+        mask, original = carried_original(target, main, went, pinner)
         if original is not None and mask != record.current:
             pinner.reassign(main, original)
     except HostError:

@@ -18,7 +18,7 @@ from parlschedd.cpulist import format_cpulist, parse_cpulist
 from parlschedd.daemon import protocol
 from parlschedd.daemon.engine import Engine, EngineError
 from parlschedd.host import procfs
-from parlschedd.host.affinity import Pinner, get_affinity
+from parlschedd.host.affinity import Pinner
 from parlschedd.host.base import PinRecord
 from parlschedd.host.errors import HostError, ThreadGone
 from parlschedd.host.state import StateDirBusy, StateNotOurs, lock_dir, read_state, write_state
@@ -247,7 +247,7 @@ def _give_back_born_while_down(pinner: Pinner, restored: Sequence[int], records:
                 continue
             try:
                 start = procfs.thread_start_time(tid, proc_root)
-                if start < since or theirs.get(tid) == start or not pinner.pinned_by_last_run(tid, get_affinity(tid)):
+                if start < since or theirs.get(tid) == start or not pinner.pinned_by_last_run(tid, pinner.mask_of(tid)):
                     continue
                 pinner.adopt(tid, start, base)
                 pinner.restore(tid)

@@ -221,6 +221,10 @@ class Pinner:
         self._records[tid] = PinRecord(start_time, self.original_of(tid, mask, cpuset) if original is None else original,
                                        mask)
 
+    def mask_of(self, tid: int) -> frozenset[int]:
+        """The thread's mask as this Pinner's kernel reads it."""
+        return self._kernel.get_affinity(tid)
+
     def original_of(self, tid: int, mask: frozenset[int], cpuset: frozenset[int] | None) -> frozenset[int]:
         """The original to restore for thread ``tid``, found with ``mask`` (as
         :func:`get_affinity` read it) in ``cpuset``: its process's, as the caller last

@@ -137,6 +137,11 @@ class Actuator(Protocol):
         ``original`` when the caller knows better (a mask inherited from a thread we
         pinned); ``cpuset``: its process's, when the caller has read it."""
 
+    def mask_of(self, tid: int) -> frozenset[int]:
+        """The thread's mask as the kernel it acts on reads it (sched_getaffinity, or a
+        simulated machine's table): every mask the engine compares with its own pins is
+        read here, never from another table. HostError (ThreadGone) when it is gone."""
+
     def original_of(self, tid: int, mask: frozenset[int], cpuset: frozenset[int] | None) -> frozenset[int]:
         """The mask to restore for a thread found with ``mask`` in ``cpuset``."""
 

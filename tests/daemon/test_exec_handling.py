@@ -216,15 +216,15 @@ def test_carried_original_is_the_original_of_the_thread_with_that_mask_else_the_
     there is none, the mask itself. A mask none that went had: None."""
     p = execs("other")
     os.sched_setaffinity(p.other, CPU0)
-    target = _target(p)
+    target, pinner = _target(p), Pinner()
     p.go()
-    assert carried_original(target, p.pid, {p.other: (BOTH, CPU0)}) == (CPU0, BOTH)
+    assert carried_original(target, p.pid, {p.other: (BOTH, CPU0)}, pinner) == (CPU0, BOTH)
     twins = {p.other: (BOTH, CPU0), 1 << 30: (CPU1, CPU0)}
     target.base_original = CPU1
-    assert carried_original(target, p.pid, twins) == (CPU0, CPU1)
+    assert carried_original(target, p.pid, twins, pinner) == (CPU0, CPU1)
     target.base_original = None
-    assert carried_original(target, p.pid, twins) == (CPU0, CPU0)
-    assert carried_original(target, p.pid, {p.other: (BOTH, CPU1)}) == (CPU0, None)
+    assert carried_original(target, p.pid, twins, pinner) == (CPU0, CPU0)
+    assert carried_original(target, p.pid, {p.other: (BOTH, CPU1)}, pinner) == (CPU0, None)
 
 
 # -- watch_exec and check_exec -------------------------------------------------------------
