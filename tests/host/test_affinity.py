@@ -507,11 +507,19 @@ def test_the_kernel_release_says_whether_a_cpuset_change_keeps_our_mask(release:
     assert affinity.keeps_asked_mask(release) is keeps
 
 
-def test_the_default_kernel_keeps_the_asked_mask_as_its_release_says() -> None:
+def test_the_default_kernel_keeps_the_asked_mask_as_its_release_says(monkeypatch) -> None:
     """LinuxAffinity's ``keeps_asked_mask`` is the running kernel's, read once; one
-    given (as for a kernel before 6.2) is kept."""
+    given (as for a kernel before 6.2) is kept. The release is faked as one before 6.2
+    too (uname, read once): on this host's 6.18 a default of True would pass alone."""
     assert LinuxAffinity().keeps_asked_mask is affinity.keeps_asked_mask(os.uname().release)
     assert LinuxAffinity(keeps_asked_mask=False).keeps_asked_mask is False
+    old = os.uname_result(os.uname()[:2] + ("5.15.0-generic",) + os.uname()[3:])
+    monkeypatch.setattr(affinity.os, "uname", lambda: old)
+    affinity.running_kernel_keeps_asked_mask.cache_clear()
+    try:
+        assert LinuxAffinity().keeps_asked_mask is False
+    finally:
+        affinity.running_kernel_keeps_asked_mask.cache_clear()  # read this host's again
 
 
 def whole_cpuset_after_a_pin(spawn: Callable[..., Worker], cpuset: CpusetDir,
