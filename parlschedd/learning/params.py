@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from parlschedd.learning.normalize import MODES
@@ -18,9 +19,12 @@ RANGES: dict[str, tuple[float, float | None, bool]] = {
 
 
 def in_range(name: str, value: float) -> bool:
-    """Whether ``value`` is in :data:`RANGES`' range for parameter ``name``."""
+    """Whether ``value`` is in :data:`RANGES`' range for parameter ``name``. Only a
+    finite number is: a range without an upper end does not take inf (the config
+    refuses it too; eta = inf made the aspiration benchmark inf * 0 = NaN)."""
     lo, hi, lo_inclusive = RANGES[name]
-    return (value >= lo if lo_inclusive else value > lo) and (hi is None or value <= hi)
+    return (math.isfinite(value) and (value >= lo if lo_inclusive else value > lo)
+            and (hi is None or value <= hi))
 
 
 @dataclass(frozen=True)
