@@ -22,6 +22,7 @@ from parlschedd.energy.baseline import BaselineModel
 from parlschedd.energy.cluster import Cluster, ClusterError, cluster_to_dict, parse_cluster, without_individuals
 from parlschedd.energy.estimator import EnergyTimeModel
 from parlschedd.energy.model import NotANumber
+from parlschedd.keypaths import yaml_kind
 
 FORMAT = "parlsched-energy-time/1"
 
@@ -103,7 +104,12 @@ def load_params(path: str | Path) -> Fitted:
 
 def _section(doc: dict[str, Any], key: str, source: str, read: Callable[[Any], T]) -> T:
     """``read`` of the section ``key`` of ``doc``, its errors naming the key path in the
-    file: "missing key 'rounding'" did not say of which section."""
+    file: "missing key 'rounding'" did not say of which section. A section that is not
+    an object is refused as such, in the file's words: "model": [] said "model: list
+    indices must be integers or slices, not str"."""
+    if key in doc and not isinstance(doc[key], dict):
+        raise ParamsError(f"{source}: malformed parameters: {key}: must be an object, got {yaml_kind(doc[key])} "
+                          "(write the file with `model fit --out`)")
     try:
         return read(doc[key])
     except KeyError as exc:
