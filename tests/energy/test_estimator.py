@@ -44,8 +44,8 @@ def refused(call) -> str:
 @pytest.fixture(scope="module")
 def on_hpmoon(hpmoon, measured):
     """Three short fits to the real HPMoon measurements (NSp 1..32, runtimes and
-    energies), the best of them kept."""
-    return EnergyTimeModel(hpmoon, repeat=3, random_state=5, generations=4).fit(
+    energies), the best of them kept; the GA, whose short fits take a tenth of DE's."""
+    return EnergyTimeModel(hpmoon, method="ga", repeat=3, random_state=5, generations=2).fit(
         measured.nsp, measured.time_s, measured.energy_wh)
 
 
@@ -223,7 +223,7 @@ def test_predictions_that_overflow_are_inf_without_a_warning(tiny):
 def test_energies_measured_at_fewer_than_two_nsp_fit_time_only(tiny):
     """One energy among NaNs is no energy phase: the model has c_TW alone, its NRMSE
     of energy is undefined (NaN) and its RSD names c_TW only."""
-    model = EnergyTimeModel(tiny, repeat=2, generations=3, random_state=0)
+    model = EnergyTimeModel(tiny, method="ga", repeat=2, generations=3, random_state=0)
     model.fit(np.array([1, 2, 3, 4]), np.array([20.0, 9.5, 17.5, 12.0]), np.array([np.nan, 0.4, np.nan, np.nan]))
     assert model.energy_params_ is None and math.isnan(model.nrmse_energy_)
     assert list(model.parameters()) == TIME_NAMES == list(model.rsd_)
@@ -259,7 +259,7 @@ def test_the_rsd_of_each_parameter_is_eq_17_over_the_repetitions(on_hpmoon, hpmo
 def test_progress_is_told_each_repetition_as_it_ends(tiny):
     """progress(done, of) once per repetition, in order, so the CLI can show it."""
     calls = []
-    EnergyTimeModel(tiny, repeat=3, generations=2, random_state=0).fit(
+    EnergyTimeModel(tiny, method="ga", repeat=3, generations=2, random_state=0).fit(
         np.array([1, 2, 3]), np.array([20.0, 9.5, 17.5]), progress=lambda done, of: calls.append((done, of)))
     assert calls == [(1, 3), (2, 3), (3, 3)]
 

@@ -34,7 +34,7 @@ def tiny_cluster():
 @pytest.fixture(scope="module")
 def fitted(tiny_cluster):
     """A model and a baseline fitted to the same four runs of the TINY cluster."""
-    model = EnergyTimeModel(tiny_cluster, generations=5, random_state=0).fit(NSP, TIME_S, ENERGY_WH)
+    model = EnergyTimeModel(tiny_cluster, method="ga", generations=3, random_state=0).fit(NSP, TIME_S, ENERGY_WH)
     return model, BaselineModel(tiny_cluster).fit(NSP, TIME_S, ENERGY_WH)
 
 
@@ -70,7 +70,7 @@ def test_a_saved_fit_reads_back_as_the_same_model(saved, tiny_cluster, fitted):
     back = load_params(saved)
     assert back.cluster == tiny_cluster
     assert back.model.parameters() == model.parameters()
-    assert (back.model.method, back.model.rounding, back.model.master_power) == ("de", "floor", "migration")
+    assert (back.model.method, back.model.rounding, back.model.master_power) == ("ga", "floor", "migration")
     nsp = np.arange(1, 17)
     np.testing.assert_array_equal(back.model.predict(nsp), model.predict(nsp))
     np.testing.assert_array_equal(back.baseline.predict(nsp), baseline.predict(nsp))
@@ -91,7 +91,7 @@ def test_nan_and_infinity_are_written_as_null_and_read_back(tmp_path, tiny_clust
     """A fit to runtimes only: its NRMSE of energy (NaN) and the baseline's powers
     (NaN) are null in the file, never the NaN other JSON readers refuse; read back they
     are NaN again, and the energies predicted are NaN."""
-    model = EnergyTimeModel(tiny_cluster, generations=5, random_state=0).fit(NSP, TIME_S)
+    model = EnergyTimeModel(tiny_cluster, method="ga", generations=3, random_state=0).fit(NSP, TIME_S)
     baseline = BaselineModel(tiny_cluster).fit(NSP, TIME_S)
     path = tmp_path / "time-only.json"
     save_params(path, params_document(tiny_cluster, model, baseline, {"fit": {"loo": math.inf}}))
