@@ -57,10 +57,12 @@ class EnergyTimeModel:
                                      ("master_power", self.master_power, MASTER_POWER)):
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
-        if not isinstance(self.repeat, int) or self.repeat < 1:
-            raise ValueError(f"repeat must be an integer >= 1, got {self.repeat!r}")
-        if self.generations is not None and (not isinstance(self.generations, int) or self.generations < 1):
-            raise ValueError(f"generations must be an integer >= 1, got {self.generations!r}")
+        for name, value, least in (("repeat", self.repeat, 1), ("generations", self.generations, 1),
+                                   ("random_state", self.random_state, 0)):
+            if value is None and name != "repeat":
+                continue
+            if not _integer(value) or value < least:  # a file's "repeat": true is not 1
+                raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
 
     def fit(self, nsp: np.ndarray, time_s: np.ndarray, energy_wh: np.ndarray | None = None,
             progress: Progress | None = None) -> EnergyTimeModel:
@@ -181,3 +183,8 @@ def _nan_if_none(x: float | None) -> float:
     """An NRMSE as ``to_dict`` wrote it: null where it is undefined (energy not fitted, or
     measurements without spread: all runtimes equal), read back as NaN."""
     return float("nan") if x is None else float(x)
+
+
+def _integer(x: object) -> bool:
+    """An int (numpy's too), not a bool: True is an int to Python, not a count to a user."""
+    return isinstance(x, int | np.integer) and not isinstance(x, bool)

@@ -172,6 +172,11 @@ def test_one_energy_parameter_makes_all_of_them_required(tiny):
     ("repeat", 2.5, "repeat must be an integer >= 1, got 2.5"),
     ("generations", 0, "generations must be an integer >= 1, got 0"),
     ("generations", "100", "generations must be an integer >= 1, got '100'"),
+    ("repeat", True, "repeat must be an integer >= 1, got True"),
+    ("generations", True, "generations must be an integer >= 1, got True"),
+    ("random_state", -1, "random_state must be an integer >= 0, got -1"),
+    ("random_state", "abc", "random_state must be an integer >= 0, got 'abc'"),
+    ("random_state", 1.5, "random_state must be an integer >= 0, got 1.5"),
 ])
 def test_options_out_of_their_choices_are_refused_before_any_work(tiny, option, value, said):
     """The same words whether the option is read from a file or given to fit, and fit
