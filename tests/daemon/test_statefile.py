@@ -1,0 +1,476 @@
+"""parlschedd/daemon/statefile.py on its own: what a save writes and a recovery reads
+back, what becomes of a state file the daemon cannot use, the state dir's lock, the
+threads born while no daemon ran, and the targets attached again.
+
+Real files in the test's own state dir, real processes whose masks are set as a killed
+daemon left them, and a real engine (schedstat counters, this host's Pinner); the
+daemon's whole start and restart are tests/daemon/test_daemon.py's."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import structlog.testing
+
+from parlschedd.config import Config
+from parlschedd.cpulist import format_cpulist
+from parlschedd.daemon.engine import Engine
+from parlschedd.daemon.statefile import StateDirUnusable, StateFile, by_hand, reattach
+from parlschedd.host import procfs
+from parlschedd.host.affinity import Pinner
+from parlschedd.host.base import CounterSource
+from parlschedd.host.perf import CounterSet
+from parlschedd.topology import read_topology
+from tests.conftest import needs_root
+from tests.reliability.helpers import masks, sleepy, tids_of
+
+pytestmark = needs_root
+
+ALL = frozenset(os.sched_getaffinity(0))
+two_cpus = pytest.mark.skipif(len(ALL) < 2, reason="a pin must differ from the original mask")
+PIN = frozenset({max(ALL)})  # a pin the last run left: one CPU alone
+
+
+@pytest.fixture
+def engine() -> Iterator[Engine]:
+    """A real engine on this host's domains; after, every target detached, every
+    record restored, every counter closed."""
+    config = Config()
+    counters = CounterSet(CounterSource.SCHEDSTAT)
+    e = Engine(config, read_topology("/sys").domains(config.domains), counters, Pinner())
+    try:
+        yield e
+    finally:
+        e.detach_all()
+        e.pinner.restore_all()
+        counters.close_all()
+
+
+@pytest.fixture
+def proc() -> Iterator[subprocess.Popen]:
+    """A process of three sleeping threads, killed after."""
+    p = sleepy(3)
+    try:
+        yield p
+    finally:
+        p.kill()
+        p.wait()
+
+
+def _record(tid: int, original: frozenset[int], current: frozenset[int]) -> dict:
+    return {"start_time": procfs.thread_start_time(tid), "original": format_cpulist(original),
+            "current": format_cpulist(current)}
+
+
+def _write(sf: StateFile, threads: dict[int, dict] | None = None, **rest: object) -> dict:
+    """A state file of version 1 at ``sf``'s path, as a daemon would have saved it,
+    holding ``threads``' records and ``rest``; returns what it holds."""
+    state = {"version": 1, "pinner": {"version": 1, "threads": {str(t): r for t, r in (threads or {}).items()}},
+             **rest}
+    sf.path.parent.mkdir(exist_ok=True)
+    sf.path.write_text(json.dumps(state))
+    return state
+
+
+def _aside(sf: StateFile) -> Path:
+    [aside] = sf.path.parent.glob("state.json.unusable-*")
+    assert re.fullmatch(rf"state\.json\.unusable-\d{{8}}T\d{{6}}-{os.getpid()}", aside.name), aside.name
+    return aside
+
+
+def _events(logs: list[dict], event: str) -> list[dict]:
+    return [e for e in logs if e["event"].startswith(event)]
+
+
+def test_a_save_writes_the_engines_state_in_a_file_of_its_own(tmp_path, engine, proc) -> None:
+    """What a save writes: the pinner's records, the targets given, the threads handed
+    over and the processes left alone as sorted [id, start time] pairs, the masks this
+    run pins to as CPU lists, and when (in start-time ticks); in a file only its owner
+    may read or write, put there whole (no temporary file left), and no longer dirty."""
+    tid = tids_of(proc.pid)[1]
+    engine.pinner.adopt(tid, procfs.thread_start_time(tid))
+    engine.handed_over.update({9: 2, 3: 1})
+    engine.left_alone.update({8: 5, 4: 6})
+    sf = StateFile(tmp_path)
+    sf.dirty = True
+    before = procfs.start_time_now()
+    sf.save(engine, [{"pid": 1}])
+    saved = json.loads(sf.path.read_text())
+    assert before <= saved.pop("saved_at") <= procfs.start_time_now()
+    assert saved == {"version": 1, "pinner": {"version": 1, "threads": {str(tid): _record(tid, ALL, ALL)}},
+                     "targets": [{"pid": 1}], "handed_over": [[3, 1], [9, 2]], "left_alone": [[4, 6], [8, 5]],
+                     "placements": sorted(format_cpulist(p) for p in engine.placements)}
+    assert stat.S_IMODE(sf.path.stat().st_mode) == 0o600 and os.listdir(tmp_path) == ["state.json"]
+    assert not sf.dirty
+
+
+def test_a_state_dir_removed_under_the_daemon_is_made_again_by_the_next_save(tmp_path, engine) -> None:
+    sf = StateFile(tmp_path / "state")
+    sf.save(engine)
+    os.unlink(sf.path)
+    os.rmdir(sf.path.parent)
+    sf.dirty = True
+    sf.save(engine)
+    assert json.loads(sf.path.read_text())["targets"] == [] and not sf.dirty
+
+
+def test_a_save_that_cannot_write_says_so_and_stays_dirty(tmp_path, engine) -> None:
+    """A directory where state.json goes, which even root cannot replace: the save
+    logs the error, raises nothing, leaves no temporary file, and stays dirty, so the
+    next period writes again."""
+    sf = StateFile(tmp_path)
+    sf.path.mkdir()
+    sf.dirty = True
+    with structlog.testing.capture_logs() as logs:
+        sf.save(engine)
+    [said] = _events(logs, "state file not written")
+    assert said["path"] == str(sf.path) and sf.dirty and os.listdir(tmp_path) == ["state.json"]
+
+
+def test_no_state_file_recovers_nothing(tmp_path, engine) -> None:
+    sf = StateFile(tmp_path)
+    assert sf.recover(engine) == [] and os.listdir(tmp_path) == []
+    assert not engine.handed_over and not engine.left_alone
+
+
+@two_cpus
+def test_recovery_puts_the_last_runs_pins_back_and_keeps_what_it_kept(tmp_path, engine, proc) -> None:
+    """A state file a killed daemon left: the thread it pinned gets its original mask
+    back and is no one's record any more (the next attach adopts it afresh); the
+    threads it handed over and the processes it left alone are kept while the same
+    ones run (same start time), not those whose id names another since; the targets
+    attached by hand come back as saved, an entry that is not an object dropped; the
+    file stays."""
+    pinned, theirs, other = tids_of(proc.pid)
+    os.sched_setaffinity(pinned, PIN)
+    start = procfs.thread_start_time
+    target = {"pid": proc.pid, "start_time": procfs.process_start_time(proc.pid), "observe": True}
+    sf = StateFile(tmp_path)
+    _write(sf, {pinned: _record(pinned, ALL, PIN)}, targets=[target, "not an object", 7],
+           handed_over=[[theirs, start(theirs)], [other, start(other) + 1]],
+           left_alone=[[proc.pid, procfs.process_start_time(proc.pid)], [other, 1]])
+    assert sf.recover(engine) == [target]
+    assert os.sched_getaffinity(pinned) == ALL and not engine.pinner.records
+    assert engine.handed_over == {theirs: start(theirs)}
+    assert engine.left_alone == {proc.pid: procfs.process_start_time(proc.pid)}
+    assert os.listdir(tmp_path) == ["state.json"]
+
+
+@two_cpus
+def test_a_thread_someone_else_set_while_no_daemon_ran_is_left_and_handed_over(tmp_path, engine, proc) -> None:
+    """A mask of no shape the last run pinned to (its placements: the other CPU alone)
+    was set by someone else after the crash: left as set, and handed over, so that
+    the target attached again leaves it too."""
+    theirs = tids_of(proc.pid)[1]
+    mine = frozenset({min(ALL)})
+    sf = StateFile(tmp_path)
+    _write(sf, {theirs: _record(theirs, ALL, PIN)}, placements=[format_cpulist(PIN)])
+    os.sched_setaffinity(theirs, mine)
+    with structlog.testing.capture_logs() as logs:
+        sf.recover(engine)
+    assert os.sched_getaffinity(theirs) == mine
+    assert engine.handed_over == {theirs: procfs.thread_start_time(theirs)}
+    [said] = _events(logs, "recovered from previous run")
+    assert (said["restored"], said["left_as_set_by_someone_else"]) == (0, 1)
+
+
+@two_cpus
+@pytest.mark.parametrize("text", [
+    '{"version": 1, "pinner": {"version": 1, "thr',
+    "\x00\x00\x00\x00",
+    "[1, 2]",
+    '{"version": 2, "pinner": PINNER}',
+    '{"version": 1, "pinner": PINNER, "placements": ["0"], "targets": []',
+], ids=["torn", "zeros", "not an object", "another version", "cut before its end"])
+def test_a_file_it_cannot_use_is_set_aside_and_nothing_in_it_done(tmp_path, engine, proc, text) -> None:
+    """A torn write, a file of zeros (a crash before the data reached the disk),
+    another version's file, one cut at its end: none of it is believed, not even a
+    record that reads well (its thread keeps the pin), and the file moves aside whole
+    under a name of its own, for an administrator, where the next save cannot
+    overwrite it."""
+    tid = tids_of(proc.pid)[1]
+    os.sched_setaffinity(tid, PIN)
+    text = text.replace("PINNER", json.dumps({"version": 1, "threads": {str(tid): _record(tid, ALL, PIN)}}))
+    sf = StateFile(tmp_path)
+    sf.path.write_text(text)
+    with structlog.testing.capture_logs() as logs:
+        assert sf.recover(engine) == []
+    aside = _aside(sf)
+    assert aside.read_text() == text and not sf.path.exists()
+    assert os.sched_getaffinity(tid) == PIN and not engine.pinner.records
+    [said] = _events(logs, "state file unusable, ignoring it; kept for an administrator")
+    assert said["path"] == str(aside) and said["why"]
+
+
+@two_cpus
+def test_a_file_others_may_write_is_read_not_at_all(tmp_path, engine, proc) -> None:
+    """A state file group and others may write (whoever could write it chose which
+    masks root puts back on which threads): not one record or target of it is used;
+    it is set aside as it was, its mode kept, the reason named."""
+    tid = tids_of(proc.pid)[1]
+    os.sched_setaffinity(tid, PIN)
+    sf = StateFile(tmp_path)
+    state = _write(sf, {tid: _record(tid, ALL, PIN)},
+                   targets=[{"pid": proc.pid, "start_time": procfs.process_start_time(proc.pid)}])
+    sf.path.chmod(0o666)
+    with structlog.testing.capture_logs() as logs:
+        assert sf.recover(engine) == []
+    assert os.sched_getaffinity(tid) == PIN
+    aside = _aside(sf)
+    assert json.loads(aside.read_text()) == state and stat.S_IMODE(aside.stat().st_mode) == 0o666
+    [said] = _events(logs, "state file unusable")
+    assert said["why"] == "mode 0666, writable by its group and others: not written by this daemon alone, not read"
+
+
+@two_cpus
+def test_a_file_with_unreadable_records_is_copied_aside_and_its_sound_records_used(tmp_path, engine, proc) -> None:
+    """Each record is the only saved original of its thread: a file with some that
+    cannot be read restores the others, and a copy of it all is kept (the file
+    itself is overwritten by the next save)."""
+    tid = tids_of(proc.pid)[1]
+    os.sched_setaffinity(tid, PIN)
+    sf = StateFile(tmp_path)
+    state = _write(sf, {tid: _record(tid, ALL, PIN), 0: _record(tid, ALL, PIN)})
+    state["pinner"]["threads"]["x"] = "0-1"
+    sf.path.write_text(json.dumps(state))
+    with structlog.testing.capture_logs() as logs:
+        sf.recover(engine)
+    assert os.sched_getaffinity(tid) == ALL
+    assert json.loads(_aside(sf).read_text()) == state == json.loads(sf.path.read_text())
+    assert len(_events(logs, "state file unusable, part of it ignored; kept for an administrator")) == 1
+
+
+@pytest.mark.parametrize("targets", [{"pid": 1, "start_time": 2}, "1", None], ids=["an object", "a string", "null"])
+def test_targets_that_are_not_a_list_attach_nothing_and_say_so(tmp_path, engine, targets) -> None:
+    sf = StateFile(tmp_path)
+    _write(sf, targets=targets)
+    with structlog.testing.capture_logs() as logs:
+        assert sf.recover(engine) == []
+    assert len(_events(logs, "state file: the targets attached by hand are not a list")) == 1
+
+
+BORN_CASES = ["saved before the birth", "saved after the birth", "handed over", "not saved when",
+              "no placements said", "its mask is not a pin", "main thread's original first",
+              "main thread unsaved, one original", "main thread unsaved, two originals"]
+
+
+@two_cpus
+@pytest.mark.parametrize("case", BORN_CASES)
+def test_threads_born_while_no_daemon_ran_get_their_processs_own_mask(tmp_path, engine, workload, case) -> None:
+    """A thread a pinned thread made while no daemon ran inherits its pin, and no
+    record names it: one born since the save, with a mask of the last run's shape, not
+    handed over, gets its process's mask (its main thread's original, else the one
+    original its restored threads share). One born before (the file knew of it), one
+    someone set, one handed over keep theirs; so do all from a file that does not say
+    when it was saved or what its run pinned to, and those of a process whose threads
+    had no one original."""
+    w = workload(2)
+    worker0, worker1 = w.tids
+    original = {w.pid: ALL, worker0: ALL, worker1: ALL}
+    if case == "main thread's original first":
+        original[worker0] = original[worker1] = frozenset({min(ALL)})
+    elif case.startswith("main thread unsaved"):
+        del original[w.pid]
+        if case.endswith("two originals"):
+            original[worker1] = frozenset({min(ALL)})
+    for tid in (w.pid, worker0, worker1):
+        os.sched_setaffinity(tid, PIN)
+    saved_at = procfs.start_time_now()
+    time.sleep(0.02)  # two clock ticks: the start time of a thread born now is after it
+    [born] = set(w.command("spawn")) - {worker0, worker1}
+    assert os.sched_getaffinity(born) == PIN, "inherited from the main thread"
+    state = {"placements": ["0", "1", format_cpulist(ALL)], "saved_at": saved_at}
+    if case == "saved after the birth":
+        state["saved_at"] = procfs.start_time_now() + 1
+    elif case == "handed over":
+        state["handed_over"] = [[born, procfs.thread_start_time(born)]]
+    elif case == "not saved when":
+        del state["saved_at"]
+    elif case == "no placements said":
+        del state["placements"]
+    elif case == "its mask is not a pin":
+        state["placements"] = [format_cpulist(PIN)]
+        os.sched_setaffinity(born, ALL - PIN)
+    sf = StateFile(tmp_path)
+    _write(sf, {t: _record(t, o, PIN) for t, o in original.items()}, **state)
+    before = os.sched_getaffinity(born)
+    with structlog.testing.capture_logs() as logs:
+        sf.recover(engine)
+    given = case in ("saved before the birth", "main thread's original first", "main thread unsaved, one original")
+    assert os.sched_getaffinity(born) == (ALL if given else before)
+    assert masks(original) == original
+    assert _events(logs, "recovered from previous run")[0]["born_while_down"] == int(given)
+    assert not engine.pinner.records, "given back, not kept as a record of this run"
+
+
+def test_by_hand_keeps_the_targets_a_client_attached_not_the_rules(engine, proc, kill_after) -> None:
+    ruled = kill_after(sleepy(1))
+    engine.attach(proc.pid, time.monotonic(), observe=True, threads="^python")
+    engine.attach(ruled.pid, time.monotonic(), observe=True, rule=0)
+    assert by_hand(engine) == [{"pid": proc.pid, "start_time": procfs.process_start_time(proc.pid), "observe": True,
+                                "threads": "^python", "descendants": False, "uid": os.getuid(), "caller": None}]
+
+
+def test_reattach_attaches_a_saved_target_as_it_was(engine, proc) -> None:
+    """What ``by_hand`` saved is attached again as the client attached it: its mode,
+    thread filter and descendants."""
+    engine.attach(proc.pid, time.monotonic(), observe=True, threads="^python", descendants=True)
+    [saved] = by_hand(engine)
+    engine.detach(proc.pid)
+    reattach(engine, json.loads(json.dumps(saved)), time.monotonic(), procfs.PROC_ROOT)
+    t = engine.targets[proc.pid]
+    assert (t.observe, t.thread_filter.pattern, t.descendants, t.rule, t.caller) == (True, "^python", True, None, None)
+
+
+def _exited_pid() -> int:
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+@pytest.mark.parametrize("case", ["exited", "no start time", "pid not a number", "a kernel thread"])
+def test_a_saved_target_not_attached_again_is_said_with_why(engine, proc, case) -> None:
+    """Each saved target not attached again is logged by its pid and start time as
+    fields (a damaged value as its repr), and why: it exited, its entry is damaged,
+    or the engine refuses it."""
+    start = procfs.process_start_time(proc.pid)
+    saved, reason = {
+        "exited": ({"pid": _exited_pid(), "start_time": start}, "it has exited"),
+        "no start time": ({"pid": proc.pid}, "'start_time'"),
+        "pid not a number": ({"pid": "x", "start_time": start}, "invalid literal for int() with base 10: 'x'"),
+        "a kernel thread": ({"pid": 2, "start_time": procfs.process_start_time(2)}, "is a kernel thread"),
+    }[case]
+    with structlog.testing.capture_logs() as logs:
+        reattach(engine, saved, time.monotonic(), procfs.PROC_ROOT)
+    assert engine.targets == {}
+    [said] = _events(logs, "previous target not re-attached")
+    shown = {k: v if isinstance(v, int) else repr(v) for k, v in (("pid", saved["pid"]), ("start_time", saved.get("start_time")))}
+    assert {k: said[k] for k in shown} == shown and reason in said["reason"]
+
+
+def test_a_bug_in_an_attach_again_costs_that_target_only(engine, proc, monkeypatch) -> None:
+    """Fault injection (no real attach fails on a bug on demand): the exception is
+    logged with its traceback, not raised into the daemon's start."""
+    def bug(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(engine, "attach", bug)
+    saved = {"pid": proc.pid, "start_time": procfs.process_start_time(proc.pid)}
+    with structlog.testing.capture_logs() as logs:
+        reattach(engine, saved, time.monotonic(), procfs.PROC_ROOT)
+    [said] = _events(logs, "previous target not re-attached")
+    assert said["log_level"] == "error" and said["exc_info"] is True and said["pid"] == proc.pid
+
+
+def test_the_lock_keeps_a_second_daemon_out_until_given_up(tmp_path) -> None:
+    """The lock makes the state dir itself, its lock file naming this pid; another
+    daemon on that dir is refused, naming the holder, until the lock is given up."""
+    first, second = StateFile(tmp_path / "state"), StateFile(tmp_path / "state")
+    first.lock()
+    assert (tmp_path / "state" / "lock").read_text() == f"{os.getpid()}\n"
+    with pytest.raises(StateDirUnusable, match=rf"^state dir {tmp_path / 'state'} is in use by pid {os.getpid()} "):
+        second.lock()
+    first.unlock()
+    second.lock()
+    second.unlock()
+
+
+@pytest.mark.parametrize("case", ["parent missing", "a file", "others may write it"])
+def test_a_state_dir_it_cannot_use_is_refused_in_one_line(tmp_path, case) -> None:
+    where = {"parent missing": tmp_path / "no" / "state", "a file": tmp_path / "state",
+             "others may write it": tmp_path / "state"}[case]
+    said = {"parent missing": f"cannot use state dir {where}: no directory {where.parent} ",
+            "a file": f"cannot use state dir {where}: it or a parent is not a directory ",
+            "others may write it": f"state dir {where}: mode 0777, writable by its group and others: "}[case]
+    if case == "a file":
+        where.write_text("")
+    elif case == "others may write it":
+        where.mkdir()
+        where.chmod(0o777)
+    made = sorted(tmp_path.rglob("*"))
+    with pytest.raises(StateDirUnusable) as refused:
+        StateFile(where).lock()
+    assert str(refused.value).startswith(said) and "\n" not in str(refused.value)
+    assert sorted(tmp_path.rglob("*")) == made, "no lock file made"
+
+
+def _fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_lock_file_removed_under_the_daemon_is_taken_again(tmp_path) -> None:
+    """While its lock file is the one locked, ``keep_lock`` does nothing; removed (an
+    rm of the run dir), it is made and locked again, the old fd given up, another
+    daemon kept out again, and the state file is due to be written again."""
+    sf = StateFile(tmp_path / "state")
+    sf.lock()
+    fds = _fds()
+    sf.keep_lock()
+    assert not sf.dirty and _fds() == fds
+    os.unlink(tmp_path / "state" / "lock")
+    sf.keep_lock()
+    assert sf.dirty and _fds() == fds
+    assert (tmp_path / "state" / "lock").read_text() == f"{os.getpid()}\n"
+    with pytest.raises(StateDirUnusable, match="is in use by pid"):
+        StateFile(tmp_path / "state").lock()
+    sf.unlock()
+
+
+def test_a_lock_another_daemon_took_meanwhile_is_said_once(tmp_path) -> None:
+    """Lock file removed, and another daemon started on the dir before the rescan:
+    said once, not at every rescan; once the other is gone the lock is taken again."""
+    sf, other = StateFile(tmp_path), StateFile(tmp_path)
+    sf.lock()
+    os.unlink(tmp_path / "lock")
+    other.lock()
+    with structlog.testing.capture_logs() as logs:
+        sf.keep_lock()
+        sf.keep_lock()
+        other.unlock()
+        os.unlink(tmp_path / "lock")
+        sf.keep_lock()
+    assert len(_events(logs, "the state dir's lock was removed and cannot be taken again")) == 1
+    assert len(_events(logs, "state dir removed under the daemon, its lock taken")) == 1
+    with pytest.raises(StateDirUnusable):
+        StateFile(tmp_path).lock()
+    sf.unlock()
+
+
+@pytest.mark.parametrize("before", ["nothing", "the state dir", "the state dir and a lock file"])
+def test_unmake_removes_only_what_the_lock_made(tmp_path, before) -> None:
+    where = tmp_path / "state"
+    if before != "nothing":
+        where.mkdir()
+    if before == "the state dir and a lock file":
+        (where / "lock").write_text("4242\n")
+    sf = StateFile(where)
+    sf.lock()
+    fds = _fds()
+    sf.unmake()
+    assert _fds() == fds - 1
+    assert os.listdir(tmp_path) == ([] if before == "nothing" else ["state"])
+    if before != "nothing":
+        assert os.listdir(where) == ([] if before == "the state dir" else ["lock"])
+    StateFile(where).lock()  # given up
+
+
+def test_unmake_leaves_a_lock_file_that_is_not_ours_any_more(tmp_path) -> None:
+    """The lock file replaced since (another daemon's now): it stays, and so does the
+    dir that holds it; said, not raised."""
+    where = tmp_path / "state"
+    sf = StateFile(where)
+    sf.lock()
+    os.unlink(where / "lock")
+    (where / "lock").write_text("4242\n")
+    with structlog.testing.capture_logs() as logs:
+        sf.unmake()
+    assert (where / "lock").read_text() == "4242\n"
+    assert len(_events(logs, "a failed start left the state dir or its lock file behind")) == 1
