@@ -271,7 +271,7 @@ def reattach(engine: Engine, saved: dict, now: float, proc_root: str) -> None:
     try:
         pid = int(saved["pid"])
         if procfs.process_start_time(pid, proc_root) != saved["start_time"]:
-            return
+            raise ThreadGone(f"process {pid} is another than the one saved")  # that one has exited, its pid reused
         engine.attach(pid, now, observe=bool(saved.get("observe")), threads=saved.get("threads"),
                       descendants=bool(saved.get("descendants")), uid=saved.get("caller"))
         log.info("re-attached from the last run", pid=pid)

@@ -336,14 +336,16 @@ def _exited_pid() -> int:
     return p.pid
 
 
-@pytest.mark.parametrize("case", ["exited", "no start time", "pid not a number", "a kernel thread"])
+@pytest.mark.parametrize("case", ["exited", "pid now another's", "no start time", "pid not a number",
+                                  "a kernel thread"])
 def test_a_saved_target_not_attached_again_is_said_with_why(engine, proc, case) -> None:
     """Each saved target not attached again is logged by its pid and start time as
-    fields (a damaged value as its repr), and why: it exited, its entry is damaged,
-    or the engine refuses it."""
+    fields (a damaged value as its repr), and why: it exited (its pid free, or now
+    another process's), its entry is damaged, or the engine refuses it."""
     start = procfs.process_start_time(proc.pid)
     saved, reason = {
         "exited": ({"pid": _exited_pid(), "start_time": start}, "it has exited"),
+        "pid now another's": ({"pid": proc.pid, "start_time": start - 1}, "it has exited"),
         "no start time": ({"pid": proc.pid}, "'start_time'"),
         "pid not a number": ({"pid": "x", "start_time": start}, "invalid literal for int() with base 10: 'x'"),
         "a kernel thread": ({"pid": 2, "start_time": procfs.process_start_time(2)}, "is a kernel thread"),
