@@ -131,6 +131,7 @@ class StateFile:
         """Give up the state dir's lock: once the file is final, at the daemon's exit."""
         if self._lock is not None:
             os.close(self._lock)
+            self._lock = None  # not a closed fd number that another file may take
 
     def save(self, engine: Engine, targets: list[dict] | None = None) -> None:
         """Write the pinner's records, the hand-attached targets (``targets``: the ones

@@ -385,6 +385,20 @@ def test_the_lock_keeps_a_second_daemon_out_until_given_up(tmp_path) -> None:
     second.unlock()
 
 
+def test_unlock_given_twice_closes_only_its_own_fd(tmp_path) -> None:
+    """Once given up, the lock's fd number is free for the next file opened; a second
+    unlock (a shutdown path run twice) leaves that file open."""
+    sf = StateFile(tmp_path / "state")
+    sf.lock()
+    sf.unlock()
+    other = os.open(tmp_path / "other", os.O_CREAT | os.O_RDWR)  # takes the lowest free fd: the lock's
+    try:
+        sf.unlock()
+        os.fstat(other)  # EBADF had the second unlock closed it
+    finally:
+        os.close(other)
+
+
 @pytest.mark.parametrize("case", ["parent missing", "a file", "others may write it"])
 def test_a_state_dir_it_cannot_use_is_refused_in_one_line(tmp_path, case) -> None:
     where = {"parent missing": tmp_path / "no" / "state", "a file": tmp_path / "state",
