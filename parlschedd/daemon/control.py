@@ -268,7 +268,7 @@ class ControlSocket:
         if len(client.inbuf) > protocol.MAX_LINE and client.inbuf.find(b"\n", 0, protocol.MAX_LINE + 1) < 0:
             client.inbuf.clear()
             client.parts = None  # a request too, if not one to answer
-            client.outbuf += protocol.error("bad_request", f"request line longer than {protocol.MAX_LINE} bytes")
+            client.outbuf += _too_long()
             client.discarding = True
         self._flush(client)
 
@@ -285,6 +285,9 @@ class ControlSocket:
             line = bytes(client.inbuf[:nl])
             del client.inbuf[: nl + 1]
             left, client.parts = client.parts, None
+            if nl > protocol.MAX_LINE:  # its end and newline came in the read that took it over the limit
+                client.outbuf += _too_long()
+                continue
             reply, client.parts = self.serve(line, client.uid, left)
             client.outbuf += reply
 
@@ -313,6 +316,10 @@ class ControlSocket:
         except (KeyError, ValueError):
             pass
         client.sock.close()
+
+
+def _too_long() -> bytes:
+    return protocol.error("bad_request", f"request line longer than {protocol.MAX_LINE} bytes")
 
 
 def _peer(sock: socket.socket) -> tuple[int, int]:

@@ -282,6 +282,35 @@ def send_in_background(s: socket.socket, data: bytes) -> threading.Thread:
 REFUSED = {"ok": False, "error": {"code": "bad_request", "message": f"request line longer than {MAX_LINE} bytes"}}
 
 
+@pytest.mark.parametrize("size", [MAX_LINE - 1, MAX_LINE, MAX_LINE + 1, MAX_LINE + 1000, 2 * MAX_LINE - 10])
+@pytest.mark.parametrize("halves", [False, True], ids=["in one send", "in two halves"])
+def test_a_line_over_the_limit_is_refused_however_its_bytes_arrive(served, size, halves):
+    """A request line of MAX_LINE bytes (its newline not counted) is served, a byte
+    more is a bad_request saying the limit, and the line after it is served, whether
+    the line comes in one send or in two, the second with its newline: a line whose
+    end and newline came in the read that took it over the limit was served, up to
+    twice the limit (the check looked only for a line still without its newline)."""
+    s = served.connect()
+    line = b"y" * size
+    first = send_in_background(s, line[: size // 2] if halves else line + b"\nnext\n")
+    served.pump(lambda: not first.is_alive())
+    first.join()
+    if halves:
+        served.run_for(0.01)
+        second = send_in_background(s, line[size // 2:] + b"\nnext\n")
+        served.pump(lambda: not second.is_alive())
+        second.join()
+    s.setblocking(False)
+    reply, nxt = served.replies(s, 2)
+    if size > MAX_LINE:
+        assert json.loads(reply) == REFUSED, f"a line of {size} bytes answered: {reply[:60]!r}"
+        assert served.asked == [(b"next", os.getuid())]
+    else:
+        assert json.loads(reply)["line"] == line.decode() and served.asked[0] == (line, os.getuid())
+    assert json.loads(nxt)["line"] == "next"
+    s.close()
+
+
 def test_the_rest_of_a_line_over_the_limit_is_dropped_up_to_its_newline(served):
     """The refusal comes as soon as the line is over the limit; what comes of it after,
     in sends of their own, is dropped up to its newline, never served; the line after
