@@ -14,6 +14,7 @@ uid it came from. The tests at the end need the whole daemon (its memory bound).
 
 from __future__ import annotations
 
+import gc
 import grp
 import json
 import os
@@ -23,6 +24,7 @@ import socket
 import stat
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -64,6 +66,7 @@ class Served:
         self.asked: list[tuple[bytes, int]] = []
         self.connected: list[int] = []
         self.late = False  # past_deadline's answer
+        self.peers: list[socket.socket] = []  # the test's ends, closed with it
 
         def serving(line: bytes, uid: int, left: Iterator[bytes] | None):
             self.asked.append((line, uid))
@@ -94,6 +97,7 @@ class Served:
 
     def connect(self) -> socket.socket:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.peers.append(s)
         s.connect(self.control.path)
         s.setblocking(False)
         n = len(self.connected)
@@ -116,7 +120,11 @@ class Served:
         return bytes(got).splitlines()
 
     def close(self) -> None:
+        for s in self.peers:
+            s.close()
         self.control.close()
+        if self.control.listener is not None:  # close() leaves it to the daemon's exit
+            self.control.listener.close()
         self.selector.close()
 
 
@@ -207,11 +215,18 @@ def test_a_file_at_the_path_that_is_no_socket_is_never_replaced(tmp_path):
 
 def test_a_socket_that_cannot_be_bound_is_said_in_a_line(tmp_path):
     """bind's failure is SocketUnusable with the system's reason, and the listener is
-    not left half made."""
+    not left half made: its socket is closed, not left to the garbage collector."""
     s = Served(tmp_path / "gone" / "ctl.sock", tmp_path)
-    with pytest.raises(SocketUnusable, match=r"^cannot bind control socket .*/gone/ctl.sock: No such file or directory$"):
-        s.control.open(None)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("ignore")
+        gc.collect()  # what earlier tests left to the GC is not this test's
+        warnings.simplefilter("always")
+        with pytest.raises(SocketUnusable, match=r"^cannot bind control socket .*/gone/ctl.sock: No such file or "
+                                                 r"directory$"):
+            s.control.open(None)
+        gc.collect()
     assert s.control.listener is None and not s.selector.get_map()
+    assert not [w for w in said if issubclass(w.category, ResourceWarning)], "the socket closed, not left to the GC"
 
 
 def test_requests_are_answered_in_order_with_their_peers_uid_and_pid(served):
@@ -343,6 +358,8 @@ def test_a_last_line_without_its_newline_is_answered_before_the_close(served):
     quiet.shutdown(socket.SHUT_WR)
     served.pump(lambda: not served.control.clients)
     assert closed_by_peer(quiet) and len(served.asked) == 2
+    s.close()
+    quiet.close()
 
 
 def test_a_pipelined_burst_is_served_a_turn_at_a_time(served):
@@ -374,6 +391,22 @@ def test_lines_past_the_deadline_wait_for_the_tick_and_are_served_after_it(serve
     assert served.asked == [] and served.control.clients[next(iter(served.control.clients))].inbuf == b"a\nb\nc\n"
     served.late = False
     assert [json.loads(r)["line"] for r in served.replies(s, 3)] == ["a", "b", "c"]
+
+
+def test_a_line_at_the_limit_held_back_by_the_deadline_is_served_after_it(served):
+    """A line of MAX_LINE bytes that waits whole, newline and all, for the tick is not
+    taken for a line over the limit; it is served after the tick, as the next one is."""
+    s = served.connect()
+    served.late = True
+    line = b"w" * MAX_LINE
+    sender = send_in_background(s, line + b"\nnext\n")
+    served.pump(lambda: not sender.is_alive())
+    sender.join()
+    served.run_for(0.02)
+    assert served.asked == []
+    served.late = False
+    s.setblocking(False)
+    assert [json.loads(r)["line"] for r in served.replies(s, 2)] == [line.decode(), "next"]
 
 
 def test_a_client_that_does_not_read_is_served_no_more_and_closed_when_it_sends_on(served):
