@@ -519,25 +519,32 @@ def test_a_failed_accept_pauses_the_listener_which_resumes_and_accepts(served):
     waiting.close()
 
 
-def test_a_socket_removed_under_the_daemon_is_made_again(served):
+@needs_root
+def test_a_socket_removed_under_the_daemon_is_made_again(tmp_path):
     """keep(): the path removed (its directory too, as an rm -rf of the run dir does),
-    the socket is made again with its mode; connections open before stay; the next
-    keep, with nothing changed, does nothing."""
-    before = served.connect()
-    path = Path(served.control.path)
-    path.unlink()
-    path.parent.rmdir()
-    with structlog.testing.capture_logs() as logs:
-        served.control.keep()
-        served.control.keep()
-    assert [e["event"] for e in logs] == ["control socket removed under the daemon, made again"]
-    assert stat.S_IMODE(path.lstat().st_mode) == 0o600
-    after = served.connect()
-    before.sendall(b"old\n")
-    after.sendall(b"new\n")
-    assert served.replies(before, 1) and served.replies(after, 1)
-    before.close()
-    after.close()
+    the socket is made again with the mode and group it started with, the old listener
+    closed; connections open before stay; the next keep, with nothing changed, does
+    nothing."""
+    served = Served(tmp_path / "run" / "ctl.sock", tmp_path, mode=0o660, group=grp.getgrgid(1).gr_name).start()
+    try:
+        before = served.connect()
+        old = served.control.listener
+        path = Path(served.control.path)
+        path.unlink()
+        path.parent.rmdir()
+        with structlog.testing.capture_logs() as logs:
+            served.control.keep()
+            served.control.keep()
+        assert [e["event"] for e in logs] == ["control socket removed under the daemon, made again"]
+        st = path.lstat()
+        assert (stat.S_IMODE(st.st_mode), st.st_gid) == (0o660, 1)
+        assert old.fileno() == -1 and served.control.listener is not old
+        after = served.connect()
+        before.sendall(b"old\n")
+        after.sendall(b"new\n")
+        assert served.replies(before, 1) and served.replies(after, 1)
+    finally:
+        served.close()
 
 
 def test_a_path_that_leads_to_another_file_now_is_left_alone_and_said_once(served):
@@ -558,6 +565,24 @@ def test_a_path_that_leads_to_another_file_now_is_left_alone_and_said_once(serve
         assert path.lstat().st_ino == theirs
     finally:
         other.close()
+
+
+def test_a_socket_put_back_at_its_path_is_mended_and_the_next_trouble_said_again(served):
+    """The socket moved away and another file put at its path (said), then the socket
+    moved back (``mv``): keep() finds its own socket again, and the next time its path
+    leads elsewhere that is said again."""
+    path = Path(served.control.path)
+    aside = path.with_name("aside.sock")
+    for _ in range(2):
+        path.rename(aside)
+        path.write_text("")
+        with structlog.testing.capture_logs() as logs:
+            served.control.keep()
+        assert len(logs) == 1 and logs[0]["event"].startswith("the control socket's path leads to another file now")
+        path.unlink()
+        aside.rename(path)
+        served.control.keep()
+    served.connect().close()
 
 
 def test_a_socket_that_cannot_be_made_again_is_said_once_until_mended(served):
