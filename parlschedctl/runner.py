@@ -10,6 +10,7 @@ import contextlib
 import errno
 import fcntl
 import json
+import math
 import os
 import shutil
 import signal
@@ -124,13 +125,18 @@ def run(sock: str, observe: bool, as_json: bool, plot_to: str | None, cmd: tuple
     end.pid = proc.pid
     for sig in FROM_KEYBOARD:  # after the fork: CMD must not inherit them ignored
         signal.signal(sig, signal.SIG_IGN)
+    period = None  # the daemon's period_s, from its status replies
     try:
+        # polled: when run's last view of CMD was asked for; attached: the history's times count from after it
+        attached = polled = time.monotonic()
         end.last = client.request(sock, "attach", pid=proc.pid, observe=observe, descendants=True)["target"]
         end.managed.update(t["tid"] for t in end.last.get("threads", []))
         live = _is_terminal(sys.stderr)
         while proc.poll() is None:
             try:
-                end.last = client.request(sock, "status", pid=proc.pid)["targets"][0]
+                asked = time.monotonic()
+                status = client.request(sock, "status", pid=proc.pid)
+                end.last, polled, period = status["targets"][0], asked, status["daemon"]["period_s"]
             except client.Refused:
                 if proc.poll() is None:  # it runs, and is not attached: a client detached it
                     end.watched = Watched.DETACHED
@@ -162,9 +168,26 @@ def run(sock: str, observe: bool, as_json: bool, plot_to: str | None, cmd: tuple
         _say(("\r\033[K" if _is_terminal(sys.stderr) else "") + f"parlschedctl: lost the daemon ({exc}); waiting for {cmd[0]}")
     end.returncode = proc.wait()
     end.seconds = time.monotonic() - started
+    if end.watched is Watched.TO_THE_END and not end.restarts:  # a restarted daemon's history starts at its attach
+        end.after_last_poll = _threads_after(sock, proc.pid, attached, polled, period)
     if plot_to is not None:
         _plot_run(sock, end, plot_to)
     _finish(end, as_json)
+
+
+def _threads_after(sock: str, pid: int, attached: float, polled: float, period: float | None) -> set[int]:
+    """The tids of CMD's threads in the daemon's history after run's last view of it,
+    asked for at ``polled`` (the history of an exited target is kept): a thread CMD
+    started after it, and that ended with CMD, was in no status run saw. Only the
+    periods since are asked for, and those whose time is surely after ``polled`` are
+    read: a sample's time counts from the attach, made after ``attached``. An empty
+    set when the history cannot be had."""
+    last = None if period is None else math.ceil((time.monotonic() - polled) / period) + 2
+    try:
+        history = client.request(sock, "history", pid=pid, last=last, timeout=60)
+    except (client.Refused, client.Unreachable):
+        return set()
+    return {tid for sample in history["samples"] if attached + sample["t"] > polled for tid in sample["tids"]}
 
 
 def _back(sock: str, proc: subprocess.Popen) -> bool:
@@ -238,12 +261,14 @@ class RunEnd:
     not_managed: str | None = None  # why CMD was never attached (or started)
     plot: str | None = None  # the figure --plot wrote
     restarts: int = 0  # daemon restarts CMD was managed through: a history since the last
+    after_last_poll: set[int] = field(default_factory=set)  # tids in the daemon's history after the last poll
 
     @property
     def threads_managed(self) -> int:
         """Every thread managed (observed) during the run: the daemon's count at the last
-        poll (a thread that came and went between two polls is in it), else the tids seen."""
-        return max(len(self.managed), self.last.get("threads_adopted", 0))
+        poll (a thread that came and went between two polls is in it), else the tids seen,
+        and the threads the daemon's history shows were made after the last poll."""
+        return max(len(self.managed), self.last.get("threads_adopted", 0)) + len(self.after_last_poll - self.managed)
 
     @property
     def exit_code(self) -> int:

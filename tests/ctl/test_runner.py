@@ -146,6 +146,9 @@ def test_the_thread_count_is_the_daemons_when_it_adopted_more_than_run_saw():
     end = RunEnd(("x",), False, managed={1, 2, 3}, last={"threads_adopted": 2})
     assert end.threads_managed == 3
     assert RunEnd(("x",), False, managed={1}).threads_managed == 1
+    # and those the history shows after the last poll that no poll saw
+    end = RunEnd(("x",), False, managed={1, 2, 3}, last={"threads_adopted": 7}, after_last_poll={3, 8, 9})
+    assert end.threads_managed == 9
 
 
 def test_the_summary_says_what_run_saw_of_cmd_and_no_more():
@@ -453,3 +456,76 @@ def test_run_of_a_cmd_killed_by_a_signal_exits_as_a_shell_says_it(daemon, own_si
     facts = json.loads(said.out.splitlines()[-1])
     assert (facts["signal"], facts["exit_code"], facts["mode"]) == ("SIGTERM", 143, "observe")
 
+
+
+@needs_root
+def test_threads_cmd_made_after_runs_last_poll_are_counted(daemon, tmp_path):
+    """run polls status every 0.2 s: threads CMD starts after the last poll, and that
+    end with it, were not in the summary's count. Here deterministically: run (its own
+    process, calling ``run``) is stopped while CMD starts 5 threads and exits, then
+    continued; the count is the daemon's, whose history has CMD's 6 threads."""
+    go = tmp_path / "go"
+    cmd = ("import os,sys,threading,time\n"
+           "while not os.path.exists(sys.argv[1]): time.sleep(0.01)\n"
+           "ts = [threading.Thread(target=time.sleep, args=(0.3,)) for _ in range(5)]\n"
+           "[t.start() for t in ts]; [t.join() for t in ts]\n")
+    code = f"import sys; from parlschedctl.runner import run; run({daemon.socket!r}, False, True, None, tuple(sys.argv[1:]))"
+    proc = subprocess.Popen([sys.executable, "-c", code, sys.executable, "-c", cmd, str(go)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        pid = wait_for(lambda: [t["pid"] for t in daemon.request("status")["targets"]])[0]
+        wait_for(lambda: daemon.request("status")["daemon"]["loop"]["periods"] > 2)
+        proc.send_signal(signal.SIGSTOP)  # run polls no more
+        go.touch()
+        wait_for(lambda: not daemon.request("status")["targets"], timeout=10)  # CMD ended (a zombie run cannot reap)
+        proc.send_signal(signal.SIGCONT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    history = daemon.request("history", pid=pid)
+    in_history = {tid for sample in history["samples"] for tid in sample["tids"]}
+    assert len(in_history) == 6, history
+    facts = json.loads(out.splitlines()[-1])
+    assert facts["threads_managed"] == 6, (facts, err)
+    assert "managed 6 threads" in err, err
+
+
+@needs_root
+def test_only_the_history_after_runs_last_poll_is_read(daemon, workload):
+    """_threads_after: the tids in the samples surely after ``polled`` (a sample's time
+    counts from the attach, made after ``attached``): none when no period went by
+    since, a thread started since among them; the samples before are not read, for
+    their threads are in the daemon's count at that poll already."""
+    w = workload(2)
+    attached = time.monotonic()
+    daemon.request("attach", pid=w.pid)
+    wait_for(lambda: len(daemon.request("history", pid=w.pid)["samples"]) >= 3)
+    assert runner._threads_after(daemon.socket, w.pid, attached, attached, None) == set(w.all_tids())
+    polled = time.monotonic()
+    assert runner._threads_after(daemon.socket, w.pid, attached, polled, 0.05) == set()
+    new = (set(w.command("spawn")) - set(w.tids)) or {max(w.tids)}
+    wait_for(lambda: new <= {t for s in daemon.request("history", pid=w.pid)["samples"] for t in s["tids"]})
+    assert new <= runner._threads_after(daemon.socket, w.pid, attached, polled, 0.05)
+    assert runner._threads_after(daemon.socket + ".none", w.pid, attached, polled, 0.05) == set(), "no daemon: none"
+
+
+@needs_root
+def test_threads_that_came_and_went_between_polls_are_counted_once(daemon, own_signals, capfd):
+    """Waves of short-lived threads, most of them seen at no poll: the count is the
+    daemon's (threads_adopted) and the threads made after the last poll, each once:
+    as many as the daemon's history has, not those of the samples before the last
+    poll a second time."""
+    code = ("import threading,time\n"
+            "for _ in range(8):\n"
+            "    ts = [threading.Thread(target=time.sleep, args=(0.12,)) for _ in range(3)]\n"
+            "    [t.start() for t in ts]; [t.join() for t in ts]; time.sleep(0.05)\n")
+    with pytest.raises(SystemExit) as e:
+        runner.run(daemon.socket, False, True, None, (sys.executable, "-c", code))
+    said = capfd.readouterr()
+    assert e.value.code == 0, said.err
+    facts = json.loads(said.out.splitlines()[-1])
+    history = daemon.request("history", pid=facts["pid"])
+    in_history = {tid for sample in history["samples"] for tid in sample["tids"]}
+    assert len(in_history) > 20, in_history
+    assert facts["threads_managed"] == len(in_history), (facts["threads_managed"], len(in_history))
