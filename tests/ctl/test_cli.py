@@ -881,7 +881,7 @@ def test_run_counts_the_short_lived_threads_it_did_not_see_at_a_poll(daemon):
             "for _ in range(20):\n"
             "    ts = [threading.Thread(target=time.sleep, args=(0.15,)) for _ in range(4)]\n"
             "    [t.start() for t in ts]; [t.join() for t in ts]\n"
-            "time.sleep(0.5)\n")  # a poll after the last wave: threads born after run's last poll are not counted
+            "time.sleep(0.5)\n")  # those after run's last poll: tests/ctl/test_runner.py
     r = ctl("run", "--json", "--", sys.executable, "-c", code, socket=daemon.socket)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout.splitlines()[-1])
