@@ -7,7 +7,9 @@ return half a reply when something else (or a broken daemon) listens there.
 
 from __future__ import annotations
 
+import grp
 import json
+import os
 import socket
 import threading
 import time
@@ -16,6 +18,7 @@ from collections.abc import Callable
 import pytest
 
 from parlschedctl import client
+from tests.conftest import as_user, needs_root
 
 
 def serve(path: str, answer: Callable[[int], bytes]) -> threading.Thread:
@@ -141,3 +144,38 @@ def test_a_peer_that_closes_without_answering_is_unreachable(tmp_path):
     threading.Thread(target=close_at_once, daemon=True).start()
     with listener, pytest.raises(client.Unreachable, match="closed the connection"):
         client.request(str(tmp_path / "t"), "ping", timeout=5)
+
+
+NOBODY = 65534  # in_child_as drops to it with gid 65534 and no supplementary groups
+
+
+@needs_root
+@pytest.mark.parametrize("mode, gid, closed_dir, said", [
+    (0o660, 0, False, "(mode 0660, group root: only root may use it; set socket.group in the daemon's config "
+                      "to a group of yours and restart it, or run as root)"),
+    (0o640, NOBODY, False, "(mode 0640, group {group}: you are in that group; the daemon's socket.mode must let "
+                           "the group write (such as '0660'))"),
+    (0o660, 64998, False, "(mode 0660, group 64998: are you in the 64998 group? (usermod -aG 64998 USER, "
+                          "then log in again))"),
+    (0o666, 0, True, "(a directory above it is closed to you)"),
+])
+def test_a_socket_the_user_may_not_use_is_said_with_whom_it_lets_in(open_dir, mode, gid, closed_dir, said):
+    """A connect refused with EACCES names what the socket's own mode and group allow,
+    and what to change: root's group (socket.group null), the user's own group without
+    group write, a group the user is not in (a gid with no name is named by number), or
+    a directory on the way the user may not search."""
+    folder = open_dir / "run"
+    folder.mkdir(mode=0o700 if closed_dir else 0o755)
+    folder.chmod(0o700 if closed_dir else 0o755)
+    path = str(folder / "ctl.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(path)
+        listener.listen(1)
+        os.chown(path, 0, gid)
+        os.chmod(path, mode)
+        reply = as_user(NOBODY, path, "ping")
+    finally:
+        listener.close()
+    group = grp.getgrgid(NOBODY).gr_name if gid == NOBODY else None
+    assert reply == {"unreachable": f"no permission to use {path} {said.format(group=group)}"}
