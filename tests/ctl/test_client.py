@@ -18,7 +18,7 @@ from collections.abc import Callable
 import pytest
 
 from parlschedctl import client
-from tests.conftest import as_user, needs_root
+from tests.conftest import NOBODY, as_user, needs_root
 
 
 def serve(path: str, answer: Callable[[int], bytes]) -> threading.Thread:
@@ -145,8 +145,6 @@ def test_a_peer_that_closes_without_answering_is_unreachable(tmp_path):
     with listener, pytest.raises(client.Unreachable, match="closed the connection"):
         client.request(str(tmp_path / "t"), "ping", timeout=5)
 
-
-NOBODY = 65534  # in_child_as drops to it with gid 65534 and no supplementary groups
 
 
 @needs_root
