@@ -719,6 +719,8 @@ def test_run_follows_cmd_through_a_daemon_restart(tmp_path):
         lost = proc.stderr.readline()
         d = start_daemon(tmp_path)  # the same socket and state dir, as the unit's restart
         back = proc.stderr.readline()
+        cmd = d.request("status")["targets"][0]["pid"]
+        wait_for(lambda: d.request("history", pid=cmd)["samples"])  # a period to draw, however loaded the host
         go.touch()
         _, err = proc.communicate(timeout=60)
         assert "lost the daemon" in lost and "and for the daemon to come back" in lost, lost + back + err
