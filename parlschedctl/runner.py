@@ -36,6 +36,7 @@ from parlschedd.words import n_threads
 # on would send them twice (a JVM would dump its threads twice); run ignores them.
 RELAYED = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM)
 FROM_KEYBOARD = (signal.SIGINT, signal.SIGQUIT)
+HISTORY_AFTER_TIMEOUT_S = 5.0  # the few periods since the last poll, asked for once CMD ended: not worth a long wait
 
 
 class _Relay:
@@ -127,16 +128,18 @@ def run(sock: str, observe: bool, as_json: bool, plot_to: str | None, cmd: tuple
         signal.signal(sig, signal.SIG_IGN)
     period = None  # the daemon's period_s, from its status replies
     try:
-        # polled: when run's last view of CMD was asked for; attached: the history's times count from after it
+        # polled: when the daemon made run's last view of CMD; attached: the history's times count from after it
         attached = polled = time.monotonic()
         end.last = client.request(sock, "attach", pid=proc.pid, observe=observe, descendants=True)["target"]
         end.managed.update(t["tid"] for t in end.last.get("threads", []))
         live = _is_terminal(sys.stderr)
         while proc.poll() is None:
             try:
-                asked = time.monotonic()
                 status = client.request(sock, "status", pid=proc.pid)
-                end.last, polled, period = status["targets"][0], asked, status["daemon"]["period_s"]
+                end.last, period = status["targets"][0], status["daemon"]["period_s"]
+                # the view's own time (the same clock as the daemon's): a tick between the request and
+                # the view's making is in the view, and a thread of that tick in no sample read after it
+                polled = time.monotonic() - status["daemon"].get("snapshot_age_ms", 0.0) / 1e3
             except client.Refused:
                 if proc.poll() is None:  # it runs, and is not attached: a client detached it
                     end.watched = Watched.DETACHED
@@ -177,14 +180,14 @@ def run(sock: str, observe: bool, as_json: bool, plot_to: str | None, cmd: tuple
 
 def _threads_after(sock: str, pid: int, attached: float, polled: float, period: float | None) -> set[int]:
     """The tids of CMD's threads in the daemon's history after run's last view of it,
-    asked for at ``polled`` (the history of an exited target is kept): a thread CMD
+    made at ``polled`` (the history of an exited target is kept): a thread CMD
     started after it, and that ended with CMD, was in no status run saw. Only the
     periods since are asked for, and those whose time is surely after ``polled`` are
     read: a sample's time counts from the attach, made after ``attached``. An empty
     set when the history cannot be had."""
     last = None if period is None else math.ceil((time.monotonic() - polled) / period) + 2
     try:
-        history = client.request(sock, "history", pid=pid, last=last, timeout=60)
+        history = client.request(sock, "history", pid=pid, last=last, timeout=HISTORY_AFTER_TIMEOUT_S)
     except (client.Refused, client.Unreachable):
         return set()
     return {tid for sample in history["samples"] if attached + sample["t"] > polled for tid in sample["tids"]}
@@ -368,7 +371,7 @@ def draw(sock: str, pid: int, out: str, last: int | None = None) -> str:
     'wrote OUT (N periods)', else PlotFailed. The history is asked for first:
     matplotlib takes a second to import, and the target may be about to exit."""
     try:
-        history = client.request(sock, "history", pid=pid, last=last, timeout=60)
+        history = client.request(sock, "history", pid=pid, last=last, timeout=HISTORY_AFTER_TIMEOUT_S)
         from parlschedd.plots import plot_history
 
         with writing(out):
