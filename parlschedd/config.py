@@ -25,7 +25,7 @@ from parlschedd.daemon.protocol import DEFAULT_SOCKET
 from parlschedd.keypaths import Collector, KeyPathError, Octal, load_yaml, yaml12_number, yaml_kind
 from parlschedd.words import counted
 from parlschedd.learning.normalize import MODES as NORMALISE_MODES
-from parlschedd.learning.params import RANGES as LEARNING_RANGES, REWARDS, LearningParams
+from parlschedd.learning.params import RANGES as LEARNING_RANGES, REWARDS, LearningParams, finite
 from parlschedd.patterns import PatternError, compile_pattern
 from parlschedd.topology import DOMAIN_MODES
 
@@ -175,7 +175,7 @@ class _Checker(Collector):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             self.fail(path, f"must be a number, got {_shown(value)}")
             return default
-        if not math.isfinite(value):
+        if not finite(value):
             self.fail(path, f"must be a finite number, got {_shown(value)}")
             return default
         below = value < lo if lo_inclusive else value <= lo

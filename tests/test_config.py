@@ -220,10 +220,14 @@ def test_shipped_default_config_is_valid():
 
 
 def test_numbers_must_be_finite():
-    errs = errors_of({"period_s": float("nan"), "domain_period_s": float("inf"), "learning": {"eta": float("inf")}})
+    """NaN, inf, and an integer beyond any float (401 digits: math.isfinite raised
+    OverflowError, and config check ended in a traceback)."""
+    errs = errors_of({"period_s": float("nan"), "domain_period_s": float("inf"), "learning": {"eta": float("inf"),
+                      "sharpness": 10**400}})
     assert errs["period_s"].startswith("must be a finite number")
     assert errs["domain_period_s"].startswith("must be a finite number")
     assert errs["learning.eta"].startswith("must be a finite number")
+    assert errs["learning.sharpness"].startswith("must be a finite number")
 
 
 def test_a_number_yaml_1_1_loads_as_text_is_the_number_meant(tmp_path):

@@ -18,12 +18,21 @@ RANGES: dict[str, tuple[float, float | None, bool]] = {
 }
 
 
+def finite(value: float) -> bool:
+    """Whether ``value`` is a finite number; an int too large for a float is not
+    (math.isfinite raises OverflowError on it)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def in_range(name: str, value: float) -> bool:
     """Whether ``value`` is in :data:`RANGES`' range for parameter ``name``. Only a
     finite number is: a range without an upper end does not take inf (the config
     refuses it too; eta = inf made the aspiration benchmark inf * 0 = NaN)."""
     lo, hi, lo_inclusive = RANGES[name]
-    return (math.isfinite(value) and (value >= lo if lo_inclusive else value > lo)
+    return (finite(value) and (value >= lo if lo_inclusive else value > lo)
             and (hi is None or value <= hi))
 
 
