@@ -146,7 +146,6 @@ def test_a_peer_that_closes_without_answering_is_unreachable(tmp_path):
         client.request(str(tmp_path / "t"), "ping", timeout=5)
 
 
-
 @needs_root
 @pytest.mark.parametrize("mode, gid, closed_dir, said", [
     (0o660, 0, False, "(mode 0660, group root: only root may use it; set socket.group in the daemon's config "

@@ -14,6 +14,7 @@ uid it came from. The tests at the end need the whole daemon (its memory bound).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import grp
 import json
@@ -76,8 +77,12 @@ class Served:
                                      self.selector, serving, self.connected.append, lambda: self.late)
 
     def start(self) -> Served:
-        self.control.claim()
-        self.control.open(self.control.group_id())
+        try:
+            self.control.claim()
+            self.control.open(self.control.group_id())
+        except BaseException:
+            self.selector.close()
+            raise
         return self
 
     def pump(self, until: Callable[[], object], timeout: float = 5.0) -> None:
@@ -180,8 +185,10 @@ def test_the_socket_gets_its_group(tmp_path):
         assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, 1, 0o660)
     finally:
         s.close()
-    with pytest.raises(SocketUnusable, match="^socket.group: no group 'no-such-group-xyz'"):
-        Served(tmp_path / "ctl.sock", tmp_path, group="no-such-group-xyz").control.group_id()
+    unknown = Served(tmp_path / "ctl.sock", tmp_path, group="no-such-group-xyz")
+    with contextlib.closing(unknown.selector), pytest.raises(SocketUnusable,
+                                                             match="^socket.group: no group 'no-such-group-xyz'"):
+        unknown.control.group_id()
 
 
 def test_a_dead_daemons_socket_is_cleared_a_live_ones_refused(tmp_path):
@@ -197,8 +204,10 @@ def test_a_dead_daemons_socket_is_cleared_a_live_ones_refused(tmp_path):
     assert not path.exists(), "the dead one's socket removed"
     first.control.open(None)
     try:
-        with pytest.raises(SocketUnusable, match=rf"^another daemon is listening on {path} \(pid {os.getpid()}\)"):
-            Served(path, tmp_path).control.claim()
+        second = Served(path, tmp_path)
+        with contextlib.closing(second.selector), \
+                pytest.raises(SocketUnusable, match=rf"^another daemon is listening on {path} \(pid {os.getpid()}\)"):
+            second.control.claim()
         assert path.lstat().st_ino == os.stat(path).st_ino and stat.S_ISSOCK(path.lstat().st_mode)
         first.connect().close()  # still the first one's
     finally:
@@ -226,6 +235,7 @@ def test_a_socket_that_cannot_be_bound_is_said_in_a_line(tmp_path):
             s.control.open(None)
         gc.collect()
     assert s.control.listener is None and not s.selector.get_map()
+    s.selector.close()
     assert not [w for w in said if issubclass(w.category, ResourceWarning)], "the socket closed, not left to the GC"
 
 
@@ -416,6 +426,7 @@ def test_a_client_that_does_not_read_is_served_no_more_and_closed_when_it_sends_
     size = 1 << 20
     s = served.connect()
     s.sendall(b"big %d\n" % size * 10)
+    served.pump(lambda: len(served.asked) >= 4)  # then no more are served, however long it is pumped
     served.run_for(0.1)
     answered = len(served.asked)
     assert 4 <= answered < 10, answered  # 4 MiB pending, and what the socket holds
@@ -423,8 +434,7 @@ def test_a_client_that_does_not_read_is_served_no_more_and_closed_when_it_sends_
     assert len(client.outbuf) > MAX_PENDING - size
     assert len(served.replies(s, 10)) == 10 and len(served.asked) == 10
     s.sendall(b"big %d\n" % size * 10)
-    served.run_for(0.1)
-    assert len(client.outbuf) > MAX_PENDING
+    served.pump(lambda: len(client.outbuf) > MAX_PENDING)
     s.sendall(b"one more\n")
     served.pump(lambda: not served.control.clients)
     assert (b"one more", os.getuid()) not in served.asked
