@@ -93,6 +93,18 @@ def daemon(tmp_path):
         d.stop()
 
 
+# A daemon whose first tick is 30 s away: what a test sends is served with no period between.
+SLOW = "period_s: 30\ndomain_period_s: 30\n" + PINNING
+
+
+@pytest.fixture
+def slow(tmp_path):
+    """A daemon whose first tick is 30 s away."""
+    d = start_daemon(tmp_path, SLOW)
+    yield d
+    d.stop()
+
+
 @pytest.fixture
 def open_dir():
     """A temp dir other uids can traverse (pytest's tmp dirs are 0700), for a daemon

@@ -845,6 +845,7 @@ def test_run_of_a_command_that_exits_at_once_is_never_attached_with_no_thread(da
         assert r.returncode == 1 and (out["watched"] == "never_attached" or out["threads_managed"] >= 1), out
 
 
+@needs_root
 def test_run_passes_the_exit_code_and_summarises(daemon):
     code = "import threading,time,sys; [threading.Thread(target=time.sleep,args=(1,)).start() for _ in range(3)]; time.sleep(1.2); sys.exit(7)"
     r = ctl("run", "--", sys.executable, "-c", code, socket=daemon.socket)

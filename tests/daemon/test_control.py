@@ -37,9 +37,8 @@ from parlschedd.daemon import control
 from parlschedd.daemon.control import MAX_CLIENTS, MAX_LINES_PER_TURN, MAX_PENDING, PARTS_TTL_S, ControlSocket, \
     SocketUnusable
 from parlschedd.daemon.protocol import MAX_LINE
-from tests.conftest import NOBODY, needs_root, start_daemon, PINNING
+from tests.conftest import NOBODY, needs_root
 
-SLOW = "period_s: 30\ndomain_period_s: 30\n" + PINNING
 
 
 def echo(line: bytes, uid: int, left: Iterator[bytes] | None) -> tuple[bytes, Iterator[bytes] | None]:
@@ -620,14 +619,6 @@ def test_a_socket_that_cannot_be_made_again_is_said_once_until_mended(served):
 
 
 # -- with the whole daemon (moved from test_server.py) ------------------------------
-
-@pytest.fixture
-def slow(tmp_path):
-    """A daemon whose first tick is 30 s away."""
-    d = start_daemon(tmp_path, SLOW)
-    yield d
-    d.stop()
-
 
 @needs_root
 def test_a_client_that_sends_requests_faster_than_they_are_served_is_closed(slow):

@@ -22,25 +22,16 @@ from parlschedd.daemon.protocol import MAX_LINE
 from parlschedd.daemon.statefile import _placements
 from parlschedd.host.base import CounterSource
 from parlschedd.host.perf import detect_source
-from tests.conftest import PINNING, as_user, needs_root, start_daemon, wait_for
+from tests.conftest import PINNING, SLOW, as_user, needs_root, start_daemon, wait_for
 from tests.reliability.helpers import sleepy
 
 pytestmark = needs_root
 NOBODY, BOB = 65534, 64999
-SLOW = "period_s: 30\ndomain_period_s: 30\n" + PINNING
 
 
 def same_snapshot(a: dict, b: dict) -> bool:
     strip = lambda r: {**r, "daemon": {k: v for k, v in r["daemon"].items() if k != "snapshot_age_ms"}}  # noqa: E731
     return strip(a) == strip(b)
-
-
-@pytest.fixture
-def slow(tmp_path):
-    """A daemon whose first tick is 30 s away."""
-    d = start_daemon(tmp_path, SLOW)
-    yield d
-    d.stop()
 
 
 def test_two_status_calls_in_one_period_are_one_snapshot(slow, workload):
