@@ -371,7 +371,7 @@ def draw(sock: str, pid: int, out: str, last: int | None = None) -> str:
     'wrote OUT (N periods)', else PlotFailed. The history is asked for first:
     matplotlib takes a second to import, and the target may be about to exit."""
     try:
-        history = client.request(sock, "history", pid=pid, last=last, timeout=HISTORY_AFTER_TIMEOUT_S)
+        history = client.request(sock, "history", pid=pid, last=last, timeout=60)
         from parlschedd.plots import plot_history
 
         with writing(out):
