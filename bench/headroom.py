@@ -40,7 +40,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import machine  # noqa: E402
-from scenarios import RESULTS, ensure_tools, median_ci, q, run_once, scenario_matrix, usable_cpus  # noqa: E402
+from scenarios import (  # noqa: E402
+    PROBE, RESULTS, TARGET_S, add_work_arguments, ensure_tools, median_ci, q, run_once, scenario_matrix, usable_cpus,
+    work_sizes,
+)
 
 LOADED = r"-(nonuniform|timevarying)$"
 
@@ -132,7 +135,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=3, help="rounds of all arms per scenario (default 3)")
     ap.add_argument("--scenarios", default=LOADED, help=f"regex on scenario names (default {LOADED!r})")
-    ap.add_argument("--scale", type=float, default=2.5, help="work size factor (default 2.5, as bench/scenarios.py)")
+    add_work_arguments(ap, TARGET_S)
     ap.add_argument("--toggle-s", type=float, default=1.0, help="on/off period of the time-varying hog")
     ap.add_argument("--tag", default="", help="write bench/results/headroom-TAG.json instead of headroom.json")
     args = ap.parse_args()
@@ -144,12 +147,15 @@ def main() -> None:
         raise SystemExit("needs two usable CPUs or more: a split puts workers beside the hog and elsewhere")
     hog, others = cpus[0], cpus[1:]  # scenarios.start_background pins the hog to the first usable CPU
     pattern = re.compile(args.scenarios)
-    matrix = [s for s in scenario_matrix(args.scale) if pattern.search(s["name"]) and s["cpu_availability"] != "uniform"]
-    if not matrix:
+    chosen = lambda s: pattern.search(s["name"]) and s["cpu_availability"] != "uniform"  # noqa: E731
+    workloads = tuple(dict.fromkeys(s["workload"] for s in scenario_matrix(PROBE) if chosen(s)))
+    if not workloads:
         raise SystemExit(f"no loaded scenario matches {args.scenarios!r} (a split needs the hog)")
     ensure_tools()
     RESULTS.mkdir(parents=True, exist_ok=True)
     started, t_start, load_start = dt.datetime.now(dt.timezone.utc), time.monotonic(), os.getloadavg()
+    sizes, work = work_sizes(args, workloads)  # calibrated as bench/scenarios.py calibrates
+    matrix = [s for s in scenario_matrix(sizes) if chosen(s)]
     rows = []
     for n, sc in enumerate(matrix, 1):
         kernel: list[dict] = []
@@ -168,7 +174,7 @@ def main() -> None:
         "benchmark": "headroom", "date": started.isoformat(timespec="seconds"),
         "machine": {**machine(), "usable_cpus": cpus, "hog_cpu": hog},
         "load_average": {"at_start": [round(x, 2) for x in load_start], "at_end": [round(x, 2) for x in os.getloadavg()]},
-        "reps": args.reps, "scale": args.scale, "toggle_s": args.toggle_s,
+        "reps": args.reps, "work_sizes": {wl: sizes.of(wl) for wl in workloads}, **work, "toggle_s": args.toggle_s,
         "duration_s": round(time.monotonic() - t_start, 1), "verdict": verdict(rows), "scenarios": rows,
     }
     out = RESULTS / (f"headroom-{args.tag}.json" if args.tag else "headroom.json")

@@ -6,6 +6,10 @@ Matrix: workload {cpu: sysbench cpu, mem: sysbench memory} x availability
 {small: 4 app threads per usable CPU, medium: 2, large: 1} x CPU availability
 {uniform: nothing else, nonuniform: a busy loop pinned to CPU 0 for the whole run,
 timevarying: a busy loop pinned to CPU 0 that switches on and off every --toggle-s}.
+Each workload does a fixed amount of work, the same in every scenario and run, sized at
+the start to this machine's speed (``calibrate``: a medium, uniform run under the kernel
+takes about --target-s, 4 s) so that the matrix fits the issue's 20 minutes on a fast
+host and on a slow one; --scale fixes the sizes instead.
 
 Per scenario: the gain of each A/B pair, 100 * (A - B) / A (positive: parlsched
 faster), reported as median and IQR, with a distribution-free confidence interval of the
@@ -45,6 +49,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,6 +79,8 @@ while True:
     if toggle > 0:
         time.sleep(toggle)
 """
+
+TARGET_S = 4.0  # a medium, uniform run: 40 periods, one domain period; the matrix about 16 minutes
 
 BASE_CONFIG = {
     "period_s": 0.1,
@@ -134,24 +141,114 @@ def usable_cpus() -> list[int]:
     return sorted(os.sched_getaffinity(0))
 
 
-def scenario_matrix(scale: float) -> list[dict]:
+@dataclass(frozen=True)
+class WorkSizes:
+    """The fixed amount of work of each workload, the same in every scenario and run:
+    sysbench cpu's events and sysbench memory's total size in MiB."""
+
+    cpu_events: int
+    mem_total_mib: int
+
+    @classmethod
+    def scaled(cls, scale: float) -> WorkSizes:
+        """Fixed sizes (--scale). 2.5 was every run's before calibration: a medium,
+        uniform run took about 4.5 s on one 2-CPU host and 5.4 s (cpu) and 8 s (mem) on
+        a slower one, whose matrix took 1375 s (scenarios-2026-12-06.json)."""
+        return cls(cpu_events=max(1, int(5000 * scale)), mem_total_mib=max(4, int(32 * scale)) * 1024)
+
+    def of(self, workload: str) -> int:
+        return self.cpu_events if workload == "cpu" else self.mem_total_mib
+
+
+def workload_cmd(workload: str, threads: int, size: int) -> list[str]:
+    """The command of ``workload`` with ``threads`` threads and ``size`` units of work
+    (cpu: events, mem: MiB)."""
+    if workload == "cpu":
+        return ["sysbench", "cpu", f"--threads={threads}", f"--events={size}", "--time=0",
+                "--cpu-max-prime=20000", "run"]
+    return ["sysbench", "memory", f"--threads={threads}", f"--memory-total-size={size}M",
+            "--memory-block-size=64M", "--time=0", "run"]
+
+
+def scenario_matrix(sizes: WorkSizes) -> list[dict]:
     ncpu = len(usable_cpus())
     out = []
     for wl in WORKLOADS:
         for avail, per in AVAILABILITY.items():
             for ca in CPU_AVAIL:
                 threads = per * ncpu
-                if wl == "cpu":
-                    events = int(5000 * scale)
-                    cmd = ["sysbench", "cpu", f"--threads={threads}", f"--events={events}", "--time=0",
-                           "--cpu-max-prime=20000", "run"]
-                else:
-                    total = max(4, int(32 * scale))
-                    cmd = ["sysbench", "memory", f"--threads={threads}", f"--memory-total-size={total}G",
-                           "--memory-block-size=64M", "--time=0", "run"]
                 out.append({"name": f"{wl}-{avail}-{ca}", "workload": wl, "availability": avail,
-                            "cpu_availability": ca, "threads": threads, "cmd": cmd})
+                            "cpu_availability": ca, "threads": threads,
+                            "cmd": workload_cmd(wl, threads, sizes.of(wl))})
     return out
+
+
+# ---------------------------------------------------------------- calibration
+
+PROBE = WorkSizes(cpu_events=2000, mem_total_mib=8192)  # 0.7-0.9 s each on a 2-CPU VM
+PROBE_MIN_S = 0.5    # a probe shorter than this is doubled: sysbench's start-up would weigh
+PROBE_RUNS = 3       # the median of these many timed runs of each probe
+
+
+def time_command(cmd: list[str]) -> float:
+    """Wall time of one run of ``cmd``, which must succeed."""
+    t0 = time.monotonic()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.monotonic() - t0
+
+
+def calibrate(target_s: float, workloads: tuple[str, ...] = WORKLOADS,
+              timer: Callable[[list[str]], float] = time_command) -> tuple[WorkSizes, dict]:
+    """Work sizes for this machine's speed: each workload's medium, uniform scenario
+    (2 threads per usable CPU, nothing else running) under the plain kernel takes about
+    ``target_s``. The matrix's length is then about the same on a fast host and on a
+    slow one, so it fits the issue's 20 minutes on both; the other scenarios take longer
+    than the reference in proportion (the hog, fewer threads), as they did with fixed
+    sizes. The rate of each workload is its probe's size over the median of
+    PROBE_RUNS timed runs, the probe doubled until it lasts PROBE_MIN_S; the size is
+    rate x target_s (the work is linear in the size: events or bytes, all threads
+    sharing one total). A workload not in ``workloads`` keeps its probe's size. Returns
+    the sizes and what was measured."""
+    threads = AVAILABILITY["medium"] * len(usable_cpus())
+    sizes, measured = {"cpu": PROBE.cpu_events, "mem": PROBE.mem_total_mib}, {}
+    for wl in workloads:
+        size = PROBE.of(wl)
+        while True:
+            cmd = workload_cmd(wl, threads, size)
+            secs = statistics.median(timer(cmd) for _ in range(PROBE_RUNS))
+            if secs >= PROBE_MIN_S:
+                break
+            size *= 2
+        rate = size / secs
+        sizes[wl] = max(1, round(rate * target_s))
+        measured[wl] = {"probe_cmd": " ".join(cmd), "probe_median_s": round(secs, 4), "rate_per_s": round(rate, 1)}
+    return WorkSizes(cpu_events=sizes["cpu"], mem_total_mib=sizes["mem"]), {"target_s": target_s, **measured}
+
+
+def add_work_arguments(ap: argparse.ArgumentParser, default_target_s: float) -> None:
+    ap.add_argument("--target-s", type=float, default=default_target_s,
+                    help=f"calibrate the work sizes so that a medium, uniform run under the kernel takes "
+                         f"about this long on this machine (default {default_target_s})")
+    ap.add_argument("--scale", type=float, default=None,
+                    help="fixed work sizes instead of calibrated ones: cpu 5000 x SCALE events, "
+                         "mem 32 x SCALE GiB (2.5: the sizes of the runs before 2026-12-06 noon)")
+
+
+def work_sizes(args: argparse.Namespace, workloads: tuple[str, ...]) -> tuple[WorkSizes, dict]:
+    """The sizes --scale fixes, or calibrated to --target-s for ``workloads`` (printing
+    what it measured)."""
+    if args.scale is not None:
+        if args.scale <= 0:
+            raise SystemExit(f"--scale must be positive, got {args.scale}")
+        return WorkSizes.scaled(args.scale), {"scale": args.scale}
+    if args.target_s <= 0:
+        raise SystemExit(f"--target-s must be positive, got {args.target_s}")
+    print(f"calibrating the work sizes to {args.target_s} s per medium, uniform run ...", file=sys.stderr, flush=True)
+    sizes, calibration = calibrate(args.target_s, workloads)
+    units = {"cpu": "events", "mem": "MiB"}
+    print("work sizes: " + ", ".join(f"{wl} {sizes.of(wl)} {units[wl]} ({calibration[wl]['rate_per_s']} {units[wl]}/s)"
+                                     for wl in workloads), file=sys.stderr, flush=True)
+    return sizes, {"calibration": calibration}
 
 
 def start_background(kind: str, toggle_s: float) -> subprocess.Popen | None:
@@ -411,8 +508,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5, help="A/B pairs per scenario (default 5)")
     ap.add_argument("--scenarios", default=".*", help="regex on scenario names (e.g. 'cpu-.*-nonuniform')")
     ap.add_argument("--quick", action="store_true", help="2 reps, half the work, no plots unless --plots")
-    ap.add_argument("--scale", type=float, default=None,
-                    help="work size factor (default 2.5: runs of about 4 s, 40 periods, on a quiet 2-CPU machine; --quick 1.25)")
+    add_work_arguments(ap, TARGET_S)
     ap.add_argument("--toggle-s", type=float, default=1.0, help="on/off period of the time-varying hog")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="daemon config override, e.g. learning.eps=0.3 or period_s=0.05 (repeatable)")
@@ -426,24 +522,27 @@ def main() -> None:
     if os.geteuid() != 0:
         raise SystemExit("run as root: the daemon pins threads of the workload")
     reps = args.reps if not args.quick or args.reps != 5 else 2
-    scale = args.scale if args.scale is not None else (1.25 if args.quick else 2.5)
+    if args.quick and args.target_s == TARGET_S:
+        args.target_s = TARGET_S / 2
     plots = (not args.no_plots) and (args.plots or not args.quick)
     tag = args.tag or ("observe" if args.observe else "")  # a tagged run leaves the committed results alone
     ensure_tools()
     pattern = re.compile(args.scenarios)
-    matrix = [s for s in scenario_matrix(scale) if pattern.search(s["name"])]
-    if not matrix:
+    workloads = tuple(dict.fromkeys(s["workload"] for s in scenario_matrix(PROBE) if pattern.search(s["name"])))
+    if not workloads:
         raise SystemExit("no scenario matches " + args.scenarios)
-    cfg = apply_sets(BASE_CONFIG, args.set)
-    RESULTS.mkdir(parents=True, exist_ok=True)
     started = dt.datetime.now(dt.timezone.utc)
     load_start = os.getloadavg()
     t_start = time.monotonic()
+    sizes, work = work_sizes(args, workloads)
+    matrix = [s for s in scenario_matrix(sizes) if pattern.search(s["name"])]
+    cfg = apply_sets(BASE_CONFIG, args.set)
+    RESULTS.mkdir(parents=True, exist_ok=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="parlsched-scen-") as tmp:
         daemon, sock = start_daemon(Path(tmp), yaml_text(cfg), log=Path(tmp) / "daemon.log")
         try:
-            for sc in matrix:
+            for n, sc in enumerate(matrix, 1):
                 runs = []
                 for i in range(reps):
                     for mode in ("A", "B"):
@@ -453,9 +552,11 @@ def main() -> None:
                         time.sleep(0.2)
                 row = summarise(sc, runs)
                 rows.append(row)
-                print(f"{sc['name']}: A {row['a_median_s']:.3f}s B {row['b_median_s']:.3f}s "
+                elapsed = time.monotonic() - t_start
+                print(f"[{n}/{len(matrix)}] {sc['name']}: A {row['a_median_s']:.3f}s B {row['b_median_s']:.3f}s "
                       f"gain {row['gain_median_pct']:+.1f}% [{row['gain_iqr_pct'][0]:+.1f}, {row['gain_iqr_pct'][1]:+.1f}] "
-                      f"load {statistics.fmean(r['load1'] for r in runs):.1f}", file=sys.stderr, flush=True)
+                      f"load {statistics.fmean(r['load1'] for r in runs):.1f}; {elapsed:.0f} s, "
+                      f"about {elapsed / n * (len(matrix) - n):.0f} s to go", file=sys.stderr, flush=True)
                 for r in runs:
                     if "history" in r and r["history"].get("samples"):
                         from parlschedd.plots import plot_history
@@ -471,7 +572,7 @@ def main() -> None:
         "load_average": {"at_start": [round(x, 2) for x in load_start], "at_end": [round(x, 2) for x in os.getloadavg()],
                          "load1_mean_during_runs": round(statistics.fmean(loads), 2),
                          "load1_min": min(loads), "load1_max": max(loads)},
-        "reps": reps, "scale": scale, "toggle_s": args.toggle_s, "quick": args.quick,
+        "reps": reps, "work_sizes": {wl: sizes.of(wl) for wl in workloads}, **work, "toggle_s": args.toggle_s, "quick": args.quick,
         "mode": "observe" if args.observe else "pin",
         "daemon_config": cfg, "overrides": args.set, "duration_s": round(time.monotonic() - t_start, 1),
         "verdict": verdict(rows), "scenarios": rows,

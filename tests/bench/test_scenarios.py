@@ -1,7 +1,10 @@
-"""bench/scenarios.py's statistics: the confidence interval the verdict reads."""
+"""bench/scenarios.py: the confidence interval the verdict reads, and the work sizes
+calibrated to the machine's speed."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -9,7 +12,9 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from scenarios import median_ci, verdict  # noqa: E402
+from scenarios import (  # noqa: E402
+    PROBE, PROBE_MIN_S, PROBE_RUNS, WorkSizes, calibrate, median_ci, time_command, verdict, workload_cmd,
+)
 
 
 @pytest.mark.parametrize("n", [5, 9, 15])
@@ -47,3 +52,52 @@ def test_the_verdict_names_only_rows_whose_whole_interval_is_below_minus_2() -> 
     assert v["worst_scenario"] == "mem-small-nonuniform" and not v["no_scenario_worse_than_2pct"]
     assert v["mean_gain_nonuniform_timevarying_pct"] == pytest.approx(0.07, abs=0.005)  # (-9.8 + 6 + 4) / 3
     assert not v["mean_gain_target_5pct_met"]
+
+
+def test_fixed_sizes_are_those_of_the_runs_before_calibration() -> None:
+    sizes = WorkSizes.scaled(2.5)
+    assert (sizes.cpu_events, sizes.mem_total_mib) == (12500, 80 * 1024)
+    assert "--events=12500" in workload_cmd("cpu", 4, sizes.of("cpu"))
+    assert "--memory-total-size=81920M" in workload_cmd("mem", 4, sizes.of("mem"))
+
+
+class LinearMachine:
+    """A stand-in for timing sysbench (not installed for the fast tests): the run's time
+    is a start-up plus its size over the workload's rate; records each command."""
+
+    def __init__(self, rates: dict[str, float], startup_s: float = 0.01) -> None:
+        self.rates, self.startup_s, self.cmds = rates, startup_s, []
+
+    def __call__(self, cmd: list[str]) -> float:
+        self.cmds.append(cmd)
+        wl = "cpu" if cmd[1] == "cpu" else "mem"
+        flag = "--events=" if wl == "cpu" else "--memory-total-size="
+        size = int(next(a for a in cmd if a.startswith(flag))[len(flag):].rstrip("M"))
+        return self.startup_s + size / self.rates[wl]
+
+
+def test_calibrated_sizes_make_the_reference_run_last_the_target() -> None:
+    machine = LinearMachine({"cpu": 2336.0, "mem": 10300.0})
+    sizes, measured = calibrate(4.0, timer=machine)
+    for wl in ("cpu", "mem"):
+        assert machine.startup_s + sizes.of(wl) / machine.rates[wl] == pytest.approx(4.0, rel=0.02)
+        assert measured[wl]["probe_median_s"] >= PROBE_MIN_S
+    threads = 2 * len(os.sched_getaffinity(0))  # the medium availability
+    assert all(f"--threads={threads}" in cmd for cmd in machine.cmds)
+    assert measured["target_s"] == 4.0
+
+
+def test_a_probe_too_short_on_a_fast_machine_is_doubled_until_it_lasts() -> None:
+    machine = LinearMachine({"cpu": 40 * PROBE.cpu_events, "mem": 1000.0})  # the cpu probe takes 1/40 s
+    sizes, measured = calibrate(2.0, workloads=("cpu",), timer=machine)
+    probes = [int(c[3].removeprefix("--events=")) for c in machine.cmds]
+    assert probes == sorted(probes) and probes[-1] == PROBE.cpu_events * 32  # 1/40 s doubled 5 times: 0.8 s
+    assert len(probes) == 6 * PROBE_RUNS
+    assert sizes.cpu_events == pytest.approx(2.0 * 40 * PROBE.cpu_events, rel=0.02)
+    assert sizes.mem_total_mib == PROBE.mem_total_mib and "mem" not in measured  # not asked: not run
+
+
+def test_time_command_times_a_real_process_and_fails_with_it() -> None:
+    assert 0.2 <= time_command(["sleep", "0.2"]) < 5.0
+    with pytest.raises(subprocess.CalledProcessError):
+        time_command(["false"])
