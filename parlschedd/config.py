@@ -22,7 +22,9 @@ import yaml
 
 from parlschedd.cpulist import parse_cpulist
 from parlschedd.daemon.protocol import DEFAULT_SOCKET
-from parlschedd.keypaths import Collector, KeyPathError, Octal, load_yaml, yaml12_number, yaml_kind
+from parlschedd.keypaths import (
+    Collector, KeyPathError, Octal, is_integer, is_number, load_yaml, yaml12_number, yaml_kind,
+)
 from parlschedd.words import counted
 from parlschedd.learning.normalize import MODES as NORMALISE_MODES
 from parlschedd.learning.params import RANGES as LEARNING_RANGES, REWARDS, LearningParams, finite
@@ -172,7 +174,7 @@ class _Checker(Collector):
     def number(self, raw: Mapping[str, Any], key: str, path: str, default: float, lo: float,
                hi: float | None = None, lo_inclusive: bool = False) -> float:
         value = yaml12_number(raw.get(key, default))
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if not is_number(value):
             self.fail(path, f"must be a number, got {_shown(value)}")
             return default
         if not finite(value):
@@ -187,7 +189,7 @@ class _Checker(Collector):
 
     def count(self, raw: Mapping[str, Any], key: str, default: int) -> int:
         value = raw.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if not is_integer(value) or value < 1:
             self.fail(key, f"must be a whole number >= 1, got {_shown(value)}")
             return default
         return value
@@ -224,7 +226,7 @@ class _Checker(Collector):
         ("0-3,8", which admins write too); else an error under ``path``."""
         if isinstance(value, str):
             return self._cpu_list_text(value, path)
-        if not isinstance(value, list) or not value or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in value):
+        if not isinstance(value, list) or not value or not all(is_integer(c) and c >= 0 for c in value):
             self.fail(path, f"must be a non-empty list of CPU numbers or a CPU list such as '0-3,8', got {_shown(value)}")
             return None
         return tuple(value)
@@ -326,7 +328,7 @@ def _learning(c: _Checker, raw: Any) -> LearningParams:
         path = f"learning.{key}"
         if attr == "seed":
             seed = m.get("seed")
-            if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+            if seed is not None and (not is_integer(seed) or seed < 0):
                 c.fail(path, f"must be a non-negative integer or null, got {_shown(seed)}")
                 seed = None
             values["seed"] = seed

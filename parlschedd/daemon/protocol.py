@@ -13,6 +13,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from parlschedd.keypaths import is_integer
+
 DEFAULT_SOCKET = "/run/parlsched/parlschedd.sock"  # where the daemon listens and clients ask, unless told
 MAX_LINE = 64 * 1024
 # A part's text is ASCII JSON (``encode`` escapes the rest), which at most doubles when
@@ -75,7 +77,7 @@ def parse_request(line: bytes) -> Request:
         kind, _ = schema[key]
         if value is None and not schema[key][1]:
             continue
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        if not (is_integer(value) if kind is int else isinstance(value, kind)):
             raise ProtocolError("bad_request", f"{cmd}: field {key!r} must be {_json_type(kind)}, got {_json_type(type(value))}")
         if kind is int and not 0 < value < 2**31:
             raise ProtocolError("bad_request", f"{cmd}: field {key!r} out of range (1 to {2**31 - 1})")

@@ -21,7 +21,7 @@ import numpy as np
 import yaml
 
 from parlschedd.cpulist import format_cpulist
-from parlschedd.keypaths import Collector, KeyPathError, load_yaml, yaml12_number, yaml_kind
+from parlschedd.keypaths import Collector, KeyPathError, is_integer, is_number, load_yaml, yaml12_number, yaml_kind
 
 
 class ClusterError(KeyPathError):
@@ -177,8 +177,8 @@ class _Reader(Collector):
             return None
         value = data[key] if integer else yaml12_number(data[key])
         kind = "an integer" if integer else "a number"
-        ok = isinstance(value, int) if integer else isinstance(value, int | float)
-        if isinstance(value, bool) or not ok or (isinstance(value, float) and not math.isfinite(value)):
+        ok = is_integer(value) if integer else is_number(value)
+        if not ok or (isinstance(value, float) and not math.isfinite(value)):
             self.fail(where, f"must be {kind}, got {value!r}")
             return None
         if abs(value) > sys.float_info.max:  # an int: the model computes in floats, which it overflows

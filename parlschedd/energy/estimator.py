@@ -23,6 +23,7 @@ from parlschedd.energy.fitting import (METHODS, DESettings, Fit, GASettings, Pro
                                        predict, repetitions)
 from parlschedd.energy.measurements import energy_rows
 from parlschedd.energy.model import MASTER_POWER, SUBPOP_SIZES, EnergyParams, TimeParams, number
+from parlschedd.keypaths import is_integer
 
 
 def parameter_names(cluster: Cluster, with_energy: bool = True) -> list[str]:
@@ -61,7 +62,7 @@ class EnergyTimeModel:
                                    ("random_state", self.random_state, 0)):
             if value is None and name != "repeat":
                 continue
-            if not _integer(value) or value < least:  # a file's "repeat": true is not 1
+            if not is_integer(value) or value < least:  # a file's "repeat": true is not 1
                 raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
 
     def fit(self, nsp: np.ndarray, time_s: np.ndarray, energy_wh: np.ndarray | None = None,
@@ -185,6 +186,3 @@ def _nan_if_none(x: float | None) -> float:
     return float("nan") if x is None else float(x)
 
 
-def _integer(x: object) -> bool:
-    """An int (numpy's too), not a bool: True is an int to Python, not a count to a user."""
-    return isinstance(x, int | np.integer) and not isinstance(x, bool)

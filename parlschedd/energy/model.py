@@ -20,6 +20,7 @@ import numpy as np
 
 from parlschedd.energy.cluster import Cluster, RunSettings
 from parlschedd.energy.distribution import distribute
+from parlschedd.keypaths import is_number
 
 SUBPOP_SIZES = ("floor", "exact", "ceil")
 MASTER_POWER = ("migration", "whole-run")
@@ -38,7 +39,7 @@ def number(value: Any, where: str, nullable: bool = False) -> float:
     parameters."""
     if value is None and nullable:
         return math.nan
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if not is_number(value):
         raise NotANumber(f"{where}: must be a number, got {value!r}")
     return float(value)
 

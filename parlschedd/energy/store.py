@@ -22,7 +22,7 @@ from parlschedd.energy.baseline import BaselineModel
 from parlschedd.energy.cluster import Cluster, ClusterError, cluster_to_dict, parse_cluster, without_individuals
 from parlschedd.energy.estimator import EnergyTimeModel
 from parlschedd.energy.model import NotANumber
-from parlschedd.keypaths import yaml_kind
+from parlschedd.keypaths import is_integer, yaml_kind
 
 FORMAT = "parlsched-energy-time/1"
 
@@ -131,7 +131,7 @@ def _fitted_nsp(value: Any, cluster: Cluster, source: str) -> tuple[int, ...] | 
     if value is None:
         return None
     if (not isinstance(value, list) or not value
-            or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in value)):
+            or not all(is_integer(k) and k >= 1 for k in value)):
         raise ParamsError(f"{source}: fitted_nsp: must be a non-empty list of integers >= 1 (the NSp the model "
                           f"was fitted on), got {value!r} (write the file with `model fit --out`)")
     individuals = cluster.run.individuals
