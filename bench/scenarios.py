@@ -8,7 +8,7 @@ Matrix: workload {cpu: sysbench cpu, mem: sysbench memory} x availability
 timevarying: a busy loop pinned to CPU 0 that switches on and off every --toggle-s}.
 Each workload does a fixed amount of work, the same in every scenario and run, sized at
 the start to this machine's speed (``calibrate``: a medium, uniform run under the kernel
-takes about --target-s, 4 s) so that the matrix fits the issue's 20 minutes on a fast
+takes about --target-s, 4.5 s) so that the matrix fits the issue's 20 minutes on a fast
 host and on a slow one; --scale fixes the sizes instead.
 
 Per scenario: the gain of each A/B pair, 100 * (A - B) / A (positive: parlsched
@@ -80,7 +80,7 @@ while True:
         time.sleep(toggle)
 """
 
-TARGET_S = 4.0  # a medium, uniform run: 40 periods, one domain period; the matrix about 16 minutes
+TARGET_S = 4.5  # a medium, uniform run: 45 periods; the matrix about 16 minutes (the first host's fixed sizes)
 
 BASE_CONFIG = {
     "period_s": 0.1,
@@ -185,9 +185,11 @@ def scenario_matrix(sizes: WorkSizes) -> list[dict]:
 
 # ---------------------------------------------------------------- calibration
 
-PROBE = WorkSizes(cpu_events=2000, mem_total_mib=8192)  # 0.7-0.9 s each on a 2-CPU VM
-PROBE_MIN_S = 0.5    # a probe shorter than this is doubled: sysbench's start-up would weigh
-PROBE_RUNS = 3       # the median of these many timed runs of each probe
+PROBE = WorkSizes(cpu_events=3000, mem_total_mib=12288)  # 1.2-1.3 s each on a 2-CPU VM
+PROBE_MIN_S = 1.0  # a probe shorter than this is doubled: sysbench's start-up would weigh
+# The median of these many timed runs of each probe: the memory rate of this VM dropped by
+# a third for a few seconds (7303 MiB/s in one calibration, 10,400 MiB/s around it)
+PROBE_RUNS = 5
 
 
 def time_command(cmd: list[str]) -> float:

@@ -88,12 +88,13 @@ def test_calibrated_sizes_make_the_reference_run_last_the_target() -> None:
 
 
 def test_a_probe_too_short_on_a_fast_machine_is_doubled_until_it_lasts() -> None:
-    machine = LinearMachine({"cpu": 40 * PROBE.cpu_events, "mem": 1000.0})  # the cpu probe takes 1/40 s
+    machine = LinearMachine({"cpu": 100 * PROBE.cpu_events, "mem": 1000.0})  # the cpu probe takes 1/100 s
     sizes, measured = calibrate(2.0, workloads=("cpu",), timer=machine)
     probes = [int(c[3].removeprefix("--events=")) for c in machine.cmds]
-    assert probes == sorted(probes) and probes[-1] == PROBE.cpu_events * 32  # 1/40 s doubled 5 times: 0.8 s
-    assert len(probes) == 6 * PROBE_RUNS
-    assert sizes.cpu_events == pytest.approx(2.0 * 40 * PROBE.cpu_events, rel=0.02)
+    doublings = next(n for n in range(20) if machine.startup_s + 2**n / 100 >= PROBE_MIN_S)
+    assert probes == sorted(probes) and probes[-1] == PROBE.cpu_events * 2**doublings
+    assert len(probes) == (doublings + 1) * PROBE_RUNS
+    assert sizes.cpu_events == pytest.approx(2.0 * 100 * PROBE.cpu_events, rel=0.02)
     assert sizes.mem_total_mib == PROBE.mem_total_mib and "mem" not in measured  # not asked: not run
 
 
