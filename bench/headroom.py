@@ -2,8 +2,9 @@
 gains over the plain kernel in the loaded scenarios of bench/scenarios.py, measured on
 this machine in one run.
 
-For each non-uniform and time-varying scenario (the same commands, work sizes and
-background hog as bench/scenarios.py) the workload runs under the plain kernel (K) and
+For each non-uniform and time-varying scenario (the same commands and background hog as
+bench/scenarios.py, the work sized the same way: calibrated to this machine's speed at
+the start, or fixed with --scale) the workload runs under the plain kernel (K) and
 with its worker threads pinned from their first instant to a split: k of them on the
 hog's CPU, the others round-robin over the remaining CPUs, for each k of ``splits``
 (avoid, share and crowd the hog). The arms are interleaved K S1 S2 S3, K S1 S2 S3, ...
@@ -41,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import machine  # noqa: E402
 from scenarios import (  # noqa: E402
-    PROBE, RESULTS, TARGET_S, add_work_arguments, ensure_tools, median_ci, q, run_once, scenario_matrix, usable_cpus,
+    PROBE, RESULTS, add_work_arguments, ensure_tools, median_ci, q, run_once, scenario_matrix, usable_cpus,
     work_sizes,
 )
 
@@ -135,7 +136,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=3, help="rounds of all arms per scenario (default 3)")
     ap.add_argument("--scenarios", default=LOADED, help=f"regex on scenario names (default {LOADED!r})")
-    add_work_arguments(ap, TARGET_S)
+    add_work_arguments(ap)
     ap.add_argument("--toggle-s", type=float, default=1.0, help="on/off period of the time-varying hog")
     ap.add_argument("--tag", default="", help="write bench/results/headroom-TAG.json instead of headroom.json")
     args = ap.parse_args()

@@ -187,8 +187,8 @@ def scenario_matrix(sizes: WorkSizes) -> list[dict]:
 
 PROBE = WorkSizes(cpu_events=3000, mem_total_mib=12288)  # 1.2-1.3 s each on a 2-CPU VM
 PROBE_MIN_S = 1.0  # a probe shorter than this is doubled: sysbench's start-up would weigh
-# The median of these many timed runs of each probe: the memory rate of this VM dropped by
-# a third for a few seconds (7303 MiB/s in one calibration, 10,400 MiB/s around it)
+# The median of these many timed runs of each probe: the memory rate of this VM once dropped
+# by nearly a third for a few seconds (7303 MiB/s in one calibration, 10,400 MiB/s around it)
 PROBE_RUNS = 5
 
 
@@ -227,13 +227,13 @@ def calibrate(target_s: float, workloads: tuple[str, ...] = WORKLOADS,
     return WorkSizes(cpu_events=sizes["cpu"], mem_total_mib=sizes["mem"]), {"target_s": target_s, **measured}
 
 
-def add_work_arguments(ap: argparse.ArgumentParser, default_target_s: float) -> None:
-    ap.add_argument("--target-s", type=float, default=default_target_s,
+def add_work_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--target-s", type=float, default=TARGET_S,
                     help=f"calibrate the work sizes so that a medium, uniform run under the kernel takes "
-                         f"about this long on this machine (default {default_target_s})")
+                         f"about this long on this machine (default {TARGET_S}; --quick halves it)")
     ap.add_argument("--scale", type=float, default=None,
                     help="fixed work sizes instead of calibrated ones: cpu 5000 x SCALE events, "
-                         "mem 32 x SCALE GiB (2.5: the sizes of the runs before 2026-12-06 noon)")
+                         "mem 32 x SCALE GiB (2.5: the sizes of every run up to 2026-12-06 04:46)")
 
 
 def work_sizes(args: argparse.Namespace, workloads: tuple[str, ...]) -> tuple[WorkSizes, dict]:
@@ -510,7 +510,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5, help="A/B pairs per scenario (default 5)")
     ap.add_argument("--scenarios", default=".*", help="regex on scenario names (e.g. 'cpu-.*-nonuniform')")
     ap.add_argument("--quick", action="store_true", help="2 reps, half the work, no plots unless --plots")
-    add_work_arguments(ap, TARGET_S)
+    add_work_arguments(ap)
     ap.add_argument("--toggle-s", type=float, default=1.0, help="on/off period of the time-varying hog")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="daemon config override, e.g. learning.eps=0.3 or period_s=0.05 (repeatable)")
