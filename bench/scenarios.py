@@ -312,61 +312,58 @@ class TaskSampler(threading.Thread):
         return statistics.fmean(speeds) if speeds else None
 
 
-class HistoryPoller(threading.Thread):
-    """Keeps the daemon's history of one target while it runs (the target vanishes at exit)."""
+def fetch_history(sock: str, pid: int) -> dict | None:
+    """The daemon's history of the target ``pid``, asked once, after the run: the daemon
+    keeps the last exited targets' histories (engine.HISTORIES_KEPT). Until 2026-12-06 the
+    benchmark polled it every 0.5 s during the run, work on the saturated CPUs (the
+    benchmark's and the daemon's) that only the B arm paid. None when the daemon has
+    none to give (said on stderr)."""
+    try:
+        return client.request(sock, "history", pid=pid, timeout=60)
+    except (client.Unreachable, client.Refused) as exc:
+        print(f"no history of {pid}: {exc}", file=sys.stderr)
+        return None
 
-    def __init__(self, sock: str, pid: int, interval: float = 0.5) -> None:
-        super().__init__(daemon=True)
-        self.sock, self.pid, self.interval = sock, pid, interval
-        self.samples: dict[float, dict] = {}
-        self.meta: dict = {}
-        self.halt = threading.Event()
 
-    def poll(self) -> None:
-        try:
-            h = client.request(self.sock, "history", pid=self.pid, last=30, timeout=5)
-        except (client.Unreachable, client.Refused):
-            return
-        self.meta = {k: v for k, v in h.items() if k != "samples"}
-        for s in h["samples"]:
-            self.samples[s["t"]] = s
+def worker_samples(history: dict) -> list[tuple[dict[int, int], dict[int, float]]]:
+    """Each period of ``history`` as (CPU, utility) per worker thread: every thread but
+    the process's main one, which only waits for the workers. The CPU of a thread
+    that has none in a sample (None, or below 0) is left out, as is a None utility."""
+    pid = history["pid"]
+    out = []
+    for s in history["samples"]:
+        cpus = {tid: c for tid, c in zip(s["tids"], s["cpu"]) if tid != pid and c is not None and c >= 0}
+        utils = {tid: u for tid, u in zip(s["tids"], s["utility"]) if tid != pid and u is not None}
+        out.append((cpus, utils))
+    return out
 
-    def run(self) -> None:
-        while not self.halt.wait(self.interval):
-            self.poll()
 
-    def history(self) -> dict:
-        return {**self.meta, "samples": [self.samples[t] for t in sorted(self.samples)]}
+def placement_stats(history: dict, cpus: list[int]) -> dict:
+    """Share of periods where the worker threads' counts per CPU differ by more than
+    one (an imbalance the kernel would not leave), and the worker threads' CPU changes
+    per period."""
+    imbalanced, moves, counted = 0, 0, 0
+    periods = worker_samples(history)
+    prev: dict[int, int] = {}
+    for on, _ in periods:
+        if len(on) >= 2:
+            counts = [list(on.values()).count(c) for c in cpus]
+            imbalanced += (max(counts) - min(counts)) > 1 or (len(on) == len(cpus) and max(counts) > 1)
+            counted += 1
+        moves += sum(1 for tid, c in on.items() if tid in prev and prev[tid] != c)
+        prev = on
+    return {"imbalanced_share": round(imbalanced / counted, 3) if counted else None,
+            "moves_per_period": round(moves / max(len(periods) - 1, 1), 2)}
 
-    def placement_stats(self) -> dict:
-        """Share of periods where the worker threads' counts per CPU differ by more than
-        one (an imbalance the kernel would not leave), and CPU changes per period."""
-        ordered = [self.samples[t] for t in sorted(self.samples)]
-        imbalanced, moves, prev = 0, 0, {}
-        counted = 0
-        for s in ordered:
-            cpus = [c for tid, c in zip(s["tids"], s["cpu"]) if tid != self.pid and c is not None and c >= 0]
-            if len(cpus) >= 2:
-                counts = [cpus.count(c) for c in usable_cpus()]
-                imbalanced += (max(counts) - min(counts)) > 1 or (len(cpus) == len(usable_cpus()) and max(counts) > 1)
-                counted += 1
-            cur = dict(zip(s["tids"], s["cpu"]))
-            moves += sum(1 for tid, c in cur.items() if tid in prev and prev[tid] != c)
-            prev = cur
-        return {"imbalanced_share": round(imbalanced / counted, 3) if counted else None,
-                "moves_per_period": round(moves / max(len(ordered) - 1, 1), 2)}
 
-    def mean_utility(self) -> float | None:
-        """Mean over periods of the mean utility of the worker threads, in CPU share."""
-        vals = []
-        for s in self.samples.values():
-            us = [u for tid, u in zip(s["tids"], s["utility"]) if tid != self.pid and u is not None]
-            if us:
-                vals.append(statistics.fmean(us))
-        if not vals:
-            return None
-        scale = 1e9 if self.meta.get("counter_source") in ("perf:task-clock", "schedstat") else 1.0
-        return statistics.fmean(vals) / scale
+def mean_utility(history: dict) -> float | None:
+    """Mean over periods of the mean utility of the worker threads, in CPU share where
+    the utility is CPU time (ns per s)."""
+    vals = [statistics.fmean(u.values()) for _, u in worker_samples(history) if u]
+    if not vals:
+        return None
+    scale = 1e9 if history.get("counter_source") in ("perf:task-clock", "schedstat") else 1.0
+    return statistics.fmean(vals) / scale
 
 
 def run_once(sc: dict, mode: str, sock: str | None, toggle_s: float, keep_history: bool,
@@ -385,11 +382,8 @@ def run_once(sc: dict, mode: str, sock: str | None, toggle_s: float, keep_histor
     daemon_cpu = cpu_seconds(daemon_pid) if mode == "B" and daemon_pid is not None else None
     t0 = time.monotonic()
     proc = subprocess.Popen(sc["cmd"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    poller = None
     if mode == "B":
         client.request(sock, "attach", pid=proc.pid, descendants=True, observe=observe)
-        poller = HistoryPoller(sock, proc.pid)
-        poller.start()
     sampler = TaskSampler(proc.pid)
     sampler.start()
     extra: dict = {}
@@ -407,14 +401,13 @@ def run_once(sc: dict, mode: str, sock: str | None, toggle_s: float, keep_histor
            "speed": sampler.per_thread_speed(), **extra}
     if daemon_cpu is not None:
         rec["daemon_cpu_pct"] = round(100.0 * (cpu_seconds(daemon_pid) - daemon_cpu) / (wall * len(usable_cpus())), 3)
-    if poller is not None:
-        poller.halt.set()
-        poller.join()
-        rec["daemon_utility"] = poller.mean_utility()
-        rec["periods"] = len(poller.samples)
-        rec.update(poller.placement_stats())
+    history = fetch_history(sock, proc.pid) if mode == "B" else None
+    if history is not None:
+        rec["daemon_utility"] = mean_utility(history)
+        rec["periods"] = len(history["samples"])
+        rec.update(placement_stats(history, usable_cpus()))
         if keep_history:
-            rec["history"] = poller.history()
+            rec["history"] = history
     return rec
 
 

@@ -1,5 +1,5 @@
-"""bench/scenarios.py: the confidence interval the verdict reads, and the work sizes
-calibrated to the machine's speed."""
+"""bench/scenarios.py: the confidence interval the verdict reads, the work sizes
+calibrated to the machine's speed, and what a run under the daemon records."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from scenarios import (  # noqa: E402
-    PROBE, PROBE_MIN_S, PROBE_RUNS, WorkSizes, calibrate, median_ci, time_command, verdict, workload_cmd,
+    PROBE, PROBE_MIN_S, PROBE_RUNS, WorkSizes, calibrate, mean_utility, median_ci, placement_stats, run_once,
+    time_command, verdict, workload_cmd,
 )
+from tests.conftest import needs_root, start_daemon  # noqa: E402
 
 
 @pytest.mark.parametrize("n", [5, 9, 15])
@@ -102,3 +104,51 @@ def test_time_command_times_a_real_process_and_fails_with_it() -> None:
     assert 0.2 <= time_command(["sleep", "0.2"]) < 5.0
     with pytest.raises(subprocess.CalledProcessError):
         time_command(["false"])
+
+
+def _history(*periods: tuple[list[int], list[int | None], list[float | None]], source: str = "perf:task-clock") -> dict:
+    """A history reply of process 100 as the daemon sends one: per period the tids,
+    their CPUs and their utilities."""
+    return {"ok": True, "pid": 100, "counter_source": source,
+            "samples": [{"t": float(i), "tids": t, "cpu": c, "utility": u} for i, (t, c, u) in enumerate(periods)]}
+
+
+def test_placement_counts_the_workers_only() -> None:
+    """The main thread (tid = pid) waits for the workers: its CPU and moves do not count;
+    neither does a worker without a CPU in a period."""
+    h = _history(([100, 101, 102], [0, 0, 1], [0.0, 5e8, 5e8]),          # balanced: one worker per CPU
+                 ([100, 101, 102], [1, 0, 0], [0.0, 4e8, 6e8]),          # both on CPU 0: imbalanced; 102 moved
+                 ([100, 101, 102], [0, None, 1], [0.0, None, 9e8]))      # 101 has no CPU; 102 moved back
+    stats = placement_stats(h, [0, 1])
+    assert stats == {"imbalanced_share": 0.5, "moves_per_period": 1.0}  # 2 periods with 2 workers; 2 moves / 2
+    assert mean_utility(h) == pytest.approx((0.5 + 0.5 + 0.9) / 3)  # per period, in CPU share
+
+
+def test_the_utility_is_left_as_the_daemon_gave_it_where_it_is_not_cpu_time() -> None:
+    h = _history(([100, 101], [0, 1], [None, 2.0e9]), source="perf:instructions")
+    assert mean_utility(h) == 2.0e9
+    assert mean_utility(_history(([100, 101], [0, 1], [3.0, None]))) is None
+
+
+THREADS = "import threading, time\n" \
+    "ts = [threading.Thread(target=lambda: [time.sleep(0.01) for _ in range(150)]) for _ in range(3)]\n" \
+    "[t.start() for t in ts]; [t.join() for t in ts]\n"
+
+
+@needs_root
+def test_a_b_run_reads_the_daemon_s_history_once_the_target_exited(tmp_path: Path) -> None:
+    """A real daemon, a real process of three worker threads: the B run's record holds
+    the periods the daemon kept of it (asked once, after the run, whether or not the
+    daemon has noticed the exit yet), and the history itself where asked for."""
+    d = start_daemon(tmp_path, "period_s: 0.05\ndomain_period_s: 0.5\n")
+    try:
+        sc = {"cpu_availability": "uniform", "cmd": [sys.executable, "-c", THREADS]}
+        rec = run_once(sc, "B", d.socket, 1.0, keep_history=True, daemon_pid=d.proc.pid)
+    finally:
+        d.stop()
+    assert rec["rc"] == 0 and rec["wall_s"] >= 1.5
+    assert rec["history"]["pid"] > 0  # exited, or not noticed yet: the periods are there either way
+    assert rec["periods"] == len(rec["history"]["samples"]) >= 10  # 1.5 s of 0.05 s periods
+    assert {len(s["tids"]) for s in rec["history"]["samples"]} >= {4}  # the main thread and three workers
+    assert rec["daemon_utility"] is not None and 0.0 < rec["daemon_utility"] < 0.5  # threads that mostly sleep
+    assert rec["moves_per_period"] >= 0 and rec["daemon_cpu_pct"] >= 0
