@@ -192,7 +192,7 @@ class _Checker(Collector):
         if not is_integer(value) or value < 1:
             self.fail(key, f"must be a whole number >= 1, got {_shown(value)}")
             return default
-        return value
+        return int(value)
 
     def boolean(self, raw: Mapping[str, Any], key: str, path: str, default: bool) -> bool:
         value = raw.get(key, default)
@@ -229,7 +229,7 @@ class _Checker(Collector):
         if not isinstance(value, list) or not value or not all(is_integer(c) and c >= 0 for c in value):
             self.fail(path, f"must be a non-empty list of CPU numbers or a CPU list such as '0-3,8', got {_shown(value)}")
             return None
-        return tuple(value)
+        return tuple(int(c) for c in value)
 
     def _cpu_list_text(self, text: str, path: str) -> tuple[int, ...] | None:
         try:
@@ -331,7 +331,7 @@ def _learning(c: _Checker, raw: Any) -> LearningParams:
             if seed is not None and (not is_integer(seed) or seed < 0):
                 c.fail(path, f"must be a non-negative integer or null, got {_shown(seed)}")
                 seed = None
-            values["seed"] = seed
+            values["seed"] = None if seed is None else int(seed)
         elif attr == "normalise":
             values[attr] = c.choice(m, key, path, defaults.normalise, NORMALISE_MODES)
         elif attr == "reward":

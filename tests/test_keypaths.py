@@ -1,5 +1,8 @@
 """The core both YAML readers share: one error class, errors collected by key path."""
 
+from decimal import Decimal
+from fractions import Fraction
+
 import numpy as np
 import pytest
 
@@ -48,7 +51,9 @@ def test_what_a_node_is_is_said_in_yaml_s_words():
 @pytest.mark.parametrize("value, integer, number", [
     (3, True, True), (0, True, True), (-2, True, True), (10**400, True, True),
     (np.int64(5), True, True), (2.0, False, True), (float("nan"), False, True),
-    (True, False, False), (False, False, False), ("3", False, False), (None, False, False), ([1], False, False),
+    (np.float32(1.5), False, True), (Fraction(1, 3), False, True),
+    (True, False, False), (False, False, False), (np.bool_(True), False, False), (Decimal("1"), False, False),
+    ("3", False, False), (None, False, False), ([1], False, False),
 ])
 def test_an_integer_or_a_number_is_never_a_bool(value: object, integer: bool, number: bool) -> None:
     """YAML's and JSON's true is a bool, which Python counts as the int 1."""

@@ -178,10 +178,10 @@ class _Reader(Collector):
         value = data[key] if integer else yaml12_number(data[key])
         kind = "an integer" if integer else "a number"
         ok = is_integer(value) if integer else is_number(value)
-        if not ok or (isinstance(value, float) and not math.isfinite(value)):
+        if not ok or (not is_integer(value) and not math.isfinite(value)):  # numpy's floats too
             self.fail(where, f"must be {kind}, got {value!r}")
             return None
-        if abs(value) > sys.float_info.max:  # an int: the model computes in floats, which it overflows
+        if is_integer(value) and abs(value) > sys.float_info.max:  # the model computes in floats, which it overflows
             # (math.isfinite raised OverflowError); not shown, it has hundreds of digits
             self.fail(where, f"must be {kind} of at most {sys.float_info.max:.2g}, got a larger one")
             return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 
+import numpy as np
 import pytest
 import yaml
 
@@ -322,3 +323,20 @@ def test_the_ends_of_the_physical_ranges_are_accepted():
     edge["nodes"][0]["devices"][0].update(tdp_w=100e3, frequency_hz=100e9)
     cluster = parse_cluster(edge)
     assert cluster.master_tdp_w == 1 and cluster.frequency_hz[0] == 100e9
+
+
+def test_a_cluster_built_in_code_with_numpy_values_takes_them_and_refuses_nan_and_inf():
+    """parse_cluster of a dict a program built: numpy's numbers are numbers (the
+    integers come back as Python ints), and numpy's NaN and inf are refused as
+    Python's are."""
+    good = copy.deepcopy(TINY)
+    good["nodes"][0]["devices"][0]["compute_units"] = np.int64(good["nodes"][0]["devices"][0]["compute_units"])
+    good["switch"]["tdp_w"] = np.float32(good["switch"]["tdp_w"])
+    cluster = parse_cluster(good)
+    assert type(cluster.nodes[0].devices[0].compute_units) is int
+    for bad_value in (np.float32("nan"), np.float32("inf"), np.float64("-inf")):
+        bad = copy.deepcopy(TINY)
+        bad["switch"]["tdp_w"] = bad_value
+        with pytest.raises(ClusterError) as err:
+            parse_cluster(bad)
+        assert "must be a number" in dict(err.value.errors)["switch.tdp_w"]
