@@ -42,8 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import machine  # noqa: E402
 from scenarios import (  # noqa: E402
-    PROBE, RESULTS, add_work_arguments, ensure_tools, median_ci, q, run_once, scenario_matrix, usable_cpus,
-    work_sizes,
+    RESULTS, add_work_arguments, median_ci, q, run_once, sized_matrix, usable_cpus,
 )
 
 LOADED = r"-(nonuniform|timevarying)$"
@@ -148,15 +147,10 @@ def main() -> None:
         raise SystemExit("needs two usable CPUs or more: a split puts workers beside the hog and elsewhere")
     hog, others = cpus[0], cpus[1:]  # scenarios.start_background pins the hog to the first usable CPU
     pattern = re.compile(args.scenarios)
-    chosen = lambda s: pattern.search(s["name"]) and s["cpu_availability"] != "uniform"  # noqa: E731
-    workloads = tuple(dict.fromkeys(s["workload"] for s in scenario_matrix(PROBE) if chosen(s)))
-    if not workloads:
-        raise SystemExit(f"no loaded scenario matches {args.scenarios!r} (a split needs the hog)")
-    ensure_tools()
     RESULTS.mkdir(parents=True, exist_ok=True)
     started, t_start, load_start = dt.datetime.now(dt.timezone.utc), time.monotonic(), os.getloadavg()
-    sizes, work = work_sizes(args, workloads)  # calibrated as bench/scenarios.py calibrates
-    matrix = [s for s in scenario_matrix(sizes) if chosen(s)]
+    matrix, work = sized_matrix(args, lambda s: bool(pattern.search(s["name"])) and s["cpu_availability"] != "uniform",
+                                f"no loaded scenario matches {args.scenarios!r} (a split needs the hog)")
     rows = []
     for n, sc in enumerate(matrix, 1):
         kernel: list[dict] = []
@@ -175,7 +169,7 @@ def main() -> None:
         "benchmark": "headroom", "date": started.isoformat(timespec="seconds"),
         "machine": {**machine(), "usable_cpus": cpus, "hog_cpu": hog},
         "load_average": {"at_start": [round(x, 2) for x in load_start], "at_end": [round(x, 2) for x in os.getloadavg()]},
-        "reps": args.reps, "work_sizes": {wl: sizes.of(wl) for wl in workloads}, **work, "toggle_s": args.toggle_s,
+        "reps": args.reps, **work, "toggle_s": args.toggle_s,
         "duration_s": round(time.monotonic() - t_start, 1), "verdict": verdict(rows), "scenarios": rows,
     }
     out = RESULTS / (f"headroom-{args.tag}.json" if args.tag else "headroom.json")

@@ -60,6 +60,7 @@ from harness import cpu_seconds, machine, start_daemon, stop_daemon  # noqa: E40
 from scipy.stats import binom  # noqa: E402
 
 from parlschedctl import client  # noqa: E402
+from parlschedd.units import unit_of  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 AVAILABILITY = {"small": 4, "medium": 2, "large": 1}  # app threads per usable CPU
@@ -228,9 +229,9 @@ def calibrate(target_s: float, workloads: tuple[str, ...] = WORKLOADS,
 
 
 def add_work_arguments(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--target-s", type=float, default=TARGET_S,
+    ap.add_argument("--target-s", type=float, default=None,
                     help=f"calibrate the work sizes so that a medium, uniform run under the kernel takes "
-                         f"about this long on this machine (default {TARGET_S}; --quick halves it)")
+                         f"about this long on this machine (default {TARGET_S}; half that with --quick)")
     ap.add_argument("--scale", type=float, default=None,
                     help="fixed work sizes instead of calibrated ones: cpu 5000 x SCALE events, "
                          "mem 32 x SCALE GiB (2.5: the sizes of every run up to 2026-12-06 04:46)")
@@ -243,14 +244,28 @@ def work_sizes(args: argparse.Namespace, workloads: tuple[str, ...]) -> tuple[Wo
         if args.scale <= 0:
             raise SystemExit(f"--scale must be positive, got {args.scale}")
         return WorkSizes.scaled(args.scale), {"scale": args.scale}
-    if args.target_s <= 0:
-        raise SystemExit(f"--target-s must be positive, got {args.target_s}")
-    print(f"calibrating the work sizes to {args.target_s} s per medium, uniform run ...", file=sys.stderr, flush=True)
-    sizes, calibration = calibrate(args.target_s, workloads)
+    target = args.target_s if args.target_s is not None else TARGET_S / (2 if getattr(args, "quick", False) else 1)
+    if target <= 0:
+        raise SystemExit(f"--target-s must be positive, got {target}")
+    print(f"calibrating the work sizes to {target} s per medium, uniform run ...", file=sys.stderr, flush=True)
+    sizes, calibration = calibrate(target, workloads)
     units = {"cpu": "events", "mem": "MiB"}
     print("work sizes: " + ", ".join(f"{wl} {sizes.of(wl)} {units[wl]} ({calibration[wl]['rate_per_s']} {units[wl]}/s)"
                                      for wl in workloads), file=sys.stderr, flush=True)
     return sizes, {"calibration": calibration}
+
+
+def sized_matrix(args: argparse.Namespace, chosen: Callable[[dict], bool], nothing: str) -> tuple[list[dict], dict]:
+    """The scenarios ``chosen`` keeps, their work sized by ``work_sizes`` for the
+    workloads among them (sysbench installed first when missing), and what the result's
+    JSON records of the sizing. Exits saying ``nothing`` when no scenario is chosen,
+    before installing or calibrating anything."""
+    workloads = tuple(dict.fromkeys(s["workload"] for s in scenario_matrix(PROBE) if chosen(s)))
+    if not workloads:
+        raise SystemExit(nothing)
+    ensure_tools()
+    sizes, work = work_sizes(args, workloads)
+    return [s for s in scenario_matrix(sizes) if chosen(s)], {"work_sizes": {wl: sizes.of(wl) for wl in workloads}, **work}
 
 
 def start_background(kind: str, toggle_s: float) -> subprocess.Popen | None:
@@ -319,10 +334,14 @@ def fetch_history(sock: str, pid: int) -> dict | None:
     benchmark's and the daemon's) that only the B arm paid. None when the daemon has
     none to give (said on stderr)."""
     try:
-        return client.request(sock, "history", pid=pid, timeout=60)
+        history = client.request(sock, "history", pid=pid, timeout=60)
     except (client.Unreachable, client.Refused) as exc:
         print(f"no history of {pid}: {exc}", file=sys.stderr)
         return None
+    if len(history["samples"]) >= history["capacity"]:
+        print(f"the history of {pid} holds only its last {history['capacity']} periods: raise history_periods "
+              "(--set history_periods=N) for runs this long", file=sys.stderr)
+    return history
 
 
 def worker_samples(history: dict) -> list[tuple[dict[int, int], dict[int, float]]]:
@@ -357,13 +376,12 @@ def placement_stats(history: dict, cpus: list[int]) -> dict:
 
 
 def mean_utility(history: dict) -> float | None:
-    """Mean over periods of the mean utility of the worker threads, in CPU share where
-    the utility is CPU time (ns per s)."""
+    """Mean over periods of the mean utility of the worker threads, in the unit of the
+    figures' axis (parlschedd/units.py): CPU share where the utility is CPU time."""
     vals = [statistics.fmean(u.values()) for _, u in worker_samples(history) if u]
     if not vals:
         return None
-    scale = 1e9 if history.get("counter_source") in ("perf:task-clock", "schedstat") else 1.0
-    return statistics.fmean(vals) / scale
+    return statistics.fmean(vals) / unit_of(history.get("counter_source")).scale
 
 
 def run_once(sc: dict, mode: str, sock: str | None, toggle_s: float, keep_history: bool,
@@ -502,7 +520,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=5, help="A/B pairs per scenario (default 5)")
     ap.add_argument("--scenarios", default=".*", help="regex on scenario names (e.g. 'cpu-.*-nonuniform')")
-    ap.add_argument("--quick", action="store_true", help="2 reps, half the work, no plots unless --plots")
+    ap.add_argument("--quick", action="store_true", help="2 reps, half the work (unless --target-s or --scale), "
+                                                         "no plots unless --plots")
     add_work_arguments(ap)
     ap.add_argument("--toggle-s", type=float, default=1.0, help="on/off period of the time-varying hog")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -517,20 +536,14 @@ def main() -> None:
     if os.geteuid() != 0:
         raise SystemExit("run as root: the daemon pins threads of the workload")
     reps = args.reps if not args.quick or args.reps != 5 else 2
-    if args.quick and args.target_s == TARGET_S:
-        args.target_s = TARGET_S / 2
     plots = (not args.no_plots) and (args.plots or not args.quick)
     tag = args.tag or ("observe" if args.observe else "")  # a tagged run leaves the committed results alone
-    ensure_tools()
     pattern = re.compile(args.scenarios)
-    workloads = tuple(dict.fromkeys(s["workload"] for s in scenario_matrix(PROBE) if pattern.search(s["name"])))
-    if not workloads:
-        raise SystemExit("no scenario matches " + args.scenarios)
     started = dt.datetime.now(dt.timezone.utc)
     load_start = os.getloadavg()
     t_start = time.monotonic()
-    sizes, work = work_sizes(args, workloads)
-    matrix = [s for s in scenario_matrix(sizes) if pattern.search(s["name"])]
+    matrix, work = sized_matrix(args, lambda s: bool(pattern.search(s["name"])), "no scenario matches " + args.scenarios)
+    t_runs = time.monotonic()
     cfg = apply_sets(BASE_CONFIG, args.set)
     RESULTS.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -547,11 +560,11 @@ def main() -> None:
                         time.sleep(0.2)
                 row = summarise(sc, runs)
                 rows.append(row)
-                elapsed = time.monotonic() - t_start
+                runs_s = time.monotonic() - t_runs
                 print(f"[{n}/{len(matrix)}] {sc['name']}: A {row['a_median_s']:.3f}s B {row['b_median_s']:.3f}s "
                       f"gain {row['gain_median_pct']:+.1f}% [{row['gain_iqr_pct'][0]:+.1f}, {row['gain_iqr_pct'][1]:+.1f}] "
-                      f"load {statistics.fmean(r['load1'] for r in runs):.1f}; {elapsed:.0f} s, "
-                      f"about {elapsed / n * (len(matrix) - n):.0f} s to go", file=sys.stderr, flush=True)
+                      f"load {statistics.fmean(r['load1'] for r in runs):.1f}; {time.monotonic() - t_start:.0f} s, "
+                      f"about {runs_s / n * (len(matrix) - n):.0f} s to go", file=sys.stderr, flush=True)
                 for r in runs:
                     if "history" in r and r["history"].get("samples"):
                         from parlschedd.plots import plot_history
@@ -567,7 +580,7 @@ def main() -> None:
         "load_average": {"at_start": [round(x, 2) for x in load_start], "at_end": [round(x, 2) for x in os.getloadavg()],
                          "load1_mean_during_runs": round(statistics.fmean(loads), 2),
                          "load1_min": min(loads), "load1_max": max(loads)},
-        "reps": reps, "work_sizes": {wl: sizes.of(wl) for wl in workloads}, **work, "toggle_s": args.toggle_s, "quick": args.quick,
+        "reps": reps, **work, "toggle_s": args.toggle_s, "quick": args.quick,
         "mode": "observe" if args.observe else "pin",
         "daemon_config": cfg, "overrides": args.set, "duration_s": round(time.monotonic() - t_start, 1),
         "verdict": verdict(rows), "scenarios": rows,

@@ -124,9 +124,12 @@ def test_placement_counts_the_workers_only() -> None:
     assert mean_utility(h) == pytest.approx((0.5 + 0.5 + 0.9) / 3)  # per period, in CPU share
 
 
-def test_the_utility_is_left_as_the_daemon_gave_it_where_it_is_not_cpu_time() -> None:
+def test_the_utility_is_in_the_unit_of_the_figures_axis() -> None:
+    """Instructions per second in billions, as the plots show them; a source the units
+    table does not know, as the daemon gave it; no worker's utility, none."""
     h = _history(([100, 101], [0, 1], [None, 2.0e9]), source="perf:instructions")
-    assert mean_utility(h) == 2.0e9
+    assert mean_utility(h) == 2.0
+    assert mean_utility(_history(([100, 101], [0, 1], [None, 7.0]), source="other")) == 7.0
     assert mean_utility(_history(([100, 101], [0, 1], [3.0, None]))) is None
 
 
@@ -136,11 +139,15 @@ THREADS = "import threading, time\n" \
 
 
 @needs_root
-def test_a_b_run_reads_the_daemon_s_history_once_the_target_exited(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kept", [None, 8])
+def test_a_b_run_reads_the_daemon_s_history_once_the_target_exited(tmp_path: Path, capsys, kept: int | None) -> None:
     """A real daemon, a real process of three worker threads: the B run's record holds
     the periods the daemon kept of it (asked once, after the run, whether or not the
-    daemon has noticed the exit yet), and the history itself where asked for."""
-    d = start_daemon(tmp_path, "period_s: 0.05\ndomain_period_s: 0.5\n")
+    daemon has noticed the exit yet), and the history itself where asked for; when the
+    daemon kept fewer periods than the run had, the benchmark says so. CPU time as the
+    utility (task-clock), as on a machine without a PMU, so the figure is a CPU share."""
+    config = "period_s: 0.05\ndomain_period_s: 0.5\nutility: task-clock\n"
+    d = start_daemon(tmp_path, config + (f"history_periods: {kept}\n" if kept else ""))
     try:
         sc = {"cpu_availability": "uniform", "cmd": [sys.executable, "-c", THREADS]}
         rec = run_once(sc, "B", d.socket, 1.0, keep_history=True, daemon_pid=d.proc.pid)
@@ -148,7 +155,9 @@ def test_a_b_run_reads_the_daemon_s_history_once_the_target_exited(tmp_path: Pat
         d.stop()
     assert rec["rc"] == 0 and rec["wall_s"] >= 1.5
     assert rec["history"]["pid"] > 0  # exited, or not noticed yet: the periods are there either way
-    assert rec["periods"] == len(rec["history"]["samples"]) >= 10  # 1.5 s of 0.05 s periods
+    assert rec["periods"] == len(rec["history"]["samples"])
+    assert rec["periods"] == kept if kept else rec["periods"] >= 10  # 1.5 s of 0.05 s periods
+    assert ("holds only its last 8 periods" in capsys.readouterr().err) == bool(kept)
     assert {len(s["tids"]) for s in rec["history"]["samples"]} >= {4}  # the main thread and three workers
     assert rec["daemon_utility"] is not None and 0.0 < rec["daemon_utility"] < 0.5  # threads that mostly sleep
     assert rec["moves_per_period"] >= 0 and rec["daemon_cpu_pct"] >= 0
