@@ -529,6 +529,8 @@ def main() -> None:
     ap.add_argument("--tag", default="", help="write bench/results/scenarios-TAG.json instead of scenarios.json")
     ap.add_argument("--observe", action="store_true",
                     help="B attaches in observe mode (no pins: the daemon's presence alone); tag 'observe' unless --tag")
+    ap.add_argument("--daemon-nice", type=int, default=0, metavar="N",
+                    help="the daemon's nice value, as systemd's Nice= would set it (default 0)")
     ap.add_argument("--plots", action="store_true", help="draw plots even with --quick")
     ap.add_argument("--no-plots", action="store_true")
     args = ap.parse_args()
@@ -548,7 +550,7 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="parlsched-scen-") as tmp:
-        daemon, sock = start_daemon(Path(tmp), yaml_text(cfg), log=Path(tmp) / "daemon.log")
+        daemon, sock = start_daemon(Path(tmp), yaml_text(cfg), log=Path(tmp) / "daemon.log", nice=args.daemon_nice)
         try:
             for n, sc in enumerate(matrix, 1):
                 runs = []
@@ -582,7 +584,7 @@ def main() -> None:
                          "load1_min": min(loads), "load1_max": max(loads)},
         "reps": reps, **work, "toggle_s": args.toggle_s, "quick": args.quick,
         "mode": "observe" if args.observe else "pin",
-        "daemon_config": cfg, "overrides": args.set, "duration_s": round(time.monotonic() - t_start, 1),
+        "daemon_config": cfg, "daemon_nice": args.daemon_nice, "overrides": args.set, "duration_s": round(time.monotonic() - t_start, 1),
         "verdict": verdict(rows), "scenarios": rows,
     }
     name = f"scenarios-{tag}.json" if tag else "scenarios.json"
