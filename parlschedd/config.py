@@ -22,12 +22,11 @@ import yaml
 
 from parlschedd.cpulist import parse_cpulist
 from parlschedd.daemon.protocol import DEFAULT_SOCKET
-from parlschedd.keypaths import (
-    Collector, KeyPathError, Octal, is_integer, is_number, load_yaml, yaml12_number, yaml_kind,
-)
+from parlschedd.keypaths import Collector, KeyPathError, Octal, load_yaml, yaml12_number, yaml_kind
+from parlschedd.kinds import finite, is_integer, is_number
 from parlschedd.words import counted
 from parlschedd.learning.normalize import MODES as NORMALISE_MODES
-from parlschedd.learning.params import RANGES as LEARNING_RANGES, REWARDS, LearningParams, finite
+from parlschedd.learning.params import RANGES as LEARNING_RANGES, REWARDS, LearningParams
 from parlschedd.patterns import PatternError, compile_pattern
 from parlschedd.topology import DOMAIN_MODES
 

@@ -10,7 +10,6 @@ needs and raises its subclass of :class:`KeyPathError` at the end.
 
 from __future__ import annotations
 
-import numbers
 import re
 from collections.abc import Collection, Mapping
 from typing import Any
@@ -127,17 +126,6 @@ class Collector:
         for key in section:
             if key not in known:
                 self.fail(f"{path}.{key}" if path else str(key), f"unknown key; expected one of {', '.join(sorted(known))}")
-
-
-def is_integer(value: Any) -> bool:
-    """An integer (numpy's too), not a bool: YAML and JSON read ``true`` as a bool,
-    which Python counts as the int 1, and no user who wrote true meant a count of one."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def is_number(value: Any) -> bool:
-    """An int or a float (numpy's too), not a bool (``is_integer``'s reason)."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def yaml_kind(value: Any) -> str:

@@ -1,14 +1,8 @@
 """The core both YAML readers share: one error class, errors collected by key path."""
 
-from decimal import Decimal
-from fractions import Fraction
-
-import numpy as np
-import pytest
-
 from parlschedd.config import ConfigError
 from parlschedd.energy.cluster import ClusterError
-from parlschedd.keypaths import Collector, KeyPathError, is_integer, is_number, yaml_kind
+from parlschedd.keypaths import Collector, KeyPathError, yaml_kind
 
 
 def test_both_readers_raise_the_one_error_class():
@@ -46,16 +40,3 @@ def test_what_a_node_is_is_said_in_yaml_s_words():
     said = [yaml_kind(v) for v in (None, True, 3, 2.5, "x" * 50, {"a": 1}, [1])]
     assert said == ["nothing (null)", "true", "the number 3", "the number 2.5", f"the text {'x' * 40!r}", "a mapping",
                     "a list"]
-
-
-@pytest.mark.parametrize("value, integer, number", [
-    (3, True, True), (0, True, True), (-2, True, True), (10**400, True, True),
-    (np.int64(5), True, True), (2.0, False, True), (float("nan"), False, True),
-    (np.float32(1.5), False, True), (Fraction(1, 3), False, True),
-    (True, False, False), (False, False, False), (np.bool_(True), False, False), (Decimal("1"), False, False),
-    ("3", False, False), (None, False, False), ([1], False, False),
-])
-def test_an_integer_or_a_number_is_never_a_bool(value: object, integer: bool, number: bool) -> None:
-    """YAML's and JSON's true is a bool, which Python counts as the int 1."""
-    assert is_integer(value) is integer
-    assert is_number(value) is number

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from parlschedd.keypaths import is_integer
+from parlschedd.kinds import is_integer
 
 DEFAULT_SOCKET = "/run/parlsched/parlschedd.sock"  # where the daemon listens and clients ask, unless told
 MAX_LINE = 64 * 1024

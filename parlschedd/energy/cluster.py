@@ -21,7 +21,8 @@ import numpy as np
 import yaml
 
 from parlschedd.cpulist import format_cpulist
-from parlschedd.keypaths import Collector, KeyPathError, is_integer, is_number, load_yaml, yaml12_number, yaml_kind
+from parlschedd.keypaths import Collector, KeyPathError, load_yaml, yaml12_number, yaml_kind
+from parlschedd.kinds import is_integer, is_number
 
 
 class ClusterError(KeyPathError):

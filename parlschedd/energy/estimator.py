@@ -23,7 +23,7 @@ from parlschedd.energy.fitting import (METHODS, DESettings, Fit, GASettings, Pro
                                        predict, repetitions)
 from parlschedd.energy.measurements import energy_rows
 from parlschedd.energy.model import MASTER_POWER, SUBPOP_SIZES, EnergyParams, TimeParams, number
-from parlschedd.keypaths import is_integer
+from parlschedd.kinds import is_integer
 
 
 def parameter_names(cluster: Cluster, with_energy: bool = True) -> list[str]:

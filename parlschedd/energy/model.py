@@ -20,7 +20,7 @@ import numpy as np
 
 from parlschedd.energy.cluster import Cluster, RunSettings
 from parlschedd.energy.distribution import distribute
-from parlschedd.keypaths import is_number
+from parlschedd.kinds import is_number
 
 SUBPOP_SIZES = ("floor", "exact", "ceil")
 MASTER_POWER = ("migration", "whole-run")

@@ -22,7 +22,8 @@ from parlschedd.energy.baseline import BaselineModel
 from parlschedd.energy.cluster import Cluster, ClusterError, cluster_to_dict, parse_cluster, without_individuals
 from parlschedd.energy.estimator import EnergyTimeModel
 from parlschedd.energy.model import NotANumber
-from parlschedd.keypaths import is_integer, yaml_kind
+from parlschedd.keypaths import yaml_kind
+from parlschedd.kinds import is_integer
 
 FORMAT = "parlsched-energy-time/1"
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from parlschedd.kinds import finite
 from parlschedd.learning.normalize import MODES
 
 REWARDS = ("thread", "target")
@@ -16,15 +16,6 @@ RANGES: dict[str, tuple[float, float | None, bool]] = {
     "zeta": (0.0, 1.0, True), "gamma": (0.0, 1.0, False), "eta": (1.0, None, False),
     "decay": (0.0, 1.0, False), "sharpness": (1.0, None, True), "free_prior": (0.0, 1.0, True),
 }
-
-
-def finite(value: float) -> bool:
-    """Whether ``value`` is a finite number; an int too large for a float is not
-    (math.isfinite raises OverflowError on it)."""
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
 
 
 def in_range(name: str, value: float) -> bool:
