@@ -94,19 +94,29 @@ def _candidates(fitted: Fitted, nsp: tuple[int, ...] | None, params_path: str) -
 
 
 def _extrapolated(fitted: Fitted, ks: np.ndarray, params_path: str,
-                  then: str = "may be far off; measure some of them and fit again") -> list[bool] | None:
-    """Per NSp in ``ks``, whether the model extrapolates there (store.Fitted.extrapolated),
-    with a warning on stderr naming those NSp and saying what ``then``; None for a
-    parameters file that does not record the NSp it was fitted on."""
+                  then: str = "may be far off; measure some of them and fit again",
+                  energy: bool = True) -> list[bool] | None:
+    """Per NSp in ``ks``, whether the model extrapolates there (store.Fitted.extrapolated;
+    with ``energy``, the runtime or the energy), with a warning on stderr naming those
+    NSp and saying what ``then``; None for a parameters file that does not record the
+    NSp it was fitted on. The energy's NSp are warned of apart: fitted on the runs with
+    a measured energy, it may extrapolate where the runtime does not."""
     outside = fitted.extrapolated(ks)
     if outside is None:
         return None
-    if outside.any():
-        fitted_on = fitted.fitted_nsp
-        click.echo(f"parlschedctl model: warning: nsp {format_cpulist(ks[outside].tolist())} outside the NSp "
-                   f"{params_path} was fitted on ({fitted_on[0]}-{fitted_on[-1]}): its predictions there are "
-                   f"extrapolated and {then}", err=True)
+    _warn_outside(ks[outside], fitted.fitted_nsp, f"the NSp {params_path} was fitted on", "its predictions", then)
+    if energy and fitted.energy_fitted_nsp is not None:
+        energy_only = fitted.extrapolated(ks, energy=True) & ~outside
+        _warn_outside(ks[energy_only], fitted.energy_fitted_nsp, f"the NSp whose energy {params_path} was fitted on",
+                      "its energy predictions", then)
+        outside |= energy_only
     return outside.tolist()
+
+
+def _warn_outside(nsp: np.ndarray, fitted_on: tuple[int, ...], range_of: str, whose: str, then: str) -> None:
+    if nsp.size:
+        click.echo(f"parlschedctl model: warning: nsp {format_cpulist(nsp.tolist())} outside {range_of} "
+                   f"({fitted_on[0]}-{fitted_on[-1]}): {whose} there are extrapolated and {then}", err=True)
 
 
 def _nsp_where(ks: np.ndarray, outside: list[bool]) -> list[int]:
@@ -372,13 +382,18 @@ def plot(params_path: str, data_path: str, out_path: str) -> None:
     fitted, m = load_params(params_path), load_measurements(data_path)
     check_measured(fitted.cluster.run, m.nsp, data_path)
     outside = _measured_outside(fitted, m, params_path)
-    fitted_on = (fitted.fitted_nsp[0], fitted.fitted_nsp[-1]) if outside and fitted.fitted_nsp else None
+    fitted_on = _span(fitted.fitted_nsp) if outside else None
+    energy_fitted_on = _span(fitted.energy_fitted_nsp) if outside else None
     proposed = fitted.model.predict(m.nsp)
     errors = validation.model_errors(*proposed, m)  # on the data plotted, not the fit's
     with writing(out_path):
         figure3(out_path, m, proposed, fitted.baseline.predict(m.nsp), title=_plot_title(data_path, errors),
-                fitted_on=fitted_on)
+                fitted_on=fitted_on, energy_fitted_on=energy_fitted_on)
     click.echo(f"wrote {out_path}")
+
+
+def _span(nsp: tuple[int, ...] | None) -> tuple[int, int] | None:
+    return None if not nsp else (nsp[0], nsp[-1])
 
 
 def _plot_title(data_path: str, errors: validation.ModelErrors) -> str:
@@ -421,7 +436,7 @@ def recommend(params_path: str, goal: str, nsp: tuple[int, ...] | None, as_json:
         text += (f"\nwithin {recommendation.NEAR_BEST:.0%} of it: nsp {', '.join(map(str, best.near_best))}; the model "
                  f"cannot tell these apart (its {said} on the runs it was fitted to), so measure them before choosing")
         text = "\n".join([text, *_why_undefined([best.nrmse.get("time")], [best.nrmse.get("energy")])])
-    outside = _extrapolated(fitted, ks, params_path)
+    outside = _extrapolated(fitted, ks, params_path, energy=goal != "time")  # energy and edp use both
     extrapolation = {"extrapolated": None, "extrapolated_candidates": None} if outside is None else {
         "extrapolated": outside[ks.tolist().index(best.nsp)],
         "extrapolated_candidates": _nsp_where(ks, outside)}

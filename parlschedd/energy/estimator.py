@@ -82,6 +82,8 @@ class EnergyTimeModel:
             energy_wh = energy_wh if energy_rows(energy_wh) is not None else None
         self.problem_ = Problem(self.cluster, nsp, time_s, energy_wh, self.rounding, self.master_power)
         self.fitted_nsp_ = tuple(sorted(int(k) for k in nsp))  # outside their range, predict() extrapolates
+        rows = energy_rows(energy_wh)  # the energy phase's own range: its energies may cover fewer NSp
+        self.energy_fitted_nsp_ = None if rows is None else tuple(sorted(int(k) for k in nsp[rows]))
         self.repetitions_, self.repetition_seconds_ = self._repeat(progress)
         best = self.repetitions_.fits[self.repetitions_.best]
         self._set_best(best)

@@ -17,14 +17,15 @@ from parlschedd.plots import save_figure  # noqa: E402
 
 def figure3(path: str | Path, m: Measurements, proposed: tuple[np.ndarray, np.ndarray],
             baseline: tuple[np.ndarray, np.ndarray], title: str = "",
-            fitted_on: tuple[int, int] | None = None) -> None:
+            fitted_on: tuple[int, int] | None = None, energy_fitted_on: tuple[int, int] | None = None) -> None:
     """Write :func:`draw_figure3` to ``path``."""
-    save_figure(draw_figure3(m, proposed, baseline, title, fitted_on), path)
+    save_figure(draw_figure3(m, proposed, baseline, title, fitted_on, energy_fitted_on), path)
 
 
 def draw_figure3(m: Measurements, proposed: tuple[np.ndarray, np.ndarray],
                  baseline: tuple[np.ndarray, np.ndarray], title: str = "",
-                 fitted_on: tuple[int, int] | None = None) -> plt.Figure:
+                 fitted_on: tuple[int, int] | None = None,
+                 energy_fitted_on: tuple[int, int] | None = None) -> plt.Figure:
     """Two panels (runtime, energy): measured means with the min-max of repetitions,
     the proposed model, the refitted baseline, and the baseline's stored predictions
     when the measurements carry them. Returned unsaved, so that what it draws can be
@@ -36,7 +37,9 @@ def draw_figure3(m: Measurements, proposed: tuple[np.ndarray, np.ndarray],
 
     ``fitted_on``, the smallest and largest NSp the model was fitted on, is shaded
     when given (the caller gives it when some NSp drawn are outside): beyond it the
-    model extrapolates, and a curve drawn across both looks equally trustworthy."""
+    model extrapolates, and a curve drawn across both looks equally trustworthy. The
+    energy panel shades ``energy_fitted_on`` instead where it is given: the NSp whose
+    energy was measured, which the energy was fitted on."""
     panels = [(0, "Runtime (s)", m.time_s, m.time_reps, m.baseline_time_s)]
     if np.isfinite(m.energy_wh).any():
         panels.append((1, "Energy consumption (W·h)", m.energy_wh, m.energy_reps, m.baseline_energy_wh))
@@ -44,8 +47,9 @@ def draw_figure3(m: Measurements, proposed: tuple[np.ndarray, np.ndarray],
                              squeeze=False)
     for i, label, measured, reps, stored in panels:
         ax = axes[0, i]
-        if fitted_on is not None:
-            a, b = fitted_on
+        span = energy_fitted_on if i == 1 and energy_fitted_on is not None else fitted_on
+        if span is not None:
+            a, b = span
             ax.axvspan(a - 0.4, b + 0.4, color="tab:green", alpha=0.12, lw=0,
                        label=f"fitted on NSp {a}-{b}" if a < b else f"fitted on NSp {a}")
         if np.isfinite(reps).any():

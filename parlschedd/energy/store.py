@@ -43,22 +43,33 @@ class Fitted:
     # The NSp the model was fitted on, ascending; None in a file written before they
     # were recorded.
     fitted_nsp: tuple[int, ...] | None = None
+    # Those of them whose energy was measured, which the energy phase was fitted on
+    # (fewer where some runs have no energy); None: no energy fitted, or a file written
+    # before they were recorded, whose energy is taken as fitted on fitted_nsp.
+    energy_fitted_nsp: tuple[int, ...] | None = None
 
-    def extrapolated(self, nsp: Sequence[int] | np.ndarray) -> np.ndarray | None:
+    def extrapolated(self, nsp: Sequence[int] | np.ndarray, energy: bool = False) -> np.ndarray | None:
         """Per NSp, whether it is below or above every NSp the model was fitted on. There
         the model extrapolates, and nothing bounds its error (docs/energy-time-model.md).
-        None when the file does not say what the model was fitted on."""
+        With ``energy``, whether the runtime or the energy is extrapolated: the energy
+        (eq. 7) is fitted on the NSp with a measured energy alone, and it is computed from
+        the runtime. None when the file does not say what the model was fitted on."""
         if self.fitted_nsp is None:
             return None
         ks = np.asarray(nsp)
-        return (ks < self.fitted_nsp[0]) | (ks > self.fitted_nsp[-1])
+        outside = (ks < self.fitted_nsp[0]) | (ks > self.fitted_nsp[-1])
+        if energy and self.energy_fitted_nsp is not None:
+            outside |= (ks < self.energy_fitted_nsp[0]) | (ks > self.energy_fitted_nsp[-1])
+        return outside
 
 
 def params_document(cluster: Cluster, model: EnergyTimeModel, baseline: BaselineModel,
                     extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """The parameters file of ``model`` and ``baseline``, fitted to the same runs."""
     return {"format": FORMAT, "cluster": cluster_to_dict(cluster), "model": model.to_dict(),
-            "baseline": baseline.to_dict(), "fitted_nsp": list(model.fitted_nsp_), **(extra or {})}
+            "baseline": baseline.to_dict(), "fitted_nsp": list(model.fitted_nsp_),
+            **({"energy_fitted_nsp": list(model.energy_fitted_nsp_)} if model.energy_fitted_nsp_ is not None else {}),
+            **(extra or {})}
 
 
 def json_safe(value: Any) -> Any:
@@ -99,8 +110,17 @@ def load_params(path: str | Path) -> Fitted:
         raise ParamsError(f"{source}: malformed parameters: missing key {exc} (write the file with `model fit --out`)") from exc
     model = _section(doc, "model", source, lambda d: EnergyTimeModel.from_dict(cluster, d))
     baseline = _section(doc, "baseline", source, lambda d: BaselineModel.from_dict(cluster, d))
-    extra = {k: v for k, v in doc.items() if k not in {"format", "cluster", "model", "baseline", "fitted_nsp"}}
-    return Fitted(cluster, model, baseline, extra, _fitted_nsp(doc.get("fitted_nsp"), cluster, source))
+    extra = {k: v for k, v in doc.items()
+             if k not in {"format", "cluster", "model", "baseline", "fitted_nsp", "energy_fitted_nsp"}}
+    fitted_nsp = _fitted_nsp(doc.get("fitted_nsp"), cluster, source)
+    energy_fitted_nsp = _fitted_nsp(doc.get("energy_fitted_nsp"), cluster, source, "energy_fitted_nsp")
+    if fitted_nsp and energy_fitted_nsp:
+        beyond = [k for k in energy_fitted_nsp if not fitted_nsp[0] <= k <= fitted_nsp[-1]]
+        if beyond:  # the energy is fitted on runs the model was fitted on
+            raise ParamsError(f"{source}: energy_fitted_nsp: nsp {format_cpulist(beyond)} outside fitted_nsp "
+                              f"({fitted_nsp[0]}-{fitted_nsp[-1]}): the energy is fitted on some of the runs the "
+                              "model was fitted on (write the file with `model fit --out`)")
+    return Fitted(cluster, model, baseline, extra, fitted_nsp, energy_fitted_nsp)
 
 
 def _section(doc: dict[str, Any], key: str, source: str, read: Callable[[Any], T]) -> T:
@@ -123,9 +143,10 @@ def _section(doc: dict[str, Any], key: str, source: str, read: Callable[[Any], T
         raise ParamsError(f"{source}: malformed parameters: {key}: {exc}") from exc
 
 
-def _fitted_nsp(value: Any, cluster: Cluster, source: str) -> tuple[int, ...] | None:
-    """The file's ``fitted_nsp``, ascending; None where it has none (written before it
-    was recorded: read as it was, without knowing what is extrapolated). An NSp above
+def _fitted_nsp(value: Any, cluster: Cluster, source: str, key: str = "fitted_nsp") -> tuple[int, ...] | None:
+    """The file's ``fitted_nsp`` (or ``energy_fitted_nsp``), ascending; None where it has
+    none (written before it was recorded: read as it was, without knowing what is
+    extrapolated). An NSp above
     the cluster's run.individuals is refused: a subpopulation needs an individual
     (spec: PE = N / NSp), so no model was fitted there, and the extrapolation range
     read from it would hide every extrapolated NSp up to it."""
@@ -133,11 +154,11 @@ def _fitted_nsp(value: Any, cluster: Cluster, source: str) -> tuple[int, ...] | 
         return None
     if (not isinstance(value, list) or not value
             or not all(is_integer(k) and k >= 1 for k in value)):
-        raise ParamsError(f"{source}: fitted_nsp: must be a non-empty list of integers >= 1 (the NSp the model "
+        raise ParamsError(f"{source}: {key}: must be a non-empty list of integers >= 1 (the NSp the model "
                           f"was fitted on), got {value!r} (write the file with `model fit --out`)")
     individuals = cluster.run.individuals
     if above := without_individuals(cluster.run, sorted(set(value))):
-        raise ParamsError(f"{source}: fitted_nsp: nsp {format_cpulist(above)} above cluster.run.individuals "
+        raise ParamsError(f"{source}: {key}: nsp {format_cpulist(above)} above cluster.run.individuals "
                           f"({individuals}): each subpopulation needs at least one individual, so the NSp fitted "
                           f"on are at most {individuals} (write the file with `model fit --out`)")
     return tuple(sorted(value))

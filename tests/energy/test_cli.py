@@ -537,7 +537,7 @@ def test_measured_nsp_without_individuals_are_refused(params, tmp_path):
     assert r.exit_code == 1 and "nsp 11, 12" in r.output and "above the cluster's run.individuals (10)" in r.output
     doc = json.loads(params.read_text())
     doc["cluster"]["run"].update(individuals=10, subpopulations=[1, 10])
-    doc["fitted_nsp"] = list(range(1, 11))  # a file fitted on more NSp than 10 is refused as such
+    doc["fitted_nsp"] = doc["energy_fitted_nsp"] = list(range(1, 11))  # a file fitted on more than 10 is refused as such
     narrow = tmp_path / "narrow.json"
     narrow.write_text(json.dumps(doc))
     for command in (["validate"], ["plot", "--out", str(tmp_path / "f.png")]):
@@ -835,11 +835,74 @@ def test_plot_marks_the_fitted_nsp_when_it_extrapolates(params, fitted_1_to_5, t
 
     _, fitted = fitted_1_to_5
     spans = []
-    monkeypatch.setattr(plot_mod, "figure3", lambda *args, title, fitted_on=None: spans.append(fitted_on))
+    monkeypatch.setattr(plot_mod, "figure3", lambda *args, title, fitted_on=None, energy_fitted_on=None:
+                        spans.append((fitted_on, energy_fitted_on)))
     for p in (fitted, params):
         assert run("model", "plot", "--params", str(p), "--data", str(MEASUREMENTS_CSV),
                    "--out", str(tmp_path / "f.png")).exit_code == 0
-    assert spans == [(1, 5), None]  # fitted on 1-32, the second draws nothing outside
+    assert spans == [((1, 5), (1, 5)), (None, None)]  # fitted on 1-32, the second draws nothing outside
+
+
+@pytest.fixture(scope="module")
+def energy_of_1_to_5(tmp_path_factory) -> Path:
+    """Parameters fitted on the runtimes of NSp 1-32 and the energies of NSp 1-5 alone
+    (the energy columns of the others left empty, as for runs without RAPL)."""
+    tmp = tmp_path_factory.mktemp("energy-1-5")
+    header, *rows = MEASUREMENTS_CSV.read_text().splitlines()
+    names = header.split(",")
+    energy = [i for i, name in enumerate(names) if name.startswith("energy_wh") or name == "baseline_energy_wh"]
+    data = tmp / "energy-1-5.csv"
+    data.write_text("\n".join([header] + [",".join("" if i in energy and int(row.split(",")[0]) > 5 else v
+                                                    for i, v in enumerate(row.split(","))) for row in rows]) + "\n")
+    fitted = tmp / "p.json"
+    assert run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(data), "--out", str(fitted),
+               *QUICK).exit_code == 0
+    return fitted
+
+
+def test_energy_fitted_on_fewer_nsp_is_said_to_be_extrapolated_there(energy_of_1_to_5, tmp_path, monkeypatch):
+    """The energy phase fitted on NSp 1-5 and the file recorded fitted_nsp 1-32 alone:
+    recommend --objective energy chose NSp 28 with "extrapolated": false, and predict
+    showed energies there without a word (validated, their NRMSE was 0.12, not 0.00)."""
+    from parlschedd.energy import plot as plot_mod
+
+    doc = json.loads(energy_of_1_to_5.read_text())
+    assert doc["fitted_nsp"] == list(range(1, 33)) and doc["energy_fitted_nsp"] == [1, 2, 3, 4, 5]
+    said = f"warning: nsp 6,32 outside the NSp whose energy {energy_of_1_to_5} was fitted on (1-5): its energy " \
+           "predictions there are extrapolated"
+    r = run("model", "predict", "--params", str(energy_of_1_to_5), "--nsp", "4-6,32", "--json")
+    assert r.exit_code == 0 and said in r.stderr and "outside the NSp " + str(energy_of_1_to_5) not in r.stderr
+    assert [p["extrapolated"] for p in json.loads(r.stdout)["predictions"]] == [False, False, True, True]
+    for goal in ("energy", "edp"):
+        r = run("model", "recommend", "--params", str(energy_of_1_to_5), "--objective", goal, "--json")
+        best = json.loads(r.stdout)
+        assert r.exit_code == 0 and best["extrapolated_candidates"] == list(range(6, 33))
+        assert best["extrapolated"] == (best["nsp"] > 5) and "nsp 6-32 outside the NSp whose energy" in r.stderr
+    r = run("model", "recommend", "--params", str(energy_of_1_to_5), "--objective", "time", "--json")
+    assert r.stderr == "" and json.loads(r.stdout)["extrapolated_candidates"] == []  # the runtime is fitted on 1-32
+    r = run("model", "validate", "--params", str(energy_of_1_to_5), "--data", str(MEASUREMENTS_CSV), "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["extrapolated_nsp"] == list(range(6, 33))
+    spans = []
+    monkeypatch.setattr(plot_mod, "figure3", lambda *args, title, fitted_on=None, energy_fitted_on=None:
+                        spans.append((fitted_on, energy_fitted_on)))
+    assert run("model", "plot", "--params", str(energy_of_1_to_5), "--data", str(MEASUREMENTS_CSV),
+               "--out", str(tmp_path / "f.png")).exit_code == 0
+    assert spans == [((1, 32), (1, 5))]
+
+
+def test_an_energy_fitted_nsp_beyond_fitted_nsp_is_refused(energy_of_1_to_5, tmp_path):
+    doc = json.loads(energy_of_1_to_5.read_text())
+    doc["fitted_nsp"] = [1, 2, 3]
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(doc))
+    r = run("model", "predict", "--params", str(edited))
+    assert r.exit_code == 1 and r.stderr == (f"parlschedctl model: {edited}: energy_fitted_nsp: nsp 4-5 outside "
+                                             "fitted_nsp (1-3): the energy is fitted on some of the runs the model "
+                                             "was fitted on (write the file with `model fit --out`)\n")
+    doc["energy_fitted_nsp"] = "1-5"
+    edited.write_text(json.dumps(doc))
+    r = run("model", "predict", "--params", str(edited))
+    assert r.exit_code == 1 and f"{edited}: energy_fitted_nsp: must be a non-empty list of integers" in r.stderr
 
 
 def test_a_params_file_without_fitted_nsp_is_read_as_before(params, tmp_path):
