@@ -8,6 +8,7 @@ It parses, calls and prints. Exit codes: 0 success, 1 refused or failed,
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import importlib
 import json
@@ -405,5 +406,18 @@ def config_check(path: str, any_host: bool, as_json: bool) -> None:
     sys.exit(int(failed))
 
 
+# What writing stdout fails with when it is a full disk, a file past ulimit -f or a
+# broken terminal: said in a line, as a file --out names is; a traceback showed it.
+STDOUT_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
+
+
 def main() -> None:
-    cli(prog_name="parlschedctl")
+    try:
+        cli(prog_name="parlschedctl")
+    except OSError as exc:
+        if exc.errno not in STDOUT_FAILURES or exc.filename is not None:
+            raise
+        with contextlib.suppress(OSError):  # what is left in stdout's buffer is not written again at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        click.echo(f"parlschedctl: cannot write the output: {exc.strerror}", err=True)
+        sys.exit(1)

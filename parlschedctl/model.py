@@ -154,7 +154,10 @@ def fails_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
         except (*FAILURES, KeyboardInterrupt) as exc:
             said = INTERRUPTED if isinstance(exc, KeyboardInterrupt) else _said(exc)
             if kwargs.get("as_json"):
-                print_json({"error": {"code": code(exc), "message": said}})
+                try:
+                    print_json({"error": {"code": code(exc), "message": said}})
+                except OSError:  # stdout itself failed (a full disk, /dev/full): the line below says so
+                    pass
             click.echo(f"parlschedctl model: {said}", err=True)
             sys.exit(1)
 
@@ -164,7 +167,7 @@ def fails_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
 def _said(exc: Exception) -> str:
     """An OSError as 'PATH: reason' (its str is '[Errno 2] No such file or directory: PATH')."""
     if isinstance(exc, OSError) and exc.strerror:
-        where = exc.filename if exc.filename is not None else "cannot write"
+        where = exc.filename if exc.filename is not None else "cannot write the output"  # stdout
         return f"{where}: {exc.strerror}"
     return str(exc)
 

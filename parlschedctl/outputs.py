@@ -8,6 +8,7 @@ import contextlib
 import errno
 import json
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,11 +25,14 @@ FILE = click.Path(dir_okay=False, readable=False)
 class _OutFile(click.Path):
     """FILE for a file we write (--out): ``-``, which a reader takes for stdout, is
     refused as a usage error naming the option; it wrote a file named ``-`` and said
-    "wrote -"."""
+    "wrote -". So is an empty path (``--out "$OUT"`` with OUT unset): ``model fit``
+    took it for no --out, fitted, wrote nothing and exited 0."""
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if value == "-":
             self.fail("'-' is not a file here: give a path", param, ctx)
+        if value == "":
+            self.fail("an empty path: give a file to write", param, ctx)
         return super().convert(value, param, ctx)
 
 
@@ -48,7 +52,10 @@ class CannotWrite(ValueError):
 
 
 def check_writable(path: str | os.PathLike[str]) -> None:
-    """Raise CannotWrite naming ``path`` and the reason when it cannot be written."""
+    """Raise CannotWrite naming ``path`` and the reason when it cannot be written. A
+    regular file is replaced by one made beside it (atomicfile), so one is made there
+    and removed: root passes access(2) on /sys, and a fit of minutes was done before
+    its write failed."""
     where = Path(path)
     folder = where.parent
     try:  # is_dir() and exists() raise PermissionError under a directory we may not enter
@@ -59,6 +66,11 @@ def check_writable(path: str | os.PathLike[str]) -> None:
         elif not os.access(folder, os.W_OK | os.X_OK) or (where.exists() and not os.access(where, os.W_OK)):
             reason = "permission denied"
         else:
+            real = Path(os.path.realpath(where))
+            if not real.exists() or real.is_file():  # a device or a FIFO is written as open(2) would
+                fd, probe = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".probe")
+                os.close(fd)
+                os.unlink(probe)
             return
     except OSError as exc:
         reason = _reason(exc)

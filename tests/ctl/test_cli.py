@@ -40,6 +40,26 @@ def test_unreachable_daemon_exits_3(tmp_path):
     assert r.returncode == 3 and "not running" in r.stderr
 
 
+def test_output_that_cannot_be_written_is_said_in_a_line(tmp_path):
+    """stdout on a full disk (/dev/full): config check --json, and model predict --json,
+    whose error object went to the same stdout, ended in tracebacks."""
+    from tests.energy.conftest import CLUSTER_YAML, MEASUREMENTS_CSV
+
+    params = tmp_path / "p.json"
+    assert ctl("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(MEASUREMENTS_CSV), "--generations", "5",
+               "--seed", "1", "--out", str(params)).returncode == 0
+    good = tmp_path / "good.yaml"
+    good.write_text("period_s: 0.1\n")
+    good.chmod(0o600)
+    with open("/dev/full", "w") as full:
+        for args, said in ((["config", "check", str(good), "--json"], "parlschedctl: cannot write the output"),
+                           (["config", "check", str(good)], "parlschedctl: cannot write the output"),
+                           (["model", "predict", "--params", str(params), "--json"], "parlschedctl model: cannot write the output"),
+                           (["model", "predict", "--params", str(params)], "parlschedctl model: cannot write the output")):
+            r = subprocess.run([*CTL, *args], stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+            assert (r.returncode, r.stderr) == (1, f"{said}: No space left on device\n"), args
+
+
 @needs_root
 def test_a_refused_socket_names_its_own_group(tmp_path, open_dir):
     """The hint always asked "are you in the parlsched group?", also of a socket whose

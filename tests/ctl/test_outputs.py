@@ -68,6 +68,19 @@ def test_what_cannot_be_written_is_named_with_why(tmp_path):
     assert issubclass(CannotWrite, ValueError)  # --json's io_error, as an input that cannot be read
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="root passes access(2) on /sys; others are refused by it already")
+def test_a_directory_that_access_passes_but_takes_no_file_is_refused_before_the_work(tmp_path):
+    """Root passes access(2) on /sys, where no file can be made: fit --out /sys/p.json
+    fitted for minutes, then failed to write. A file is made there and removed, as the
+    write will make one beside the file; nothing is left where it passes."""
+    assert refusal("/sys/p.json") == "/sys/p.json: cannot write: permission denied"
+    check_writable(tmp_path / "p.json")
+    (tmp_path / "old.json").write_text("{}")
+    check_writable(tmp_path / "old.json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.json"]
+    check_writable("/dev/null")  # a device is written as open(2) would, not replaced: nothing made beside it
+
+
 @needs_setpriv
 def test_a_file_or_directory_its_user_may_not_write_is_permission_denied(tmp_path):
     """Without root's override: a directory of mode 0500 refuses a new file in it, a
@@ -148,6 +161,8 @@ def test_out_refuses_dash_and_a_directory_and_takes_a_path(tmp_path):
     ctx = click.Context(click.Command("plot"))
     with pytest.raises(click.BadParameter, match="'-' is not a file here: give a path"):
         OUT_FILE.convert("-", option, ctx)
+    with pytest.raises(click.BadParameter, match="an empty path: give a file to write"):  # --out "$OUT", OUT unset
+        OUT_FILE.convert("", option, ctx)
     with pytest.raises(click.BadParameter, match="is a directory"):
         OUT_FILE.convert(str(tmp_path), option, ctx)
     assert OUT_FILE.convert(str(tmp_path / "nodir" / "x.png"), option, ctx) == str(tmp_path / "nodir" / "x.png")
