@@ -304,6 +304,10 @@ def predict(params_path: str, nsp: tuple[int, ...] | None, as_json: bool) -> Non
     fitted = load_params(params_path)
     ks = _candidates(fitted, nsp, params_path)
     t, e = fitted.model.predict(ks)
+    overflown = ~np.isfinite(t) | (~np.isfinite(e) if fitted.model.energy_params_ is not None else False)
+    if overflown.any():  # n/a, as for an energy never fitted, looked like no answer rather than a wrong file
+        raise ValueError(f"{params_path}: its parameters overflow the predictions at nsp "
+                         f"{format_cpulist(ks[overflown].tolist())} (fit again)")
     outside = _extrapolated(fitted, ks, params_path)
     if outside is None:  # not known
         outside = [None] * len(ks)

@@ -20,7 +20,7 @@ import numpy as np
 
 from parlschedd.energy.cluster import Cluster
 from parlschedd.energy.fitting import (METHODS, DESettings, Fit, GASettings, Problem, Progress, Repeated, best_of,
-                                       predict, repetitions)
+                                       predict, repetitions, violations)
 from parlschedd.energy.measurements import energy_rows
 from parlschedd.energy.model import MASTER_POWER, SUBPOP_SIZES, EnergyParams, TimeParams, number
 from parlschedd.kinds import is_integer
@@ -160,6 +160,8 @@ class EnergyTimeModel:
         n_time = len(cluster.devices) + 2
         tp = TimeParams.from_vector(vector[:n_time])
         ep = EnergyParams.from_vector(vector[n_time:]) if with_energy else None
+        if ep is not None and (broken := violations(cluster, ep)):
+            raise ValueError(f"parameters outside the model's constraints: {'; '.join(broken)}")
         model._set_best(Fit(tp, ep, _nan_if_none(d["nrmse_time"]), _nan_if_none(d.get("nrmse_energy"))))
         model.problem_ = Problem(cluster, np.array([], dtype=int), np.array([]), None, model.rounding,
                                  model.master_power)

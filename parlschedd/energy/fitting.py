@@ -177,6 +177,24 @@ def feasible(c: Cluster, e: EnergyParams) -> np.ndarray:
     return r1 & r2 & r3
 
 
+def violations(c: Cluster, e: EnergyParams) -> list[str]:
+    """What of R1-R3 (eqs. 12-14) one parameter set breaks, each named by its
+    parameter: a fit keeps them, a file edited by hand may not. Powidle equal to Pow
+    (both 0: a device that draws nothing) passes: only R1's strictness, not a power
+    no device has."""
+    said = []
+    for label, p, idle, tdp in zip(c.device_labels, e.pow.tolist(), e.pow_idle.tolist(), c.tdp_w.tolist(), strict=True):
+        if idle > p:
+            said.append(f"Powidle[{label}] {idle:g} W above Pow[{label}] {p:g} W (R1)")
+        if p > TDP_MARGIN * tdp:
+            said.append(f"Pow[{label}] {p:g} W above {TDP_MARGIN:g} x its TDP, {TDP_MARGIN * tdp:g} W (R1)")
+    for name, p, tdp, rule in (("Pow_master", float(e.pow_master), c.master_tdp_w, "R2"),
+                               ("Pow_switch", float(e.pow_switch), c.switch_tdp_w, "R3")):
+        if p > TDP_MARGIN * tdp:
+            said.append(f"{name} {p:g} W above {TDP_MARGIN:g} x its TDP, {TDP_MARGIN * tdp:g} W ({rule})")
+    return said
+
+
 def from_ratio(x: np.ndarray) -> np.ndarray:
     """DE genes (Pow, r, Pow_master, Pow_switch) -> c_E with Powidle = r * Pow."""
     d = (x.shape[-1] - 2) // 2
