@@ -37,6 +37,9 @@ MIN_ENERGY_ROWS = 2  # an error normalised by the measurements' spread needs two
 MAX_MEASURED = 1e15
 
 _REPEAT = re.compile(r"^(time_s|energy_wh)_r(\d+)$")
+# A measured value as a spreadsheet or printf writes one. float() takes more: '4_28.19'
+# (a digit grouping mistyped) as 428.19, other scripts' digits, 'nan' and 'infinity'.
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _KNOWN = {"nsp", "time_s_mean", "energy_wh_mean", "baseline_time_s", "baseline_energy_wh"}
 
 
@@ -79,10 +82,9 @@ def energy_rows(energy_wh: np.ndarray | None) -> np.ndarray | None:
 def _cell(value: str | None, column: str, source: str, line: int) -> float:
     if value is None or value.strip() == "":
         return math.nan
-    try:
-        x = float(value)
-    except ValueError:
-        raise MeasurementsError(source, line, f"column {column}: not a number: {value!r}") from None
+    if not _DECIMAL.fullmatch(value.strip()):
+        raise MeasurementsError(source, line, f"column {column}: not a number: {value!r}")
+    x = float(value)
     if math.isnan(x) or x <= 0:
         raise MeasurementsError(source, line, f"column {column}: must be a positive number, got {value!r}")
     if x > MAX_MEASURED:  # inf too: '1e400' was said not to be positive

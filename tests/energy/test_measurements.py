@@ -39,6 +39,10 @@ def refusal(tmp_path, text):
 
 @pytest.mark.parametrize("text, where, message", [
     ("nsp,time_s_mean\n1,10\n2,abc\n", ":3:", "column time_s_mean: not a number: 'abc'"),
+    # float() took them: a digit grouping mistyped as 428.19, another script's digits as 3
+    ("nsp,time_s_mean\n1,10\n2,4_28.19\n", ":3:", "column time_s_mean: not a number: '4_28.19'"),
+    ("nsp,time_s_mean\n1,\u0663\n", ":2:", "column time_s_mean: not a number: '\u0663'"),
+    ("nsp,time_s_mean\n1,infinity\n", ":2:", "column time_s_mean: not a number: 'infinity'"),
     ("nsp,time_s_mean\n1,10\n1,12\n", ":3:", "nsp 1 repeats line 2"),
     ("nsp,time_s_mean\n0,10\n", ":2:", "column nsp: must be an integer >= 1"),
     # isdigit() took them: int() then failed without file or line, or read another script's 3 as 3
