@@ -67,9 +67,9 @@ class RuleMatcher:
             for pid, started in list(left_alone.items()):
                 if engine.start_time(pid) != started:
                     del left_alone[pid]  # exited: its pid may come back as another process
-        for pid, i in wanted.items():
+        for pid, i in sorted(wanted.items(), key=lambda match: (engine.start_time(match[0]) or 0, match[0])):
             if pid in engine.targets or pid in engine.left_alone or pid in self.failed or pid == os.getpid() \
-                    or self._is_client(pid):
+                    or self._is_client(pid) or self._claimed_by_ancestor(pid, engine):
                 continue
             rule = rules[i]
             try:
@@ -80,6 +80,28 @@ class RuleMatcher:
             except Exception:  # a bug: that process, once, not the rescan
                 log.exception("rule match not attached, left alone while it lives", pid=pid)
                 self.failed[pid] = engine.start_time(pid) or 0
+
+    def _claimed_by_ancestor(self, pid: int, engine: Engine) -> bool:
+        """Whether an ancestor of ``pid`` holds it: a target with descendants (whose next
+        listing adopts it; the matches go oldest first, so a job's parent is attached
+        before its children), or a process detached by hand, whose tree is let go with
+        it. A rule that matched each process of a job made its children targets of
+        their own: one of two, depending on when it forked, and both again within
+        rescan_s of a detach of the job that the rule matched."""
+        # (a non-root user's descendants target holds only that user's processes: not these)
+        holders = {p for p, t in engine.targets.items() if t.descendants and t.caller is None} | engine.left_alone.keys()
+        if not holders:
+            return False
+        seen: set[int] = set()
+        while pid > 1 and pid not in seen:  # a ppid loop is not the kernel's, but a fake tree's
+            seen.add(pid)
+            try:
+                pid = procfs.process_stat(pid, self.proc_root).ppid
+            except HostError:
+                return False
+            if pid in holders:
+                return True
+        return False
 
     def _is_client(self, pid: int) -> bool:
         """A parlschedctl process, which a rescan may see before its first request

@@ -182,6 +182,36 @@ def test_a_match_left_alone_whose_pid_comes_back_as_another_process_is_attached(
 
 
 
+def test_a_jobs_children_that_the_rule_matches_go_with_the_job(kill_after):
+    """A rule matching a job (a shell) and each of its children: the children are the
+    job's descendants, not targets of their own, and a detach by hand of the job lets
+    them go with it while it lives. They were attached back one by one within rescan_s
+    of the detach, pinned again, though the detach said the rule left the job alone. On
+    a real RuleMatcher and a real engine, rescanned by hand."""
+    tag = f"parlsched-job-{uuid.uuid4().hex[:8]}"
+    child = f"{sys.executable} -c 'import time; time.sleep(60)' {tag}"
+    job = kill_after(subprocess.Popen(["sh", "-c", f"{child} & {child} & wait", tag]))
+    children = wait_for(lambda: (kids := procfs.descendants(job.pid)) and len(kids) == 2
+                        and all(tag.encode() in open(f"/proc/{k}/cmdline", "rb").read() for k in kids) and kids)
+    rule, rules = TargetRule(name=tag), matcher()
+    assert rules.matching(rule) == {job.pid, *children}
+    try:
+        with _released(*_engine()) as engine:
+            rules.rescan(engine, (rule,), time.monotonic())
+            assert set(engine.targets) == {job.pid}
+            engine.detach(job.pid)
+            engine.left_alone[job.pid] = procfs.process_start_time(job.pid)  # as the daemon's detach records it
+            rules.rescan(engine, (rule,), time.monotonic())
+            assert engine.targets == {}, "the job's children are let go with it"
+            engine.left_alone.clear()  # the record gone: the rule matches the job and its children again
+            rules.rescan(engine, (rule,), time.monotonic())
+            assert set(engine.targets) == {job.pid}, "the job, its children in it"
+    finally:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+
+
 def test_a_rule_never_matches_a_client_of_the_control_socket(tmp_path):
     """`parlschedctl run`'s command line holds its CMD's, so a name rule meant for CMD
     matched the client too, and the daemon pinned its own client for the run; and a
