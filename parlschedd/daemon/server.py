@@ -224,7 +224,9 @@ class Daemon:
         next_watchdog = time.monotonic()
         while not self.should_exit:
             self._deadline = deadline
-            timeout = max(0.0, deadline - time.monotonic())
+            # a period longer than the watchdog's half timeout must not keep the pings
+            # waiting for it: systemd would kill a daemon that is well
+            timeout = max(0.0, (min(deadline, next_watchdog) if watchdog else deadline) - time.monotonic())
             self.awake.release()
             try:
                 ready = self.selector.select(timeout)
@@ -246,6 +248,9 @@ class Daemon:
                 except Exception as exc:  # a bug in reloading must not stop the daemon SIGHUP was meant to keep
                     log.error("reload failed, keeping the old config", error=f"{type(exc).__name__}: {exc}")
             now = time.monotonic()
+            if watchdog and now >= next_watchdog:
+                notify.notify(f"WATCHDOG=1\nSTATUS={self._status_told}")
+                next_watchdog = now + watchdog
             if now < deadline:
                 continue
             started = time.perf_counter()
@@ -283,9 +288,6 @@ class Daemon:
             self.control.drop_stale_parts(now)
             if self._status_stale:
                 self._tell_status()
-            if watchdog and now >= next_watchdog:
-                notify.notify(f"WATCHDOG=1\nSTATUS={self._status_told}")
-                next_watchdog = now + watchdog
 
     def _status_text(self) -> str:
         threads = sum(len(t.threads) for t in self.engine.targets.values())

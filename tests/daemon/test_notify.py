@@ -142,6 +142,28 @@ def test_a_daemon_tells_systemd_it_is_ready_alive_reloading_and_stopping(tmp_pat
 
 
 @needs_root
+def test_the_watchdog_is_told_in_time_whatever_the_period(tmp_path, monkeypatch):
+    """A period longer than the watchdog's half timeout (period_s 3 s, pings due every
+    0.1 s): the pings waited for each period's end, every 3 s, and under the unit
+    (WatchdogSec=30s, period_s above 15 s) systemd would have killed a daemon that
+    was well."""
+    address = str(tmp_path / "notify.sock")
+    with listening(address) as sock:
+        monkeypatch.setenv("NOTIFY_SOCKET", address)
+        monkeypatch.setenv("WATCHDOG_USEC", "200000")
+        monkeypatch.delenv("WATCHDOG_PID", raising=False)
+        d = start_daemon(tmp_path, "period_s: 3.0\ndomain_period_s: 6.0\n")
+        try:
+            datagrams(sock, b"READY=1")
+            started = time.monotonic()
+            alive = [sock.recv(4096) for _ in range(5)]
+            assert all(m.startswith(b"WATCHDOG=1") for m in alive), alive
+            assert time.monotonic() - started < 2.0, "five pings, 0.1 s apart, within a period of 3 s"
+        finally:
+            d.stop()
+
+
+@needs_root
 def test_a_daemon_tells_systemd_what_it_manages_when_that_changes(tmp_path, monkeypatch, workload):
     """`systemctl status parlschedd` shows the daemon's STATUS=. It was sent with the
     watchdog pings alone, every 15 s under the unit (and never without a watchdog), so
