@@ -40,6 +40,14 @@ SUN_PATH_MAX = 108
 # thread, a learning step, the pins: 8.6 ms at 1024 threads, bench/results/period_profile-8131649.json),
 # and a period of 0.1 ms ran 10,000 of them a second. The paper's T_CPU is 0.1 s.
 MIN_PERIOD_S = 0.01
+# The longest: an hour. Beyond some 24 days the loop's wait is more than epoll takes
+# (OverflowError: the daemon said it was ready, then died), and a period of hours
+# places nothing worth the name.
+MAX_PERIOD_S = 3600.0
+# The most periods of history a target keeps: a day at 0.1 s. Each costs some 600
+# bytes and 12 a thread (daemon/history.py); beyond 2**63 the ring could not be made
+# at all, and every attach failed.
+MAX_HISTORY_PERIODS = 1_000_000
 
 
 def socket_path_too_long(path: str) -> str | None:
@@ -186,10 +194,10 @@ class _Checker(Collector):
             return default
         return float(value)
 
-    def count(self, raw: Mapping[str, Any], key: str, default: int) -> int:
+    def count(self, raw: Mapping[str, Any], key: str, default: int, hi: int | None = None) -> int:
         value = raw.get(key, default)
-        if not is_integer(value) or value < 1:
-            self.fail(key, f"must be a whole number >= 1, got {_shown(value)}")
+        if not is_integer(value) or value < 1 or (hi is not None and value > hi):
+            self.fail(key, f"must be a whole number >= 1{'' if hi is None else f' and <= {hi:,}'}, got {_shown(value)}")
             return default
         return int(value)
 
@@ -252,7 +260,7 @@ def from_mapping(raw: Any, source: str = "<config>") -> Config:
     c = _Checker()
     top = c.section(raw, "", {f.name for f in fields(Config) if f.metadata.get("key", True)})
     valid = len(c.errors)
-    period = c.number(top, "period_s", "period_s", 0.1, 0.0)
+    period = c.number(top, "period_s", "period_s", 0.1, 0.0, MAX_PERIOD_S)
     if 0 < period < MIN_PERIOD_S:
         c.fail("period_s", f"must be >= {MIN_PERIOD_S:g} s, got {period:g} ({1 / period:,.0f} periods a second): each "
                            "period costs the daemon a counter read per thread, a learning step and the pins (8.6 ms at "
@@ -296,7 +304,7 @@ def from_mapping(raw: Any, source: str = "<config>") -> Config:
                           f"[::1]:9177 for an IPv6 address), got {_shown(metrics)}")
         metrics = None
     rescan = c.number(top, "rescan_s", "rescan_s", 1.0, 0.0)
-    history = c.count(top, "history_periods", 600)
+    history = c.count(top, "history_periods", 600, MAX_HISTORY_PERIODS)
     max_threads = c.count(top, "metrics_max_threads", 256)
     if c.errors:
         raise ConfigError(source, c.errors)
@@ -379,7 +387,7 @@ def _valid_cgroup(value: Any) -> bool:
         return False
     controllers, path = split_cgroup(value)
     return (all(_CONTROLLER.fullmatch(c) for c in controllers)
-            and path.startswith("/") and ".." not in path.split("/"))
+            and path.startswith("/") and ".." not in path.split("/") and "\0" not in path)
 
 
 def split_cgroup(value: str) -> tuple[tuple[str, ...], str]:
@@ -393,8 +401,9 @@ def split_cgroup(value: str) -> tuple[tuple[str, ...], str]:
 def _socket(c: _Checker, raw: Any) -> SocketConfig:
     m = c.section(raw, "socket", {"path", "group", "mode"})
     path = m.get("path", DEFAULT_SOCKET)
-    if not isinstance(path, str) or not path.startswith("/"):
-        c.fail("socket.path", f"must be an absolute path, got {_shown(path)}")
+    if not isinstance(path, str) or not path.startswith("/") or "\0" in path:
+        nul = isinstance(path, str) and "\0" in path  # no file's path holds one: bind(2) refuses it
+        c.fail("socket.path", f"must be an absolute path{' without a NUL byte' if nul else ''}, got {_shown(path)}")
         path = DEFAULT_SOCKET
     elif too_long := socket_path_too_long(path):
         c.fail("socket.path", f"{too_long}; choose a shorter path")

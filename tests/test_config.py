@@ -87,7 +87,7 @@ def test_domain_period_shorter_than_period_is_refused():
 def test_an_error_is_about_what_was_written_not_a_default_standing_in():
     """period_s: 0 made domain_period_s "not a whole multiple of period_s (0.1)", the
     default put in place of the bad value; a default not written is named as such."""
-    assert errors_of({"period_s": 0, "domain_period_s": 0.25}) == {"period_s": "must be > 0, got 0"}
+    assert errors_of({"period_s": 0, "domain_period_s": 0.25}) == {"period_s": "must be > 0 and <= 3600, got 0"}
     assert errors_of({"period_s": 5}) == {"domain_period_s": "must be >= period_s (5), got 4 (its default: not in the file)"}
 
 
@@ -252,6 +252,22 @@ def test_a_period_shorter_than_the_daemons_own_work_is_refused():
     assert "the paper's T_CPU is 0.1 s" in message
     assert errors_of({"period_s": 0.0001, "domain_period_s": 0.25}).keys() == {"period_s"}
     assert from_mapping({"period_s": 0.01, "domain_period_s": 0.5}).period_s == 0.01  # the floor itself is allowed
+
+
+def test_what_the_daemon_could_not_run_with_is_refused_by_its_key():
+    """config check said ok to these, and the daemon then died on each with a
+    traceback: period_s 3000000 (epoll's wait overflows, after READY), history_periods
+    1e20 (every attach failed making its ring), a NUL byte in socket.path (bind
+    refuses it, after a stray socket was made) or in a rule's cgroup."""
+    assert errors_of({"period_s": 3000000, "domain_period_s": 3000000}) == {
+        "period_s": "must be > 0 and <= 3600, got 3000000"}
+    assert from_mapping({"period_s": 3600, "domain_period_s": 7200}).period_s == 3600  # an hour itself is allowed
+    assert errors_of({"history_periods": 10**20}) == {
+        "history_periods": "must be a whole number >= 1 and <= 1,000,000, got 100000000000000000000"}
+    assert from_mapping({"history_periods": 1_000_000}).history_periods == 1_000_000
+    assert errors_of({"socket": {"path": "/run/x\0y"}}) == {
+        "socket.path": "must be an absolute path without a NUL byte, got '/run/x\\x00y'"}
+    assert errors_of({"targets": [{"cgroup": "/jobs\0x"}]}).keys() == {"targets[0].cgroup"}
 
 
 def test_metrics_port_must_fit_in_16_bits():
