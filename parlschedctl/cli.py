@@ -12,6 +12,7 @@ import errno
 import functools
 import importlib
 import json
+import math
 import os
 import select
 import sys
@@ -209,10 +210,23 @@ def status(sock: str, pid: int | None, as_json: bool) -> None:
 ITERATIONS_RECONNECT_S = 60.0  # a systemctl restart takes seconds; a daemon not back in a minute is down
 
 
+class Seconds(click.FloatRange):
+    """A FloatRange of finite seconds: nan passes any bounds (every comparison with it
+    is false) and inf a lower one, so top --interval nan ended in a traceback from
+    sleep(), and --reconnect-timeout nan never gave up."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        seconds = super().convert(value, param, ctx)
+        if not math.isfinite(seconds):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return seconds
+
+
 @cli.command()
-@click.option("--interval", type=click.FloatRange(min=0, min_open=True), default=None, help="Refresh interval (default: the daemon's period).")
+@click.option("--interval", type=Seconds(min=0, min_open=True, max=3600), default=None,
+              help="Refresh interval, up to 3600 s (default: the daemon's period).")
 @click.option("--iterations", type=click.IntRange(min=1), default=None, help="Stop after N frames shown.")
-@click.option("--reconnect-timeout", type=click.FloatRange(min=0), default=None, metavar="S",
+@click.option("--reconnect-timeout", type=Seconds(min=0), default=None, metavar="S",
               help="How long to wait for a daemon lost under the view before exiting 3 "
                    f"(default: for good; {ITERATIONS_RECONNECT_S:g} s with --iterations).")
 @click.pass_obj

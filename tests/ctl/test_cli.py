@@ -40,6 +40,15 @@ def test_unreachable_daemon_exits_3(tmp_path):
     assert r.returncode == 3 and "not running" in r.stderr
 
 
+@pytest.mark.parametrize("option, value", [("--interval", "nan"), ("--interval", "inf"), ("--interval", "1e300"),
+                                           ("--reconnect-timeout", "nan"), ("--reconnect-timeout", "inf")])
+def test_top_takes_a_finite_number_of_seconds(tmp_path, option, value):
+    """--interval nan passed FloatRange's bounds and ended in a traceback from sleep()
+    after the first frame; --reconnect-timeout nan never gave up a lost daemon."""
+    r = ctl("top", option, value, socket=str(tmp_path / "none.sock"))
+    assert r.returncode == 2 and f"Invalid value for '{option}'" in r.stderr and "Traceback" not in r.stderr
+
+
 def test_output_that_cannot_be_written_is_said_in_a_line(tmp_path):
     """stdout on a full disk (/dev/full): config check --json, and model predict --json,
     whose error object went to the same stdout, ended in tracebacks."""
