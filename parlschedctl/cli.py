@@ -342,7 +342,7 @@ def run(sock: str, observe: bool, as_json: bool, plot_to: str | None, cmd: tuple
 @click.argument("pid", type=PID)
 @click.option("--out", required=True, type=OUT_FILE, callback=figure_suffix,
               help="Figure to write; its suffix is the format (.svg, .pdf, ...; none: PNG).")
-@click.option("--last", type=click.IntRange(min=1), default=None, help="Only the last N periods.")
+@click.option("--last", type=click.IntRange(min=1, max=protocol.MAX_INT), default=None, help="Only the last N periods.")
 @click.pass_obj
 @talks_to_daemon
 def plot(sock: str, pid: int, out: str, last: int | None) -> None:

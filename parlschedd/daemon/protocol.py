@@ -20,6 +20,7 @@ MAX_LINE = 64 * 1024
 # A part's text is ASCII JSON (``encode`` escapes the rest), which at most doubles when
 # encoded as a string (each quote and backslash gains a backslash); 64 bytes for the envelope.
 PART_CHARS = (MAX_LINE - 64) // 2
+MAX_INT = 2**31 - 1  # an integer field's largest value (a pid's, a count's)
 # command -> {field: (type, required)}
 COMMANDS: dict[str, dict[str, tuple[type, bool]]] = {
     "ping": {},
@@ -79,8 +80,8 @@ def parse_request(line: bytes) -> Request:
             continue
         if not (is_integer(value) if kind is int else isinstance(value, kind)):
             raise ProtocolError("bad_request", f"{cmd}: field {key!r} must be {_json_type(kind)}, got {_json_type(type(value))}")
-        if kind is int and not 0 < value < 2**31:
-            raise ProtocolError("bad_request", f"{cmd}: field {key!r} out of range (1 to {2**31 - 1})")
+        if kind is int and not 0 < value <= MAX_INT:
+            raise ProtocolError("bad_request", f"{cmd}: field {key!r} out of range (1 to {MAX_INT})")
         args[key] = value
     missing = [k for k, (_, required) in schema.items() if required and k not in args]
     if missing:

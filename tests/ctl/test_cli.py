@@ -49,6 +49,12 @@ def test_top_takes_a_finite_number_of_seconds(tmp_path, option, value):
     assert r.returncode == 2 and f"Invalid value for '{option}'" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_plot_last_beyond_what_the_protocol_carries_is_a_usage_error(tmp_path):
+    """--last 99999999999999999999 went to the daemon, whose bad_request exited 1."""
+    r = ctl("plot", "1", "--out", str(tmp_path / "p.png"), "--last", str(2**31), socket=str(tmp_path / "none.sock"))
+    assert r.returncode == 2 and "Invalid value for '--last'" in r.stderr
+
+
 def test_output_that_cannot_be_written_is_said_in_a_line(tmp_path):
     """stdout on a full disk (/dev/full): config check --json, and model predict --json,
     whose error object went to the same stdout, ended in tracebacks."""
