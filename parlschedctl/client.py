@@ -11,7 +11,7 @@ import stat
 import time
 from typing import Any
 
-from parlschedd.daemon.protocol import DEFAULT_SOCKET
+from parlschedd.daemon.protocol import DEFAULT_SOCKET, MAX_LINE
 
 
 class Unreachable(Exception):
@@ -144,8 +144,13 @@ class Connection:
             while not data.endswith(b"\n"):
                 chunk = self.sock.recv(1 << 20)
                 if not chunk:
-                    raise Unreachable("the daemon closed the connection without answering")
+                    raise Unreachable("the daemon closed the connection without answering" if not data else
+                                      f"what listens on {self.path} closed the connection in the middle of an "
+                                      f"answer ({len(data)} bytes without an end of line)")
                 data += chunk
+                if len(data) > MAX_LINE:  # parlschedd's lines are shorter: replies longer go in parts
+                    raise Unreachable(f"what listens on {self.path} is not parlschedd (it sent a line of more than "
+                                      f"{MAX_LINE} bytes)")
         except socket.timeout:
             raise Unreachable(f"the daemon did not answer within {self.timeout:g} s") from None
         except (ConnectionResetError, BrokenPipeError):

@@ -7,6 +7,7 @@ return half a reply when something else (or a broken daemon) listens there.
 
 from __future__ import annotations
 
+import contextlib
 import grp
 import json
 import os
@@ -144,6 +145,30 @@ def test_a_peer_that_closes_without_answering_is_unreachable(tmp_path):
     threading.Thread(target=close_at_once, daemon=True).start()
     with listener, pytest.raises(client.Unreachable, match="closed the connection"):
         client.request(str(tmp_path / "t"), "ping", timeout=5)
+
+
+@pytest.mark.parametrize("sent, said", [
+    (b"x" * 200_000, "is not parlschedd (it sent a line of more than 65536 bytes)"),
+    (b'{"ok": true, "version"', "closed the connection in the middle of an answer (22 bytes without an end of line)"),
+])
+def test_a_peer_that_sends_no_end_of_line_is_not_taken_for_a_daemon_that_closed(tmp_path, sent, said):
+    """200 KB and no newline, then a close, was "the daemon closed the connection
+    without answering": it had answered, not as parlschedd does."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(tmp_path / "t"))
+    listener.listen(1)
+
+    def send_and_close() -> None:
+        conn, _ = listener.accept()
+        conn.recv(100)
+        with contextlib.suppress(OSError):  # the client may stop reading first
+            conn.sendall(sent)
+        conn.close()
+
+    threading.Thread(target=send_and_close, daemon=True).start()
+    with listener, pytest.raises(client.Unreachable) as e:
+        client.request(str(tmp_path / "t"), "ping", timeout=5)
+    assert f"what listens on {tmp_path / 't'} " in str(e.value) and said in str(e.value)
 
 
 @needs_root
