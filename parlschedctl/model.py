@@ -354,11 +354,14 @@ def validate(params_path: str, data_path: str, as_json: bool) -> None:
     lines = [f"{'model':<16} {'NRMSE time':>11} {'NRMSE energy':>13}"]
     for name, r in report.models.items():
         lines.append(f"{name:<16} {_nrmse(r.nrmse_time):>11} {_nrmse(r.nrmse_energy):>13}")
-    lines += _why_undefined([r.nrmse_time for r in report.models.values()],
-                            [r.nrmse_energy for r in report.models.values()])
+    undefined = _why_undefined([r.nrmse_time for r in report.models.values()],
+                               [r.nrmse_energy for r in report.models.values()])
+    lines += undefined
     nsp, error = report.models["proposed"].largest_time_error
     lines.append(f"proposed: largest runtime error {_fitting(error * 100, 9, '+.1f')}% at nsp={nsp}")
-    _emit(as_json, report.to_dict() | {"extrapolated_nsp": outside}, "\n".join(lines + [""] + _per_nsp_table(report.models)))
+    # notes: why an NRMSE is null though measured (undefined), which JSON's null alone does not tell from n/a
+    _emit(as_json, report.to_dict() | {"extrapolated_nsp": outside, "notes": undefined},
+          "\n".join(lines + [""] + _per_nsp_table(report.models)))
 
 
 def _per_nsp_table(models: dict[str, validation.ModelErrors]) -> list[str]:

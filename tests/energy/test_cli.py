@@ -397,7 +397,11 @@ def test_inputs_a_review_broke_give_one_line_errors_or_valid_json(params, tmp_pa
     assert r.exit_code == 1 and f"{one}: 1 configuration measured; a fit needs at least 2" in r.output
     r = CliRunner().invoke(cli, ["model", "validate", "--params", str(params), "--data", str(one), "--json"])
     assert r.exit_code == 0
-    assert json.loads(r.output)["models"]["proposed"]["nrmse_time"] is None  # no spread: undefined, and valid JSON
+    validated = json.loads(r.output)
+    assert validated["models"]["proposed"]["nrmse_time"] is None  # no spread: undefined, and valid JSON
+    assert validated["notes"] == [WHY_TIME]  # null said why, as the text does (it is also n/a's null)
+    assert json.loads(run("model", "validate", "--params", str(params), "--data", str(MEASUREMENTS_CSV),
+                          "--json").output)["notes"] == []
     doc = json.loads(params.read_text())
     name = next(iter(doc["model"]["parameters"]))
     for value in (float("nan"), -1e7, 10**400):
