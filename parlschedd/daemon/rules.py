@@ -111,6 +111,20 @@ class RuleMatcher:
         except HostError:
             return False
 
+    def first_matching(self, rules: tuple[config_mod.TargetRule, ...], pid: int) -> int | None:
+        """The index of the first of ``rules`` that matches process ``pid``, or None."""
+        for i, rule in enumerate(rules):
+            if rule.cgroup is not None:
+                controllers, path = config_mod.split_cgroup(rule.cgroup)
+                try:
+                    if pid not in cgroups.cgroup_procs(path, controllers, self.cgroup_root):
+                        continue
+                except HostError:
+                    continue
+            if rule.name is None or _name_matches(compile_pattern(rule.name), pid, self.proc_root):
+                return i
+        return None
+
     def matching(self, rule: config_mod.TargetRule) -> set[int]:
         pids: set[int] | None = None
         if rule.cgroup is not None:

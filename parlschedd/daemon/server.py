@@ -549,6 +549,8 @@ class Daemon:
             threads = 0 if target is None else len(target.threads)
             restored = self.engine.detach(a["pid"], uid=uid)
             rule = None if target is None else target.rule
+            if target is not None and rule is None:  # attached by hand, but a rule may match it too
+                rule = self.rules.first_matching(self.config.targets, target.pid)
             if rule is not None:  # else the next rescan attaches it again
                 self.engine.left_alone[target.pid] = target.handle.start_time
                 log.info("detached by hand: the config rules leave it alone until it exits", pid=target.pid,

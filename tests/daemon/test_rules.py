@@ -152,6 +152,28 @@ def test_a_match_detached_by_hand_is_attached_again_once_it_exits(tmp_path):
         d.stop()
 
 
+def test_a_match_attached_by_hand_is_left_alone_once_detached_as_the_rules_own(tmp_path):
+    """A process a rule matches, detached, attached again by hand (rule null), then
+    detached: the reply said no rule applied, and the rule attached it back at the
+    next rescan; it cannot be let go but by changing the rule."""
+    tag = f"parlsched-hand-{uuid.uuid4().hex[:8]}"
+    (tmp_path / "parlschedd.yaml").write_text(f"period_s: 0.05\nrescan_s: 0.1\ntargets:\n  - name: '{tag}'\n")
+    matched = tagged_sleeper(tag)
+    d = start_daemon(tmp_path)
+    try:
+        with killed_at_end(matched):
+            wait_for(lambda: matched.pid in target_pids(d))
+            assert d.request("detach", pid=matched.pid)["rule"] == 0
+            assert d.request("attach", pid=matched.pid)["target"]["rule"] is None  # by hand
+            assert d.request("detach", pid=matched.pid)["rule"] == 0, "the rule that now leaves it alone"
+            witness = tagged_sleeper(tag)  # attached by a rescan after the detach: the rescans go on
+            with killed_at_end(witness):
+                assert wait_for(lambda: witness.pid in target_pids(d))
+                assert matched.pid not in target_pids(d), "left alone while it lives"
+    finally:
+        d.stop()
+
+
 def test_a_match_left_alone_whose_pid_comes_back_as_another_process_is_attached(kill_after):
     """The pid of a process detached by hand may be another process's by the next
     rescan (it exited, and the kernel gave its pid to a new one, between two rescans):
