@@ -47,10 +47,23 @@ from parlschedd.topology import NoCpusFound, TopologyError, online_cpus, read_to
 
 log = structlog.get_logger("parlschedd")
 # SIGQUIT asks a program to stop as SIGTERM does (its core dump matters less than the
-# masks); the signals admins send daemons by habit (USR1 to reopen logs, ...) would
-# otherwise end it by their default action, leaving every thread pinned.
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
-IGNORED_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM)
+# masks), and SIGXCPU says that RLIMIT_CPU's SIGKILL is near. Every other signal whose
+# default action ends a process (signal(7), but for the faults a process raises itself)
+# would end it mid-period with every thread pinned: those admins send daemons by habit
+# (USR1 to reopen logs, ...), a UPS's SIGPWR, profilers' timers, the real-time ones.
+# Python itself ignores SIGPIPE and SIGXFSZ.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGXCPU)
+IGNORED_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM, signal.SIGVTALRM, signal.SIGPROF, signal.SIGIO,
+                   signal.SIGPWR, *((signal.SIGSTKFLT,) if hasattr(signal, "SIGSTKFLT") else ()),
+                   *range(signal.SIGRTMIN, signal.SIGRTMAX + 1))
+
+
+def signal_name(signum: int) -> str:
+    """SIGUSR1, or SIGRTMIN+3 for a real-time signal, which signal.Signals names not."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"SIGRTMIN+{signum - signal.SIGRTMIN}"
 
 
 class StartupError(Exception):
@@ -238,7 +251,7 @@ class Daemon:
                 self._dispatch(key, events)
             if self.ignored_signals:
                 for signum in sorted(self.ignored_signals):
-                    log.warning("signal ignored", signal=signal.Signals(signum).name,
+                    log.warning("signal ignored", signal=signal_name(signum),
                                 hint="SIGTERM, SIGINT or SIGQUIT stop the daemon and restore every thread; SIGHUP reloads")
                 self.ignored_signals.clear()
             if self.reload_requested:

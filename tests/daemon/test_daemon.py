@@ -727,16 +727,31 @@ def test_sigterm_restores_and_removes_the_socket(tmp_path, workload, stop):
 def test_signals_sent_to_daemons_by_habit_are_ignored_not_fatal(tmp_path, workload):
     """SIGUSR1 (reopen your logs), SIGUSR2 and SIGALRM end a Python process by
     default: the daemon died with every thread still pinned. They are logged, and the
-    daemon goes on managing."""
+    daemon goes on managing; so are the others whose default ends a process (SIGPWR,
+    SIGVTALRM, SIGIO, a real-time one ended it without a word)."""
     d = start_daemon(tmp_path)
     w = workload(2)
     d.request("attach", pid=w.pid)
     wait_for(lambda: all_pinned(d, w.pid))
-    for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM):
+    for sig, name in ((signal.SIGUSR1, "SIGUSR1"), (signal.SIGUSR2, "SIGUSR2"), (signal.SIGALRM, "SIGALRM"),
+                      (signal.SIGPWR, "SIGPWR"), (signal.SIGVTALRM, "SIGVTALRM"), (signal.SIGPROF, "SIGPROF"),
+                      (signal.SIGIO, "SIGIO"), (signal.SIGRTMIN + 3, "SIGRTMIN+3"), (signal.SIGRTMAX, "SIGRTMAX")):
         d.proc.send_signal(sig)
-        wait_for(lambda sig=sig: f'"signal": "{sig.name}"' in d.log_text())
+        wait_for(lambda name=name: f'"signal": "{name}"' in d.log_text())
     assert d.proc.poll() is None and all_pinned(d, w.pid)
     assert d.stop() == 0
+
+
+def test_sigxcpu_stops_the_daemon_cleanly(tmp_path, workload):
+    """SIGXCPU (RLIMIT_CPU's soft limit: its SIGKILL comes next) ended the daemon with
+    every thread pinned; it stops as SIGTERM stops it, restoring them."""
+    d = start_daemon(tmp_path)
+    w = workload(2)
+    before = masks(w.all_tids())
+    d.request("attach", pid=w.pid)
+    wait_for(lambda: all_pinned(d, w.pid))
+    assert d.stop(signal.SIGXCPU) == 0
+    assert masks(w.all_tids()) == before
 
 
 def test_clean_restart_attaches_hand_attached_targets_again(tmp_path, workload):
