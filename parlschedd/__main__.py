@@ -22,14 +22,24 @@ from parlschedd.logging import LEVELS, configure
 REFUSED = 78
 
 
+def _a_path(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """An empty path is a usage error: --socket '' bound the config's socket and
+    --state-dir '' took the working directory, without a word."""
+    if value == "":
+        raise click.BadParameter("an empty path: give a path", ctx, param)
+    return value
+
+
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--config", "config_path", type=click.Path(), default=None,  # a directory: load() says so, exit 78
               help=f"YAML config (default {config_mod.DEFAULT_PATH}; built-in defaults when absent). "
                    "A file given here that cannot be read stops the daemon with exit 78 (EX_CONFIG).")
 # A relative --socket is bound as given (an absolute path in a deep directory can pass
 # the 107 bytes of a socket address); the start log names both paths absolute.
-@click.option("--socket", "socket_path", default=None, help="Control socket path (default: the config's socket.path).")
-@click.option("--state-dir", default="/run/parlsched", show_default=True, help="Where the state file lives.")
+@click.option("--socket", "socket_path", default=None, callback=_a_path,
+              help="Control socket path (default: the config's socket.path).")
+@click.option("--state-dir", default="/run/parlsched", show_default=True, callback=_a_path,
+              help="Where the state file lives.")
 @click.option("--log-format", type=click.Choice(["console", "json"]), default="console", show_default=True)
 @click.option("--log-level", type=click.Choice(LEVELS), default="info", show_default=True)
 @click.version_option(__version__, prog_name="parlschedd")
@@ -67,6 +77,8 @@ def _refuse(reason: str, log_format: str) -> NoReturn:
 
 def _unreadable_hint(exc: config_mod.ConfigUnreadable, config_path: str | None) -> str:
     """What to do about a config file that cannot be read."""
+    if exc.reason == "a directory" or exc.reason.startswith("not a regular file"):
+        return "give --config the YAML file itself"
     if not exc.missing:
         return "parlschedd must be able to read it (as root, or the user it runs as)"
     if config_path is not None:

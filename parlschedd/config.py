@@ -12,6 +12,7 @@ import math
 import errno
 import ipaddress
 import os
+import stat
 import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -67,11 +68,14 @@ class ConfigUnreadable(ConfigError):
     (file): No such file or directory"). ``str`` is the one line to print:
     "cannot read config x.yaml: no such file"; ``errors`` holds it under "(file)"."""
 
-    def __init__(self, source: str, error: OSError) -> None:
+    def __init__(self, source: str, error: OSError | str) -> None:
         reasons = {errno.ENOENT: "no such file", errno.EACCES: "permission denied", errno.EISDIR: "a directory",
                    errno.ENOTDIR: "a path through a file"}
-        self.reason = reasons.get(error.errno or 0, error.strerror or str(error))
-        self.missing = error.errno == errno.ENOENT
+        if isinstance(error, str):
+            self.reason, self.missing = error, False
+        else:
+            self.reason = reasons.get(error.errno or 0, error.strerror or str(error))
+            self.missing = error.errno == errno.ENOENT
         super().__init__(source, [("(file)", f"cannot read: {self.reason}")])
 
     def __str__(self) -> str:
@@ -451,9 +455,13 @@ def load(path: str | Path | None, judge: Callable[[str, os.stat_result], str | N
     path = config_file(path)
     if path is None:
         return Config()
-    try:
-        with open(path, "rb") as file:
+    try:  # O_NONBLOCK: a FIFO given as the config held up the start, and config check, for good
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as file:
             read = FileRead(str(path), os.fstat(file.fileno()))
+            if stat.S_ISDIR(read.stat.st_mode):
+                raise IsADirectoryError(errno.EISDIR, "Is a directory", str(path))
+            if not stat.S_ISREG(read.stat.st_mode):
+                raise ConfigUnreadable(str(path), "not a regular file (a FIFO, a socket or a device)")
             if judge is not None and (problem := judge(read.path, read.stat)):
                 raise ConfigUntrusted(read.path, problem)
             data = file.read()
@@ -466,8 +474,11 @@ def load(path: str | Path | None, judge: Callable[[str, os.stat_result], str | N
         raise ConfigError(str(path), [(f"line {line}", f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x}); save the file as UTF-8")]) from None
     try:
         raw = load_yaml(text)
+        return replace(from_mapping(raw, str(path)), read_from=read)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(file)"
         raise ConfigError(str(path), [(where, f"not valid YAML: {getattr(exc, 'problem', exc)}")]) from None
-    return replace(from_mapping(raw, str(path)), read_from=read)
+    except RecursionError:  # [[[...]]] 500 deep: a traceback, exit 1, from a 1 KB file
+        raise ConfigError(str(path), [("(file)", "nested too deeply to be a config (lists or mappings inside one "
+                                                 "another hundreds of levels down)")]) from None

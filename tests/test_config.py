@@ -152,6 +152,29 @@ def test_load_from_files(tmp_path):
         load(tmp_path / "missing.yaml")
 
 
+def test_a_config_that_is_no_file_or_nested_without_end_is_refused_in_a_line(tmp_path):
+    """A FIFO as the config held up the daemon's start and config check for good; a
+    directory was click's usage error (exit 2) where every other refused config exits
+    78; lists nested 500 deep (1 KB) ended both in a RecursionError's traceback."""
+    from tests.conftest import refused_start
+    from tests.ctl.test_cli import ctl
+
+    fifo, deep = tmp_path / "fifo.yaml", tmp_path / "deep.yaml"
+    os.mkfifo(fifo, 0o600)
+    deep.write_text("period_s: " + "[" * 500 + "]" * 500 + "\n")
+    deep.chmod(0o600)
+    for given, said in ((fifo, f"cannot read config {fifo}: not a regular file (a FIFO, a socket or a device); "
+                                "give --config the YAML file itself"),
+                         (tmp_path, f"cannot read config {tmp_path}: a directory; give --config the YAML file itself"),
+                         (deep, f"invalid config {deep}: (file): nested too deeply to be a config")):
+        r = refused_start(given, tmp_path / "d.sock", tmp_path / "state")
+        assert r.returncode == REFUSED and r.stderr.startswith(f"parlschedd: {said}"), r.stderr
+        assert len(r.stderr.splitlines()) == 1
+    for given, said in ((fifo, "not a regular file"), (deep, "nested too deeply")):
+        r = ctl("config", "check", str(given))
+        assert r.returncode == 1 and said in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
 def test_a_missing_config_file_is_not_called_invalid(tmp_path):
     """``parlschedd --config missing.yaml`` said "invalid config missing.yaml: (file):
     No such file or directory": there is no content to be invalid. It says it cannot
