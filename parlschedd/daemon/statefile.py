@@ -23,6 +23,7 @@ from parlschedd.host.base import PinRecord
 from parlschedd.host.errors import HostError, ThreadGone
 from parlschedd.host.state import StateDirBusy, StateNotOurs, lock_dir, read_state, write_state
 from parlschedd.hostcheck import state_dir_problem
+from parlschedd.kinds import is_integer
 
 log = structlog.get_logger("parlschedd")
 STATE_VERSION = 1
@@ -165,6 +166,9 @@ class StateFile:
         except (OSError, ValueError) as exc:
             self._set_aside(f"unreadable: {exc}")
             return []
+        except RecursionError:  # JSON nested 1500 deep: every start ended in a traceback
+            self._set_aside("unreadable: nested too deeply to be a state file")
+            return []
         if state is None:
             return []
         try:
@@ -271,10 +275,15 @@ def reattach(engine: Engine, saved: dict, now: float, proc_root: str) -> None:
     returns it) if its process still runs; else log why not."""
     try:
         pid = int(saved["pid"])
+        threads, caller = saved.get("threads"), saved.get("caller")
+        if not (threads is None or isinstance(threads, str)) or not (caller is None or is_integer(caller)):
+            # a damaged entry: a traceback, as for a bug, said it was one
+            raise ValueError(f"a damaged entry: threads {protocol.clip(repr(threads))}, caller "
+                             f"{protocol.clip(repr(caller))} (a regex and a uid, or null)")
         if procfs.process_start_time(pid, proc_root) != saved["start_time"]:
             raise ThreadGone(f"process {pid} is another than the one saved")  # that one has exited, its pid reused
-        engine.attach(pid, now, observe=bool(saved.get("observe")), threads=saved.get("threads"),
-                      descendants=bool(saved.get("descendants")), uid=saved.get("caller"))
+        engine.attach(pid, now, observe=bool(saved.get("observe")), threads=threads,
+                      descendants=bool(saved.get("descendants")), uid=caller)
         log.info("re-attached from the last run", pid=pid)
     except ThreadGone:  # not the errno of the read that found it gone
         log.info("previous target not re-attached", **_named(saved), reason="it has exited")

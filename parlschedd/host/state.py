@@ -77,8 +77,15 @@ def lock_dir(directory: str | os.PathLike[str]) -> int:
     StateDirBusy when another process holds it. A symbolic link at its path is not
     followed (ELOOP): the pid would be written into the file it names."""
     path = Path(directory) / "lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:  # NONBLOCK: a FIFO there would not hold up the start
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
+    except OSError as exc:  # said as "Too many levels of symbolic links", naming no file
+        if exc.errno == errno.ELOOP and os.path.islink(path):
+            raise OSError(errno.ELOOP, f"its lock file {path} is a symbolic link, not followed: remove it") from None
+        raise
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO's flock said "Invalid argument"
+            raise OSError(errno.EINVAL, f"its lock file {path} is not a regular file: remove it")
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         text = os.pread(fd, 32, 0).decode(errors="replace").strip()

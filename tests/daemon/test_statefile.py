@@ -189,7 +189,8 @@ def test_a_thread_someone_else_set_while_no_daemon_ran_is_left_and_handed_over(t
     "[1, 2]",
     '{"version": 2, "pinner": PINNER}',
     '{"version": 1, "pinner": PINNER, "placements": ["0"], "targets": []',
-], ids=["torn", "zeros", "not an object", "another version", "cut before its end"])
+    '{"version": 1, "x": ' + "[" * 1500 + "]" * 1500 + "}",  # a RecursionError: every start ended in a traceback
+], ids=["torn", "zeros", "not an object", "another version", "cut before its end", "nested without end"])
 def test_a_file_it_cannot_use_is_set_aside_and_nothing_in_it_done(tmp_path, engine, proc, text) -> None:
     """A torn write, a file of zeros (a crash before the data reached the disk),
     another version's file, one cut at its end: none of it is believed, not even a
@@ -337,7 +338,7 @@ def _exited_pid() -> int:
 
 
 @pytest.mark.parametrize("case", ["exited", "pid now another's", "no start time", "pid not a number",
-                                  "a kernel thread"])
+                                  "a kernel thread", "threads not a regex"])
 def test_a_saved_target_not_attached_again_is_said_with_why(engine, proc, case) -> None:
     """Each saved target not attached again is logged by its pid and start time as
     fields (a damaged value as its repr), and why: it exited (its pid free, or now
@@ -349,6 +350,8 @@ def test_a_saved_target_not_attached_again_is_said_with_why(engine, proc, case) 
         "no start time": ({"pid": proc.pid}, "'start_time'"),
         "pid not a number": ({"pid": "x", "start_time": start}, "invalid literal for int() with base 10: 'x'"),
         "a kernel thread": ({"pid": 2, "start_time": procfs.process_start_time(2)}, "is a kernel thread"),
+        # an AttributeError's traceback, as for a bug
+        "threads not a regex": ({"pid": proc.pid, "start_time": start, "threads": 5}, "a damaged entry: threads 5"),
     }[case]
     with structlog.testing.capture_logs() as logs:
         reattach(engine, saved, time.monotonic(), procfs.PROC_ROOT)
@@ -416,6 +419,24 @@ def test_a_state_dir_it_cannot_use_is_refused_in_one_line(tmp_path, case) -> Non
         StateFile(where).lock()
     assert str(refused.value).startswith(said) and "\n" not in str(refused.value)
     assert sorted(tmp_path.rglob("*")) == made, "no lock file made"
+
+
+@pytest.mark.parametrize("lock", ["a symbolic link", "a FIFO"])
+def test_a_lock_file_that_is_no_file_of_ours_is_named(tmp_path, lock) -> None:
+    """'cannot use state dir D: Too many levels of symbolic links' (or 'Invalid
+    argument' for a FIFO) named no file, and said not what to do."""
+    where = tmp_path / "state"
+    where.mkdir(mode=0o755)
+    if lock == "a FIFO":
+        os.mkfifo(where / "lock", 0o600)
+    else:
+        (where / "lock").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(StateDirUnusable) as refused:
+        StateFile(where).lock()
+    what = "a symbolic link, not followed" if lock == "a symbolic link" else "not a regular file"
+    assert str(refused.value).startswith(f"cannot use state dir {where}: its lock file {where / 'lock'} is {what}: "
+                                         "remove it"), str(refused.value)
+    assert not (tmp_path / "elsewhere").exists()
 
 
 def _fds() -> int:
