@@ -1625,3 +1625,15 @@ def test_a_daemon_whose_log_disk_filled_logs_again_once_it_has_room(tmp_path, wo
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+@pytest.mark.parametrize("option", ["--socket", "--state-dir"])
+def test_an_empty_path_for_the_socket_or_state_dir_is_a_usage_error(tmp_path, option):
+    """--socket '' bound the config's socket (/run/parlsched/parlschedd.sock, making
+    /run/parlsched) and --state-dir '' took the working directory, without a word."""
+    paths = {"--socket": str(tmp_path / "d.sock"), "--state-dir": str(tmp_path / "state"), option: ""}
+    words = [word for pair in paths.items() for word in pair]
+    r = subprocess.run([sys.executable, "-m", "parlschedd", "--config", str(tmp_path / "none.yaml"), *words],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and f"Invalid value for '{option}': an empty path" in r.stderr
+    assert list(tmp_path.iterdir()) == []
