@@ -173,7 +173,7 @@ def _reply(path: str, data: bytes) -> dict[str, Any]:
     speak the protocol (a JSON object with a boolean ``ok``)."""
     try:
         reply = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: [[[...]]] nested past the decoder's depth
         reply = None
     if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
         raise Unreachable(f"what listens on {path} is not parlschedd (it answered {bytes(data[:60])!r})")

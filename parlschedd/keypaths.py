@@ -48,10 +48,22 @@ class UniqueKeyLoader(yaml.SafeLoader):
 UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", UniqueKeyLoader.construct_yaml_int)
 
 
+class NestedTooDeeply(yaml.YAMLError):
+    """A document of lists or mappings nested hundreds deep, which the parser's
+    recursion cannot take: a RecursionError's traceback from a file of 1 KB."""
+
+    problem = "nested too deeply (lists or mappings inside one another hundreds of levels down)"
+    problem_mark = None
+
+
 def load_yaml(text: str) -> Any:
     """``text`` parsed by ``UniqueKeyLoader``; yaml.YAMLError (with ``problem_mark``, the
-    line) for a document that is not valid YAML or repeats a key."""
-    return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+    line) for a document that is not valid YAML or repeats a key, NestedTooDeeply for
+    one nested beyond the parser's recursion."""
+    try:
+        return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+    except RecursionError:
+        raise NestedTooDeeply() from None
 
 
 def _refuse_repeated_keys(loader: yaml.SafeLoader, root: yaml.Node) -> None:

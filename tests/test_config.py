@@ -166,7 +166,7 @@ def test_a_config_that_is_no_file_or_nested_without_end_is_refused_in_a_line(tmp
     for given, said in ((fifo, f"cannot read config {fifo}: not a regular file (a FIFO, a socket or a device); "
                                 "give --config the YAML file itself"),
                          (tmp_path, f"cannot read config {tmp_path}: a directory; give --config the YAML file itself"),
-                         (deep, f"invalid config {deep}: (file): nested too deeply to be a config")):
+                         (deep, f"invalid config {deep}: (file): not valid YAML: nested too deeply")):
         r = refused_start(given, tmp_path / "d.sock", tmp_path / "state")
         assert r.returncode == REFUSED and r.stderr.startswith(f"parlschedd: {said}"), r.stderr
         assert len(r.stderr.splitlines()) == 1

@@ -100,6 +100,9 @@ def load_params(path: str | Path) -> Fitted:
     except json.JSONDecodeError as exc:  # most often another input given as --params: the cluster, the CSV
         raise ParamsError(f"{source}:{exc.lineno}: not valid JSON: {exc.msg}; --params takes the file "
                           "`model fit --out` writes") from exc
+    except RecursionError:  # a traceback from a file of 6 KB
+        raise ParamsError(f"{source}: not a parameters file: nested too deeply (lists or objects inside one another "
+                          "hundreds of levels down)") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ParamsError(f"{source}: not a parameters file of format {FORMAT} (write one with `model fit --out`)")
     try:

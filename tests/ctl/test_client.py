@@ -150,8 +150,9 @@ def test_a_peer_that_closes_without_answering_is_unreachable(tmp_path):
 @pytest.mark.parametrize("sent, said", [
     (b"x" * 200_000, "is not parlschedd (it sent a line of more than 65536 bytes)"),
     (b'{"ok": true, "version"', "closed the connection in the middle of an answer (22 bytes without an end of line)"),
+    (b"[" * 30000 + b"]" * 2 + b"\n", "is not parlschedd (it answered b'[[["),  # a RecursionError's traceback
 ])
-def test_a_peer_that_sends_no_end_of_line_is_not_taken_for_a_daemon_that_closed(tmp_path, sent, said):
+def test_a_peer_whose_answer_is_not_parlschedds_is_said_so(tmp_path, sent, said):
     """200 KB and no newline, then a close, was "the daemon closed the connection
     without answering": it had answered, not as parlschedd does."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

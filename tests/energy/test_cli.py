@@ -168,6 +168,19 @@ def test_predictions_that_overflow_are_refused(params, tmp_path):
     assert r.exit_code == 1 and "no candidate's predicted energy is a finite number" in r.output  # not "inf Wh"
 
 
+def test_inputs_nested_without_end_are_refused_in_a_line(tmp_path):
+    """A cluster or parameters file of lists nested 3000 deep ended in a RecursionError's
+    traceback."""
+    params, cluster = tmp_path / "deep.json", tmp_path / "deep.yaml"
+    params.write_text('{"format": ' + "[" * 3000 + "]" * 3000 + "}")
+    cluster.write_text("nodes: " + "[" * 3000 + "]" * 3000 + "\n")
+    r = run("model", "predict", "--params", str(params))
+    assert r.exit_code == 1 and r.stderr == (f"parlschedctl model: {params}: not a parameters file: nested too deeply "
+                                             "(lists or objects inside one another hundreds of levels down)\n")
+    r = run("model", "fit", "--cluster", str(cluster), "--data", str(MEASUREMENTS_CSV))
+    assert r.exit_code == 1 and f"{cluster}: <file>: not valid YAML: nested too deeply" in r.stderr
+
+
 def test_energy_parameters_outside_the_constraints_are_refused_by_name(params, tmp_path):
     """R1-R3 (Powidle < Pow <= 1.5 TDP; master and switch <= 1.5 TDP), which a fit
     keeps, were not checked in a file: Powidle 1e6 W (TDP 225 W) predicted 60749 Wh."""
