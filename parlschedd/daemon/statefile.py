@@ -137,9 +137,10 @@ class StateFile:
     def save(self, engine: Engine, targets: list[dict] | None = None) -> None:
         """Write the pinner's records, the hand-attached targets (``targets``: the ones
         given, by default those of now), the threads handed over to someone else, the
-        rule matches left alone and the masks this run pins to (by which the next run
-        judges the records)."""
+        rule matches left alone, the masks this run pins to (by which the next run
+        judges the records) and the processes of the threads recorded (``processes``)."""
         state = {"version": STATE_VERSION, "pinner": engine.pinner.to_json(),
+                 "processes": processes(engine),
                  "targets": by_hand(engine) if targets is None else targets,
                  "handed_over": sorted([tid, start] for tid, start in engine.handed_over.items()),
                  "left_alone": sorted([pid, start] for pid, start in engine.left_alone.items()),
@@ -187,7 +188,7 @@ class StateFile:
         engine.keep_handed_over([*(saved if isinstance(saved, list) else ()),
                                  *([t, records[t].start_time] for t in report.kept)])
         born = _give_back_born_while_down(old, report.restored, records, engine.handed_over, placements,
-                                          state.get("saved_at"), engine.proc_root)
+                                          state.get("saved_at"), _saved_processes(state), engine.proc_root)
         if report.restored or report.gone or report.failed or report.kept or born:
             log.info("recovered from previous run", restored=len(report.restored), gone=len(report.gone),
                      failed=len(report.failed), left_as_set_by_someone_else=len(report.kept), born_while_down=born)
@@ -218,28 +219,67 @@ class StateFile:
         log.error(f"state file unusable, {what}; kept for an administrator", path=str(aside), why=why)
 
 
+def processes(engine: Engine) -> list[list]:
+    """Each process with threads the pinner holds, as [pid, start time, [those tids]]:
+    the next run, after a crash, gives back the threads they made while no daemon ran
+    even when every one of them has ended since (their successors carry their pins)."""
+    by_process: dict[int, list[int]] = {}
+    for target in engine.targets.values():
+        for tid, th in target.threads.items():
+            if tid in engine.pinner.records:
+                by_process.setdefault(th.process or target.pid, []).append(tid)
+    saved = []
+    for pid, tids in sorted(by_process.items()):
+        if (start := engine.start_time(pid)) is not None:
+            saved.append([pid, start, sorted(tids)])
+    return saved
+
+
+def _saved_processes(state: dict) -> list[tuple[int, int, list[int]]]:
+    """The state's ``processes`` as written; what is not (a file written before it
+    kept them, or damaged) is left out: its threads' processes are found from the
+    threads restored alone."""
+    saved = state.get("processes")
+    if not isinstance(saved, list):
+        return []
+    return [(pid, start, tids) for pid, start, tids in (e for e in saved if isinstance(e, list) and len(e) == 3)
+            if is_integer(pid) and is_integer(start) and isinstance(tids, list) and all(map(is_integer, tids))]
+
+
 def _give_back_born_while_down(pinner: Pinner, restored: Sequence[int], records: Mapping[int, PinRecord],
                                theirs: Mapping[int, int], placements: frozenset[frozenset[int]] | None,
-                               since: object, proc_root: str) -> int:
+                               since: object, saved: Sequence[tuple[int, int, list[int]]], proc_root: str) -> int:
     """Threads created while no daemon ran by a thread the last run had pinned carry
     its pin, and the state file knows nothing of them; adopted with it, they would
-    keep it for good. So each process of a thread just ``restored`` is listed, and
-    its threads born since the state was saved (``since``, its ``saved_at``) with a
-    mask the last run pinned to (``placements``) get the process's own mask back: its
-    main thread's original (``records``: the last run's), else the one original all
-    its restored threads share. Threads handed over to someone else (``theirs``: tid ->
-    start time) keep theirs. Returns how many were given back: none from a file that
-    does not say when it was saved or what it pinned to."""
+    keep it for good. So each process of a thread just ``restored``, and each process
+    ``saved`` (pid, start time, its recorded tids) that still runs, whose recorded
+    threads may all have ended, is listed, and its threads born since the state was
+    saved (``since``, its ``saved_at``) with a mask the last run pinned to
+    (``placements``) get the process's own mask back: its main thread's original
+    (``records``: the last run's), else the one original all its recorded threads
+    share. Left as they are: one with the mask of a thread of its process the last
+    run did not manage (born before ``since`` and not recorded: left out by a thread
+    filter, or someone else's), which may have made it (on one domain, a free thread's
+    mask is every CPU, as an unmanaged thread's is); those handed over to someone else
+    (``theirs``: tid -> start time). Returns how many were given back: none from a file
+    that does not say when it was saved or what it pinned to."""
     if not isinstance(since, int) or placements is None:
         return 0
-    processes: dict[int, set[frozenset[int]]] = {}
+    recorded_in: dict[int, set[int]] = {}
     for tid in restored:
         try:
-            processes.setdefault(procfs.thread_group(tid, proc_root), set()).add(records[tid].original)
+            recorded_in.setdefault(procfs.thread_group(tid, proc_root), set()).add(tid)
         except (HostError, ValueError):
             continue  # gone since
+    for pid, start, tids in saved:
+        try:
+            if procfs.process_start_time(pid, proc_root) == start:
+                recorded_in.setdefault(pid, set()).update(t for t in tids if t in records)
+        except HostError:
+            continue  # exited, its threads with it
     given = 0
-    for pid, shared in processes.items():
+    for pid, recorded in recorded_in.items():
+        shared = {records[t].original for t in recorded}
         base = records[pid].original if pid in records else next(iter(shared)) if len(shared) == 1 else None
         if base is None:
             continue  # no one mask is the process's own
@@ -247,13 +287,23 @@ def _give_back_born_while_down(pinner: Pinner, restored: Sequence[int], records:
             tids = procfs.list_tids(pid, proc_root)
         except HostError:
             continue
+        unmanaged: set[frozenset[int]] = set()  # the masks of threads the last run did not manage
+        born: list[tuple[int, int, frozenset[int]]] = []
         for tid in tids:
             if tid in records:
                 continue
             try:
-                start = procfs.thread_start_time(tid, proc_root)
-                if start < since or theirs.get(tid) == start or not pinner.pinned_by_last_run(tid, pinner.mask_of(tid)):
-                    continue
+                start, mask = procfs.thread_start_time(tid, proc_root), pinner.mask_of(tid)
+            except (HostError, ValueError):
+                continue  # gone
+            if start < since:
+                unmanaged.add(mask)
+            elif theirs.get(tid) != start and pinner.pinned_by_last_run(tid, mask):
+                born.append((tid, start, mask))
+        for tid, start, mask in born:
+            if mask in unmanaged:
+                continue
+            try:
                 pinner.adopt(tid, start, base)
                 pinner.restore(tid)
             except (HostError, ValueError):
