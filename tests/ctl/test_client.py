@@ -132,18 +132,26 @@ def test_a_full_listen_queue_is_waited_on_not_a_failure(tmp_path):
         s.close()
 
 
-def test_a_peer_that_closes_without_answering_is_unreachable(tmp_path):
+def answers_once(path: str, sent: bytes) -> None:
+    """A peer at ``path`` that reads one request, sends ``sent`` and closes."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(tmp_path / "t"))
+    listener.bind(path)
     listener.listen(1)
 
-    def close_at_once() -> None:
-        conn, _ = listener.accept()
-        conn.recv(100)
-        conn.close()
+    def run() -> None:
+        with listener:
+            conn, _ = listener.accept()
+        with conn:
+            conn.recv(100)
+            with contextlib.suppress(OSError):  # the client may stop reading first
+                conn.sendall(sent)
 
-    threading.Thread(target=close_at_once, daemon=True).start()
-    with listener, pytest.raises(client.Unreachable, match="closed the connection"):
+    threading.Thread(target=run, daemon=True).start()
+
+
+def test_a_peer_that_closes_without_answering_is_unreachable(tmp_path):
+    answers_once(str(tmp_path / "t"), b"")
+    with pytest.raises(client.Unreachable, match="^the daemon closed the connection without answering$"):
         client.request(str(tmp_path / "t"), "ping", timeout=5)
 
 
@@ -155,19 +163,8 @@ def test_a_peer_that_closes_without_answering_is_unreachable(tmp_path):
 def test_a_peer_whose_answer_is_not_parlschedds_is_said_so(tmp_path, sent, said):
     """200 KB and no newline, then a close, was "the daemon closed the connection
     without answering": it had answered, not as parlschedd does."""
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(tmp_path / "t"))
-    listener.listen(1)
-
-    def send_and_close() -> None:
-        conn, _ = listener.accept()
-        conn.recv(100)
-        with contextlib.suppress(OSError):  # the client may stop reading first
-            conn.sendall(sent)
-        conn.close()
-
-    threading.Thread(target=send_and_close, daemon=True).start()
-    with listener, pytest.raises(client.Unreachable) as e:
+    answers_once(str(tmp_path / "t"), sent)
+    with pytest.raises(client.Unreachable) as e:
         client.request(str(tmp_path / "t"), "ping", timeout=5)
     assert f"what listens on {tmp_path / 't'} " in str(e.value) and said in str(e.value)
 

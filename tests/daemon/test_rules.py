@@ -121,6 +121,12 @@ def test_a_rule_with_a_cgroup_and_a_name_matches_only_the_named_in_the_cgroup(tm
                 d.stop()
 
 
+def daemon_with_rule(tmp_path, tag: str):
+    """A real daemon whose one rule matches ``tag`` by name, rescanning every 0.1 s."""
+    (tmp_path / "parlschedd.yaml").write_text(f"period_s: 0.05\nrescan_s: 0.1\ntargets:\n  - name: '{tag}'\n")
+    return start_daemon(tmp_path)
+
+
 def test_a_match_detached_by_hand_is_attached_again_once_it_exits(tmp_path):
     """detach of a process a rule matches holds only while that process lives: once it
     has exited (and rescans saw it gone), a new process the rule matches is attached,
@@ -128,9 +134,8 @@ def test_a_match_detached_by_hand_is_attached_again_once_it_exits(tmp_path):
     alone every later process given that pid while the daemon runs; a new process with
     another pid could not show it, the record being of the pid."""
     tag = f"parlsched-exit-{uuid.uuid4().hex[:8]}"
-    (tmp_path / "parlschedd.yaml").write_text(f"period_s: 0.05\nrescan_s: 0.1\ntargets:\n  - name: '{tag}'\n")
     first = tagged_sleeper(tag)
-    d = start_daemon(tmp_path)
+    d = daemon_with_rule(tmp_path, tag)
     try:
         with killed_at_end(first):
             wait_for(lambda: first.pid in target_pids(d))
@@ -157,9 +162,8 @@ def test_a_match_attached_by_hand_is_left_alone_once_detached_as_the_rules_own(t
     detached: the reply said no rule applied, and the rule attached it back at the
     next rescan; it cannot be let go but by changing the rule."""
     tag = f"parlsched-hand-{uuid.uuid4().hex[:8]}"
-    (tmp_path / "parlschedd.yaml").write_text(f"period_s: 0.05\nrescan_s: 0.1\ntargets:\n  - name: '{tag}'\n")
     matched = tagged_sleeper(tag)
-    d = start_daemon(tmp_path)
+    d = daemon_with_rule(tmp_path, tag)
     try:
         with killed_at_end(matched):
             wait_for(lambda: matched.pid in target_pids(d))
@@ -172,6 +176,12 @@ def test_a_match_attached_by_hand_is_left_alone_once_detached_as_the_rules_own(t
                 assert matched.pid not in target_pids(d), "left alone while it lives"
     finally:
         d.stop()
+
+
+def detach_by_hand(engine, pid: int) -> None:
+    """As the daemon's detach of a rule's match: restored, and left alone while it lives."""
+    engine.detach(pid)
+    engine.left_alone[pid] = procfs.process_start_time(pid)
 
 
 def test_a_match_left_alone_whose_pid_comes_back_as_another_process_is_attached(kill_after):
@@ -188,8 +198,7 @@ def test_a_match_left_alone_whose_pid_comes_back_as_another_process_is_attached(
     with _released(*_engine()) as engine:
         rules.rescan(engine, (rule,), time.monotonic())
         assert set(engine.targets) == {first.pid}
-        engine.detach(first.pid)
-        engine.left_alone[first.pid] = procfs.process_start_time(first.pid)  # as the daemon's detach records it
+        detach_by_hand(engine, first.pid)
         rules.rescan(engine, (rule,), time.monotonic())
         assert engine.targets == {}, "the process detached by hand is left alone"
         rules.rescan(engine, (TargetRule(name=f"{tag}-another"),), time.monotonic())  # a reload: it matches no rule
@@ -201,7 +210,6 @@ def test_a_match_left_alone_whose_pid_comes_back_as_another_process_is_attached(
         again = kill_after(tagged_sleeper(tag, pid=first.pid))
         rules.rescan(engine, (rule,), time.monotonic())
         assert set(engine.targets) == {again.pid} == {first.pid}
-
 
 
 def test_a_jobs_children_that_the_rule_matches_go_with_the_job(kill_after):
@@ -221,8 +229,7 @@ def test_a_jobs_children_that_the_rule_matches_go_with_the_job(kill_after):
         with _released(*_engine()) as engine:
             rules.rescan(engine, (rule,), time.monotonic())
             assert set(engine.targets) == {job.pid}
-            engine.detach(job.pid)
-            engine.left_alone[job.pid] = procfs.process_start_time(job.pid)  # as the daemon's detach records it
+            detach_by_hand(engine, job.pid)
             rules.rescan(engine, (rule,), time.monotonic())
             assert engine.targets == {}, "the job's children are let go with it"
             engine.left_alone.clear()  # the record gone: the rule matches the job and its children again
