@@ -127,6 +127,15 @@ def daemon_with_rule(tmp_path, tag: str):
     return start_daemon(tmp_path)
 
 
+def assert_left_alone(d, tag: str, pid: int) -> None:
+    """``pid``, which the daemon's rule matches by ``tag``, is not attached by the rescans
+    that go on: a new process the rule matches (the witness) is."""
+    witness = tagged_sleeper(tag)
+    with killed_at_end(witness):
+        assert wait_for(lambda: witness.pid in target_pids(d))
+        assert pid not in target_pids(d), "left alone while it lives"
+
+
 def test_a_match_detached_by_hand_is_attached_again_once_it_exits(tmp_path):
     """detach of a process a rule matches holds only while that process lives: once it
     has exited (and rescans saw it gone), a new process the rule matches is attached,
@@ -143,10 +152,7 @@ def test_a_match_detached_by_hand_is_attached_again_once_it_exits(tmp_path):
                                   text=True, env={**os.environ, "PARLSCHED_SOCKET": d.socket}, timeout=30)
             assert said.returncode == 0 and said.stdout.splitlines()[-1] == (  # the user is told, not only the log
                 "config rule 0 matches it: left alone until it exits (attach it to manage it again)"), said
-            witness = tagged_sleeper(tag)  # attached by a rescan after the detach
-            with killed_at_end(witness):
-                assert wait_for(lambda: witness.pid in target_pids(d))
-                assert first.pid not in target_pids(d), "left alone while it lives"
+            assert_left_alone(d, tag, first.pid)
         witness = tagged_sleeper(tag)  # attached by a rescan after the exit, which saw it gone
         with killed_at_end(witness):
             assert wait_for(lambda: witness.pid in target_pids(d))
@@ -170,10 +176,7 @@ def test_a_match_attached_by_hand_is_left_alone_once_detached_as_the_rules_own(t
             assert d.request("detach", pid=matched.pid)["rule"] == 0
             assert d.request("attach", pid=matched.pid)["target"]["rule"] is None  # by hand
             assert d.request("detach", pid=matched.pid)["rule"] == 0, "the rule that now leaves it alone"
-            witness = tagged_sleeper(tag)  # attached by a rescan after the detach: the rescans go on
-            with killed_at_end(witness):
-                assert wait_for(lambda: witness.pid in target_pids(d))
-                assert matched.pid not in target_pids(d), "left alone while it lives"
+            assert_left_alone(d, tag, matched.pid)
     finally:
         d.stop()
 
