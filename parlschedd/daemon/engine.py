@@ -124,7 +124,7 @@ class Engine:
         except ThreadGone:
             raise EngineError("no_such_process", f"no process with pid {pid}{self._thread_hint(pid)}") from None
         try:
-            owner = procfs.process_uids(pid, self.proc_root).real
+            owner = procfs.process_uids(pid, self.proc_root).owner
             stat = procfs.process_stat(pid, self.proc_root)
             name = stat.comm
             if uid not in (None, 0) and uid != owner:  # before already_attached: no leak of who is managed
@@ -300,7 +300,7 @@ class Engine:
 
     def _owner(self, pid: int) -> int | None:
         try:
-            return procfs.process_uids(pid, self.proc_root).real
+            return procfs.process_uids(pid, self.proc_root).owner
         except HostError:
             return None
 
@@ -398,6 +398,8 @@ class Engine:
                 log.exception("rescan failed for target", pid=target.pid, step=step.__name__)
 
     def _resync(self, target: Target, now: float) -> None:
+        if not self._owned_as_before(target):
+            return
         if follow_cpuset(target, self.allowed, self._every_cpu):  # it learns afresh on the CPUs allowed now
             target.scheduler = self._scheduler(target.pid, target.cpus)
         if target.observe:
@@ -413,6 +415,24 @@ class Engine:
         for tid in drift.overridden:
             if not self._exec_carried(target, tid, now):
                 self._hand_over(target, tid)
+
+    def _owned_as_before(self, target: Target) -> bool:
+        """Follow a change of the process's owner (setuid(2), an exec of a setuid
+        program): requests and ``status`` go by its owner now, and a target a non-root
+        user attached that is no longer that user's is detached, its threads restored:
+        the user went on placing (and seeing) a process that had become root's, and
+        its new owner could neither see nor detach it. False when it was detached."""
+        owner = self._owner(target.pid)
+        if owner is None or owner == target.uid:
+            return True  # exited: the period drops it
+        if target.caller is not None and owner != target.caller:
+            self.detach(target.pid, reason=f"its owner changed to uid {owner}: no longer the uid {target.caller}'s "
+                                           "that attached it")
+            return False
+        log.info("target's owner changed", pid=target.pid, uid=owner, was=target.uid)
+        target.uid = owner
+        self.on_change()
+        return True
 
     def refilter(self, now: float) -> None:
         """Adopt the threads a thread filter left out whose name matches it now: a

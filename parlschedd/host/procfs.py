@@ -82,6 +82,13 @@ class Uids:
     saved: int
     fs: int
 
+    @property
+    def owner(self) -> int:
+        """Whose process this is to place: its uid where real, effective and saved
+        agree, else root's (a setuid program, or root's with privileges set aside for a
+        while: a user may not manage it, as the kernel lets it not ptrace it)."""
+        return self.real if self.real == self.effective == self.saved else 0
+
 
 def parse_stat(text: str) -> Stat:
     """Parse a stat line. comm sits in parentheses and may itself contain ``)`` and

@@ -337,6 +337,47 @@ def test_a_target_that_exited_is_named_as_such_only_to_its_owner_and_root(kill_a
 
 
 @needs_root
+def test_a_users_target_whose_process_becomes_roots_is_let_go(kill_after, monkeypatch) -> None:
+    """The owner was read at attach alone: a process a user attached that became root's
+    (it exec'd a setuid program) stayed that user's target, its threads placed and
+    shown to the user, detached by the user. At the next rescan it is detached and
+    its threads restored. The change of uid is put into the reading of
+    /proc/PID/status (a real one needs a setuid program the test user can run); the
+    process, its threads and their masks are real."""
+    user = 65534
+    proc = kill_after(sleepy(3, user=user))
+    real, now_reads = procfs.process_uids, {}
+    monkeypatch.setattr(procfs, "process_uids", lambda pid, root=procfs.PROC_ROOT: now_reads.get(pid) or real(pid, root))
+    engine, counters = _pin_engine()
+    with _released(engine, counters):
+        before = masks(tids_of(proc.pid))
+        engine.attach(proc.pid, time.monotonic(), uid=user)
+        _ticks(engine, 3)
+        assert masks(tids_of(proc.pid)) != before, "pinned"
+        now_reads[proc.pid] = procfs.Uids(real=user, effective=0, saved=0, fs=0)  # a setuid-root program's
+        engine.resync(time.monotonic())
+        assert proc.pid not in engine.targets and masks(tids_of(proc.pid)) == before
+
+
+@needs_root
+def test_a_roots_target_whose_process_becomes_a_users_is_that_users(kill_after, monkeypatch) -> None:
+    """A process root attached that dropped to a user (setuid(2)): its owner could not
+    see or detach it, and was told it was "managed as a descendant of another user's
+    target". From the next rescan it is that user's (the uid read faked as above)."""
+    user = 65534
+    proc = kill_after(sleepy(2))
+    real, now_reads = procfs.process_uids, {}
+    monkeypatch.setattr(procfs, "process_uids", lambda pid, root=procfs.PROC_ROOT: now_reads.get(pid) or real(pid, root))
+    engine, counters = _pin_engine()
+    with _released(engine, counters):
+        engine.attach(proc.pid, time.monotonic(), uid=0)
+        now_reads[proc.pid] = procfs.Uids(real=user, effective=user, saved=user, fs=user)
+        engine.resync(time.monotonic())
+        assert engine.targets[proc.pid].uid == user
+        assert engine.detach(proc.pid, uid=user) >= 0 and proc.pid not in engine.targets
+
+
+@needs_root
 def test_an_exit_is_described_by_the_most_threads_managed_not_the_last(workload) -> None:
     """Threads that end one by one before their process are dropped as they go; the
     refusal names the most the target had at once (here the main thread and three

@@ -124,6 +124,18 @@ def test_parse_uids_needs_the_uid_line() -> None:
         procfs.parse_uids("Name:\tx\n")
 
 
+@pytest.mark.parametrize("uids, owner", [
+    ((1001, 1001, 1001, 1001), 1001),
+    ((1001, 0, 0, 0), 0),           # a setuid-root program a user started
+    ((0, 1001, 0, 1001), 0),        # root's, its privileges set aside for a while
+    ((1001, 1001, 0, 1001), 0),     # one that may take root back (saved uid 0)
+])
+def test_the_owner_is_the_uid_only_where_real_effective_and_saved_agree(uids, owner) -> None:
+    """A setuid child's real uid is its user's: --descendants managed it for that user,
+    though the kernel lets the user neither ptrace it nor count it with perf."""
+    assert Uids(*uids).owner == owner
+
+
 @pytest.mark.parametrize("children_files", [True, False], ids=["children-files", "ppid-scan"])
 def test_children_and_descendants(fake_proc: FakeProc, children_files: bool) -> None:
     tree = {10: 1, 11: 10, 12: 10, 13: 11, 14: 13, 20: 1}
