@@ -20,7 +20,10 @@ import numpy as np
 import psutil
 import structlog
 
-from prometheus_client import CollectorRegistry, Histogram, ProcessCollector, start_http_server
+from socketserver import ThreadingMixIn
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, Histogram, ProcessCollector, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
@@ -98,6 +101,60 @@ class EngineCollector(Collector):
         yield info
 
 
+# prometheus_client's own server takes every connection in a thread of its own and
+# waits on each for good: anyone on the host who could reach the port (no socket group
+# is asked) held thousands of idle connections, each a thread and a file descriptor,
+# until the daemon had none left for its control socket and /proc. A scrape takes
+# milliseconds; a connection past these, or silent this long, is closed.
+MAX_SCRAPES = 8
+SCRAPE_TIMEOUT_S = 10.0
+
+
+class _Handler(WSGIRequestHandler):
+    timeout = SCRAPE_TIMEOUT_S  # StreamRequestHandler: the connection's socket timeout
+
+    def log_message(self, format: str, *args: object) -> None:
+        """No line on stderr per request, as prometheus_client's own handler."""
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    """A thread a scrape, MAX_SCRAPES at once: one more is closed unread."""
+
+    daemon_threads = True
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        self.slots = threading.BoundedSemaphore(MAX_SCRAPES)
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request: socket.socket, client_address: tuple) -> None:
+        if not self.slots.acquire(blocking=False):
+            log.debug("metrics connection refused: as many scrapes in progress as served at once",
+                      client=":".join(map(str, client_address[:2])), most=MAX_SCRAPES)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: socket.socket, client_address: tuple) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+
+def _serve(host: str, port: int, registry: CollectorRegistry) -> WSGIServer:
+    """The endpoint's server on ``host`` (an IPv4 or IPv6 address) and ``port``, serving
+    from a thread of its own."""
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+    server_class = type("_ServerOfFamily", (_Server,), {"address_family": family})
+    server = make_server(host, port, make_wsgi_app(registry), server_class=server_class, handler_class=_Handler)
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    return server
+
+
 class Metrics:
     """The registry, the loop histogram and the HTTP listener."""
 
@@ -112,7 +169,7 @@ class Metrics:
 
     def listen(self, address: str) -> None:
         host, port = _host_port(address)
-        self.server, self.thread = start_http_server(port, addr=host, registry=self.registry)
+        self.server = _serve(host, port, self.registry)
         self.server.handle_error = _request_failed  # a log line, not socketserver's traceback on stderr
 
     @property
@@ -160,8 +217,8 @@ def _request_failed(request: object, client_address: tuple) -> None:
     check, a scrape cut by its timeout)."""
     exc = sys.exc_info()[1]
     client = ":".join(map(str, client_address[:2]))
-    if isinstance(exc, ConnectionError):  # reset, broken pipe: the client's doing
-        log.debug("metrics client went away", client=client, error=str(exc))
+    if isinstance(exc, ConnectionError | TimeoutError):  # reset, broken pipe, silent: the client's doing
+        log.debug("metrics client went away", client=client, error=str(exc) or type(exc).__name__)
     else:
         log.error("metrics request failed", client=client, exc_info=True)
 

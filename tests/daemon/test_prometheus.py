@@ -11,6 +11,7 @@ import struct
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -324,3 +325,44 @@ def test_metrics_refused_by_the_units_address_families_say_which_drop_in_to_add(
     assert proc.returncode == REFUSED, proc.stderr
     assert ("metrics: cannot listen on 127.0.0.1: Address family not supported by protocol (a kernel without IPv6, "
             "for an IPv6 address?)") in proc.stderr and "systemctl edit" not in proc.stderr
+
+
+@needs_root
+def test_idle_connections_to_the_metrics_port_are_bounded(tmp_path):
+    """prometheus_client's server gave each connection a thread and waited on it for
+    good: any local user (no socket group asked) held thousands of idle connections,
+    the daemon ran out of file descriptors and root's parlschedctl got "did not answer
+    within 10 s". At most MAX_SCRAPES are served at once, the next closed unread, and
+    the daemon's own threads stay bounded; the endpoint serves again once they go."""
+    from parlschedd.daemon.prometheus import MAX_SCRAPES
+
+    port = free_port()
+    (tmp_path / "parlschedd.yaml").write_text(f"period_s: 0.05\nmetrics: '127.0.0.1:{port}'\n")
+    d = start_daemon(tmp_path)
+    idle = []
+    try:
+        threads_before = len(os.listdir(f"/proc/{d.proc.pid}/task"))
+        for _ in range(4 * MAX_SCRAPES):
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(b"GET /metrics HTTP/1.1\r\n")  # a request never finished
+            idle.append(s)
+        wait_for(lambda: len(os.listdir(f"/proc/{d.proc.pid}/task")) == threads_before + MAX_SCRAPES)
+        time.sleep(0.3)
+        assert len(os.listdir(f"/proc/{d.proc.pid}/task")) == threads_before + MAX_SCRAPES
+        with pytest.raises((ConnectionError, urllib.error.URLError)):
+            scrape(port)
+        assert d.request("status")["daemon"]["pid"] == d.proc.pid  # the control socket answers on
+    finally:
+        for s in idle:
+            s.close()
+    try:
+        assert wait_for(lambda: _scrapes(port))
+    finally:
+        d.stop()
+
+
+def _scrapes(port: int) -> bool:
+    try:
+        return "parlsched_managed_threads" in scrape(port)
+    except (ConnectionError, urllib.error.URLError):
+        return False
