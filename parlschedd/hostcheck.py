@@ -78,7 +78,7 @@ def refusals(cfg: Config, socket_path: str | None = None, sysfs: str = "/sys",
         found.append(Finding("socket.group", f"{exc}; create it (systemd-sysusers parlsched.sysusers.conf) "
                                              "or set socket.group: null"))
     path = socket_path or cfg.socket.path
-    if problem := socket_path_problem(path, state_dir):
+    if problem := socket_path_problem(path, state_dir, euid):
         found.append(Finding("socket.path" if path == cfg.socket.path else "--socket", problem))
     try:
         read_topology(sysfs, cpus=cfg.cpus).domains(cfg.domains)
@@ -130,16 +130,22 @@ def state_dir_problem(path: str, euid: int = 0) -> str | None:
     return f"state dir {path}: {problem}: {why}; {fix(path, euid)}, or choose another --state-dir"
 
 
-def socket_path_problem(path: str, state_dir: str | None = None) -> str | None:
+def socket_path_problem(path: str, state_dir: str | None = None, euid: int = 0) -> str | None:
     """Why the daemon could not make its control socket at ``path``, or None: too long
-    for any host; or it would have to make more than the socket's own directory
-    (/run/parlsched), not that directory's parents (but for its ``state_dir``, made
-    first: a socket dir inside it is fine); or a file other than a dead
-    daemon's socket is there, which it does not replace. A path this user may not look
-    into is not judged: config check may run as another user than the daemon, and
-    the daemon's own attempt to make the socket then says what is wrong."""
+    for any host; or a directory on its path that someone other than root or the
+    daemon's user (``euid``) may write (as the state dir's: they could put a socket of
+    their own in its place, which root's parlschedctl would then talk to, or a link
+    the daemon's chown would follow); or it would have to make more than the socket's
+    own directory (/run/parlsched), not that directory's parents (but for its
+    ``state_dir``, made first: a socket dir inside it is fine); or a file other than a
+    dead daemon's socket is there, which it does not replace. A path this user may not
+    look into is not judged: config check may run as another user than the daemon,
+    and the daemon's own attempt to make the socket then says what is wrong."""
     if too_long := socket_path_too_long(path):
         return too_long
+    if on_path := untrusted_on_path(path, trusted_owners(euid)):
+        return (f"{on_path.said()}: whoever may write there may put a socket of their own in its place and read "
+                f"what clients send; {_fix(on_path, euid)}, or choose another socket path")
     folder = Path(path).parent
     try:
         if folder.exists() and not folder.is_dir():

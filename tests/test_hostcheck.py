@@ -46,6 +46,26 @@ def test_socket_paths_the_daemon_cannot_use(tmp_path):
     assert not (tmp_path / "typo").exists() and (tmp_path / "a-file").read_text() == "keep me\n"
 
 
+@needs_root
+def test_a_socket_in_a_directory_others_may_write_is_refused(tmp_path):
+    """--socket in a user's directory was taken: that user could remove the socket and
+    put a listener of their own there (root's parlschedctl then talked to it, sending it
+    its requests), and the daemon's chmod and chown by the socket's path would follow a
+    link put there meanwhile. Refused as a state dir others may write is, before
+    anything is made; a sticky directory of root's (/tmp) is fine."""
+    users = _made(tmp_path / "users", 0o755, NOBODY)
+    said = socket_path_problem(str(users / "d.sock"))
+    assert said == (f"directory {users} on its path: {NOT_ROOTS}: whoever may write "
+                    f"there may put a socket of their own in its place and read what clients send; chown root: {users} "
+                    "&& chmod go-w " + f"{users}, or choose another socket path")
+    config = tmp_path / "cfg.yaml"
+    config.write_text("period_s: 0.05\n")
+    proc = refused_start(config, users / "d.sock", tmp_path / "state")
+    assert (proc.returncode, proc.stderr) == (REFUSED, f"parlschedd: --socket: {said}\n")
+    assert list(users.iterdir()) == [] and not (tmp_path / "state").exists()
+    assert socket_path_problem(str(_made(tmp_path / "sticky", 0o1777) / "d.sock")) is None
+
+
 def test_a_socket_dir_inside_the_state_dir_the_daemon_makes_first(tmp_path):
     """--state-dir run and --socket run/sock.d/ctl.sock: the daemon makes run (the state
     dir) before the socket's own directory, so this is no missing parent; its start

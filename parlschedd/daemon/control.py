@@ -92,7 +92,7 @@ class ControlSocket:
         daemon's), make its own directory, and clear a dead daemon's socket: at the
         start, and when the socket was removed under the daemon."""
         path = self.path
-        if problem := socket_path_problem(path, self.state_dir):  # before any directory is made for it
+        if problem := socket_path_problem(path, self.state_dir, os.geteuid()):  # before any directory is made for it
             raise SocketUnusable(f"cannot use control socket path {path}: {problem}")
         try:
             Path(path).parent.mkdir(exist_ok=True, mode=0o755)
@@ -118,7 +118,9 @@ class ControlSocket:
     def open(self, gid: int | None) -> None:
         path = self.path
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-        umask = os.umask(0o177)  # no moment with a wider mode than the config's
+        # made with the config's mode (no chmod by its path after: a link put there meanwhile
+        # would pass the mode to the file it names), its group then set on the path itself
+        umask = os.umask(0o777 & ~self.settings.mode)
         try:
             sock.bind(path)
         except OSError as exc:
@@ -127,9 +129,8 @@ class ControlSocket:
         finally:
             os.umask(umask)
         try:
-            os.chmod(path, self.settings.mode)
             if gid is not None:
-                os.chown(path, 0, gid)
+                os.chown(path, 0, gid, follow_symlinks=False)
         except OSError as exc:
             sock.close()
             os.unlink(path)  # not left at the path as if it were another daemon's
