@@ -61,6 +61,9 @@ class RuleMatcher:
                 why = ("its rule's observe, threads or descendants changed: attached again as it says" if pid in wanted
                        else "no config rule matches it any more")
                 engine.detach(pid, again=pid in wanted, reason=why)  # restored; attached again below when a rule still wants it
+            elif self._claimed_by_ancestor(pid, engine):  # matched before its parent was: the parent's now
+                engine.detach(pid, reason="an ancestor the rules manage with its descendants, or one detached by "
+                                          "hand, holds it")
             else:
                 target.rule = wanted[pid]  # the same settings, perhaps at another place in a reloaded config
         for left_alone in (engine.left_alone, self.failed):

@@ -244,6 +244,38 @@ def test_a_jobs_children_that_the_rule_matches_go_with_the_job(kill_after):
                 os.kill(pid, 9)
 
 
+def test_a_child_matched_before_its_job_goes_to_the_job_once_the_job_is_matched(kill_after):
+    """A child that a rule matched (a target of its own) before its parent was matched
+    (moved into the rule's cgroup later, or a reload) stayed a target of its own beside
+    the parent's target with descendants, and stayed pinned after a hand detach of the
+    parent. The rescan after the parent's attach hands it to the parent; a hand detach
+    of the parent lets it go too. Real RuleMatcher and engine, rescanned by hand."""
+    tag, child_tag = (f"parlsched-{what}-{uuid.uuid4().hex[:8]}" for what in ("job", "child"))
+    child = f"{sys.executable} -c 'import time; time.sleep(60)' {tag} \"$CHILD_TAG\""  # the job's own line lacks it
+    job = kill_after(subprocess.Popen(["sh", "-c", f"{child} & wait", tag], env={**os.environ, "CHILD_TAG": child_tag}))
+    [kid] = wait_for(lambda: (kids := procfs.descendants(job.pid)) and len(kids) == 1
+                     and child_tag.encode() in open(f"/proc/{kids[0]}/cmdline", "rb").read() and kids)
+    rules = matcher()
+    try:
+        with _released(*_engine()) as engine:
+            rules.rescan(engine, (TargetRule(name=child_tag),), time.monotonic())
+            assert set(engine.targets) == {kid}
+            both = (TargetRule(name=tag),)  # a reload: the rule now matches the job and the child
+            rules.rescan(engine, both, time.monotonic())
+            assert set(engine.targets) == {job.pid, kid}
+            rules.rescan(engine, both, time.monotonic())
+            assert set(engine.targets) == {job.pid}, "the child is the job's descendant now"
+            engine.detach(job.pid)
+            rules.rescan(engine, (TargetRule(name=child_tag),), time.monotonic())  # the child a target again
+            assert set(engine.targets) == {kid}
+            engine.left_alone[job.pid] = procfs.process_start_time(job.pid)  # the job detached by hand
+            rules.rescan(engine, (TargetRule(name=child_tag),), time.monotonic())
+            assert engine.targets == {}, "let go with the job"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(kid, 9)
+
+
 def test_a_rule_never_matches_a_client_of_the_control_socket(tmp_path):
     """`parlschedctl run`'s command line holds its CMD's, so a name rule meant for CMD
     matched the client too, and the daemon pinned its own client for the run; and a
