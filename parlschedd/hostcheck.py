@@ -56,7 +56,7 @@ class HostReport:
 def check_host(cfg: Config) -> HostReport:
     """Check ``cfg`` against this host as the daemon's start does, and more."""
     return HostReport(refusals(cfg), narrowings(cfg) + sweeping_rules(cfg) + _utility(cfg.utility)
-                      + _metrics_port(cfg.metrics))
+                      + metrics_port_taken(cfg.metrics))
 
 
 def refusals(cfg: Config, socket_path: str | None = None, sysfs: str = "/sys",
@@ -212,7 +212,7 @@ def _metrics(address: str | None) -> list[Finding]:
     return [Finding("metrics", problem)] if problem else []
 
 
-def _metrics_port(address: str | None) -> list[Finding]:
+def metrics_port_taken(address: str | None) -> list[Finding]:
     """A metrics port another program listens on now: a warning, not a refusal (it
     may be gone by the restart; the running parlschedd's own is not one)."""
     if address is None:

@@ -42,7 +42,8 @@ from parlschedd.host.errors import HostError
 from parlschedd.cpulist import format_cpulist
 from parlschedd.host.perf import CounterSet, detect_source, raise_fd_limit
 from parlschedd.host.privileges import CAP_SYS_NICE, effective_capabilities, perfmon_capable
-from parlschedd.hostcheck import config_file_untrusted, narrowings, one_line, refusals, sweeping_rules
+from parlschedd.hostcheck import (config_file_untrusted, metrics_port_taken, narrowings, one_line, refusals,
+                                  sweeping_rules)
 from parlschedd.topology import NoCpusFound, TopologyError, online_cpus, read_topology
 
 log = structlog.get_logger("parlschedd")
@@ -106,6 +107,7 @@ class Daemon:
         self._started_with = config  # socket and metrics are set up from it, once
         self.restart_pending: list[str] = []  # keys of the config file that wait for a restart
         self.reload_warnings: list[str] = []  # what the last reload applied but cannot use here (a rule's cgroup not there)
+        self.reloaded = False  # a reload applied since the loop last looked
         self.socket_path, self.statefile = socket_path, StateFile(state_dir)
         self.sysfs, self.proc_root, self.cgroup_root = sysfs, proc_root, cgroup_root
         self.started = time.monotonic()
@@ -261,6 +263,10 @@ class Daemon:
                 except Exception as exc:  # a bug in reloading must not stop the daemon SIGHUP was meant to keep
                     log.error("reload failed, keeping the old config", error=f"{type(exc).__name__}: {exc}")
             now = time.monotonic()
+            if self.reloaded:  # by SIGHUP or a request: a period of 8 s reloaded to 0.05 s waited out the 8 s
+                self.reloaded = False
+                deadline = min(deadline, now + self.config.period_s)
+                next_rescan = min(next_rescan, now + self.config.rescan_s)
             if watchdog and now >= next_watchdog:
                 notify.notify(f"WATCHDOG=1\nSTATUS={self._status_told}")
                 next_watchdog = now + watchdog
@@ -381,6 +387,11 @@ class Daemon:
         if self.restart_pending:
             log.warning("applied but for what takes effect at the next restart", keys=self.restart_pending)
         self.reload_warnings = self._warn_of(new)  # as the start says them
+        if "metrics" in pending:  # config check's warning: the next start would not listen while it is taken
+            for key, message in metrics_port_taken(new.metrics):
+                log.warning("metrics port in use", key=key, problem=message)
+                self.reload_warnings.append(f"{key}: {message}")
+        self.reloaded = True  # the loop brings its deadlines in to a shorter period_s or rescan_s
         relearning = self.engine.relearn()
         log.info("reloaded", config=str(new.read_from.path) if new.read_from else "the built-in config",  # not None
                  targets_learning_afresh=relearning)

@@ -640,6 +640,43 @@ def test_the_jitter_after_a_reload_is_against_the_new_period(daemon):
     assert daemon.request("status")["daemon"]["loop"]["jitter_ms"]["p50"] < 25
 
 
+def test_a_reload_to_a_shorter_period_or_rescan_takes_effect_at_once(tmp_path, kill_after):
+    """period_s 8 reloaded to 0.05 waited out the 8 s deadline before its first short
+    period (no counter read, no pin meanwhile), and rescan_s 30 reloaded to 0.1 waited
+    out the 30 s before a rule matched anything."""
+    from tests.conftest import tagged_sleeper
+
+    d = start_daemon(tmp_path, "period_s: 8\ndomain_period_s: 8\nrescan_s: 30\n")
+    try:
+        periods = d.request("status")["daemon"]["loop"]["periods"]
+        tag = f"parlsched-reload-{os.getpid()}"
+        matched = kill_after(tagged_sleeper(tag))
+        d.config.write_text(f"period_s: 0.05\ndomain_period_s: 0.5\nrescan_s: 0.1\ntargets:\n  - name: '{tag}'\n")
+        d.request("reload")
+        wait_for(lambda: d.request("status")["daemon"]["loop"]["periods"] >= periods + 10, timeout=3)
+        wait_for(lambda: matched.pid in [t["pid"] for t in d.request("status")["targets"]], timeout=3)
+    finally:
+        d.stop()
+
+
+def test_a_reload_to_a_metrics_port_another_program_holds_warns_as_config_check(tmp_path):
+    """The reply's warnings are config check's, but for this one: the next start would
+    refuse the port another program listens on."""
+    d = start_daemon(tmp_path, "period_s: 0.05\n")
+    try:
+        with socket.socket() as other:
+            other.bind(("127.0.0.1", 0))
+            other.listen()
+            port = other.getsockname()[1]
+            d.config.write_text(f"period_s: 0.05\nmetrics: '127.0.0.1:{port}'\n")
+            reply = d.request("reload")
+        assert reply["restart_pending"] == ["metrics"]
+        assert any(w.startswith(f"metrics: port {port} on 127.0.0.1 is in use by pid {os.getpid()}")
+                   for w in reply["warnings"]), reply
+    finally:
+        d.stop()
+
+
 def test_a_reload_that_changes_the_cpus_is_refused_not_claimed(daemon, workload):
     """Every target's scheduler and pins are built on the running layout: a reload
     with other cpus or domains is refused with the reason and nothing of it applied
