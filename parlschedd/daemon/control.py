@@ -63,6 +63,18 @@ class Client:
     parts: Iterator[bytes] | None = None  # the rest of a long reply (protocol.lines), made when asked for
 
 
+def _set_group(path: str, gid: int) -> None:
+    """Give the socket at ``path`` (root's) group ``gid``, not following a link put
+    there: fchownat(AT_SYMLINK_NOFOLLOW) from its directory, the call the unit's
+    system call filter allows (lchown(2), which os.chown uses without a dir_fd, it
+    does not: the daemon refused to start under systemd)."""
+    folder = os.open(os.path.dirname(os.path.abspath(path)), os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.chown(os.path.basename(path), 0, gid, dir_fd=folder, follow_symlinks=False)
+    finally:
+        os.close(folder)
+
+
 class ControlSocket:
     """The listener at ``path`` with ``settings``' mode and group, and its clients, on
     the daemon's ``selector``. ``serve`` answers a line; ``on_connect`` is told each
@@ -130,7 +142,7 @@ class ControlSocket:
             os.umask(umask)
         try:
             if gid is not None:
-                os.chown(path, 0, gid, follow_symlinks=False)
+                _set_group(path, gid)
         except OSError as exc:
             sock.close()
             os.unlink(path)  # not left at the path as if it were another daemon's

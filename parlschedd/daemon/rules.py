@@ -54,6 +54,10 @@ class RuleMatcher:
         for i, rule in enumerate(rules):
             for pid in self.matching(rule) - self.clients.keys():
                 wanted.setdefault(pid, i)
+        for left_alone in (engine.left_alone, self.failed):  # first: a pid that exited names no holder
+            for pid, started in list(left_alone.items()):
+                if engine.start_time(pid) != started:
+                    del left_alone[pid]  # exited: its pid may come back as another process
         for pid, target in list(engine.targets.items()):
             if target.rule is None:
                 continue
@@ -61,38 +65,38 @@ class RuleMatcher:
                 why = ("its rule's observe, threads or descendants changed: attached again as it says" if pid in wanted
                        else "no config rule matches it any more")
                 engine.detach(pid, again=pid in wanted, reason=why)  # restored; attached again below when a rule still wants it
-            elif self._claimed_by_ancestor(pid, engine):  # matched before its parent was: the parent's now
+            elif self._claimed_by_ancestor(pid, engine, rules, wanted):  # matched before its parent was: the parent's now
                 engine.detach(pid, reason="an ancestor the rules manage with its descendants, or one detached by "
                                           "hand, holds it")
             else:
                 target.rule = wanted[pid]  # the same settings, perhaps at another place in a reloaded config
-        for left_alone in (engine.left_alone, self.failed):
-            for pid, started in list(left_alone.items()):
-                if engine.start_time(pid) != started:
-                    del left_alone[pid]  # exited: its pid may come back as another process
-        for pid, i in sorted(wanted.items(), key=lambda match: (engine.start_time(match[0]) or 0, match[0])):
-            if pid in engine.targets or pid in engine.left_alone or pid in self.failed or pid == os.getpid() \
-                    or self._is_client(pid) or self._claimed_by_ancestor(pid, engine):
+        new = [pid for pid in wanted if pid not in engine.targets and pid not in engine.left_alone
+               and pid not in self.failed and pid != os.getpid()]
+        for pid in sorted(new, key=lambda p: (engine.start_time(p) or 0, p)):  # oldest first: a job before its children
+            if self._is_client(pid) or self._claimed_by_ancestor(pid, engine, rules, wanted):
                 continue
-            rule = rules[i]
+            rule = rules[wanted[pid]]
             try:
                 engine.attach(pid, now, observe=rule.observe, threads=rule.threads,
-                              descendants=rule.descendants, rule=i)
+                              descendants=rule.descendants, rule=wanted[pid])
             except (EngineError, HostError) as exc:  # one process that could not be attached, not the rescan
                 log.debug("rule match not attached", pid=pid, reason=str(exc))
             except Exception:  # a bug: that process, once, not the rescan
                 log.exception("rule match not attached, left alone while it lives", pid=pid)
                 self.failed[pid] = engine.start_time(pid) or 0
 
-    def _claimed_by_ancestor(self, pid: int, engine: Engine) -> bool:
+    def _claimed_by_ancestor(self, pid: int, engine: Engine, rules: tuple[config_mod.TargetRule, ...],
+                             wanted: dict[int, int]) -> bool:
         """Whether an ancestor of ``pid`` holds it: a target with descendants (whose next
-        listing adopts it; the matches go oldest first, so a job's parent is attached
-        before its children), or a process detached by hand, whose tree is let go with
-        it. A rule that matched each process of a job made its children targets of
-        their own: one of two, depending on when it forked, and both again within
-        rescan_s of a detach of the job that the rule matched."""
-        # (a non-root user's descendants target holds only that user's processes: not these)
-        holders = {p for p, t in engine.targets.items() if t.descendants and t.caller is None} | engine.left_alone.keys()
+        listing adopts it), or a process detached by hand that a rule with descendants
+        matches, whose tree is let go with it. A rule that matched each process of a job
+        made its children targets of their own: one of two, depending on when it
+        forked, and both again within rescan_s of a detach of the job that the rule
+        matched. (A rule without descendants manages each process apart: so does it
+        after a detach by hand of one of them.)"""
+        # a non-root user's descendants target holds only that user's processes: not these
+        holders = {p for p, t in engine.targets.items() if t.descendants and t.caller is None}
+        holders.update(p for p in engine.left_alone if p in wanted and rules[wanted[p]].descendants)
         if not holders:
             return False
         seen: set[int] = set()
@@ -115,18 +119,9 @@ class RuleMatcher:
             return False
 
     def first_matching(self, rules: tuple[config_mod.TargetRule, ...], pid: int) -> int | None:
-        """The index of the first of ``rules`` that matches process ``pid``, or None."""
-        for i, rule in enumerate(rules):
-            if rule.cgroup is not None:
-                controllers, path = config_mod.split_cgroup(rule.cgroup)
-                try:
-                    if pid not in cgroups.cgroup_procs(path, controllers, self.cgroup_root):
-                        continue
-                except HostError:
-                    continue
-            if rule.name is None or _name_matches(compile_pattern(rule.name), pid, self.proc_root):
-                return i
-        return None
+        """The index of the first of ``rules`` that matches process ``pid``, or None (a
+        detach's question, seldom asked: each rule's matches are listed whole)."""
+        return next((i for i, rule in enumerate(rules) if pid in self.matching(rule)), None)
 
     def matching(self, rule: config_mod.TargetRule) -> set[int]:
         pids: set[int] | None = None

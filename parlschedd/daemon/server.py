@@ -254,7 +254,8 @@ class Daemon:
             if self.ignored_signals:
                 for signum in sorted(self.ignored_signals):
                     log.warning("signal ignored", signal=signal_name(signum),
-                                hint="SIGTERM, SIGINT or SIGQUIT stop the daemon and restore every thread; SIGHUP reloads")
+                                hint="SIGTERM, SIGINT, SIGQUIT or SIGXCPU stop the daemon and restore every thread; "
+                                     "SIGHUP reloads")
                 self.ignored_signals.clear()
             if self.reload_requested:
                 self.reload_requested = False

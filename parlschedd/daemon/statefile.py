@@ -260,7 +260,8 @@ def _give_back_born_while_down(pinner: Pinner, restored: Sequence[int], records:
     share. Left as they are: one with the mask of a thread of its process the last
     run did not manage (born before ``since`` and not recorded: left out by a thread
     filter, or someone else's), which may have made it (on one domain, a free thread's
-    mask is every CPU, as an unmanaged thread's is); those handed over to someone else
+    mask is every CPU, as an unmanaged thread's is; not one handed over to someone
+    else, whose mask may be a pin's); those handed over to someone else
     (``theirs``: tid -> start time). Returns how many were given back: none from a file
     that does not say when it was saved or what it pinned to."""
     if not isinstance(since, int) or placements is None:
@@ -297,7 +298,8 @@ def _give_back_born_while_down(pinner: Pinner, restored: Sequence[int], records:
             except (HostError, ValueError):
                 continue  # gone
             if start < since:
-                unmanaged.add(mask)
+                if theirs.get(tid) != start:  # one handed over may have our pin's mask: no creator to go by
+                    unmanaged.add(mask)
             elif theirs.get(tid) != start and pinner.pinned_by_last_run(tid, mask):
                 born.append((tid, start, mask))
         for tid, start, mask in born:

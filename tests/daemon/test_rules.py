@@ -244,6 +244,28 @@ def test_a_jobs_children_that_the_rule_matches_go_with_the_job(kill_after):
                 os.kill(pid, 9)
 
 
+def test_a_rule_without_descendants_keeps_the_children_of_a_job_detached_by_hand(kill_after):
+    """A rule with descendants: false manages each process apart (a pre-fork server's
+    master and workers): a detach by hand of the master let its workers go too."""
+    tag = f"parlsched-prefork-{uuid.uuid4().hex[:8]}"
+    child = f"{sys.executable} -c 'import time; time.sleep(60)' {tag}"
+    job = kill_after(subprocess.Popen(["sh", "-c", f"{child} & {child} & wait", tag]))
+    children = wait_for(lambda: (kids := procfs.descendants(job.pid)) and len(kids) == 2
+                        and all(tag.encode() in open(f"/proc/{k}/cmdline", "rb").read() for k in kids) and kids)
+    rule, rules = TargetRule(name=tag, descendants=False), matcher()
+    try:
+        with _released(*_engine()) as engine:
+            rules.rescan(engine, (rule,), time.monotonic())
+            assert set(engine.targets) == {job.pid, *children}
+            detach_by_hand(engine, job.pid)
+            rules.rescan(engine, (rule,), time.monotonic())
+            assert set(engine.targets) == set(children)
+    finally:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+
+
 def test_a_child_matched_before_its_job_goes_to_the_job_once_the_job_is_matched(kill_after):
     """A child that a rule matched (a target of its own) before its parent was matched
     (moved into the rule's cgroup later, or a reload) stayed a target of its own beside
@@ -269,7 +291,7 @@ def test_a_child_matched_before_its_job_goes_to_the_job_once_the_job_is_matched(
             rules.rescan(engine, (TargetRule(name=child_tag),), time.monotonic())  # the child a target again
             assert set(engine.targets) == {kid}
             engine.left_alone[job.pid] = procfs.process_start_time(job.pid)  # the job detached by hand
-            rules.rescan(engine, (TargetRule(name=child_tag),), time.monotonic())
+            rules.rescan(engine, both, time.monotonic())
             assert engine.targets == {}, "let go with the job"
     finally:
         with contextlib.suppress(ProcessLookupError):
