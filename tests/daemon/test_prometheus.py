@@ -352,12 +352,12 @@ def test_idle_connections_to_the_metrics_port_are_bounded(tmp_path):
         with pytest.raises((ConnectionError, urllib.error.URLError)):
             scrape(port)
         assert d.request("status")["daemon"]["pid"] == d.proc.pid  # the control socket answers on
+        while idle:
+            idle.pop().close()
+        assert wait_for(lambda: _scrapes(port))
     finally:
         for s in idle:
             s.close()
-    try:
-        assert wait_for(lambda: _scrapes(port))
-    finally:
         d.stop()
 
 
