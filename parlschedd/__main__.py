@@ -77,7 +77,7 @@ def _refuse(reason: str, log_format: str) -> NoReturn:
 
 def _unreadable_hint(exc: config_mod.ConfigUnreadable, config_path: str | None) -> str:
     """What to do about a config file that cannot be read."""
-    if exc.reason == "a directory" or exc.reason.startswith("not a regular file"):
+    if exc.not_a_file:
         return "give --config the YAML file itself"
     if not exc.missing:
         return "parlschedd must be able to read it (as root, or the user it runs as)"

@@ -76,6 +76,7 @@ class ConfigUnreadable(ConfigError):
         else:
             self.reason = reasons.get(error.errno or 0, error.strerror or str(error))
             self.missing = error.errno == errno.ENOENT
+        self.not_a_file = isinstance(error, str) or error.errno == errno.EISDIR  # a directory, a FIFO, a device
         super().__init__(source, [("(file)", f"cannot read: {self.reason}")])
 
     def __str__(self) -> str:
