@@ -468,7 +468,7 @@ def test_threads_cmd_made_after_runs_last_poll_are_counted(daemon, tmp_path):
            "for _ in range(3000):\n"  # bounded: CMD ends by itself if the test fails before go
            "    if os.path.exists(sys.argv[1]): break\n"
            "    time.sleep(0.01)\n"
-           "ts = [threading.Thread(target=time.sleep, args=(0.3,)) for _ in range(5)]\n"
+           "ts = [threading.Thread(target=time.sleep, args=(1.0,)) for _ in range(5)]\n"  # 20 periods: seen under load
            "[t.start() for t in ts]; [t.join() for t in ts]\n")
     code = f"import sys; from parlschedctl.runner import run; run({daemon.socket!r}, False, True, None, tuple(sys.argv[1:]))"
     proc = subprocess.Popen([sys.executable, "-c", code, sys.executable, "-c", cmd, str(go)], stdout=subprocess.PIPE,
