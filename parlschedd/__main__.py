@@ -52,22 +52,26 @@ def main(config_path: str | None, socket_path: str | None, state_dir: str, log_f
     try:
         cfg = config_mod.load(config_path, judge=partial(config_file_untrusted, euid=os.geteuid()))
     except config_mod.ConfigUntrusted as exc:  # refused unread, in the start check's words
-        _refuse(str(exc), log_format)
+        _refuse(str(exc), log_format, state_dir)
     except config_mod.ConfigUnreadable as exc:
-        _refuse(f"{exc}; {_unreadable_hint(exc, config_path)}", log_format)
+        _refuse(f"{exc}; {_unreadable_hint(exc, config_path)}", log_format, state_dir)
     except config_mod.ConfigError as exc:
-        _refuse(f"invalid config {exc}", log_format)
+        _refuse(f"invalid config {exc}", log_format, state_dir)
     daemon = Daemon(cfg, config_path, socket_path or cfg.socket.path, state_dir)
     try:
         daemon.run()
     except StartupError as exc:  # only a start's: a failure once running exits 1, and systemd restarts it
-        _refuse(str(exc), log_format)
+        _refuse(str(exc), log_format, state_dir)
 
 
-def _refuse(reason: str, log_format: str) -> NoReturn:
+def _refuse(reason: str, log_format: str, state_dir: str) -> NoReturn:
     """Stop a start that cannot succeed as it is, with its one-line reason: a JSON
     line as every other under --log-format json (the journal's reader, a log collector,
-    parses each line; this one is the line an admin needs most)."""
+    parses each line; this one is the line an admin needs most). The masks a crashed
+    run left pinned are put back first (``put_back_after_refusal``)."""
+    from parlschedd.daemon.server import put_back_after_refusal
+
+    put_back_after_refusal(state_dir)
     if log_format == "json":
         structlog.get_logger().error("refused to start", error=reason)
     else:

@@ -71,6 +71,41 @@ class StartupError(Exception):
     """The daemon cannot start; the message is the one-line reason."""
 
 
+def host_engine(config: Config, domains: list[list[int]], counters: CounterSet, proc_root: str, sysfs: str,
+                cgroup_root: str, **hooks: object) -> Engine:
+    """The engine on this host's threads: its Pinner and cpusets read through the
+    given /proc, sysfs and cgroup roots."""
+    pinner = Pinner(allowed=partial(cgroups.task_cpus, root=cgroup_root, proc_root=proc_root),
+                    proc_root=proc_root, sysfs=sysfs)
+    return Engine(config, domains, counters, pinner, proc_root=proc_root,
+                  allowed=cgroups.CpusetReader(cgroup_root, proc_root), sysfs=sysfs, **hooks)
+
+
+def put_back_after_refusal(state_dir: str, proc_root: str = procfs.PROC_ROOT, sysfs: str = "/sys",
+                           cgroup_root: str = cgroups.CGROUP_ROOT) -> None:
+    """Before a refused start exits: put back the masks a crashed run left pinned.
+    Under systemd the refusal (exit 78, not restarted) ends the unit, and systemd removes
+    /run/parlsched with the state file that holds their originals
+    (RuntimeDirectoryPreserve=restart keeps it across restarts only): a crash, then a
+    restart into a config broken meanwhile, left those threads pinned for good. The file
+    is written again without them, keeping the targets attached by hand for a start after
+    the fix where the directory stays. Nothing is done when another daemon holds the
+    state dir or it cannot be trusted (``StateFile.lock``), or there is no file."""
+    state = StateFile(state_dir)
+    if not state.path.is_file():
+        return
+    try:
+        state.lock()
+    except StateDirUnusable:
+        return
+    try:
+        engine = host_engine(Config(), [sorted(online_cpus(sysfs))], CounterSet(CounterSource.SCHEDSTAT, proc_root=proc_root),
+                             proc_root, sysfs, cgroup_root)
+        state.save(engine, state.recover(engine))
+    finally:
+        state.unlock()
+
+
 @dataclass
 class LoopStats:
     """The loop's own cost, and the jitter of its period starts over the last
@@ -166,11 +201,8 @@ class Daemon:
             log.warning("without CAP_PERFMON the kernel refuses perf counters on other users' threads, so those "
                         "are not managed; give the daemon CAP_PERFMON, or set utility: schedstat", using=source.value)
         self.counters = CounterSet(source, proc_root=self.proc_root)
-        pinner = Pinner(allowed=partial(cgroups.task_cpus, root=self.cgroup_root, proc_root=self.proc_root),
-                        proc_root=self.proc_root, sysfs=self.sysfs)
-        self.engine = Engine(self.config, self.domains, self.counters, pinner,
-                             proc_root=self.proc_root, on_change=self._mark_dirty, persist=self._persist,
-                             allowed=cgroups.CpusetReader(self.cgroup_root, self.proc_root), sysfs=self.sysfs)
+        self.engine = host_engine(self.config, self.domains, self.counters, self.proc_root, self.sysfs,
+                                  self.cgroup_root, on_change=self._mark_dirty, persist=self._persist)
         try:
             self.statefile.lock()
         except StateDirUnusable as exc:

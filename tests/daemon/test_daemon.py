@@ -237,6 +237,54 @@ def test_pins_left_by_a_stop_are_restored_by_the_next_start(tmp_path, workload, 
 
 
 @pytest.mark.skipif(len(ALL) < 2, reason="a pin must differ from the original mask")
+def test_a_start_refused_after_a_crash_puts_the_pins_back(tmp_path, workload):
+    """Under systemd a refused start (exit 78, not restarted) ends the unit, and systemd
+    removes /run/parlsched with the state file: after a crash, a restart into a config
+    broken meanwhile left the dead daemon's pins on for good. The refusal puts the
+    original masks back first, and the file keeps the target attached by hand, which
+    the start after the fix attaches again."""
+    d = start_daemon(tmp_path)
+    w = workload(3)
+    tids = w.all_tids()
+    before = masks(tids)
+    d.request("attach", pid=w.pid)
+    wait_for(lambda: all_pinned(d, w.pid, len(tids)))
+    d.stop(signal.SIGKILL)
+    assert all(len(m) == 1 for m in masks(tids).values())
+    good = d.config.read_text()
+    d.config.write_text("period_s: fast\n")
+    proc = refused_start(d.config, tmp_path / "ctl.sock", tmp_path / "state")
+    assert proc.returncode == REFUSED and "invalid config" in proc.stderr, proc.stderr
+    assert masks(tids) == before, "the refusal left the pins of the crashed run"
+    d.config.write_text(good)
+    d2 = start_daemon(tmp_path)
+    try:
+        wait_for(lambda: all_pinned(d2, w.pid, len(tids)))
+    finally:
+        assert d2.stop() == 0
+    assert masks(tids) == before
+
+
+@pytest.mark.skipif(len(ALL) < 2, reason="a pin must differ from the original mask")
+def test_a_start_refused_beside_a_running_daemon_leaves_its_pins(tmp_path, workload):
+    """The refusal's put-back only takes a state dir no daemon holds: a second start
+    on a running daemon's state dir, refused for its config, changes none of its pins."""
+    d = start_daemon(tmp_path)
+    try:
+        w = workload(3)
+        d.request("attach", pid=w.pid)
+        wait_for(lambda: all_pinned(d, w.pid, len(w.all_tids())))
+        bad = tmp_path / "bad.yaml"
+        bad.write_text("period_s: fast\n")
+        proc = refused_start(bad, tmp_path / "other.sock", tmp_path / "state")
+        assert proc.returncode == REFUSED, proc.stderr
+        assert all(len(m) == 1 for m in masks(w.all_tids()).values()), "pins put back under a running daemon"
+        assert all_pinned(d, w.pid, len(w.all_tids()))
+    finally:
+        assert d.stop() == 0
+
+
+@pytest.mark.skipif(len(ALL) < 2, reason="a pin must differ from the original mask")
 def test_threads_born_while_no_daemon_ran_get_the_targets_own_mask_back(tmp_path, workload):
     """Threads a pinned thread created while the daemon was down (killed, not yet
     started again) inherit its pin. The next start took that pin for their own mask:
