@@ -650,6 +650,11 @@ class Engine:
         self.handed_over.pop(tid, None)
         if tid in target.threads:
             self._drop_thread(target, tid)
+            # the roster's row and the scheduler's state are the old thread's: gone now,
+            # the new one starts from its adoption reading (its rate was the new count
+            # less the old one's) and learns afresh
+            target.current()
+            target.scheduler.forget([tid])
 
     def _unchanged(self, target: Target, now: float) -> bool:
         """The process has exactly the threads we know (adopted or ignored), so the

@@ -99,6 +99,12 @@ class TwoLevelScheduler:
         self.bench = aspiration.Benchmarks(self.bench.lower[rows], self.bench.upper[rows])
         self.window_sum, self.window_n = self.window_sum[rows], self.window_n[rows]
 
+    def forget(self, keys: Sequence[int]) -> None:
+        """Forget ``keys`` before the next step, where a key given again joins afresh:
+        the kernel gave a dead thread's tid to a new one, whose strategies, aspiration
+        and benchmarks start over (spec, "Level 2": x_i uniform at the start)."""
+        self._take(np.flatnonzero(~np.isin(self.keys, np.asarray(keys, dtype=np.int64))))
+
     def _align(self, keys: IntArray, ran_on: IntArray | None) -> None:
         """Forget threads that left, add those that joined; keeps ``self.keys`` sorted."""
         self._take(np.flatnonzero(np.isin(self.keys, keys)))

@@ -728,6 +728,9 @@ def test_a_tid_reused_inside_the_target_is_adopted_as_the_new_thread(workload) -
         # adopted anew (its start time may equal the old one's: both count 10 ms clock ticks)
         _ticks_until(engine, lambda: target.threads.get(old, first) is not first, "the new thread adopted")
         assert target.threads[old].start_time == procfs.thread_start_time(old)
+        # its first rate spans no time (adopted and read in this tick), not the old
+        # thread's row carried on: the new count less the old one's, over the last period
+        assert np.isnan(target.roster.utility[np.searchsorted(target.roster.tids, old)])
         engine.tick(time.monotonic())
         assert not target.exits.exited()  # the old watch is gone with the old thread
         engine.detach(w.pid)

@@ -49,6 +49,20 @@ def test_joins_and_leaves_keep_state_of_the_others():
     assert s.x[0].argmax() == x20.argmax() == 3
 
 
+def test_a_forgotten_key_given_again_joins_afresh():
+    """A tid the kernel gave a new thread: forgotten, it starts uniform, and its first
+    period is not learned from; the other thread keeps what it learned."""
+    s = TwoLevelScheduler([[0, 1, 2, 3]], LearningParams(seed=0, eps=0.5, lam=0.0), domain_every=10)
+    run(s, [10, 20], lambda c: 1.0 if c == 3 else 0.01, 200)
+    x20 = s.x[1].copy()
+    assert s.x[0].max() > 0.9
+    s.forget([10, 99])  # 99: never known, nothing to forget
+    assert s.keys.tolist() == [20]
+    s.step(np.array([10, 20]), np.array([1.0, np.nan]))
+    np.testing.assert_allclose(s.x[0], [0.25] * 4)
+    np.testing.assert_allclose(s.x[1], x20)
+
+
 def test_new_thread_utility_is_not_learned_from():
     s = TwoLevelScheduler([[0, 1]], LearningParams(seed=0, eps=1.0, lam=0.0), domain_every=10)
     s.step(np.array([1]), np.array([5.0]))
