@@ -3,9 +3,12 @@
 shared/spec/parlsched.md, "Level 1" (Table I of the paper), steps 2-5, vectorised over
 threads. ``alpha`` holds each thread's current domain index.
 
-Utilities are rates of counters that only grow, so >= 0. A thread whose utility stays
-0 (idle) has rho = b = bbar = 0 rather than b < bbar; it is never unsatisfied and
-moves only by exploration (zeta), which costs nothing where it does no work.
+Utilities are rates of counters that only grow, so >= 0 (the scheduler takes any other
+as not measured). A window in which a thread did no work (idle throughout: a worker
+blocked on a queue) is not measured either (``TwoLevelScheduler._level1``): its rho,
+b and bbar stay as they were, so it is never unsatisfied for sleeping, and a thread
+idle from the start has no aspiration, no better reply and no weight in its domain's
+mean.
 """
 
 from __future__ import annotations

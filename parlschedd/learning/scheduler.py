@@ -162,8 +162,9 @@ class TwoLevelScheduler:
         """One T_CPU period.
 
         keys:    thread keys measured this period (unique).
-        utility: each thread's utility over the period (NaN: not measured; an
-                 infinite one is taken as not measured).
+        utility: each thread's utility over the period (NaN: not measured; a
+                 negative or infinite one is taken as not measured: the spec's
+                 utilities are rates of work, u >= 0).
         ran_on:  optional CPU each thread actually ran on (observe mode, or a pin the
                  kernel refused); Level 2 reinforces that core when it is in the
                  thread's domain, else the core it was placed on.
@@ -186,9 +187,9 @@ class TwoLevelScheduler:
             fresh = ~np.isin(self.keys, known_before)
             u = np.full(self.keys.size, np.nan)
             u[where] = utility
-        finite = np.isfinite(u)
-        if not finite.all():  # an infinite utility would make an infinite, never decaying scale: no more reward
-            u = np.where(finite, u, np.nan)
+        finite = (u >= 0) & (u < np.inf)  # NaN compares False
+        if not finite.all():  # an infinite utility would make an infinite, never decaying scale: no more reward;
+            u = np.where(finite, u, np.nan)  # a negative one would raise b above bbar at Level 1 (step 3)
         earned = u
         if self.params.reward == "target":  # Level 2 only: each measured thread earns the total
             earned = np.where(finite, u[finite].sum(), np.nan)
@@ -226,7 +227,11 @@ class TwoLevelScheduler:
     def _level1(self) -> int | None:
         """Aspiration step on the window's mean utility; moves at most one thread."""
         p = self.params
-        measured = self.window_n > 0
+        # a thread idle throughout the window (no work, u = 0) is not measured: its
+        # aspiration would fall by (1 - nu) every window, below b each time (step 3's
+        # lowering sets b = rho), and the thread be unsatisfied (step 5) and take the
+        # window's one move for as long as it sleeps
+        measured = self.window_sum > 0
         mean_u = np.where(measured, self.window_sum / np.maximum(self.window_n, 1), np.nan)
         first = measured & np.isnan(self.rho)
         self.rho = np.where(first, mean_u, self.rho)

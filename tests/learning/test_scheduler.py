@@ -63,6 +63,42 @@ def test_a_forgotten_key_given_again_joins_afresh():
     np.testing.assert_allclose(s.x[1], x20)
 
 
+def test_a_negative_utility_is_not_measured():
+    """A negative rate (a counter that went back) fed to Level 1 set b = rho / eta above
+    bbar = rho (step 3's raise with rho < 0): it is taken as not measured."""
+    s = TwoLevelScheduler([[0], [1]], LearningParams(seed=0), domain_every=1)
+    s.step(np.array([1]), np.array([np.nan]))
+    s.step(np.array([1]), np.array([-1.0]))
+    assert np.isnan(s.rho[0])
+    s.step(np.array([1]), np.array([2.0]))
+    assert s.rho[0] == 2.0 and s.bench.lower[0] < s.bench.upper[0]
+
+
+def test_a_thread_gone_idle_stays_satisfied_and_takes_no_move():
+    """A worker that goes idle (u = 0, a thread blocked on a queue) used to be
+    unsatisfied every window (rho falling by 1 - nu below b = rho) and take the one
+    move of nearly every window (198 of 200) from the working threads. Its idle windows
+    are not measured: its aspiration stays, and it moves no more than the others."""
+    s = TwoLevelScheduler([[0, 1], [2, 3]], LearningParams(seed=0, zeta=0.0), domain_every=1)
+    keys = np.array([1, 2, 3, 4])
+    s.step(keys, np.full(4, np.nan))
+    for _ in range(20):
+        s.step(keys, np.full(4, 1e9))
+    rho = s.rho[0]
+    moves = [s.step(keys, np.array([0.0, 1e9, 1e9, 1e9])).domain_move for _ in range(200)]
+    assert moves.count(1) == 0 and s.rho[0] == rho
+
+
+def test_a_thread_idle_from_the_start_has_no_aspiration_nor_weight_in_its_domain():
+    """Idle from the start, a thread has no aspiration: no better reply, and its zero
+    does not lower its domain's mean against the others'."""
+    s = TwoLevelScheduler([[0], [1]], LearningParams(seed=0, zeta=1.0), domain_every=1)
+    keys = np.array([1, 2])
+    s.step(keys, np.full(2, np.nan))
+    moves = [s.step(keys, np.array([0.0, 5.0])).domain_move for _ in range(50)]
+    assert np.isnan(s.rho[0]) and 1 not in moves
+
+
 def test_new_thread_utility_is_not_learned_from():
     s = TwoLevelScheduler([[0, 1]], LearningParams(seed=0, eps=1.0, lam=0.0), domain_every=10)
     s.step(np.array([1]), np.array([5.0]))
@@ -276,11 +312,11 @@ def test_level1_compares_rho_tau_for_better_replies_and_b_tau_for_satisfaction()
     - period 1: they join, thread 0 on CPU 0 (domain 0), thread 1 on CPU 1 (domain 1);
     - period 2, utilities 4 and 5: rho = 4, 5; b = 8/3, 10/3; bbar = 4, 5. Thread 0's
       set is {1} (4 < 5) but it is satisfied, and stays;
-    - period 3, utilities 1 and 0: rho(tau+1) = 2.5 for both, below b(tau), so both are
-      unsatisfied. Thread 0's set is still {1} (rho(tau) 4 < 5), thread 1's is empty
-      (5 < 4 is false): thread 0 alone moves, to domain 1.
-    With rho(tau+1) in the sets, 2.5 < 2.5 is false and no one moves; with b(tau+1)
-    (8/3 lowered to 2.5) no thread is ever unsatisfied and no one moves either.
+    - period 3, utilities 1.2 and 0.1: rho(tau+1) = 2.6 and 2.55, both below b(tau), so
+      both are unsatisfied. Thread 0's set is still {1} (rho(tau) 4 < 5), thread 1's is
+      empty (5 < 4 is false): thread 0 alone moves, to domain 1.
+    With rho(tau+1) in the sets, 2.6 < 2.55 is false and no one moves; with b(tau+1)
+    (8/3 lowered to 2.6) no thread is ever unsatisfied and no one moves either.
     """
     s = TwoLevelScheduler([[0], [1]], LearningParams(seed=0, nu=0.5, eta=1.5, gamma=1.0, zeta=0.0), domain_every=1)
     keys = np.arange(2)
@@ -288,8 +324,8 @@ def test_level1_compares_rho_tau_for_better_replies_and_b_tau_for_satisfaction()
     p = s.step(keys, np.array([4.0, 5.0]))
     assert p.domain_move is None
     np.testing.assert_allclose(s.bench.lower, [8 / 3, 10 / 3])
-    p = s.step(keys, np.array([1.0, 0.0]))
-    np.testing.assert_allclose(s.rho, [2.5, 2.5])
+    p = s.step(keys, np.array([1.2, 0.1]))
+    np.testing.assert_allclose(s.rho, [2.6, 2.55])
     assert p.domain_move == 0 and p.domains.tolist() == [1, 1]
 
 
