@@ -73,8 +73,10 @@ def loads(machine: Machine, threads: Threads, cpus: IntArray, background: FloatA
 
 
 def utilities(machine: Machine, threads: Threads, cpus: IntArray, background: FloatArray) -> FloatArray:
-    """u_i = w_i / l_{beta_i}: the work thread i completes per unit time."""
-    return threads.weights / loads(machine, threads, cpus, background)[cpus]
+    """u_i = w_i / l_{beta_i}: the work thread i completes per unit time; 0 for a
+    thread of no weight (idle), also alone on an idle core (0 / 0)."""
+    w = threads.weights
+    return np.divide(w, loads(machine, threads, cpus, background)[cpus], out=np.zeros(w.size), where=w > 0)
 
 
 def makespan(machine: Machine, threads: Threads, cpus: IntArray, background: FloatArray) -> float:
@@ -82,9 +84,27 @@ def makespan(machine: Machine, threads: Threads, cpus: IntArray, background: Flo
 
 
 def lower_bound(machine: Machine, threads: Threads, background: FloatArray) -> float:
-    """max(sum w / sum s, max w / max s), background work counted as unmovable weight."""
-    total = (threads.weights.sum() + background.sum()) / machine.speeds.sum()
-    return float(max(total, threads.weights.max() / machine.speeds.max()))
+    """A makespan no placement beats, background work staying on its core; the
+    largest of:
+
+    - the threads' work poured into the cores' room above their background (water
+      filling): the least L with sum_j max(0, L s_j - bg_j) = sum w, which is
+      (sum w + sum bg) / sum s when every core's background is below that level;
+    - the heaviest thread on the core where it would finish first, min_j (w_max + bg_j) / s_j;
+    - the background alone, max_j bg_j / s_j.
+    Counting background as movable work (the first form alone) put the bound below
+    every placement's makespan where a core's background exceeds the level the threads
+    fill to: 4 where the optimum is 6, four unit threads on four cores, 6 units of
+    background on two of them.
+    """
+    s, bg, w = machine.speeds, background, threads.weights
+    level = bg / s
+    order = np.argsort(level, kind="stable")
+    filled = (w.sum() + np.cumsum(bg[order])) / np.cumsum(s[order])  # the first k + 1 cores by level
+    fits = np.append(filled[:-1] <= level[order][1:], True)  # the next core's background is above it
+    water = filled[np.argmax(fits)]
+    heaviest = ((w.max() if w.size else 0.0) + bg) / s
+    return float(max(water, heaviest.min(), level.max()))
 
 
 def deviation_gains(machine: Machine, threads: Threads, cpus: IntArray, background: FloatArray) -> FloatArray:
@@ -97,9 +117,11 @@ def deviation_gains(machine: Machine, threads: Threads, cpus: IntArray, backgrou
     work_there = work[None, :] + w_eff_there
     rows = np.arange(cpus.size)
     work_there[rows, cpus] = work[cpus]
-    u_there = threads.weights[:, None] * machine.speeds[None, :] / work_there
+    earned = threads.weights[:, None] * machine.speeds[None, :]
+    u_there = np.divide(earned, work_there, out=np.zeros_like(work_there), where=work_there > 0)
     u_here = u_there[rows, cpus]
-    return u_there / u_here[:, None]
+    # a thread of no weight earns nothing anywhere: indifferent (1), not 0 / 0
+    return np.divide(u_there, u_here[:, None], out=np.ones_like(u_there), where=u_here[:, None] > 0)
 
 
 def is_nash(machine: Machine, threads: Threads, cpus: IntArray, background: FloatArray, tol: float = 1e-9) -> bool:

@@ -46,6 +46,36 @@ def test_lower_bound_by_hand():
     assert lower_bound(M, T, np.array([1.0, 0.0])) == 7 / 3
 
 
+def test_lower_bound_keeps_background_on_its_core():
+    """Background counted as movable work gave 4 here, where no placement beats 6 (the
+    background alone), so even the optimum's ratio to the bound was 1.5."""
+    m, t = Machine.uniform(4), Threads(np.ones(4))
+    bg = np.array([6.0, 6.0, 0.0, 0.0])
+    assert lower_bound(m, t, bg) == optimal_makespan(m, t, bg) == 6.0
+    # water filling: core 1 alone to 2, above core 0's background of 1: both to 5 / 2
+    assert lower_bound(Machine.uniform(2), Threads(np.ones(4)), np.array([1.0, 0.0])) == 2.5
+    # the heaviest thread on the core where it finishes first: (4 + 0) / 2
+    assert lower_bound(M, Threads(np.array([4.0])), np.array([0.0, 0.0])) == 2.0
+
+
+def test_lower_bound_is_below_every_optimum():
+    rng = np.random.default_rng(4)
+    for _ in range(60):
+        m = Machine(rng.uniform(0.5, 2.0, 3), np.array([0, 0, 1]))
+        t = Threads(rng.uniform(0.2, 3.0, rng.integers(1, 5)))
+        bg = rng.choice([0.0, 0.5, 4.0], 3)
+        assert lower_bound(m, t, bg) <= optimal_makespan(m, t, bg) + 1e-9
+
+
+def test_an_idle_thread_earns_nothing_and_is_indifferent():
+    """A thread of no weight alone on a core had utility 0 / 0 (NaN), and NaN gains
+    made every placement fail the Nash check, where equilibria exist (Prop 5.1)."""
+    m, t, bg = Machine.uniform(3), Threads(np.array([1.0, 1.0, 0.0])), np.zeros(3)
+    np.testing.assert_array_equal(utilities(m, t, np.array([0, 1, 2]), bg), [1.0, 1.0, 0.0])
+    assert all(is_nash(m, t, np.array([0, 1, x]), bg) for x in range(3))
+    assert not is_nash(m, t, np.array([0, 0, 2]), bg)
+
+
 def test_nash_detection():
     m = Machine.uniform(2)
     t = Threads(np.array([1.0, 1.0]))
