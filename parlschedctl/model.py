@@ -450,7 +450,12 @@ def recommend(params_path: str, goal: str, nsp: tuple[int, ...] | None, as_json:
     extrapolation = {"extrapolated": None, "extrapolated_candidates": None} if outside is None else {
         "extrapolated": outside[ks.tolist().index(best.nsp)],
         "extrapolated_candidates": _nsp_where(ks, outside)}
-    _emit(as_json, best.to_dict() | extrapolation, text)
+    nearest = fitted.nearest_fitted(best.nsp, energy=goal != "time")
+    if nearest is not None and abs(nearest - best.nsp) > 1 and not extrapolation["extrapolated"]:
+        click.echo(f"parlschedctl model: warning: nsp {best.nsp} was not measured in the runs {params_path} was "
+                   f"fitted on, the nearest of which is nsp {nearest}: its prediction is interpolated over that "
+                   "gap and may be far off; measure it before choosing", err=True)
+    _emit(as_json, best.to_dict() | extrapolation | {"nearest_fitted_nsp": nearest}, text)
 
 
 # Everything from CMD on is CMD's: its own options (--out x{nsp}) must not be taken as ours,

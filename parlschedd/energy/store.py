@@ -63,6 +63,17 @@ class Fitted:
         return outside
 
 
+    def nearest_fitted(self, nsp: int, energy: bool = False) -> int | None:
+        """The NSp the model was fitted on nearest to ``nsp`` (the lower of two as
+        near; with ``energy``, of those whose energy was fitted); None when the file
+        does not say. Between fitted NSp far apart the model interpolates, and its
+        error there is no better known than outside them."""
+        fitted_on = self.energy_fitted_nsp if energy and self.energy_fitted_nsp is not None else self.fitted_nsp
+        if fitted_on is None:
+            return None
+        return min(fitted_on, key=lambda k: (abs(k - nsp), k))
+
+
 def params_document(cluster: Cluster, model: EnergyTimeModel, baseline: BaselineModel,
                     extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """The parameters file of ``model`` and ``baseline``, fitted to the same runs."""

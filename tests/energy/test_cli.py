@@ -844,6 +844,27 @@ def test_predictions_outside_the_fitted_nsp_are_said_to_be_extrapolated(params, 
     assert r.stderr == "" and not any(p["extrapolated"] for p in json.loads(r.stdout)["predictions"])
 
 
+def test_a_recommendation_between_fitted_nsp_far_apart_is_said_to_be_interpolated(tmp_path):
+    """Fitted on NSp 1-6 and 32, recommend chose NSp 13 (13.5% off the measured runtime;
+    NSp 16 was 50% off) with "extrapolated": false and not a word. It names the
+    nearest NSp fitted on, and warns when that is more than one away."""
+    lines = MEASUREMENTS_CSV.read_text().splitlines()
+    data, fitted = tmp_path / "gap.csv", tmp_path / "p.json"
+    data.write_text("\n".join([*lines[:7], lines[32]]) + "\n")
+    assert run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(data), "--out", str(fitted),
+               *QUICK).exit_code == 0
+    assert json.loads(fitted.read_text())["fitted_nsp"] == [1, 2, 3, 4, 5, 6, 32]
+    r = run("model", "recommend", "--params", str(fitted), "--nsp", "13", "--json")
+    doc = json.loads(r.stdout)
+    assert r.exit_code == 0 and doc["nsp"] == 13 and doc["extrapolated"] is False and doc["nearest_fitted_nsp"] == 6
+    assert f"warning: nsp 13 was not measured in the runs {fitted} was fitted on, the nearest of which is nsp 6" \
+           in r.stderr
+    r = run("model", "recommend", "--params", str(fitted), "--nsp", "5-6", "--json")
+    assert r.exit_code == 0 and r.stderr == "" and json.loads(r.stdout)["nearest_fitted_nsp"] in (5, 6)
+    r = run("model", "recommend", "--params", str(fitted), "--nsp", "7", "--json")  # one beyond 6: no warning
+    assert r.exit_code == 0 and r.stderr == "" and json.loads(r.stdout)["nearest_fitted_nsp"] == 6
+
+
 def test_validate_and_plot_say_which_measured_nsp_are_extrapolated(params, fitted_1_to_5, tmp_path):
     """Fitted on NSp 1-5 and validated on 1-32, validate gave its NRMSE as the fit's
     (mostly of extrapolation) without a word; plot drew it so."""
