@@ -967,9 +967,27 @@ class Engine:
             except HostError:
                 return  # gone: the next period drops it
             self._unsaved.add(main)  # placed again once the new original is on disk
+            if main == target.pid:
+                self._rebase(target, self.pinner.records[main].original)
             self.on_change()
         if not count_afresh(target, main, mask, now, self.counters, self.proc_root, self._whole):
             self._drop_thread(target, main)
+
+    def _rebase(self, target: Target, original: frozenset[int]) -> None:
+        """The target's main thread is the one that exec'd, with ``original``: a thread
+        the new program starts inherits its mask, so that is the target's own mask now
+        (``_inherited_original``; they got the old main thread's). The process's other
+        threads were all born after the exec (it ended the others), and those adopted
+        before it was told, with the old one as their inherited original, get the new."""
+        old, target.base_original = target.base_original, original
+        records = self.pinner.records
+        for tid, th in target.threads.items():
+            if th.process == target.pid and tid != target.pid and (rec := records.get(tid)) and rec.original == old:
+                try:
+                    self.pinner.reassign(tid, original)
+                except HostError:
+                    continue  # gone: the next period drops it
+                self._unsaved.add(tid)
 
     def _give_back_carried(self, target: Target, main: int, before: frozenset[int], went: dict[int, Masks]) -> None:
         """A main thread not ours to place (the filter leaves it out, or someone else
