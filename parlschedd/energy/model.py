@@ -6,8 +6,10 @@ individual, say), configurations are a vector of NSp values, and every result ha
 for energy (the shared data's unit), so (7) is divided by 3600.
 
 Rounding of the subpopulation size (a known trap): N / NSp is not an integer for many
-NSp. ``SUBPOP_SIZES`` names the choices; the default ``"floor"`` is the application's
-integer division of N individuals into NSp subpopulations of N // NSp.
+NSp. ``SUBPOP_SIZES`` names the choices; the default ``"floor"`` gives each of the NSp
+subpopulations N // NSp individuals, as an integer division would (an assumption: the
+application's own split is not in its published sources), which leaves up to NSp - 1
+individuals out (4 at NSp 7 of N = 3840; on the shared data it changes one wave count).
 """
 
 from __future__ import annotations
