@@ -166,8 +166,9 @@ def thread_cpus_allowed(tid: int, root: str = PROC_ROOT) -> frozenset[int]:
 
 
 def comm(pid: int, root: str = PROC_ROOT) -> str:
-    """The process name (``/proc/<pid>/comm``, at most 15 bytes)."""
-    return _read(os.path.join(root, str(pid), "comm"), pid=pid).rstrip("\n")
+    """The process name (``/proc/<pid>/comm``, at most 15 bytes), without the one
+    newline the kernel ends it with (a name may end with its own)."""
+    return _read(os.path.join(root, str(pid), "comm"), pid=pid).removesuffix("\n")
 
 
 def cmdline(pid: int, root: str = PROC_ROOT) -> list[str]:
@@ -224,12 +225,16 @@ def pidfd_open(pid: int) -> int | None:
     Python lacks it. The fd is close-on-exec; the caller closes it. ThreadGone when
     ``pid`` names no process: ESRCH, ENOENT for a thread that is not a thread-group
     leader since Linux 6.9, and EINVAL for one before 6.9 (with no flags passed,
-    EINVAL can mean nothing else), so a thread id is refused alike on every kernel."""
+    EINVAL can mean nothing else), so a thread id is refused alike on every kernel.
+    EPERM and EACCES, which pidfd_open itself never returns, are a seccomp filter's
+    answer to a call it does not know (a container profile older than the call): no
+    pidfd, as on a kernel without one (every attach was refused)."""
     opener = getattr(os, "pidfd_open", None)
     if opener is None:
         return None
     try:
-        with translated("pidfd_open", pid=pid, overrides={errno.EINVAL: ThreadGone}):
+        with translated("pidfd_open", pid=pid,
+                        overrides={errno.EINVAL: ThreadGone, errno.EPERM: Unsupported, errno.EACCES: Unsupported}):
             return int(opener(pid))
     except Unsupported:
         return None
@@ -492,7 +497,8 @@ def _thread_dir(root: str, tid: int) -> str:
 def _read(path: str, *, tid: int | None = None, pid: int | None = None) -> str:
     """Read a small /proc file. Plain strings, not pathlib: this runs per thread per
     period in the daemon's hot path."""
-    with translated(f"read {os.path.basename(path)}", tid=tid, pid=pid), open(path, errors="backslashreplace") as f:
+    with translated(f"read {os.path.basename(path)}", tid=tid, pid=pid), \
+            open(path, errors="backslashreplace", newline="") as f:  # a name's \r is the kernel's, not a line end
         return f.read()
 
 

@@ -230,6 +230,74 @@ def test_a_thread_id_is_no_process_on_kernels_before_and_after_6_9(monkeypatch) 
         worker.join()
 
 
+SECCOMP_EPERM_PIDFD_OPEN = """
+import ctypes, errno, os, struct, sys
+from parlschedd.host import procfs
+def ins(code, jt, jf, k):
+    return struct.pack("=HBBI", code, jt, jf, k)
+# seccomp(2)'s classic BPF: load the syscall number; pidfd_open (434 on x86_64 and
+# aarch64 alike): SECCOMP_RET_ERRNO | EPERM; any other: SECCOMP_RET_ALLOW
+prog = b"".join([ins(0x20, 0, 0, 0), ins(0x15, 0, 1, 434), ins(0x06, 0, 0, 0x00050000 | errno.EPERM),
+                 ins(0x06, 0, 0, 0x7FFF0000)])
+buf = ctypes.create_string_buffer(prog)
+class Fprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.prctl(38, 1, 0, 0, 0) == 0  # PR_SET_NO_NEW_PRIVS
+assert libc.prctl(22, 2, ctypes.byref(Fprog(len(prog) // 8, ctypes.cast(buf, ctypes.c_void_p))), 0, 0) == 0
+try:
+    os.pidfd_open(os.getpid())
+except PermissionError:
+    pass
+else:
+    sys.exit("the filter let pidfd_open through")
+with procfs.ProcessHandle(int(sys.argv[1])) as handle:
+    print(handle.pidfd, handle.alive(), len(handle.tids()))
+"""
+
+
+@pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64"), reason="pidfd_open is 434 on these")
+def test_a_seccomp_filter_refusing_pidfd_open_leaves_processes_attachable() -> None:
+    """A container's seccomp profile older than pidfd_open answers it EPERM (Docker's
+    default before 20.10): that was AccessDenied out of every ProcessHandle, so no
+    attach succeeded. A real filter in a child process: no pidfd, the start time then
+    tells a reused pid."""
+    target = subprocess.Popen(["sleep", "30"])
+    try:
+        out = subprocess.run([sys.executable, "-c", SECCOMP_EPERM_PIDFD_OPEN, str(target.pid)], capture_output=True,
+                             text=True, timeout=30, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
+    finally:
+        target.kill()
+        target.wait()
+    assert out.returncode == 0 and out.stdout.split() == ["None", "True", "1"], out.stderr
+
+
+def test_a_name_with_a_carriage_return_is_read_as_the_kernel_has_it() -> None:
+    """/proc was read in text mode, whose newlines turned a name's \r into \n, and
+    every trailing \n was stripped: thread and name regexes saw another name."""
+    ready, done = threading.Event(), threading.Event()
+    tids: list[int] = []
+
+    def named() -> None:
+        tids.append(threading.get_native_id())
+        with open(f"/proc/self/task/{tids[0]}/comm", "w") as f:
+            f.write("a\rb\n")
+        ready.set()
+        done.wait(10)
+
+    worker = threading.Thread(target=named)
+    worker.start()
+    try:
+        ready.wait(10)
+        with open(f"/proc/self/task/{tids[0]}/comm", "rb") as f:
+            raw = f.read()
+        assert raw == b"a\rb\n\n"  # the name as written, and the kernel's newline
+        assert procfs.comm(tids[0]) == "a\rb\n"
+    finally:
+        done.set()
+        worker.join()
+
+
 def test_process_handle_sees_exit_through_the_pidfd() -> None:
     child = subprocess.Popen(["sleep", "30"])
     with procfs.ProcessHandle(child.pid) as handle:
