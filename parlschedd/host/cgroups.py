@@ -79,7 +79,14 @@ def hierarchy_dir(controllers: tuple[str, ...], root: str = CGROUP_ROOT) -> Path
 
 
 def cgroup_dir(path: str, controllers: tuple[str, ...] = (), root: str = CGROUP_ROOT) -> Path:
-    """Directory of cgroup ``path`` in the hierarchy of ``controllers``, kept below it."""
+    """Directory of cgroup ``path`` in the hierarchy of ``controllers``, kept below it.
+    HostError for a path above the root of the daemon's cgroup namespace, as /proc
+    shows a process outside it (``0::/../../system.slice/db.service``,
+    cgroup_namespaces(7): a container's daemon): no directory here is its cgroup, and
+    with the ``..`` dropped it named another cgroup of the same name inside."""
+    below = os.path.normpath(path.lstrip("/") or ".")
+    if below == ".." or below.startswith("../"):
+        raise HostError(f"cgroup {path} is outside the daemon's cgroup namespace")
     return hierarchy_dir(controllers, root) / os.path.normpath("/" + path).lstrip("/")
 
 

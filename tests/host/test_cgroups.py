@@ -81,8 +81,9 @@ def test_paths_cannot_escape_the_hierarchy(tmp_path: Path) -> None:
     v2_tree(tmp_path / "cg")
     write(tmp_path / "cgroup.procs", "666\n")  # outside the cgroup root
     root = str(tmp_path / "cg")
-    assert cgroups.cgroup_dir("../../app.slice", root=root) == tmp_path / "cg" / "app.slice"
-    assert cgroups.cgroup_procs("/../", root=root) == [10, 11, 12], "the root of the hierarchy, not its parent (666)"
+    for path in ("../../app.slice", "/../"):  # refused: never the parent (666), nor a cgroup inside of that name
+        with pytest.raises(HostError, match="outside"):
+            cgroups.cgroup_procs(path, root=root)
 
 
 def test_task_cpus_on_hybrid_prefers_the_v1_cpuset(tmp_path: Path) -> None:
@@ -102,6 +103,22 @@ def test_task_cpus_on_v2(tmp_path: Path) -> None:
     v2_tree(root)
     proc_cgroup(proc, 12, "0::/app.slice/inner\n")
     assert cgroups.task_cpus(12, str(root), str(proc)) == frozenset({2, 3})
+
+
+@pytest.mark.parametrize("path", ["/../../app.slice", "/..", "/app.slice/../../x"])
+def test_a_cgroup_outside_the_daemons_namespace_is_no_cgroup_here(tmp_path: Path, path: str) -> None:
+    """A daemon in a private cgroup namespace (a container's, Docker's default on v2)
+    sees a process outside it as /../../app.slice: with the .. dropped it was read as
+    the namespace's own app.slice, another cgroup's CPUs (2-3, not the process's), or
+    as the root's for /.. (every CPU of the container). Its cpuset is unknown here."""
+    root, proc = tmp_path / "cg", tmp_path / "proc"
+    v2_tree(root)
+    proc_cgroup(proc, 50, f"0::{path}\n")
+    with pytest.raises(HostError, match="outside the daemon's cgroup namespace"):
+        cgroups.task_cpus(50, str(root), str(proc))
+    with pytest.raises(HostError, match="outside"):
+        cgroups.CpusetReader(str(root), str(proc))(50)
+    assert cgroups.cgroup_dir("/app.slice/inner/..", (), str(root)) == root / "app.slice"  # inside: as before
 
 
 def test_the_cpuset_reader_finds_a_file_once_and_follows_changes(tmp_path: Path) -> None:
