@@ -41,7 +41,7 @@ from parlschedd.host.base import CounterSource
 from parlschedd.host.errors import HostError
 from parlschedd.cpulist import format_cpulist
 from parlschedd.host.perf import CounterSet, detect_source, raise_fd_limit
-from parlschedd.host.privileges import CAP_SYS_NICE, effective_capabilities, perfmon_capable
+from parlschedd.host.privileges import CAP_SYS_NICE, effective_capabilities, perfmon_capable, user_namespace_map
 from parlschedd.hostcheck import (config_file_untrusted, metrics_port_taken, narrowings, one_line, refusals,
                                   sweeping_rules)
 from parlschedd.topology import NoCpusFound, TopologyError, online_cpus, read_topology
@@ -197,7 +197,11 @@ class Daemon:
                         "(Linux 5.8+; CAP_SYS_ADMIN before) or lower kernel.perf_event_paranoid", why=why)
         elif skipped:
             log.info("counter source", using=source.value, why=why)
-        if source.value.startswith("perf:") and not perfmon_capable(caps):
+        if (uid_map := user_namespace_map(self.proc_root)) is not None:
+            log.warning("running in a user namespace: its capabilities hold inside it alone, so the kernel refuses "
+                        "to set the affinity of threads of processes outside it, and perf counters without "
+                        "CAP_PERFMON in the initial namespace; those threads are not managed", uid_map=uid_map)
+        if source.value.startswith("perf:") and not perfmon_capable(caps, uid_map is None):
             log.warning("without CAP_PERFMON the kernel refuses perf counters on other users' threads, so those "
                         "are not managed; give the daemon CAP_PERFMON, or set utility: schedstat", using=source.value)
         self.counters = CounterSet(source, proc_root=self.proc_root)

@@ -31,10 +31,26 @@ def effective_capabilities(proc_root: str = PROC_ROOT) -> frozenset[int]:
     raise ValueError(f"{status} has no CapEff line")
 
 
-def perfmon_capable(caps: frozenset[int]) -> bool:
+def perfmon_capable(caps: frozenset[int], initial_namespace: bool = True) -> bool:
     """Whether perf_event_open(2) lets this process count other users' threads (the
-    kernel's perfmon_capable(): CAP_PERFMON, or CAP_SYS_ADMIN)."""
-    return CAP_PERFMON in caps or CAP_SYS_ADMIN in caps
+    kernel's perfmon_capable(): CAP_PERFMON, or CAP_SYS_ADMIN, in the initial user
+    namespace, which the kernel checks them in)."""
+    return initial_namespace and (CAP_PERFMON in caps or CAP_SYS_ADMIN in caps)
+
+
+def user_namespace_map(proc_root: str = PROC_ROOT) -> str | None:
+    """None in the initial user namespace, else this namespace's uid_map (one line of
+    its ranges). In another (rootless podman, an unprivileged LXD container) CapEff
+    holds the namespace's capabilities: the kernel checks CAP_PERFMON in the initial
+    namespace, and CAP_SYS_NICE in the namespace of the thread whose affinity is set
+    (user_namespaces(7)), so root here pins only the threads of processes in it. The
+    initial namespace maps every uid to itself ("0 0 4294967295"); a kernel without
+    user namespaces has no uid_map."""
+    try:
+        text = Path(proc_root, "self", "uid_map").read_text()
+    except FileNotFoundError:
+        return None
+    return None if text.split() == ["0", "0", "4294967295"] else " ".join(text.split())
 
 
 def group_id(name: str | None) -> int | None:

@@ -1406,6 +1406,21 @@ def test_a_socket_path_too_long_makes_no_directory(tmp_path):
     assert not (tmp_path / "made").exists()
 
 
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
+def test_a_daemon_in_a_user_namespace_says_its_capabilities_hold_there_alone(tmp_path):
+    """Rootless podman, an unprivileged LXD container: CapEff shows every capability,
+    which the kernel honours inside the namespace alone, so the start check passed and
+    nothing said why threads of processes outside it were refused. A real namespace
+    (unshare -U -r): the daemon starts, and warns with the namespace's uid_map."""
+    d = start_daemon(tmp_path, prefix=["unshare", "-U", "-r"])
+    try:
+        assert d.request("ping")
+    finally:
+        assert d.stop() == 0
+    said = [r for r in d.log_records() if r["event"].startswith("running in a user namespace")]
+    assert [r["uid_map"] for r in said] == [f"0 {os.geteuid()} 1"], d.log_text()
+
+
 def test_a_refused_start_exits_with_the_status_the_unit_does_not_restart(tmp_path):
     """Under systemd (Restart=on-failure) a start refused for its config exited 1, as a
     crash does: systemd started it again every RestartSec into its start limit, and the

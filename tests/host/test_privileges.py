@@ -19,6 +19,7 @@ from parlschedd.host.privileges import (
     CAP_SYS_NICE,
     effective_capabilities,
     perfmon_capable,
+    user_namespace_map,
 )
 
 needs_setpriv = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
@@ -61,3 +62,23 @@ def test_the_kernels_view_of_a_process_dropped_to_nobody():
     assert CAP_SYS_NICE in effective_capabilities()  # this test runs as root
     assert caps_of_child() == []
     assert caps_of_child("--inh-caps=+sys_nice", "--ambient-caps=+sys_nice") == [CAP_SYS_NICE]
+
+
+def test_the_initial_user_namespace_and_another(tmp_path) -> None:
+    """The initial namespace maps every uid to itself; in another (here a real one,
+    unshare -U -r) CapEff holds every capability, which the kernel honours inside it
+    alone: perf counters are not the namespace root's to open (perfmon_capable)."""
+    (tmp_path / "self").mkdir()
+    (tmp_path / "self" / "uid_map").write_text("         0          0 4294967295\n")
+    assert user_namespace_map(str(tmp_path)) is None
+    (tmp_path / "self" / "uid_map").write_text("         0       1000          1\n")
+    assert user_namespace_map(str(tmp_path)) == "0 1000 1"
+    assert user_namespace_map(str(tmp_path / "none")) is None  # no user namespaces in this kernel
+    assert not perfmon_capable(frozenset({CAP_PERFMON}), initial_namespace=False)
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1)")
+    code = "from parlschedd.host.privileges import *; print(user_namespace_map(), CAP_SYS_NICE in effective_capabilities())"
+    out = subprocess.run(["unshare", "-U", "-r", sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    if out.returncode != 0 and "Operation not permitted" in out.stderr:
+        pytest.skip("user namespaces not allowed here")
+    assert out.stdout.split() == ["0", str(os.geteuid()), "1", "True"], out.stderr
