@@ -42,11 +42,10 @@ def machine() -> dict:
 def code_version() -> str:
     """The commit of the parlschedd this interpreter imports, ``-dirty`` when its code
     (not the results an earlier benchmark just wrote) has changes; a run from an older
-    checkout (PYTHONPATH=that checkout) says so. Runs as root: git is told the checkout
-    is safe to read whoever owns it."""
-    import parlschedd
-
-    where = Path(parlschedd.__file__).resolve().parent.parent
+    checkout (PYTHONPATH=that checkout) says so, and its daemon runs that code too
+    (``start_daemon``). Runs as root: git is told the checkout is safe to read whoever
+    owns it."""
+    where = code_root()
     git = ["git", "-c", f"safe.directory={where}", "-C", str(where)]
     try:
         head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
@@ -55,6 +54,13 @@ def code_version() -> str:
     except OSError:  # no git
         return f"{where}@unknown"
     return f"{where}@{head or 'unknown'}{'-dirty' if changed else ''}"
+
+
+def code_root() -> Path:
+    """The checkout whose parlschedd this interpreter imports."""
+    import parlschedd
+
+    return Path(parlschedd.__file__).resolve().parent.parent
 
 
 def cpu_seconds(pid: int) -> float:
@@ -68,15 +74,17 @@ def start_daemon(tmp: Path, config: str, log: Path | None = None, nice: int = 0,
                  command: list[str] | None = None) -> tuple[subprocess.Popen, str]:
     """Start parlschedd with ``config`` (YAML text); returns (process, socket path).
     ``nice``: its nice value, set in the child before exec, as systemd's Nice= does;
-    ``command``: what runs the daemon (default ``python -m parlschedd``), followed by
-    the daemon's own options."""
+    ``command``: what runs the daemon (default ``python -m parlschedd``, from the
+    checkout this interpreter imports, which ``code_version`` records: ``-m`` put the
+    working directory first, so a run from another checkout ran that one's daemon
+    under this one's commit), followed by the daemon's own options."""
     (tmp / "cfg.yaml").write_text(config)
     sock = str(tmp / "ctl.sock")
     stderr = open(log, "ab") if log else subprocess.DEVNULL
     renice = (lambda: os.setpriority(os.PRIO_PROCESS, 0, nice)) if nice else None
     proc = subprocess.Popen([*(command or [sys.executable, "-m", "parlschedd"]), "--config", str(tmp / "cfg.yaml"), "--socket", sock,
                              "--state-dir", str(tmp / "state"), "--log-level", "warning"], stderr=stderr,
-                            preexec_fn=renice)
+                            preexec_fn=renice, cwd=code_root())
     for _ in range(600):
         try:
             client.request(sock, "ping")
