@@ -137,8 +137,9 @@ def summarise(rounds: list[dict]) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| threads | daemon us/thread/period | floor us/thread/period | ratio (min-max) "
-             "| floor with its wake-up us (ratio) | migrations/period | RSS MiB | fds | loop mean / max ms |",
+    lines = ["| threads | daemon us/thread/period | floor us/thread/period | ratio: median of the rounds' ratios (min-max) "
+             "| floor with its wake-up us (median of the rounds' ratios) | migrations/period | RSS MiB | fds (round 1) "
+             "| loop mean / max of the rounds ms |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['threads']} | {r['daemon_us_per_thread_period']:.1f} | {r['floor_us_per_thread_period']:.1f} | "
