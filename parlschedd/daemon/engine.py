@@ -440,12 +440,17 @@ class Engine:
         its first listing need not be the one it runs under. Called every rescan_s, a
         read of /proc per left-out thread; threads handed over to someone else stay
         theirs, and a tid that now names a thread of another process is left alone.
-        RENAMES_PER_ROUND threads a round at most, taking turns (``names.rename``'s cost)."""
+        RENAMES_PER_ROUND threads a round at most, taking turns (``names.rename``'s cost).
+        The other way too: a managed thread whose name (re-read in turns, ``names.rename``)
+        no longer matches gets its original mask back and is left out."""
         self._each_target(self._refilter, now)
 
     def _refilter(self, target: Target, now: float) -> None:
         if target.thread_filter is None:
             return
+        names.rename(target, self.proc_root)
+        for tid in [t for t, th in target.threads.items() if target.thread_filter.search(th.name) is None]:
+            self._leave_out(target, tid)
         processes = {target.pid, *target.others}  # as listed last
         batch, target.refiltered_last = in_turn(target.ignored.difference(self.handed_over), target.refiltered_last,
                                                 names.RENAMES_PER_ROUND)
@@ -464,6 +469,20 @@ class Engine:
             target.most_threads = max(target.most_threads, len(target.threads))
             if tid in target.threads:
                 log.info("thread renamed to match the thread filter, adopted", pid=target.pid, tid=tid)
+
+    def _leave_out(self, target: Target, tid: int) -> None:
+        """A managed thread renamed out of the thread filter: restored, and left out as
+        a thread whose name never matched (watched for its exit, adopted again if it
+        takes a matching name)."""
+        self._drop_thread(target, tid)
+        if tid in target.ignored:  # someone else's mask, found at the restore
+            return
+        try:
+            target.exits.add(tid)
+        except ThreadGone:
+            return
+        target.ignored.add(tid)
+        log.info("thread renamed out of the thread filter, left out", pid=target.pid, tid=tid)
 
     def _step(self, target: Target, now: float) -> None:
         """counters -> rates -> scheduler -> pins, for one target's period."""

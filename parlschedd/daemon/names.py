@@ -2,9 +2,10 @@
 
 A thread's name is read when it is adopted, and the period never reads it again; but a
 thread names itself after it starts (pthread_setname_np), and a process that execs
-changes its comm. Names are re-read later, in turns: when ``status`` shows them
-(``rename``) and for a thread filter (the engine's ``refilter``), RENAMES_PER_ROUND
-threads a round at most.
+changes its comm. Names are re-read later, in turns: when ``status`` shows them and
+every rescan_s for a target with a thread filter (``rename``: the engine's ``refilter``
+then leaves out the managed threads whose name no longer matches), and those of the
+threads a filter left out (``refilter``), RENAMES_PER_ROUND threads a round at most.
 """
 
 from __future__ import annotations

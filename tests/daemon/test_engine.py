@@ -1323,6 +1323,30 @@ def test_a_thread_named_after_attach_is_adopted_when_its_name_matches() -> None:
 
 @needs_root
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_a_thread_renamed_out_of_the_filter_is_restored_and_left_out(workload) -> None:
+    """--threads '^worker': a managed worker that renames itself stayed managed (and
+    pinned) until detach. Its name re-read every rescan_s no longer matches: it gets its
+    original mask back and is left out; named back, it is adopted again."""
+    w = workload(2)
+    before = masks(w.all_tids())
+    engine, counters = _pin_engine()
+    with _released(engine, counters):
+        target = engine.attach(w.pid, time.monotonic(), threads="^worker")
+        _ticks_until(engine, lambda: target.current().pinned.all() and len(target.threads) == 2, "both pinned")
+        renamed = w.tids[0]
+        w.command(f"rename {renamed} io-helper")
+        engine.refilter(time.monotonic())
+        assert renamed not in target.threads and renamed in target.ignored
+        assert os.sched_getaffinity(renamed) == before[renamed]
+        _ticks(engine, 3)
+        assert os.sched_getaffinity(renamed) == before[renamed], "moved again after it was left out"
+        w.command(f"rename {renamed} worker9")
+        engine.refilter(time.monotonic())
+        assert renamed in target.threads
+
+
+@needs_root
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
 def test_a_thread_adopted_late_keeps_its_own_mask_as_its_original() -> None:
     """A left-out thread that bound itself to the CPU we gave a managed thread, then
     took a matching name: its binding was taken for our mask inherited at birth, and

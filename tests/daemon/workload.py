@@ -2,7 +2,8 @@
 
 Starts N worker threads that alternate short compute bursts and sleeps. Commands on
 stdin, one per line: ``spawn`` starts one more worker, ``stop`` ends the newest worker,
-``tids`` prints the live worker tids; every command answers one JSON line on stdout.
+``tids`` prints the live worker tids, ``rename TID NAME`` names a thread (the kernel
+lets a process name only its own threads); every command answers one JSON line on stdout.
 """
 
 import json
@@ -53,6 +54,10 @@ def main() -> None:
         elif cmd == "stop" and stops:
             stops.pop().set()
             threads.pop().join()
+        elif cmd.startswith("rename "):
+            _, tid, name = cmd.split()
+            with open(f"/proc/self/task/{tid}/comm", "w") as comm:
+                comm.write(name)
         with lock:
             print(json.dumps({"tids": list(tids)}), flush=True)
 
