@@ -71,7 +71,11 @@ def _refuse(reason: str, log_format: str, state_dir: str) -> NoReturn:
     run left pinned are put back first (``put_back_after_refusal``)."""
     from parlschedd.daemon.server import put_back_after_refusal
 
-    put_back_after_refusal(state_dir)
+    try:
+        put_back_after_refusal(state_dir)
+    except Exception as exc:  # a bug, a host oddity: the refusal's reason and exit 78 come first
+        structlog.get_logger().error("masks a crashed run left pinned not put back", state_dir=state_dir,
+                                     error=f"{type(exc).__name__}: {exc}")
     if log_format == "json":
         structlog.get_logger().error("refused to start", error=reason)
     else:

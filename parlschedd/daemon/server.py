@@ -89,21 +89,28 @@ def put_back_after_refusal(state_dir: str, proc_root: str = procfs.PROC_ROOT, sy
     (RuntimeDirectoryPreserve=restart keeps it across restarts only): a crash, then a
     restart into a config broken meanwhile, left those threads pinned for good. The file
     is written again without them, keeping the targets attached by hand for a start after
-    the fix where the directory stays. Nothing is done when another daemon holds the
-    state dir or it cannot be trusted (``StateFile.lock``), or there is no file."""
-    state = StateFile(state_dir)
-    if not state.path.is_file():
+    the fix where the directory stays. Nothing is done when there is no file, when
+    another daemon holds the state dir or it cannot be trusted (``StateFile.lock``), or
+    without CAP_SYS_NICE (refused for lacking it: other users' threads would refuse
+    their masks); and the file is left as it was when a restore failed, whose record
+    would be lost with the rewrite."""
+    if CAP_SYS_NICE not in effective_capabilities(proc_root):
         return
+    state = StateFile(state_dir)
     try:
+        if not state.path.is_file():
+            return
         state.lock()
-    except StateDirUnusable:
+    except (OSError, StateDirUnusable):  # a dir closed to this user, or in use
         return
     try:
         engine = host_engine(Config(), [sorted(online_cpus(sysfs))], CounterSet(CounterSource.SCHEDSTAT, proc_root=proc_root),
                              proc_root, sysfs, cgroup_root)
-        state.save(engine, state.recover(engine))
+        saved = state.recover(engine)
+        if not state.restores_failed:
+            state.save(engine, saved)
     finally:
-        state.unlock()
+        state.unmake()  # the lock file too, where this made it
 
 
 @dataclass

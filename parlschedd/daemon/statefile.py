@@ -44,6 +44,7 @@ class StateFile:
         self._lock: int | None = None  # the state dir's lock, held while we run
         self._lock_lost_said = False
         self._made: list[Path] = []  # the state dir and its lock file where the first lock made them (unmake)
+        self.restores_failed = 0  # of the last recover: threads whose original mask could not be put back
 
     def lock(self) -> None:
         """Refuse to start without a state dir to write in, or one another daemon uses:
@@ -184,6 +185,7 @@ class StateFile:
             self._set_aside("thread records unreadable", copy=True)
         records = dict(old.records)  # restore_all forgets them
         report = old.restore_all()
+        self.restores_failed = len(report.failed)
         saved = state.get("handed_over", [])
         engine.keep_handed_over([*(saved if isinstance(saved, list) else ()),
                                  *([t, records[t].start_time] for t in report.kept)])
