@@ -997,15 +997,13 @@ class Engine:
         the new program starts inherits its mask, so that is the target's own mask now
         (``_inherited_original``; they got the old main thread's). The process's other
         threads were all born after the exec (it ended the others), and those adopted
-        before it was told, with the old one as their inherited original, get the new."""
+        before it was told, with the old one as their inherited original, get the new
+        (also one whose own mask was the old original: the two cannot be told apart)."""
         old, target.base_original = target.base_original, original
         records = self.pinner.records
         for tid, th in target.threads.items():
             if th.process == target.pid and tid != target.pid and (rec := records.get(tid)) and rec.original == old:
-                try:
-                    self.pinner.reassign(tid, original)
-                except HostError:
-                    continue  # gone: the next period drops it
+                self.pinner.set_original(tid, original)  # a thread gone with the exec: dropped at the next listing
                 self._unsaved.add(tid)
 
     def _give_back_carried(self, target: Target, main: int, before: frozenset[int], went: dict[int, Masks]) -> None:

@@ -371,6 +371,12 @@ class Pinner:
         record = self._records[tid]
         self._records[tid] = PinRecord(record.start_time, original, self._guarded(tid, self._kernel.get_affinity))
 
+    def set_original(self, tid: int, original: frozenset[int]) -> None:
+        """Restore ``original`` at the end, in place of the mask found at adoption;
+        what was set since is unchanged (a mask someone sets later is still theirs).
+        KeyError for a tid never adopted."""
+        self._records[tid].original = original
+
     def release(self, tid: int) -> None:
         """Forget a thread without touching its mask: someone else set it since we did,
         and putting our record's original back would undo their change."""

@@ -161,6 +161,9 @@ class Actuator(Protocol):
         """Keep ``original`` to restore for a tid that names another thread of the same
         identity now (after an exec from a non-main thread); its mask now is ours."""
 
+    def set_original(self, tid: int, original: frozenset[int]) -> None:
+        """Restore ``original`` at the end in place of the mask found at adoption."""
+
     def release(self, tid: int) -> None:
         """Forget a thread someone else re-pinned, leaving its mask as they set it."""
 

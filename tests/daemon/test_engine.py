@@ -731,6 +731,9 @@ def test_a_tid_reused_inside_the_target_is_adopted_as_the_new_thread(workload) -
         # its first rate spans no time (adopted and read in this tick), not the old
         # thread's row carried on: the new count less the old one's, over the last period
         assert np.isnan(target.roster.utility[np.searchsorted(target.roster.tids, old)])
+        # and the scheduler's state is the new thread's: its utility scale starts at 0
+        # (the old thread's, kept, was its recent peak)
+        assert target.scheduler.scale[target.scheduler.keys == old].tolist() == [0.0]
         engine.tick(time.monotonic())
         assert not target.exits.exited()  # the old watch is gone with the old thread
         engine.detach(w.pid)

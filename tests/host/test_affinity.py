@@ -133,6 +133,25 @@ def test_reassign_keeps_the_identity_and_takes_the_mask_now_as_ours(spawn: Calla
         pinner.reassign(tid, frozenset({1}))
 
 
+def test_set_original_changes_what_is_restored_and_nothing_else(spawn: Callable[..., Worker]) -> None:
+    """The threads a program starts after an exec get another original (the engine's
+    _rebase), through ``reassign`` first: it took the mask the thread had then for the
+    one we set, so a mask the program set on it since adoption (an OpenMP binding) was
+    moved over as ours. ``set_original`` leaves that mask theirs."""
+    worker = spawn(busy=False)
+    pinner = Pinner(allowed=unrestricted)
+    tid = adopted(pinner, worker)
+    pin(pinner, tid, frozenset({0}))
+    os.sched_setaffinity(tid, {1})  # the program binds the thread
+    pinner.set_original(tid, frozenset({0, 1}))
+    assert isinstance(pinner.pin_many([(tid, frozenset({1}))])[0], Overridden)  # the next move: refused, theirs
+    assert os.sched_getaffinity(tid) == {1}
+    other = adopted(pinner, spawn(busy=False))
+    pin(pinner, other, frozenset({0}))
+    pinner.set_original(other, frozenset({1}))
+    assert pinner.restore(other) is True and os.sched_getaffinity(other) == {1}
+
+
 def test_pin_skips_the_syscall_when_the_mask_is_unchanged(spawn: Callable[..., Worker]) -> None:
     worker = spawn(busy=False)
     pinner = Pinner(allowed=unrestricted)

@@ -72,6 +72,10 @@ def test_a_negative_utility_is_not_measured():
     assert np.isnan(s.rho[0])
     s.step(np.array([1]), np.array([2.0]))
     assert s.rho[0] == 2.0 and s.bench.lower[0] < s.bench.upper[0]
+    s = TwoLevelScheduler([[0], [1]], LearningParams(seed=0), domain_every=3)  # a window of -1 then 5
+    for u in (np.nan, -1.0, 5.0):
+        s.step(np.array([1]), np.array([u]))
+    assert s.rho[0] == 5.0, "the mean of the periods measured, 5; with -1 counted, 2"
 
 
 def test_a_thread_gone_idle_stays_satisfied_and_takes_no_move():
