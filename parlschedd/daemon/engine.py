@@ -669,10 +669,11 @@ class Engine:
         self.handed_over.pop(tid, None)
         if tid in target.threads:
             self._drop_thread(target, tid)
-            # the roster's row and the scheduler's state are the old thread's: gone now,
-            # the new one starts from its adoption reading (its rate was the new count
-            # less the old one's) and learns afresh
-            target.current()
+            # the roster's row and the scheduler's state are the old thread's: the new
+            # one starts from its adoption reading (its rate was the new count less the
+            # old one's) and learns afresh. The row stays until the period realigns:
+            # till then its pin is still one of ours to the listing (``_ours``)
+            target.reborn.add(tid)
             target.scheduler.forget([tid])
 
     def _unchanged(self, target: Target, now: float) -> bool:

@@ -60,9 +60,11 @@ class Roster:
         return cls.aligned(np.empty(0, dtype=np.int64), None, {})
 
     @classmethod
-    def aligned(cls, tids: IntArray, old: Roster | None, threads: dict[int, ThreadState]) -> Roster:
+    def aligned(cls, tids: IntArray, old: Roster | None, threads: dict[int, ThreadState],
+                reborn: set[int] | frozenset[int] = frozenset()) -> Roster:
         """A roster for ``tids``: rows of threads ``old`` knew are carried over, new
-        threads start from their adoption reading."""
+        threads start from their adoption reading, as do those ``reborn`` (a tid the
+        kernel gave a new thread since: ``old``'s row is the dead one's)."""
         n = tids.size
         roster = cls(tids, np.empty(n), np.empty(n), np.full(n, np.nan), np.full(n, -1, dtype=np.int64),
                      np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=bool))
@@ -70,6 +72,8 @@ class Roster:
         if old is not None and old.tids.size:
             at = np.searchsorted(old.tids, tids).clip(max=old.tids.size - 1)
             known = old.tids[at] == tids
+            if reborn:
+                known &= ~np.isin(tids, list(reborn))
             rows = at[known]
             for name in ("last", "since", "utility", "cpu", "domain", "pinned"):
                 getattr(roster, name)[known] = getattr(old, name)[rows]
@@ -97,6 +101,7 @@ class Target:
     threads: dict[int, ThreadState] = field(default_factory=dict)
     roster: Roster = field(default_factory=Roster.empty)
     stale: bool = False  # threads joined or left since the roster was aligned
+    reborn: set[int] = field(default_factory=set)  # tids given to new threads since: rows not carried over
     ignored: set[int] = field(default_factory=set)  # tids the thread filter left out, or someone else re-pinned
     migrations: int = 0  # affinity changes made
     most_threads: int = 0  # the most threads managed at once: what an exit is described by
@@ -136,6 +141,7 @@ class Target:
         """The roster, realigned first if threads joined or left."""
         if self.stale:
             tids = np.fromiter(sorted(self.threads), dtype=np.int64, count=len(self.threads))
-            self.roster = Roster.aligned(tids, self.roster, self.threads)
+            self.roster = Roster.aligned(tids, self.roster, self.threads, self.reborn)
             self.stale = False
+            self.reborn.clear()
         return self.roster

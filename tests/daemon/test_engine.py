@@ -56,6 +56,15 @@ def test_aligned_carries_rows_over_and_starts_new_threads_from_adoption() -> Non
     assert new.domain.tolist() == [-1, -1, -1]
 
 
+def test_aligned_starts_a_reborn_tid_from_its_adoption() -> None:
+    """A tid the kernel gave a new thread: its row is the dead one's, not carried over."""
+    threads = {tid: ThreadState(tid, 0, f"t{tid}", first_value=tid * 10.0, first_time=1.0) for tid in (3, 5)}
+    old = Roster.aligned(np.array([3, 5]), None, threads)
+    old.last[:], old.cpu[:], old.pinned[:] = [300.0, 500.0], [1, 0], [True, True]
+    new = Roster.aligned(np.array([3, 5]), old, threads, reborn={5})
+    assert new.last.tolist() == [300.0, 50.0] and new.cpu.tolist() == [1, -1] and new.pinned.tolist() == [True, False]
+
+
 def test_aligned_from_empty_and_to_empty() -> None:
     threads = {7: ThreadState(7, 0, "t", first_value=5.0, first_time=0.5)}
     r = Roster.aligned(np.array([7]), Roster.empty(), threads)
