@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog.testing
 
 from parlschedctl import client
 from parlschedd.__main__ import REFUSED
@@ -304,12 +305,14 @@ def test_a_failure_of_the_put_back_still_refuses_with_the_reason(tmp_path, monke
         raise RuntimeError("a bug")
 
     monkeypatch.setattr(server, "put_back_after_refusal", broken)
+    monkeypatch.setattr(daemon_main, "configure", lambda *args: None)  # the process-wide logging of later tests kept
     config = tmp_path / "bad.yaml"
     config.write_text("period_s: fast\n")
-    result = CliRunner().invoke(daemon_main.main, ["--config", str(config), "--state-dir", str(tmp_path / "state"),
-                                                   "--socket", str(tmp_path / "s.sock")])
-    assert result.exit_code == REFUSED, result.output
-    assert "invalid config" in result.output and "not put back" in result.output, result.output
+    with structlog.testing.capture_logs() as logs:
+        result = CliRunner().invoke(daemon_main.main, ["--config", str(config), "--state-dir", str(tmp_path / "state"),
+                                                       "--socket", str(tmp_path / "s.sock")])
+    assert result.exit_code == REFUSED and "invalid config" in result.output, result.output
+    assert [e["error"] for e in logs if e["event"].endswith("not put back")] == ["RuntimeError: a bug"], logs
 
 
 @pytest.mark.skipif(len(ALL) < 2, reason="a pin must differ from the original mask")
