@@ -237,6 +237,31 @@ def test_pins_left_by_a_stop_are_restored_by_the_next_start(tmp_path, workload, 
     assert masks(tids) == before, "stop restores the masks saved by the first daemon"
 
 
+def crashed_with_pins(tmp_path, workload, threads: int = 3):
+    """A daemon that pinned the threads of a workload of ``threads`` workers, then
+    SIGKILLed: the daemon, the workload and the threads' masks before it pinned them
+    (each pin still on, one CPU)."""
+    d = start_daemon(tmp_path)
+    w = workload(threads)
+    before = masks(w.all_tids())
+    d.request("attach", pid=w.pid)
+    wait_for(lambda: all_pinned(d, w.pid, len(before)))
+    d.stop(signal.SIGKILL)
+    assert all(len(m) == 1 for m in masks(before).values())
+    return d, w, before
+
+
+def assert_the_next_start_restores(tmp_path, w, before) -> None:
+    """A daemon started on ``tmp_path`` attaches ``w`` again from the state file, and
+    its stop gives every thread its mask ``before``."""
+    d = start_daemon(tmp_path)
+    try:
+        wait_for(lambda: all_pinned(d, w.pid, len(before)))
+    finally:
+        assert d.stop() == 0
+    assert masks(before) == before
+
+
 @pytest.mark.skipif(len(ALL) < 2, reason="a pin must differ from the original mask")
 def test_a_start_refused_after_a_crash_puts_the_pins_back(tmp_path, workload):
     """Under systemd a refused start (exit 78, not restarted) ends the unit, and systemd
@@ -244,26 +269,14 @@ def test_a_start_refused_after_a_crash_puts_the_pins_back(tmp_path, workload):
     broken meanwhile left the dead daemon's pins on for good. The refusal puts the
     original masks back first, and the file keeps the target attached by hand, which
     the start after the fix attaches again."""
-    d = start_daemon(tmp_path)
-    w = workload(3)
-    tids = w.all_tids()
-    before = masks(tids)
-    d.request("attach", pid=w.pid)
-    wait_for(lambda: all_pinned(d, w.pid, len(tids)))
-    d.stop(signal.SIGKILL)
-    assert all(len(m) == 1 for m in masks(tids).values())
+    d, w, before = crashed_with_pins(tmp_path, workload)
     good = d.config.read_text()
     d.config.write_text("period_s: fast\n")
     proc = refused_start(d.config, tmp_path / "ctl.sock", tmp_path / "state")
     assert proc.returncode == REFUSED and "invalid config" in proc.stderr, proc.stderr
-    assert masks(tids) == before, "the refusal left the pins of the crashed run"
+    assert masks(before) == before, "the refusal left the pins of the crashed run"
     d.config.write_text(good)
-    d2 = start_daemon(tmp_path)
-    try:
-        wait_for(lambda: all_pinned(d2, w.pid, len(tids)))
-    finally:
-        assert d2.stop() == 0
-    assert masks(tids) == before
+    assert_the_next_start_restores(tmp_path, w, before)
 
 
 @pytest.mark.skipif(len(ALL) < 2 or shutil.which("setpriv") is None, reason="a pin must differ; needs setpriv(1)")
@@ -271,25 +284,14 @@ def test_a_start_refused_without_cap_sys_nice_keeps_the_saved_masks(tmp_path, wo
     """Refused for lacking CAP_SYS_NICE, a start could not restore other users' threads,
     and its rewrite of the state file dropped their records for good. It leaves the
     file and the pins alone; the next start with the capability restores them."""
-    d = start_daemon(tmp_path)
-    w = workload(3)
-    tids = w.all_tids()
-    before = masks(tids)
-    d.request("attach", pid=w.pid)
-    wait_for(lambda: all_pinned(d, w.pid, len(tids)))
-    d.stop(signal.SIGKILL)
+    d, w, before = crashed_with_pins(tmp_path, workload)
     saved = (tmp_path / "state" / "state.json").read_text()
     proc = subprocess.run(["setpriv", "--bounding-set=-sys_nice", "--inh-caps=-sys_nice", sys.executable, "-m",
                            "parlschedd", "--config", str(d.config), "--socket", str(tmp_path / "ctl.sock"),
                            "--state-dir", str(tmp_path / "state")], capture_output=True, text=True, timeout=30)
     assert proc.returncode == REFUSED and "CAP_SYS_NICE" in proc.stderr, proc.stderr
     assert (tmp_path / "state" / "state.json").read_text() == saved
-    d2 = start_daemon(tmp_path)
-    try:
-        wait_for(lambda: all_pinned(d2, w.pid, len(tids)))
-    finally:
-        assert d2.stop() == 0
-    assert masks(tids) == before
+    assert_the_next_start_restores(tmp_path, w, before)
 
 
 def test_a_failure_of_the_put_back_still_refuses_with_the_reason(tmp_path, monkeypatch):
@@ -339,12 +341,7 @@ def test_threads_born_while_no_daemon_ran_get_the_targets_own_mask_back(tmp_path
     """Threads a pinned thread created while the daemon was down (killed, not yet
     started again) inherit its pin. The next start took that pin for their own mask:
     it re-adopted them with it as their original, and they kept our pin for good."""
-    d = start_daemon(tmp_path)
-    w = workload(2)
-    before = masks(w.all_tids())
-    d.request("attach", pid=w.pid)
-    wait_for(lambda: all_pinned(d, w.pid, len(before)))
-    d.stop(signal.SIGKILL)
+    _, w, before = crashed_with_pins(tmp_path, workload, threads=2)
     born = sorted(set(w.command("spawn") + w.command("spawn")) - set(before))
     assert len(born) == 2 and all(len(m) == 1 for m in masks(born).values()), "they inherit the main thread's pin"
     d2 = start_daemon(tmp_path)
