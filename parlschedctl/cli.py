@@ -390,7 +390,7 @@ def config_check(path: str, any_host: bool, as_json: bool) -> None:
     is invalid, or if parlschedd would refuse to start with it on this host (a CPU, a
     group, a listen address it lacks) unless --any-host."""
     from parlschedd.config import ConfigError, ConfigUnreadable, load
-    from parlschedd.hostcheck import Finding, HostReport, check_host
+    from parlschedd.hostcheck import Finding, HostReport, check_host, config_file_untrusted
 
     try:
         host = check_host(load(path))
@@ -402,6 +402,11 @@ def config_check(path: str, any_host: bool, as_json: bool) -> None:
         else:
             for key, message in errors:
                 click.echo(f"{path}: {key}: {message}", err=True)
+            # the file's owner and mode, which the daemon judges before it reads a byte
+            # (and alone: the one reason it gives), said with the content's errors
+            with contextlib.suppress(OSError):
+                if problem := config_file_untrusted(path, os.stat(path)):
+                    host.refused.append(Finding("(file)", problem))
     for key, message in host.refused:
         click.echo(f"{path}: {'warning: ' if any_host else ''}{key}: {message}; parlschedd refuses to start with it here",
                    err=True)

@@ -15,24 +15,32 @@ from typing import Any
 
 import click
 
-# A file option, read or written: the loaders name a file they cannot read, and
-# check_writable one that cannot be written (exit 1 both). click's own check
-# (readable=True, its default) made an unreadable input, or an output that can be
-# written but not read, a usage error (exit 2). A directory is still click's usage error.
-FILE = click.Path(dir_okay=False, readable=False)
+class _File(click.Path):
+    """A file option, read or written: the loaders name a file they cannot read, and
+    check_writable one that cannot be written (exit 1 both). click's own check
+    (readable=True, its default) made an unreadable input, or an output that can be
+    written but not read, a usage error (exit 2). A directory is still click's usage
+    error, and so is an empty path (``"$CFG"`` with CFG unset): ``config check ''`` read
+    the working directory ("cannot read config .: a directory")."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value == "":
+            self.fail("an empty path: give a file", param, ctx)
+        return super().convert(value, param, ctx)
 
 
-class _OutFile(click.Path):
+FILE = _File(dir_okay=False, readable=False)
+
+
+class _OutFile(_File):
     """FILE for a file we write (--out): ``-``, which a reader takes for stdout, is
     refused as a usage error naming the option; it wrote a file named ``-`` and said
-    "wrote -". So is an empty path (``--out "$OUT"`` with OUT unset): ``model fit``
-    took it for no --out, fitted, wrote nothing and exited 0."""
+    "wrote -". An empty path (``--out "$OUT"`` with OUT unset) made ``model fit`` take
+    it for no --out: it fitted, wrote nothing and exited 0."""
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if value == "-":
             self.fail("'-' is not a file here: give a path", param, ctx)
-        if value == "":
-            self.fail("an empty path: give a file to write", param, ctx)
         return super().convert(value, param, ctx)
 
 

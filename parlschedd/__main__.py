@@ -23,15 +23,16 @@ REFUSED = 78
 
 
 def _a_path(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """An empty path is a usage error: --socket '' bound the config's socket and
-    --state-dir '' took the working directory, without a word."""
+    """An empty path is a usage error: --socket '' bound the config's socket,
+    --state-dir '' took the working directory, without a word, and --config '' was
+    "cannot read config .: a directory"."""
     if value == "":
         raise click.BadParameter("an empty path: give a path", ctx, param)
     return value
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--config", "config_path", type=click.Path(), default=None,  # a directory: load() says so, exit 78
+@click.option("--config", "config_path", type=click.Path(), default=None, callback=_a_path,  # a directory: load() says so, exit 78
               help=f"YAML config (default {config_mod.DEFAULT_PATH}; built-in defaults when absent). "
                    "A file given here that cannot be read stops the daemon with exit 78 (EX_CONFIG).")
 # A relative --socket is bound as given (an absolute path in a deep directory can pass

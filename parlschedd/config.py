@@ -49,6 +49,14 @@ MAX_PERIOD_S = 3600.0
 # bytes and 12 a thread (daemon/history.py); beyond 2**63 the ring could not be made
 # at all, and every attach failed.
 MAX_HISTORY_PERIODS = 1_000_000
+# The longest T_NUMA and rescan_s: a day and an hour. Longer, Level 1 never ran and the
+# rules and cpusets were never looked at again, without a word.
+MAX_DOMAIN_PERIOD_S = 86400.0
+MAX_RESCAN_S = 3600.0
+# The largest config file read: a config of thousands of rules is some hundred KB. A
+# file of tens of MB took seconds to parse, inside the daemon's loop at a reload (the
+# watchdog kills a loop held 30 s).
+MAX_CONFIG_BYTES = 1 << 20
 
 
 def socket_path_too_long(path: str) -> str | None:
@@ -171,9 +179,15 @@ _LEARNING_KEYS = {"lam": "lambda"}
 
 
 def _shown(value: Any) -> str:
-    """A value as the user wrote it in YAML (true, null, [0, 1]), strings quoted."""
+    """A value as the user wrote it in YAML (true, null, [0, 1]), strings quoted; a
+    boolean with what YAML took for one (``name: no`` was "got false", a value never
+    written)."""
     if isinstance(value, str):
         return repr(value)
+    if isinstance(value, bool):
+        return f"{str(value).lower()} (YAML reads an unquoted yes, no, on, off as true or false: quote text)"
+    if isinstance(value, Octal):
+        return f"{value} (YAML 1.1 reads a number written with a leading 0 as octal: write it without the 0)"
     try:
         return yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().removesuffix("...").strip()
     except yaml.YAMLError:
@@ -186,7 +200,7 @@ class _Checker(Collector):
     def number(self, raw: Mapping[str, Any], key: str, path: str, default: float, lo: float,
                hi: float | None = None, lo_inclusive: bool = False) -> float:
         value = yaml12_number(raw.get(key, default))
-        if not is_number(value):
+        if not is_number(value) or isinstance(value, Octal):
             self.fail(path, f"must be a number, got {_shown(value)}")
             return default
         if not finite(value):
@@ -201,8 +215,11 @@ class _Checker(Collector):
 
     def count(self, raw: Mapping[str, Any], key: str, default: int, hi: int | None = None) -> int:
         value = raw.get(key, default)
-        if not is_integer(value) or value < 1 or (hi is not None and value > hi):
-            self.fail(key, f"must be a whole number >= 1{'' if hi is None else f' and <= {hi:,}'}, got {_shown(value)}")
+        if not is_integer(value) or isinstance(value, Octal) or value < 1 or (hi is not None and value > hi):
+            number = yaml12_number(value)  # 1e3, "600": a count is an integer as YAML 1.2 writes one
+            hint = f"; write {int(number)}" if isinstance(number, float) and number.is_integer() else ""
+            self.fail(key, f"must be a whole number >= 1{'' if hi is None else f' and <= {hi:,}'}, "
+                           f"got {_shown(value)}{hint}")
             return default
         return int(value)
 
@@ -270,7 +287,7 @@ def from_mapping(raw: Any, source: str = "<config>") -> Config:
         c.fail("period_s", f"must be >= {MIN_PERIOD_S:g} s, got {period:g} ({1 / period:,.0f} periods a second): each "
                            "period costs the daemon a counter read per thread, a learning step and the pins (8.6 ms at "
                            "1024 threads), CPU time taken from the threads it places; the paper's T_CPU is 0.1 s")
-    domain_period = c.number(top, "domain_period_s", "domain_period_s", 4.0, 0.0)
+    domain_period = c.number(top, "domain_period_s", "domain_period_s", 4.0, 0.0, MAX_DOMAIN_PERIOD_S)
     got = f"got {domain_period:g}" + ("" if "domain_period_s" in top else " (its default: not in the file)")
     if len(c.errors) > valid:
         pass  # a default stands in for a bad value: no error about how the two relate
@@ -308,7 +325,7 @@ def from_mapping(raw: Any, source: str = "<config>") -> Config:
         c.fail("metrics", "must be a listen address host:port with a port of 0-65535 (e.g. 127.0.0.1:9177, or "
                           f"[::1]:9177 for an IPv6 address), got {_shown(metrics)}")
         metrics = None
-    rescan = c.number(top, "rescan_s", "rescan_s", 1.0, 0.0)
+    rescan = c.number(top, "rescan_s", "rescan_s", 1.0, 0.0, MAX_RESCAN_S)
     history = c.count(top, "history_periods", 600, MAX_HISTORY_PERIODS)
     max_threads = c.count(top, "metrics_max_threads", 256)
     if c.errors:
@@ -465,9 +482,12 @@ def load(path: str | Path | None, judge: Callable[[str, os.stat_result], str | N
                 raise ConfigUnreadable(str(path), "not a regular file (a FIFO, a socket or a device)")
             if judge is not None and (problem := judge(read.path, read.stat)):
                 raise ConfigUntrusted(read.path, problem)
-            data = file.read()
+            data = file.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         raise ConfigUnreadable(str(path), exc) from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(str(path), [("(file)", f"larger than {MAX_CONFIG_BYTES >> 20} MiB, more than any config "
+                                                 "needs (is it the right file?)")])
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -28,15 +28,17 @@ class Octal(int):
 class UniqueKeyLoader(yaml.SafeLoader):
     """YAML's safe loader, but a key given twice in one mapping is an error naming the
     mapping's key path and both lines (PyYAML keeps the last silently, and the error
-    then blamed the value not written), and an octal integer remembers that it was
-    written so (``Octal``). Both files read with key paths load through it
+    then blamed the value not written), an octal integer remembers that it was
+    written so (``Octal``), and YAML 1.1's base-60 numbers (``1:30``) are text. Both files read with key paths load through it
     (``load_yaml``), so that they refuse the same documents."""
 
     def construct_document(self, node: yaml.Node) -> Any:
         _refuse_repeated_keys(self, node)
         return super().construct_document(node)
 
-    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int | str:
+        if ":" in node.value:  # YAML 1.1's base 60 (1:30 is 90); YAML 1.2 reads it as text
+            return self.construct_scalar(node)
         try:
             value = super().construct_yaml_int(node)
         except ValueError as exc:  # more digits than int() converts (sys.get_int_max_str_digits())
@@ -45,7 +47,14 @@ class UniqueKeyLoader(yaml.SafeLoader):
         return Octal(value) if re.fullmatch(r"[-+]?0[0-7_]+", str(node.value)) else value
 
 
+    def construct_yaml_float(self, node: yaml.ScalarNode) -> float | str:
+        if ":" in node.value:  # base 60, as for integers
+            return self.construct_scalar(node)
+        return super().construct_yaml_float(node)
+
+
 UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", UniqueKeyLoader.construct_yaml_int)
+UniqueKeyLoader.add_constructor("tag:yaml.org,2002:float", UniqueKeyLoader.construct_yaml_float)
 
 
 class NestedTooDeeply(yaml.YAMLError):

@@ -268,6 +268,43 @@ def test_a_number_yaml_1_1_loads_as_text_is_the_number_meant(tmp_path):
     assert "history_periods" in errors_of({"history_periods": "1e3"})  # a count is a whole number, as in YAML 1.2
 
 
+def test_yaml_1_1_numbers_that_mean_something_else_in_1_2_are_refused_not_misread(tmp_path):
+    """history_periods: 010 loaded as 8 (YAML 1.1's octal; 1.2 reads 10) and rescan_s:
+    1:30 as 90 (1.1's base 60; 1.2 reads text), without a word."""
+    written = tmp_path / "old-numbers.yaml"
+    written.write_text("history_periods: 010\nrescan_s: 1:30\nperiod_s: 0.1\ndomain_period_s: 04\n")
+    with pytest.raises(ConfigError) as e:
+        load(written)
+    said = dict(e.value.errors)
+    assert said["history_periods"].endswith("got 8 (YAML 1.1 reads a number written with a leading 0 as octal: "
+                                            "write it without the 0)"), said
+    assert said["rescan_s"] == "must be a number, got '1:30'", said
+    assert "octal" in said["domain_period_s"], said
+    assert errors_of({"history_periods": "600"}) == {
+        "history_periods": "must be a whole number >= 1 and <= 1,000,000, got '600'; write 600"}
+
+
+def test_a_yaml_boolean_where_text_is_meant_says_to_quote_it():
+    """name: no, utility: off, socket.group: off were "got false": a value never written."""
+    errs = errors_of({"targets": [{"name": False}], "utility": False, "socket": {"group": False}, "period_s": True})
+    hint = "(YAML reads an unquoted yes, no, on, off as true or false: quote text)"
+    assert errs["targets[0].name"] == f"must be a regular expression string, got false {hint}", errs
+    assert all(hint in errs[key] for key in ("utility", "socket.group", "period_s")), errs
+
+
+def test_periods_without_end_and_a_file_too_large_are_refused(tmp_path):
+    """domain_period_s and rescan_s of 1e300 passed: Level 1 never ran, rules and
+    cpusets were never looked at again. A config of tens of MB took seconds to parse
+    in the daemon's loop at a reload, past the watchdog's 30 s at some 110 MB."""
+    assert errors_of({"domain_period_s": 1e300, "rescan_s": 1e300}) == {
+        "domain_period_s": "must be > 0 and <= 86400, got 1.0e+300", "rescan_s": "must be > 0 and <= 3600, got 1.0e+300"}
+    big = tmp_path / "big.yaml"
+    big.write_text("# padding\n" * 200_000)
+    with pytest.raises(ConfigError) as e:
+        load(big)
+    assert e.value.errors == [("(file)", "larger than 1 MiB, more than any config needs (is it the right file?)")]
+
+
 def test_a_period_shorter_than_the_daemons_own_work_is_refused():
     """period_s: 0.0001 passed: 10,000 periods a second, each the daemon's own work."""
     message = errors_of({"period_s": 0.0001, "domain_period_s": 0.25})["period_s"]  # and no error of how the two relate
@@ -282,7 +319,7 @@ def test_what_the_daemon_could_not_run_with_is_refused_by_its_key():
     traceback: period_s 3000000 (epoll's wait overflows, after READY), history_periods
     1e20 (every attach failed making its ring), a NUL byte in socket.path (bind
     refuses it, after a stray socket was made) or in a rule's cgroup."""
-    assert errors_of({"period_s": 3000000, "domain_period_s": 3000000}) == {
+    assert errors_of({"period_s": 3000000, "domain_period_s": 3600}) == {
         "period_s": "must be > 0 and <= 3600, got 3000000"}
     assert from_mapping({"period_s": 3600, "domain_period_s": 7200}).period_s == 3600  # an hour itself is allowed
     assert errors_of({"history_periods": 10**20}) == {

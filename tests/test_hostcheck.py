@@ -306,6 +306,23 @@ def test_a_config_file_someone_else_may_write_is_refused_as_it_was_read(tmp_path
 
 
 @needs_root
+def test_config_check_says_the_files_mode_beside_its_content_errors(tmp_path):
+    """A file others may write, with an error inside: config check named the error
+    alone, parlschedd the mode alone (it judges the file before it reads a byte), and
+    the admin fixed the file in two rounds."""
+    path = tmp_path / "cfg.yaml"
+    path.write_text("period_s: 0.1\nperiod_s: 0.2\n")
+    path.chmod(0o666)
+    check = subprocess.run([sys.executable, "-m", "parlschedctl", "config", "check", str(path)],
+                           capture_output=True, text=True, timeout=30)
+    assert check.returncode == 1, check.stderr
+    assert "'period_s' is given twice" in check.stderr, check.stderr
+    assert f"{path}: (file): mode 0666, writable by its group and others" in check.stderr, check.stderr
+    refused = refused_start(path, tmp_path / "s.sock", tmp_path / "state")
+    assert refused.returncode == REFUSED and "mode 0666, writable by its group and others" in refused.stderr
+
+
+@needs_root
 def test_config_check_judges_the_file_for_a_daemon_run_as_root_whoever_runs_it(open_dir):
     """config check may run as another user than the daemon: it judges as for root's
     daemon, so nobody's own file is refused here too, and root's is fine."""

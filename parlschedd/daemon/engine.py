@@ -174,9 +174,12 @@ class Engine:
         or another T_NUMA / T_CPU ratio than the config's start learning afresh with the
         new ones (what they learned is on the old terms); their threads stay where
         they are until the next period places them, each in the domain it runs in
-        (``_ran_elsewhere``). Returns how many."""
+        (``_ran_elsewhere``). Returns how many. Every target's history keeps the new
+        history_periods."""
         fresh = 0
         for target in self.targets.values():
+            if target.history is not None:
+                target.history.resize(self.config.history_periods)
             s = target.scheduler
             if (s.params, s.domain_every) != (self.config.learning, self.config.domain_every):
                 target.scheduler = self._scheduler(target.pid, target.cpus)

@@ -43,6 +43,12 @@ class History:
         self.samples: deque[Sample] = deque(maxlen=capacity)
         self.started = started
 
+    def resize(self, capacity: int) -> None:
+        """Keep the last ``capacity`` periods from now on (a reload's history_periods),
+        the newest of those kept so far among them."""
+        if capacity != self.samples.maxlen:
+            self.samples = deque(self.samples, maxlen=capacity)
+
     def record(self, now: float, tids: ArrayLike, utility: ArrayLike, cpu: ArrayLike, domain: ArrayLike) -> None:
         self.samples.append(Sample(
             now - self.started,

@@ -411,17 +411,17 @@ class Daemon:
             log.error("reload failed, keeping the old config", errors=errors)
             return errors
         fixed = [key for key in ("domains", "cpus", "utility") if getattr(new, key) != getattr(self.config, key)]
+        pending = self._waiting_for_restart(new)
+        refused = [f for f in refusals(new, self.socket_path, self.sysfs, self._state_dir, euid=os.geteuid())
+                   if f.key.split(".")[0] in [*pending, *fixed]] if pending or fixed else []
+        if refused:  # a restart, due one day or advised, would refuse it: config check's words, as at start
+            errors = [one_line([finding], self._config_named()) for finding in refused]
+            log.error("reload refused, keeping the old config: the next start would refuse it", errors=errors)
+            return errors
         if fixed:
             # every target's scheduler and pins are built on the running layout, its counters on the source
             errors = [f"{', '.join(fixed)}: takes effect at a restart (systemctl restart parlschedd), not a reload"]
             log.error("reload refused, keeping the old config", errors=errors)
-            return errors
-        pending = self._waiting_for_restart(new)
-        refused = [f for f in refusals(new, self.socket_path, self.sysfs, self._state_dir, euid=os.geteuid())
-                   if f.key.split(".")[0] in pending] if pending else []
-        if refused:  # a restart, due one day, would refuse it: config check's words, as at start
-            errors = [one_line([finding], self._config_named()) for finding in refused]
-            log.error("reload refused, keeping the old config: the next start would refuse it", errors=errors)
             return errors
         if new.period_s != self.config.period_s:
             self.stats.starts.clear()  # the jitter is measured against one period, the new one

@@ -161,12 +161,14 @@ def test_out_refuses_dash_and_a_directory_and_takes_a_path(tmp_path):
     ctx = click.Context(click.Command("plot"))
     with pytest.raises(click.BadParameter, match="'-' is not a file here: give a path"):
         OUT_FILE.convert("-", option, ctx)
-    with pytest.raises(click.BadParameter, match="an empty path: give a file to write"):  # --out "$OUT", OUT unset
+    with pytest.raises(click.BadParameter, match="an empty path: give a file"):  # --out "$OUT", OUT unset
         OUT_FILE.convert("", option, ctx)
     with pytest.raises(click.BadParameter, match="is a directory"):
         OUT_FILE.convert(str(tmp_path), option, ctx)
     assert OUT_FILE.convert(str(tmp_path / "nodir" / "x.png"), option, ctx) == str(tmp_path / "nodir" / "x.png")
     assert FILE.convert("-", None, None) == "-", "an input may be stdin"
+    with pytest.raises(click.BadParameter, match="an empty path: give a file"):  # config check "$CFG", CFG unset
+        FILE.convert("", None, None)
 
 
 @needs_setpriv

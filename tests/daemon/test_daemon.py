@@ -785,6 +785,28 @@ def test_a_reload_that_changes_the_cpus_is_refused_not_claimed(daemon, workload)
     assert (after["cpus"], after["domains"], after["period_s"]) == (before["cpus"], before["domains"], before["period_s"])
 
 
+def test_a_reload_of_history_periods_reaches_the_targets_attached(daemon, workload):
+    """The config file says a reload applies to the targets already attached: their
+    histories kept 600 periods after a reload to 5, and the reply said nothing."""
+    w = workload(2)
+    daemon.request("attach", pid=w.pid)
+    wait_for(lambda: len(daemon.request("history", pid=w.pid)["samples"]) >= 10)
+    daemon.config.write_text(daemon.config.read_text() + "history_periods: 5\n")
+    daemon.request("reload")
+    time.sleep(0.3)  # six periods
+    assert len(daemon.request("history", pid=w.pid)["samples"]) == 5
+
+
+def test_a_reload_to_cpus_the_next_start_would_refuse_says_so(daemon):
+    """cpus: [4096], no CPU of this host: the reload advised a restart, which would
+    then be refused (exit 78), the daemon down. It is refused in config check's words."""
+    daemon.config.write_text("period_s: 0.2\ncpus: [4096]\n")
+    with pytest.raises(client.Refused) as e:
+        daemon.request("reload")
+    assert e.value.code == "bad_config" and "cpus:" in str(e.value), str(e.value)
+    assert "takes effect at a restart" not in str(e.value) and "no usable CPU" in str(e.value), str(e.value)
+
+
 def test_schedstat_asked_for_is_no_refusal_to_warn_of(tmp_path):
     d = start_daemon(tmp_path, "period_s: 0.05\nutility: schedstat\n")
     try:
@@ -1776,10 +1798,11 @@ def test_a_daemon_whose_log_disk_filled_logs_again_once_it_has_room(tmp_path, wo
                 proc.wait()
 
 
-@pytest.mark.parametrize("option", ["--socket", "--state-dir"])
+@pytest.mark.parametrize("option", ["--socket", "--state-dir", "--config"])
 def test_an_empty_path_for_the_socket_or_state_dir_is_a_usage_error(tmp_path, option):
     """--socket '' bound the config's socket (/run/parlsched/parlschedd.sock, making
-    /run/parlsched) and --state-dir '' took the working directory, without a word."""
+    /run/parlsched) and --state-dir '' took the working directory, without a word;
+    --config '' was "cannot read config .: a directory"."""
     paths = {"--socket": str(tmp_path / "d.sock"), "--state-dir": str(tmp_path / "state"), option: ""}
     words = [word for pair in paths.items() for word in pair]
     r = subprocess.run([sys.executable, "-m", "parlschedd", "--config", str(tmp_path / "none.yaml"), *words],
