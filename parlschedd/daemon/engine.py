@@ -389,7 +389,9 @@ class Engine:
         threads whose mask changed under us. Those the kernel narrowed (a cpuset that
         shrank) count as unpinned, so the next period pins them again inside what is
         now allowed, and ``status`` never shows a CPU the thread is not on. Those
-        someone else re-pinned are left to them (``_hand_over``)."""
+        someone else re-pinned are left to them (``_hand_over``). The target's name is
+        read again (an exec, a rename): the metrics' name label went by the one a
+        ``status`` last read, and changed when someone asked for one."""
         self._each_target(self._resync, now)
 
     def _each_target(self, step: Callable[[Target, float], None], now: float) -> None:
@@ -403,6 +405,10 @@ class Engine:
     def _resync(self, target: Target, now: float) -> None:
         if not self._owned_as_before(target):
             return
+        try:
+            target.name = procfs.comm(target.pid, self.proc_root)
+        except HostError:
+            pass  # exited: the period drops it
         if follow_cpuset(target, self.allowed, self._every_cpu):  # it learns afresh on the CPUs allowed now
             target.scheduler = self._scheduler(target.pid, target.cpus)
         if target.observe:

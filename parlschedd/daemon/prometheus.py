@@ -1,7 +1,9 @@
 """An optional Prometheus endpoint (the config's ``metrics: host:port``).
 
 Series are computed at scrape time from the engine's state by a custom collector, so
-the period loop pays nothing for them except one histogram observation. Per-thread
+the period loop pays nothing for them except one histogram observation and the wait for
+one scrape a period, which builds them under the loop's lock for every scrape of that
+period. Per-thread
 series are bounded: past ``max_threads`` threads of a target, the rest are summed into
 one series with ``tid="other"``.
 """
@@ -41,34 +43,58 @@ class EngineCollector(Collector):
     ``lock``, which the daemon's loop holds but while it sleeps: a target's arrays are
     realigned by whichever thread asks first after threads came or went, and a scrape
     that did it while a period was adding a thread could leave that period a roster
-    without it."""
+    without it. Built once a period (``version``: the loop's count of periods, and of
+    the times targets or threads came or went), the first scrape's series serve the
+    others of that period: several scrapes at once, each building under the lock, held
+    the loop back by tens of ms at 400 threads."""
 
     def __init__(self, engine: Callable[[], Engine], source: Callable[[], str], max_threads: Callable[[], int],
-                 lock: threading.Lock) -> None:
-        self.engine, self.source, self.max_threads, self.lock = engine, source, max_threads, lock
+                 lock: threading.Lock, version: Callable[[], object]) -> None:
+        self.engine, self.source, self.max_threads, self.lock, self.version = engine, source, max_threads, lock, version
+        self._built = threading.Lock()  # one scrape builds at a time; the others take its series
+        self._last: tuple[object, list] | None = None  # (the version they were built at, the families)
+
+    def describe(self) -> Iterator:
+        """The families without samples: what a scrape filtered by name (?name[]=)
+        looks up; without it, none of these matched any name."""
+        yield from self._empty()
 
     def collect(self) -> Iterator:
         """The engine's series; none, and an error record, when computing them fails
         (a bug): raised, it reached wsgiref, which printed its traceback onto the
         daemon's stderr and answered 500, the process series lost with it."""
-        try:
-            with self.lock:  # all made before the first is handed out: a generator left half read would keep it
-                families = list(self._families())
-        except Exception:
-            log.error("metrics of the targets could not be computed", exc_info=True)
-            return
+        with self._built:
+            version = self.version()
+            if self._last is None or self._last[0] != version:
+                try:
+                    with self.lock:  # all made before the first is handed out: a generator left half read would keep it
+                        self._last = (version, list(self._families()))
+                except Exception:
+                    log.error("metrics of the targets could not be computed", exc_info=True)
+                    return
+            families = self._last[1]
         yield from families
+
+    @staticmethod
+    def _empty() -> tuple:
+        labels = ["pid", "name", "tid"]
+        return (
+            GaugeMetricFamily("parlsched_thread_utility", "Utility of a managed thread over the last period (counter units per second)", labels=labels),
+            GaugeMetricFamily("parlsched_thread_cpu", "CPU a managed thread is pinned on, or of an observed target (attach --observe) the CPU it last ran on (-1: left free in its domain, or not placed yet)", labels=labels),
+            GaugeMetricFamily("parlsched_thread_domain", "Domain (NUMA node or group) of a managed thread, or of an observed target the domain of the CPU it last ran on (-1: not placed yet, or last seen on a CPU of no domain)", labels=labels),
+            GaugeMetricFamily("parlsched_thread_pinned", "1 when the thread is pinned by the daemon", labels=labels),
+            GaugeMetricFamily("parlsched_target_threads", "Managed threads of a target", labels=["pid", "name"]),
+            GaugeMetricFamily("parlsched_target_utility", "Sum of the utilities of a target's threads", labels=["pid", "name"]),
+            CounterMetricFamily("parlsched_target_migrations", "Affinity changes made for a target", labels=["pid", "name"]),
+            GaugeMetricFamily("parlsched_managed_threads", "Threads managed over all targets"),
+            CounterMetricFamily("parlsched_counter_read_errors", "Periods a live thread was not measured: its counter read failed, or its PMU counters were multiplexed out the whole period"),
+            InfoMetricFamily("parlsched_counter_source", "Where per-thread utilities come from"),
+        )
 
     def _families(self) -> Iterator:
         engine = self.engine()
-        labels = ["pid", "name", "tid"]
-        utility = GaugeMetricFamily("parlsched_thread_utility", "Utility of a managed thread over the last period (counter units per second)", labels=labels)
-        cpu = GaugeMetricFamily("parlsched_thread_cpu", "CPU a managed thread is pinned on, or of an observed target (attach --observe) the CPU it last ran on (-1: left free in its domain, or not placed yet)", labels=labels)
-        domain = GaugeMetricFamily("parlsched_thread_domain", "Domain (NUMA node or group) of a managed thread, or of an observed target the domain of the CPU it last ran on (-1: not placed yet, or last seen on a CPU of no domain)", labels=labels)
-        pinned = GaugeMetricFamily("parlsched_thread_pinned", "1 when the thread is pinned by the daemon", labels=labels)
-        threads = GaugeMetricFamily("parlsched_target_threads", "Managed threads of a target", labels=["pid", "name"])
-        target_utility = GaugeMetricFamily("parlsched_target_utility", "Sum of the utilities of a target's threads", labels=["pid", "name"])
-        migrations = CounterMetricFamily("parlsched_target_migrations", "Affinity changes made for a target", labels=["pid", "name"])
+        families = self._empty()
+        utility, cpu, domain, pinned, threads, target_utility, migrations, managed, errors, info = families
         total = 0
         limit = self.max_threads()
         for t in list(engine.targets.values()):
@@ -89,16 +115,10 @@ class EngineCollector(Collector):
             if r.tids.size > limit:
                 utility.add_metric([pid, name, "other"], float(np.nansum(u[limit:])))
                 pinned.add_metric([pid, name, "other"], float(r.pinned[limit:].sum()))
-        yield from (utility, cpu, domain, pinned, threads, target_utility, migrations)
-        managed = GaugeMetricFamily("parlsched_managed_threads", "Threads managed over all targets")
         managed.add_metric([], total)
-        yield managed
-        errors = CounterMetricFamily("parlsched_counter_read_errors", "Periods a live thread was not measured: its counter read failed, or its PMU counters were multiplexed out the whole period")
         errors.add_metric([], engine.read_errors)
-        yield errors
-        info = InfoMetricFamily("parlsched_counter_source", "Where per-thread utilities come from")
         info.add_metric([], {"source": self.source()})
-        yield info
+        yield from families
 
 
 # prometheus_client's own server takes every connection in a thread of its own and
@@ -108,6 +128,11 @@ class EngineCollector(Collector):
 # milliseconds; a connection past these, or silent this long, is closed.
 MAX_SCRAPES = 8
 SCRAPE_TIMEOUT_S = 10.0
+# How long a connection past MAX_SCRAPES waits for a slot before it is closed unread: a
+# scraper that connects again as soon as it is answered (its answer read before the
+# server's thread gives its slot back) is served, not refused; the accept loop, which
+# waits, is the endpoint's own thread.
+SLOT_WAIT_S = 0.2
 
 
 class _Handler(WSGIRequestHandler):
@@ -118,7 +143,8 @@ class _Handler(WSGIRequestHandler):
 
 
 class _Server(ThreadingMixIn, WSGIServer):
-    """A thread a scrape, MAX_SCRAPES at once: one more is closed unread."""
+    """A thread a scrape, MAX_SCRAPES at once: one more waits SLOT_WAIT_S for a slot,
+    then is closed unread."""
 
     daemon_threads = True
 
@@ -127,7 +153,7 @@ class _Server(ThreadingMixIn, WSGIServer):
         super().__init__(*args, **kwargs)
 
     def process_request(self, request: socket.socket, client_address: tuple) -> None:
-        if not self.slots.acquire(blocking=False):
+        if not self.slots.acquire(timeout=SLOT_WAIT_S):
             log.debug("metrics connection refused: as many scrapes in progress as served at once",
                       client=":".join(map(str, client_address[:2])), most=MAX_SCRAPES)
             self.shutdown_request(request)
@@ -138,9 +164,12 @@ class _Server(ThreadingMixIn, WSGIServer):
             self.slots.release()
             raise
 
-    def process_request_thread(self, request: socket.socket, client_address: tuple) -> None:
+    def finish_request(self, request: socket.socket, client_address: tuple) -> None:
+        """Serve, then give the slot back before the connection is closed: freed after
+        the close, a client that connects again as soon as it sees it (one of 8, each
+        with one connection at a time) found no slot and was closed unread."""
         try:
-            super().process_request_thread(request, client_address)
+            super().finish_request(request, client_address)
         finally:
             self.slots.release()
 
@@ -159,7 +188,7 @@ class Metrics:
     """The registry, the loop histogram and the HTTP listener."""
 
     def __init__(self, collector: EngineCollector) -> None:
-        self.registry = CollectorRegistry()
+        self.registry = CollectorRegistry(auto_describe=True)  # ProcessCollector's names for ?name[]= too
         ProcessCollector(registry=self.registry)  # process_resident_memory_bytes, process_open_fds, ...
         self.registry.register(collector)
         self.loop = Histogram("parlsched_loop_duration_seconds", "Time the daemon spends in one period",

@@ -165,6 +165,7 @@ class Daemon:
         self.status_views = StatusViews()
         self._status_told = ""  # the STATUS= systemd shows in `systemctl status`, as last sent
         self._status_stale = False  # threads or targets came or went since it was sent
+        self.changes = 0  # times they did (``_mark_dirty``): with the periods, how new the metrics are
         # held by the loop but while it waits in select: what another thread (a metrics
         # scrape) reads of the engine is never halfway through a period or a request
         self.awake = threading.Lock()
@@ -488,7 +489,8 @@ class Daemon:
         from parlschedd.daemon.prometheus import EngineCollector, Metrics, held_by, refused_listen, unreachable
 
         metrics = Metrics(EngineCollector(lambda: self.engine, lambda: self.counters.source.value,
-                                          lambda: self.config.metrics_max_threads, self.awake))
+                                          lambda: self.config.metrics_max_threads, self.awake,
+                                          lambda: (self.stats.periods, self.changes)))
         try:
             metrics.listen(self.config.metrics)
         except OSError as exc:  # the holder named, as config check names it
@@ -507,6 +509,7 @@ class Daemon:
         change (attach and detach included: the engine reports them too)."""
         self.statefile.dirty = self._status_stale = True
         self.status_views.clear()
+        self.changes += 1
 
     def _persist(self) -> bool:
         """The engine's call before it pins threads it has just adopted: their original
