@@ -217,7 +217,8 @@ class _Checker(Collector):
         value = raw.get(key, default)
         if not is_integer(value) or isinstance(value, Octal) or value < 1 or (hi is not None and value > hi):
             number = yaml12_number(value)  # 1e3, "600": a count is an integer as YAML 1.2 writes one
-            hint = f"; write {int(number)}" if isinstance(number, float) and number.is_integer() else ""
+            whole = isinstance(number, float) and number.is_integer() and 1 <= number <= (hi or number)
+            hint = f"; write {int(number)}" if whole else ""
             self.fail(key, f"must be a whole number >= 1{'' if hi is None else f' and <= {hi:,}'}, "
                            f"got {_shown(value)}{hint}")
             return default
@@ -255,6 +256,10 @@ class _Checker(Collector):
         ("0-3,8", which admins write too); else an error under ``path``."""
         if isinstance(value, str):
             return self._cpu_list_text(value, path)
+        if isinstance(value, list) and any(isinstance(c, Octal) for c in value):
+            self.fail(path, "holds a CPU number written with a leading 0, which YAML 1.1 reads as octal (010 is CPU 8): "
+                            "write it without the 0")
+            return None
         if not isinstance(value, list) or not value or not all(is_integer(c) and c >= 0 for c in value):
             self.fail(path, f"must be a non-empty list of CPU numbers or a CPU list such as '0-3,8', got {_shown(value)}")
             return None
@@ -357,7 +362,7 @@ def _learning(c: _Checker, raw: Any) -> LearningParams:
         path = f"learning.{key}"
         if attr == "seed":
             seed = m.get("seed")
-            if seed is not None and (not is_integer(seed) or seed < 0):
+            if seed is not None and (not is_integer(seed) or isinstance(seed, Octal) or seed < 0):
                 c.fail(path, f"must be a non-negative integer or null, got {_shown(seed)}")
                 seed = None
             values["seed"] = None if seed is None else int(seed)
@@ -442,8 +447,9 @@ def _socket(c: _Checker, raw: Any) -> SocketConfig:
         with contextlib.suppress(ValueError):  # '0980': no octal digits
             mode = int(raw_mode, 8)
     if not 0 <= mode <= 0o777:
+        shown = f"0{raw_mode:o}" if isinstance(raw_mode, Octal) else _shown(raw_mode)  # its octal, as written
         c.fail("socket.mode", "must be an octal file mode such as '0660' (YAML reads a bare number without "
-                              f"a leading 0 as decimal), got {_shown(raw_mode)}")
+                              f"a leading 0 as decimal), got {shown}")
         mode = 0o660
     return SocketConfig(path, group, mode)
 

@@ -284,6 +284,20 @@ def test_yaml_1_1_numbers_that_mean_something_else_in_1_2_are_refused_not_misrea
         "history_periods": "must be a whole number >= 1 and <= 1,000,000, got '600'; write 600"}
 
 
+def test_a_leading_0_is_refused_in_cpu_lists_and_the_seed_and_a_mode_shown_as_written(tmp_path):
+    """cpus: [010] pinned to CPU 8, domains and seed the same, without a word; a mode
+    out of range written in octal was shown in decimal with a hint to drop its 0."""
+    written = tmp_path / "octal.yaml"
+    written.write_text("cpus: [0, 010]\ndomains: [[0, 010], [1]]\nlearning: {seed: 010}\nsocket: {mode: 01777}\n")
+    with pytest.raises(ConfigError) as e:
+        load(written)
+    said = dict(e.value.errors)
+    assert "leading 0" in said["cpus"] and "leading 0" in said["domains[0]"] and "leading 0" in said["learning.seed"], said
+    assert said["socket.mode"].endswith("got 01777"), said
+    assert errors_of({"history_periods": 0.0})["history_periods"].endswith("got 0.0")  # no hint of a value refused
+    assert errors_of({"history_periods": 1e20})["history_periods"].endswith("got 1.0e+20")
+
+
 def test_a_yaml_boolean_where_text_is_meant_says_to_quote_it():
     """name: no, utility: off, socket.group: off were "got false": a value never written."""
     errs = errors_of({"targets": [{"name": False}], "utility": False, "socket": {"group": False}, "period_s": True})

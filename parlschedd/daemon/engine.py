@@ -484,14 +484,15 @@ class Engine:
         a thread whose name never matched (watched for its exit, adopted again if it
         takes a matching name)."""
         self._drop_thread(target, tid)
-        if tid in target.ignored:  # someone else's mask, found at the restore
-            return
         try:
-            target.exits.add(tid)
-        except ThreadGone:
+            target.exits.add(tid)  # watched as every ignored thread is, also one someone else set
+        except ThreadGone:  # gone: nothing to watch or leave out
+            target.ignored.discard(tid)
+            self.handed_over.pop(tid, None)
             return
-        target.ignored.add(tid)
-        log.info("thread renamed out of the thread filter, left out", pid=target.pid, tid=tid)
+        if tid not in target.ignored:  # else someone else's mask, found at the restore: theirs
+            target.ignored.add(tid)
+            log.info("thread renamed out of the thread filter, left out", pid=target.pid, tid=tid)
 
     def _step(self, target: Target, now: float) -> None:
         """counters -> rates -> scheduler -> pins, for one target's period."""

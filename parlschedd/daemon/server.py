@@ -437,6 +437,7 @@ class Daemon:
                 log.warning("metrics port in use", key=key, problem=message)
                 self.reload_warnings.append(f"{key}: {message}")
         self.reloaded = True  # the loop brings its deadlines in to a shorter period_s or rescan_s
+        self.changes += 1  # the metrics are built again (metrics_max_threads)
         relearning = self.engine.relearn()
         log.info("reloaded", config=str(new.read_from.path) if new.read_from else "the built-in config",  # not None
                  targets_learning_afresh=relearning)

@@ -62,8 +62,9 @@ class RestoreReport:
 
 @dataclass(slots=True)
 class PinRecord:
-    """What the Pinner knows of one thread: its identity and both masks. Only
-    ``current`` and ``asked`` change, in place (a pin is the daemon's hot path)."""
+    """What the Pinner knows of one thread: its identity and both masks. ``current``
+    and ``asked`` change in place (a pin is the daemon's hot path), and ``original``
+    after an exec (``Pinner.set_original``)."""
 
     start_time: int  # with the tid, the thread's identity (procfs stat field 22)
     original: frozenset[int]  # the mask found at adoption, restored at the end

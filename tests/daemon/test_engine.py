@@ -1359,6 +1359,28 @@ def test_a_thread_renamed_out_of_the_filter_is_restored_and_left_out(workload) -
 
 @needs_root
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_a_thread_renamed_out_after_someone_set_its_mask_stays_theirs_and_watched(workload) -> None:
+    """Renamed out of the filter after someone else set its mask: it is theirs (kept as
+    set) and, as every left-out thread, watched for its exit (it was not: a new
+    thread given its tid would never have been told from it)."""
+    w = workload(2)
+    engine, counters = _pin_engine()
+    with _released(engine, counters):
+        target = engine.attach(w.pid, time.monotonic(), threads="^worker")
+        _ticks_until(engine, lambda: target.current().pinned.all() and len(target.threads) == 2, "both pinned")
+        renamed = w.tids[-1]  # the newest worker: the one "stop" ends
+        theirs = frozenset(os.sched_getaffinity(0)) - os.sched_getaffinity(renamed)
+        os.sched_setaffinity(renamed, theirs)
+        w.command(f"rename {renamed} io-helper")
+        engine.refilter(time.monotonic())
+        assert renamed in target.ignored and renamed in engine.handed_over
+        assert os.sched_getaffinity(renamed) == theirs
+        w.command("stop")
+        wait_for(lambda: renamed in target.exits.exited(), timeout=5)
+
+
+@needs_root
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
 def test_a_thread_adopted_late_keeps_its_own_mask_as_its_original() -> None:
     """A left-out thread that bound itself to the CPU we gave a managed thread, then
     took a matching name: its binding was taken for our mask inherited at birth, and

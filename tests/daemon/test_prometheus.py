@@ -447,3 +447,22 @@ def test_a_scrape_filtered_by_name_and_the_name_label_after_a_rename(tmp_path, w
         wait_for(lambda: f'parlsched_target_threads{{name="renamed-main",pid="{w.pid}"}}' in scrape(port))
     finally:
         d.stop()
+
+
+@needs_root
+def test_a_reload_of_metrics_max_threads_is_scraped_at_once(tmp_path, workload):
+    """The series built for a period served every scrape of it: a reload that cut
+    metrics_max_threads showed only at the next period, an hour later at period_s 3600.
+    A daemon whose first period is 30 s away: the cut shows at the next scrape."""
+    port = free_port()
+    (tmp_path / "parlschedd.yaml").write_text(f"period_s: 30\ndomain_period_s: 30\nmetrics: 127.0.0.1:{port}\n")
+    d = start_daemon(tmp_path)
+    try:
+        w = workload(3)
+        d.request("attach", pid=w.pid)
+        assert len(per_tid(scrape(port), "parlsched_thread_pinned")) == 4
+        d.config.write_text(d.config.read_text() + "metrics_max_threads: 1\n")
+        d.request("reload")
+        assert set(per_tid(scrape(port), "parlsched_thread_pinned")) == {str(min(w.all_tids())), "other"}
+    finally:
+        d.stop()
