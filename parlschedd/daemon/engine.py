@@ -538,11 +538,14 @@ class Engine:
         masks = [self._single[c] if c >= 0 else self._whole[d] for c, d in zip(chosen, domains[rows].tolist())]
         records = self.pinner.records
         before = [records.get(tid) for tid in tids]  # a thread found gone loses its record in pin_many
+        ours_before = [rec.current if rec is not None and rec.asked is not None else None for rec in before]
         outcomes = self.pinner.pin_many(list(zip(tids, masks)))
-        for i, tid, cpu, outcome, record in zip(rows.tolist(), tids, chosen, outcomes, before):
+        for i, tid, cpu, outcome, record, left in zip(rows.tolist(), tids, chosen, outcomes, before, ours_before):
             if isinstance(outcome, bool):
                 target.migrations += outcome
                 r.cpu[i], r.pinned[i] = cpu, True
+                if outcome and left is not None:
+                    target.moved_from.add(left)
             elif isinstance(outcome, ThreadGone):
                 self._drop_thread(target, tid, record)
             elif isinstance(outcome, Overridden):
@@ -655,6 +658,7 @@ class Engine:
         target.went.clear()
         target.births_at = births if seen <= target.threads.keys() | target.ignored else None
         target.listed_at = now
+        target.moved_from.clear()  # a thread born before those moves is listed now
 
     def _masks_of(self, tids: Iterable[int]) -> dict[int, frozenset[int]]:
         masks = {}
@@ -812,11 +816,13 @@ class Engine:
         return target.base_original if mask != target.base_mask and mask in self._ours(target) else None
 
     def _ours(self, target: Target) -> set[frozenset[int]]:
-        """The masks we have set on ``target``'s threads, as they are now, and what the
-        target's cpuset and the CPUs online make of them as sched_getaffinity reads
-        them (a thread born of a free thread whose domain is wider than the cpuset
-        inherits the narrowed mask; one born while a CPU of the domain is offline
-        reads the rest)."""
+        """The masks we have set on ``target``'s threads, as they are now and as they were
+        before the moves since the last listing (a thread born in the period its creator
+        was moved inherited the mask it had before: taken for the thread's own, it was
+        restored to our pin), and what the target's cpuset and the CPUs online make of
+        them as sched_getaffinity reads them (a thread born of a free thread whose
+        domain is wider than the cpuset inherits the narrowed mask; one born while a CPU
+        of the domain is offline reads the rest)."""
         r = target.roster
         free = r.pinned & (r.cpu < 0)
         ours = {self._single[cpu] for cpu in r.cpu[r.pinned & ~free].tolist()}
@@ -824,6 +830,7 @@ class Engine:
         records = self.pinner.records  # a row not pinned (a refused pin) may still carry an earlier pin of ours
         ours.update(rec.current for t in r.tids[~r.pinned].tolist()
                     if (rec := records.get(t)) is not None and rec.asked is not None and rec.current != rec.original)
+        ours.update(target.moved_from)  # a creator's mask before our last move of it
         allowed = frozenset(c for cpus in target.cpus for c in cpus) & online_cpus(self.sysfs)
         if allowed != self._usable:
             ours.update(narrowed for m in list(ours) if (narrowed := m & allowed))

@@ -128,6 +128,9 @@ class Target:
     # listing saw only threads this target watches (else None: list every period)
     births_at: tuple[int, int] | None = None
     listed_at: float = float("-inf")  # when it was last listed (Engine._refresh)
+    # masks of ours that our pins replaced since that listing: a thread born before such
+    # a move inherited the mask its creator had then (Engine._ours)
+    moved_from: set[frozenset[int]] = field(default_factory=set)
     # what the log was told, so that a failure repeated every period is told once: the
     # listed threads not adopted, by tid, and why; the last period's failure, if any
     unadopted: dict[int, str] = field(default_factory=dict)

@@ -1335,6 +1335,32 @@ def test_a_thread_named_after_attach_is_adopted_when_its_name_matches() -> None:
 
 @needs_root
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_a_thread_born_before_its_creator_was_moved_gets_the_targets_own_mask(workload) -> None:
+    """A thread the main thread starts inherits its pin, CPU a; the same period moves
+    every thread to CPU b before the listing that adopts it. CPU a was no mask of ours
+    any more to that listing: the new thread was adopted with it as its original, and
+    detach left it pinned to a (a test of the exec case met this under load)."""
+    w = workload(1)
+    engine, counters = _pin_engine()
+    with _released(engine, counters):
+        target = engine.attach(w.pid, time.monotonic())
+        _ticks_until(engine, lambda: target.current().pinned.all(), "pinned")
+        a = next(iter(os.sched_getaffinity(w.pid)))
+        born = set(w.command("spawn")) - set(w.tids[:1])
+        born = {t for t in born if t not in target.threads}
+        assert len(born) == 1 and os.sched_getaffinity(next(iter(born))) == {a}
+        r = target.current()
+        b = next(c for c in os.sched_getaffinity(0) if c != a)
+        engine._pin(target, r, np.arange(r.tids.size), np.full(r.tids.size, b), np.zeros(r.tids.size, dtype=np.int64),
+                    time.monotonic())  # the period's moves, before the next listing
+        engine.tick(time.monotonic())
+        assert born <= set(target.threads)
+        engine.detach(w.pid)
+        assert masks(born) == {t: frozenset(os.sched_getaffinity(0)) for t in born}
+
+
+@needs_root
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
 def test_a_thread_renamed_out_of_the_filter_is_restored_and_left_out(workload) -> None:
     """--threads '^worker': a managed worker that renames itself stayed managed (and
     pinned) until detach. Its name re-read every rescan_s no longer matches: it gets its
