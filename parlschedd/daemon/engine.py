@@ -538,14 +538,15 @@ class Engine:
         masks = [self._single[c] if c >= 0 else self._whole[d] for c, d in zip(chosen, domains[rows].tolist())]
         records = self.pinner.records
         before = [records.get(tid) for tid in tids]  # a thread found gone loses its record in pin_many
-        ours_before = [rec.current if rec is not None and rec.asked is not None else None for rec in before]
         outcomes = self.pinner.pin_many(list(zip(tids, masks)))
-        for i, tid, cpu, outcome, record, left in zip(rows.tolist(), tids, chosen, outcomes, before, ours_before):
+        for i, tid, cpu, outcome, record in zip(rows.tolist(), tids, chosen, outcomes, before):
             if isinstance(outcome, bool):
                 target.migrations += outcome
+                if outcome and r.pinned[i]:  # the row's placement until now, one of ours (``_ours``)
+                    left, d = int(r.cpu[i]), int(r.domain[i])
+                    if left >= 0 or d >= 0:
+                        target.moved_from.add(self._single[left] if left >= 0 else self._whole[d])
                 r.cpu[i], r.pinned[i] = cpu, True
-                if outcome and left is not None:
-                    target.moved_from.add(left)
             elif isinstance(outcome, ThreadGone):
                 self._drop_thread(target, tid, record)
             elif isinstance(outcome, Overridden):
