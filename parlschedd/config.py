@@ -506,4 +506,3 @@ def load(path: str | Path | None, judge: Callable[[str, os.stat_result], str | N
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(file)"
         raise ConfigError(str(path), [(where, f"not valid YAML: {getattr(exc, 'problem', exc)}")]) from None
     return replace(from_mapping(raw, str(path)), read_from=read)
-

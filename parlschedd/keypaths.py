@@ -29,8 +29,9 @@ class UniqueKeyLoader(yaml.SafeLoader):
     """YAML's safe loader, but a key given twice in one mapping is an error naming the
     mapping's key path and both lines (PyYAML keeps the last silently, and the error
     then blamed the value not written), an octal integer remembers that it was
-    written so (``Octal``), and YAML 1.1's base-60 numbers (``1:30``) are text. Both files read with key paths load through it
-    (``load_yaml``), so that they refuse the same documents."""
+    written so (``Octal``), and YAML 1.1's base-60 numbers (``1:30``) are text. Both
+    files read with key paths load through it (``load_yaml``), so that they refuse the
+    same documents."""
 
     def construct_document(self, node: yaml.Node) -> Any:
         _refuse_repeated_keys(self, node)
@@ -45,7 +46,6 @@ class UniqueKeyLoader(yaml.SafeLoader):
             raise yaml.constructor.ConstructorError(None, None, f"an integer of {len(node.value)} digits; no "
                                                     "number here is that large", node.start_mark) from exc
         return Octal(value) if re.fullmatch(r"[-+]?0[0-7_]+", str(node.value)) else value
-
 
     def construct_yaml_float(self, node: yaml.ScalarNode) -> float | str:
         if ":" in node.value:  # base 60, as for integers

@@ -3,9 +3,8 @@
 Series are computed at scrape time from the engine's state by a custom collector, so
 the period loop pays nothing for them except one histogram observation and the wait for
 one scrape a period, which builds them under the loop's lock for every scrape of that
-period. Per-thread
-series are bounded: past ``max_threads`` threads of a target, the rest are summed into
-one series with ``tid="other"``.
+period. Per-thread series are bounded: past ``max_threads`` threads of a target, the
+rest are summed into one series with ``tid="other"``.
 """
 
 from __future__ import annotations

@@ -62,7 +62,6 @@ class Fitted:
             outside |= (ks < self.energy_fitted_nsp[0]) | (ks > self.energy_fitted_nsp[-1])
         return outside
 
-
     def nearest_fitted(self, nsp: int, energy: bool = False) -> int | None:
         """The NSp the model was fitted on nearest to ``nsp`` (the lower of two as
         near; with ``energy``, of those whose energy was fitted); None when the file
