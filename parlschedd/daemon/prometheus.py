@@ -45,7 +45,7 @@ class EngineCollector(Collector):
     without it. Built once a period (``version``: the loop's count of periods, and of
     the times targets or threads came or went), the first scrape's series serve the
     others of that period: several scrapes at once, each building under the lock, held
-    the loop back by tens of ms at 400 threads."""
+    the loop back that much longer."""
 
     def __init__(self, engine: Callable[[], Engine], source: Callable[[], str], max_threads: Callable[[], int],
                  lock: threading.Lock, version: Callable[[], object]) -> None:
