@@ -317,6 +317,39 @@ def test_a_failure_of_the_put_back_still_refuses_with_the_reason(tmp_path, monke
     assert [e["error"] for e in logs if e["event"].endswith("not put back")] == ["RuntimeError: a bug"], logs
 
 
+def per_cpu_kernel_thread() -> int | None:
+    """The tid of ksoftirqd/0, a kernel thread whose mask the kernel never lets
+    change (PF_NO_SETAFFINITY: EINVAL for any mask), or None where there is none."""
+    for entry in os.listdir("/proc"):
+        with contextlib.suppress(OSError):
+            if entry.isdigit() and Path(f"/proc/{entry}/comm").read_text().strip() == "ksoftirqd/0":
+                return int(entry)
+    return None
+
+
+@pytest.mark.skipif(len(ALL) < 2 or per_cpu_kernel_thread() is None, reason="a pin must differ; needs ksoftirqd/0")
+def test_a_put_back_with_a_restore_refused_keeps_the_state_file_as_it_was(tmp_path, workload):
+    """A thread the refused start cannot put back keeps its only record: the file is
+    not written again without it, while the others get their masks. The refusal is
+    real: the state file of the crashed run is given a record of ksoftirqd/0 (pinned
+    to CPU 0, as the run would have left it), whose mask the kernel refuses to change."""
+    from parlschedd.daemon import server
+
+    _, w, before = crashed_with_pins(tmp_path, workload)
+    path = tmp_path / "state" / "state.json"
+    state = json.loads(path.read_text())
+    kthread = per_cpu_kernel_thread()
+    state["pinner"]["threads"][str(kthread)] = {"start_time": procfs.thread_start_time(kthread),
+                                                "original": format_cpulist(ALL), "current": "0"}
+    path.write_text(json.dumps(state))
+    saved = path.read_bytes()
+    with structlog.testing.capture_logs() as logs:
+        server.put_back_after_refusal(str(tmp_path / "state"))
+    assert [e["failed"] for e in logs if e["event"] == "recovered from previous run"] == [1], logs
+    assert masks(before) == before, "the others are put back"
+    assert path.read_bytes() == saved, "the record of the thread not put back was lost"
+
+
 @pytest.mark.skipif(len(ALL) < 2, reason="a pin must differ from the original mask")
 def test_a_start_refused_beside_a_running_daemon_leaves_its_pins(tmp_path, workload):
     """The refusal's put-back only takes a state dir no daemon holds: a second start
