@@ -27,7 +27,7 @@ import click
 from parlschedctl import client
 from parlschedctl.outputs import CannotWrite, writing
 from parlschedctl.render import clip, placement_counts, placements, progress_line, terminal_size
-from parlschedd.words import n_threads
+from parlschedd.words import n_threads, signal_name
 
 
 # Sent to run alone (a supervisor, a closed ssh session, kill), they are passed on to CMD,
@@ -78,15 +78,6 @@ def _is_terminal(stream: Any) -> bool:
     """Whether ``stream`` is a terminal; False where there is none (Python's sys.stderr
     is None when run started with descriptor 2 closed, ``2>&-``)."""
     return stream is not None and stream.isatty()
-
-
-def _signal_name(number: int) -> str:
-    """SIGKILL, SIGRTMIN+3: Python names only the first and last real-time signals."""
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        rtmin = int(signal.SIGRTMIN)
-        return f"SIGRTMIN+{number - rtmin}" if rtmin < number < signal.SIGRTMAX else f"signal {number}"
 
 
 class Watched(Enum):
@@ -280,7 +271,7 @@ class RunEnd:
 
     def line(self) -> str:
         """'parlschedctl: CMD exited 3 after 1.20 s; managed 4 threads (at the end: ...)'."""
-        how = f"exited {self.returncode}" if self.returncode >= 0 else f"was killed by {_signal_name(-self.returncode)}"
+        how = f"exited {self.returncode}" if self.returncode >= 0 else f"was killed by {signal_name(-self.returncode)}"
         return f"parlschedctl: {self.cmd[0]} {how} after {self.seconds:.2f} s{_run_summary(self)}"
 
     def as_json(self) -> dict[str, Any]:
@@ -291,7 +282,7 @@ class RunEnd:
         left = self.last.get("threads", []) if at_end else None
         one_cpu, free = placement_counts(left) if left is not None else (None, None)
         return {"command": list(self.cmd), "pid": self.pid, "exit_code": self.exit_code,
-                "signal": _signal_name(-self.returncode) if self.returncode < 0 else None,
+                "signal": signal_name(-self.returncode) if self.returncode < 0 else None,
                 "seconds": round(self.seconds, 3), "mode": "observe" if self.observe else "pin",
                 "watched": self.watched.name.lower(), "not_managed": self.not_managed,
                 "threads_managed": self.threads_managed if attached else None,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 
 def counted(n: int, noun: str) -> str:
     """'1 period', '4 periods'."""
@@ -11,3 +13,13 @@ def counted(n: int, noun: str) -> str:
 def n_threads(n: int) -> str:
     """'1 thread', '4 threads'."""
     return counted(n, "thread")
+
+
+def signal_name(number: int) -> str:
+    """SIGKILL, SIGRTMIN+3 (Python names only the first and last real-time signals),
+    or "signal 200" for a number no signal has."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        rtmin = int(signal.SIGRTMIN)
+        return f"SIGRTMIN+{number - rtmin}" if rtmin < number < signal.SIGRTMAX else f"signal {number}"

@@ -45,6 +45,7 @@ from parlschedd.host.privileges import CAP_SYS_NICE, effective_capabilities, per
 from parlschedd.hostcheck import (config_file_untrusted, metrics_port_taken, narrowings, one_line, refusals,
                                   sweeping_rules)
 from parlschedd.topology import NoCpusFound, TopologyError, online_cpus, read_topology
+from parlschedd.words import signal_name
 
 log = structlog.get_logger("parlschedd")
 # SIGQUIT asks a program to stop as SIGTERM does (its core dump matters less than the
@@ -57,14 +58,6 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGXCPU)
 IGNORED_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM, signal.SIGVTALRM, signal.SIGPROF, signal.SIGIO,
                    signal.SIGPWR, *((signal.SIGSTKFLT,) if hasattr(signal, "SIGSTKFLT") else ()),
                    *range(signal.SIGRTMIN, signal.SIGRTMAX + 1))
-
-
-def signal_name(signum: int) -> str:
-    """SIGUSR1, or SIGRTMIN+3 for a real-time signal, which signal.Signals names not."""
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"SIGRTMIN+{signum - signal.SIGRTMIN}"
 
 
 class StartupError(Exception):
