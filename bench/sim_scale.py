@@ -70,7 +70,7 @@ def scenario(seed: int, tail: float) -> tuple[Machine, Workload, Background]:
     return machine, Workload(Threads(weights, home)), background
 
 
-def core_cost_us(params: LearningParams, machine: Machine, workload: Workload, background: Background, periods: int) -> float:
+def core_cost_us(params: LearningParams, machine: Machine, periods: int) -> float:
     """CPU microseconds per thread per period of TwoLevelScheduler.step alone."""
     policy = ParlschedPolicy(machine, params, DOMAIN_EVERY)
     rng = np.random.default_rng(1)
@@ -107,7 +107,7 @@ def run(periods: int, seeds: range, tail: float, only: re.Pattern[str]) -> dict:
     machine, workload, background = scenario(0, tail)
     for name, p in PARAMS.items():
         if name in results:
-            results[name]["core_us_per_thread"] = core_cost_us(p, machine, workload, background, 200)
+            results[name]["core_us_per_thread"] = core_cost_us(p, machine, 200)
     return results
 
 
