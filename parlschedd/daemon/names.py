@@ -22,12 +22,8 @@ def rename(target: Target, proc_root: str) -> None:
     """Re-read the names of up to RENAMES_PER_ROUND of ``target``'s threads, taking
     turns in tid order: a child that execs, or a thread that names itself after
     adoption, changes its comm. One read costs about 30 us, so all 1024 threads at
-    once held the status reply (and the next period) back by 30 ms. The target's
-    own name too: it changes when the process execs."""
-    try:
-        target.name = procfs.comm(target.pid, proc_root)
-    except HostError:
-        pass  # exited: the next period drops it
+    once held the status reply (and the next period) back by 30 ms. (The target's
+    own name, which an exec changes, the engine's ``resync`` reads every rescan_s.)"""
     batch, target.renamed_last = in_turn(target.threads, target.renamed_last, RENAMES_PER_ROUND)
     for tid in batch:
         try:
