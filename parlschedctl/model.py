@@ -26,7 +26,8 @@ from parlschedd.energy.cluster import (MAX_NSP, ClusterError, NspError, check_me
 from parlschedd.energy.estimator import EnergyTimeModel
 from parlschedd.energy.fit_report import FitSummary, Nrmse, check_fittable, fit_notes, summarise_fit
 from parlschedd.energy.fitting import METHODS, Problem, leave_one_out
-from parlschedd.energy.measure import POWERCAP_ROOT, MeasureError, measure, rapl_zones
+from parlschedd.energy.measure import MeasureError, measure
+from parlschedd.host.rapl import POWERCAP_ROOT, rapl_zones
 from parlschedd.energy.measurements import Measurements, MeasurementsError, load_measurements, write_measurements
 from parlschedd.energy.metrics import OBJECTIVES
 from parlschedd.energy.model import MASTER_POWER, SUBPOP_SIZES

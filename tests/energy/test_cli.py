@@ -25,7 +25,8 @@ from parlschedctl.model import MAX_NSP, NspRange, _cell
 from parlschedd.energy.measurements import load_measurements
 from tests.conftest import NOBODY, in_child_as, read_terminal
 from tests.energy.conftest import CLUSTER_YAML, MEASUREMENTS_CSV
-from tests.energy.test_measure import SLEEP, fake_powercap
+from tests.energy.test_measure import SLEEP
+from tests.host.test_rapl import fake_powercap
 
 QUICK = ["--generations", "12", "--seed", "3"]
 

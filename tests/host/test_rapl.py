@@ -1,0 +1,57 @@
+"""RAPL zones and their counters on fake powercap trees (this machine has no RAPL
+readable in its VM; the tree's files are written as the kernel's are)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from parlschedd.host.rapl import MAX_POLL_S, MIN_POLL_S, Zone, energy_wh, moved_uj, poll_interval_s, rapl_zones
+
+
+def fake_powercap(root, zones):
+    """zones: name -> (energy_uj, max_range_uj)."""
+    for name, (uj, top) in zones.items():
+        d = root / name
+        d.mkdir(parents=True)
+        (d / "energy_uj").write_text(f"{uj}\n")
+        (d / "max_energy_range_uj").write_text(f"{top}\n")
+    return root
+
+
+def test_only_package_zones_are_read(tmp_path):
+    root = fake_powercap(tmp_path, {"intel-rapl:0": (5, 100), "intel-rapl:0:0": (1, 100), "intel-rapl:1": (7, 100)})
+    (tmp_path / "intel-rapl:2").mkdir()  # no counter files: skipped
+    zones = rapl_zones(root)
+    assert [z.energy.parent.name for z in zones] == ["intel-rapl:0", "intel-rapl:1"]
+
+
+def test_absent_powercap_means_no_zones(tmp_path):
+    assert rapl_zones(tmp_path / "none") == ()
+    assert np.isnan(energy_wh((), moved_uj((), [], [])))
+
+
+def test_counter_wrap_around(tmp_path):
+    zones = rapl_zones(fake_powercap(tmp_path, {"intel-rapl:0": (0, 1_000_000)}))
+    assert energy_wh(zones, moved_uj(zones, [900_000], [100_000])) == pytest.approx(200_000 / 3.6e9)
+
+
+def test_a_counter_that_did_not_move_measured_nothing(tmp_path):
+    """It gave 0 Wh, which a fit then refused (must be positive)."""
+    zones = rapl_zones(fake_powercap(tmp_path, {"intel-rapl:0": (0, 1_000_000), "intel-rapl:1": (0, 1_000_000)}))
+    wh = lambda before, after: energy_wh(zones, moved_uj(zones, before, after))  # noqa: E731
+    assert np.isnan(wh([5, 7], [5, 7])) and np.isnan(wh([5, 7], [9, 7]))
+    assert wh([5, 7], [9, 8]) == pytest.approx(5 / 3.6e9)
+
+
+def test_the_poll_interval_lets_no_counter_wrap_between_two_reads():
+    """At most MAX_POLL_S, and within it short enough that the smallest range is not
+    crossed at a power no package draws."""
+    zone = Zone(Path("energy_uj"), 262_143_328_850)  # a real package's range, 262 kJ
+    assert poll_interval_s([zone]) == MAX_POLL_S
+    small = Zone(Path("energy_uj"), 5_000_000_000)  # 5 kJ
+    assert poll_interval_s([zone, small]) < 5_000 / 1_000  # under the time 1 kW takes to cross it
+    assert poll_interval_s([Zone(Path("energy_uj"), 1)]) == MIN_POLL_S
+    assert poll_interval_s([]) is None  # nothing to read
