@@ -188,23 +188,7 @@ class Daemon:
         self.cpus = list(topology.usable)
         self.online = topology.online
         self._warn_of(self.config)
-        skipped: dict[CounterSource, str] = {}
-        source = detect_source(self.config.utility, proc_root=self.proc_root, sysfs=self.sysfs, skipped=skipped)
-        why = "; ".join(f"{s.value}: {reason}" for s, reason in skipped.items())
-        if self.config.utility not in ("auto", source.value.removeprefix("perf:")):
-            log.warning("counter source unavailable, falling back", wanted=self.config.utility, using=source.value, why=why)
-        elif source is CounterSource.SCHEDSTAT and self.config.utility == "auto":
-            log.warning("perf counters refused, counting CPU time from schedstat; give the daemon CAP_PERFMON "
-                        "(Linux 5.8+; CAP_SYS_ADMIN before) or lower kernel.perf_event_paranoid", why=why)
-        elif skipped:
-            log.info("counter source", using=source.value, why=why)
-        if (uid_map := user_namespace_map(self.proc_root)) is not None:
-            log.warning("running in a user namespace: its capabilities hold inside it alone, so the kernel refuses "
-                        "to set the affinity of threads of processes outside it, and perf counters without "
-                        "CAP_PERFMON in the initial namespace; those threads are not managed", uid_map=uid_map)
-        if source.value.startswith("perf:") and not perfmon_capable(caps, uid_map is None):
-            log.warning("without CAP_PERFMON the kernel refuses perf counters on other users' threads, so those "
-                        "are not managed; give the daemon CAP_PERFMON, or set utility: schedstat", using=source.value)
+        source = self._counter_source(caps)
         self.counters = CounterSet(source, proc_root=self.proc_root)
         self.engine = host_engine(self.config, self.domains, self.counters, self.proc_root, self.sysfs,
                                   self.cgroup_root, on_change=self._mark_dirty, persist=self._persist)
@@ -224,16 +208,7 @@ class Daemon:
         except BaseException:  # as does any other
             self.statefile.unmake()
             raise
-        self._wake_r, self._wake_w = socket.socketpair()
-        for s in (self._wake_r, self._wake_w):
-            s.setblocking(False)
-        signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
-        self.selector.register(self._wake_r, selectors.EVENT_READ, "wake")
-        for sig in STOP_SIGNALS:
-            signal.signal(sig, self.handle_exit)
-        for sig in IGNORED_SIGNALS:
-            signal.signal(sig, self.handle_ignored)
-        signal.signal(signal.SIGHUP, self.handle_reload)
+        self._install_signals()
         now = time.monotonic()
         for t in saved:
             reattach(self.engine, t, now, self.proc_root)
@@ -245,6 +220,44 @@ class Daemon:
                  counter_source=source.value, period_s=self.config.period_s)
         self._status_told = self._status_text()  # the targets attached again from the last run counted
         notify.notify(f"READY=1\nSTATUS={self._status_told}\nMAINPID={os.getpid()}")
+
+    def _counter_source(self, caps: frozenset[int]) -> CounterSource:
+        """The counter source the config asks for, or the next the host gives; said
+        when it is not the one asked for, and where the host's namespace or missing
+        CAP_PERFMON will leave threads unmanaged."""
+        skipped: dict[CounterSource, str] = {}
+        source = detect_source(self.config.utility, proc_root=self.proc_root, sysfs=self.sysfs, skipped=skipped)
+        why = "; ".join(f"{s.value}: {reason}" for s, reason in skipped.items())
+        if self.config.utility not in ("auto", source.value.removeprefix("perf:")):
+            log.warning("counter source unavailable, falling back", wanted=self.config.utility, using=source.value, why=why)
+        elif source is CounterSource.SCHEDSTAT and self.config.utility == "auto":
+            log.warning("perf counters refused, counting CPU time from schedstat; give the daemon CAP_PERFMON "
+                        "(Linux 5.8+; CAP_SYS_ADMIN before) or lower kernel.perf_event_paranoid", why=why)
+        elif skipped:
+            log.info("counter source", using=source.value, why=why)
+        if (uid_map := user_namespace_map(self.proc_root)) is not None:
+            log.warning("running in a user namespace: its capabilities hold inside it alone, so the kernel refuses "
+                        "to set the affinity of threads of processes outside it, and perf counters without "
+                        "CAP_PERFMON in the initial namespace; those threads are not managed", uid_map=uid_map)
+        if source.value.startswith("perf:") and not perfmon_capable(caps, uid_map is None):
+            log.warning("without CAP_PERFMON the kernel refuses perf counters on other users' threads, so those "
+                        "are not managed; give the daemon CAP_PERFMON, or set utility: schedstat", using=source.value)
+        return source
+
+    def _install_signals(self) -> None:
+        """Signals wake the loop's select through a socketpair: stop ones set
+        ``should_exit``, SIGHUP asks for a reload, the ignored ones are said once a
+        period."""
+        self._wake_r, self._wake_w = socket.socketpair()
+        for s in (self._wake_r, self._wake_w):
+            s.setblocking(False)
+        signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
+        self.selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, self.handle_exit)
+        for sig in IGNORED_SIGNALS:
+            signal.signal(sig, self.handle_ignored)
+        signal.signal(signal.SIGHUP, self.handle_reload)
 
     def handle_exit(self, signum: int, frame: object = None) -> None:
         self.should_exit = True
@@ -289,11 +302,7 @@ class Daemon:
                     break  # the rest stay ready and are served after the tick
                 self._dispatch(key, events)
             if self.ignored_signals:
-                for signum in sorted(self.ignored_signals):
-                    log.warning("signal ignored", signal=signal_name(signum),
-                                hint="SIGTERM, SIGINT, SIGQUIT or SIGXCPU stop the daemon and restore every thread; "
-                                     "SIGHUP reloads")
-                self.ignored_signals.clear()
+                self._say_ignored_signals()
             if self.reload_requested:
                 self.reload_requested = False
                 try:
@@ -313,18 +322,7 @@ class Daemon:
             started = time.perf_counter()
             if now >= next_rescan:
                 next_rescan = now + self.config.rescan_s
-                try:
-                    self.rules.rescan(self.engine, self.config.targets, now)
-                    self.engine.resync(now)
-                    self.engine.refilter(now)
-                    self._notice_new_cpus()
-                except Exception as exc:  # /proc unreadable, out of fds: the periods go on
-                    log.error("rescan failed", error=f"{type(exc).__name__}: {exc}")
-                try:  # apart: a rescan failing every time must not keep the daemon unreachable
-                    self.control.keep()
-                    self.statefile.keep_lock()
-                except Exception as exc:  # a bug: said, and tried again at the next rescan
-                    log.error("socket and lock check failed", error=f"{type(exc).__name__}: {exc}")
+                self._rescan(now)
             try:
                 self.engine.tick(now)
                 if self.statefile.dirty:
@@ -345,6 +343,29 @@ class Daemon:
             self.control.drop_stale_parts(now)
             if self._status_stale:
                 self._tell_status()
+
+    def _say_ignored_signals(self) -> None:
+        for signum in sorted(self.ignored_signals):
+            log.warning("signal ignored", signal=signal_name(signum),
+                        hint="SIGTERM, SIGINT, SIGQUIT or SIGXCPU stop the daemon and restore every thread; "
+                             "SIGHUP reloads")
+        self.ignored_signals.clear()
+
+    def _rescan(self, now: float) -> None:
+        """Every rescan_s: the rules' matches, each target's cpuset, owner, name and
+        filter, CPUs come online; then the socket and the state dir's lock."""
+        try:
+            self.rules.rescan(self.engine, self.config.targets, now)
+            self.engine.resync(now)
+            self.engine.refilter(now)
+            self._notice_new_cpus()
+        except Exception as exc:  # /proc unreadable, out of fds: the periods go on
+            log.error("rescan failed", error=f"{type(exc).__name__}: {exc}")
+        try:  # apart: a rescan failing every time must not keep the daemon unreachable
+            self.control.keep()
+            self.statefile.keep_lock()
+        except Exception as exc:  # a bug: said, and tried again at the next rescan
+            log.error("socket and lock check failed", error=f"{type(exc).__name__}: {exc}")
 
     def _status_text(self) -> str:
         threads = sum(len(t.threads) for t in self.engine.targets.values())
