@@ -55,6 +55,26 @@ class Daemon:
 PINNING = "learning: {free: false, reward: thread}\n"
 
 
+_started: list[subprocess.Popen] = []  # every daemon start_daemon started, stopped after its test if still running
+
+
+@pytest.fixture(autouse=True)
+def _no_daemon_outlives_its_test() -> Iterator[None]:
+    """A test that fails between its start_daemon and its stop (an assert outside its
+    try) left the daemon running for good, pinning, with a socket in a deleted dir:
+    stopped here with SIGTERM, which restores what it pinned."""
+    yield
+    while _started:
+        proc = _started.pop()
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
 def start_daemon(tmp: Path, config_text: str = "period_s: 0.05\ndomain_period_s: 0.5\n" + PINNING,
                  prefix: Sequence[str] = (), run: Path | None = None) -> Daemon:
     """A daemon on a socket in ``tmp`` (its socket and state dir in ``run`` when
@@ -71,6 +91,7 @@ def start_daemon(tmp: Path, config_text: str = "period_s: 0.05\ndomain_period_s:
          "--state-dir", str(run / "state"), "--log-format", "json", "--log-level", "debug"],
         stdout=subprocess.DEVNULL, stderr=open(log, "ab"),
     )
+    _started.append(proc)
     d = Daemon(proc, sock, run / "state", config, log)
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
