@@ -328,8 +328,9 @@ def test_a_figure_is_drawn_from_the_daemons_history_or_the_failure_said(tmp_path
     try:
         w = workload(2)
         d.request("attach", pid=w.pid)
-        wait_for(lambda: [s["t"] for s in d.request("history", pid=w.pid)["samples"][:1]] > [0.1])  # the ring full,
-        # its start dropped
+        times = lambda: [s["t"] for s in d.request("history", pid=w.pid)["samples"]]  # noqa: E731
+        first = wait_for(times)[0]
+        wait_for(lambda: len(t := times()) == 5 and t[0] > first)  # the ring full, its start dropped
         out = tmp_path / "w.png"
         said = runner.draw(d.socket, w.pid, str(out))
         assert re.fullmatch(rf"wrote {out} \(5 periods: the last [\d.]+ s of the run, all the daemon keeps "
