@@ -2,9 +2,35 @@
 
 import numpy as np
 
-from parlschedd.sim.baselines import KernelBalancer
+from parlschedd.sim.baselines import KernelBalancer, RandomPinning, RoundRobin
 from parlschedd.sim.game import Machine, Threads
 from parlschedd.sim.simulator import Observation
+
+
+def _joining(keys: list[int], cores: int = 4) -> Observation:
+    """A period in which threads ``keys`` are there (weight 1 each, no background)."""
+    n = len(keys)
+    return Observation(0, np.array(keys), np.full(n, np.nan), np.zeros(n, dtype=np.int64), Threads(np.ones(n)),
+                       np.zeros(cores))
+
+
+def test_round_robin_deals_threads_to_cores_in_the_order_they_join_and_keeps_them():
+    """The k-th thread to join goes to core k mod m, whatever its key; a thread that
+    joins later continues the count, and those already placed stay where they are."""
+    policy = RoundRobin(4)
+    assert policy.decide(_joining([10, 3, 7, 42, 5])).tolist() == [0, 1, 2, 3, 0]
+    assert policy.decide(_joining([3, 5, 8, 10])).tolist() == [1, 0, 1, 0]
+
+
+def test_random_pinning_draws_a_core_per_thread_once():
+    """Seeded: the same draws again; 32 threads on 4 cores use every core (each
+    missing one has probability 4 * 0.75**32, about 4e-4, and this seed is fixed);
+    a thread keeps its core in later periods."""
+    keys = list(range(32))
+    first = RandomPinning(4, np.random.default_rng(7)).decide(_joining(keys)).tolist()
+    policy = RandomPinning(4, np.random.default_rng(7))
+    assert policy.decide(_joining(keys)).tolist() == first and set(first) == {0, 1, 2, 3}
+    assert policy.decide(_joining(keys[::-1])).tolist() == first[::-1]
 
 
 def _decide(balancer: KernelBalancer, background: list[float]) -> list[int]:
