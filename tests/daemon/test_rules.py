@@ -26,7 +26,7 @@ from parlschedd.config import TargetRule
 from parlschedd.daemon.rules import RuleMatcher
 from parlschedd.host import cgroups, procfs
 from tests.daemon.test_engine import _engine, _released
-from tests.conftest import (CGROUP_MOUNTS, needs_root, own_cgroup, start_daemon, tagged_sleeper, target_pids,
+from tests.conftest import (CGROUP_MOUNTS, NOBODY, needs_root, own_cgroup, start_daemon, tagged_sleeper, target_pids,
                             wait_for)
 
 pytestmark = needs_root
@@ -242,6 +242,44 @@ def test_a_jobs_children_that_the_rule_matches_go_with_the_job(kill_after):
         for pid in children:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, 9)
+
+
+# A process that forks a child (as root, the child execs a tagged sleep) and then drops
+# to NOBODY itself: a user's process with a root-owned child, as su or a root service
+# leaves them.
+USER_WITH_ROOT_CHILD = """
+import os, sys, time
+if os.fork() == 0:
+    os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(60)", sys.argv[1]])
+os.setresuid({nobody}, {nobody}, {nobody})
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_users_descendants_target_does_not_keep_a_root_rule_from_its_root_child(kill_after):
+    """A non-root user's target with descendants holds only that user's processes (its
+    listing leaves others' out), so it must not count as the ancestor that claims a
+    root-owned child a rule matches: the rule attaches the child. Were it counted, a
+    user could keep root's rules off any root process below one of theirs. On a real
+    RuleMatcher and a real engine, rescanned by hand."""
+    tag = f"parlsched-under-user-{uuid.uuid4().hex[:8]}"
+    parent = kill_after(subprocess.Popen([sys.executable, "-c", USER_WITH_ROOT_CHILD.format(nobody=NOBODY), tag],
+                                         stdout=subprocess.PIPE, text=True))
+    assert parent.stdout.readline() == "ready\n"
+    child = wait_for(lambda: procfs.descendants(parent.pid))[0]
+    wait_for(lambda: tag.encode() in open(f"/proc/{child}/cmdline", "rb").read())
+    assert os.stat(f"/proc/{parent.pid}").st_uid == NOBODY and os.stat(f"/proc/{child}").st_uid == 0
+    try:
+        with _released(*_engine()) as engine:
+            engine.attach(parent.pid, time.monotonic(), descendants=True, uid=NOBODY)
+            matcher().rescan(engine, (TargetRule(name=tag),), time.monotonic())
+            assert set(engine.targets) == {parent.pid, child}, "the root rule's match below the user's target"
+            assert engine.targets[child].rule == 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, 9)
+        parent.stdout.close()
 
 
 def test_a_rule_without_descendants_keeps_the_children_of_a_job_detached_by_hand(kill_after):
