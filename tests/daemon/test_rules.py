@@ -23,7 +23,7 @@ from collections.abc import Iterator
 import pytest
 
 from parlschedd.config import TargetRule
-from parlschedd.daemon.rules import RuleMatcher
+from parlschedd.daemon.rules import CMDLINE_MATCHED, RuleMatcher
 from parlschedd.host import cgroups, procfs
 from tests.daemon.test_engine import _engine, _released
 from tests.conftest import (CGROUP_MOUNTS, NOBODY, needs_root, own_cgroup, start_daemon, tagged_sleeper, target_pids,
@@ -280,6 +280,18 @@ def test_a_users_descendants_target_does_not_keep_a_root_rule_from_its_root_chil
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, 9)
         parent.stdout.close()
+
+
+def test_a_name_rule_looks_at_the_first_4096_bytes_of_a_command_line(kill_after):
+    """A name rule's regex runs over the command line's first CMDLINE_MATCHED bytes
+    only (a command line may be megabytes long, searched every rescan_s): a tag past
+    them does not match, the same tag before them does."""
+    tag = f"parlsched-long-{uuid.uuid4().hex[:8]}"
+    padding = "x" * CMDLINE_MATCHED
+    late = kill_after(tagged_sleeper(f"{padding} {tag}"))
+    early = kill_after(tagged_sleeper(f"{tag} {padding}"))
+    assert matcher().matching(TargetRule(name=tag)) == {early.pid}
+    assert tag.encode() in open(f"/proc/{late.pid}/cmdline", "rb").read()
 
 
 def test_a_rule_without_descendants_keeps_the_children_of_a_job_detached_by_hand(kill_after):
