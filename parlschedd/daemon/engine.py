@@ -761,7 +761,7 @@ class Engine:
                 target.ignored.add(tid)
                 original = None if target.observe else self._inherited_original(target, tid)
                 if original is not None:  # born of a thread we pinned: our mask, inherited
-                    self._give_back(tid, start, original)
+                    self.pinner.give_back(tid, start, original)
                 return
             self.counters.open(tid)
             value = self.counters.read(tid)
@@ -784,12 +784,6 @@ class Engine:
         target.adopted += 1
         target.stale = True
         self.on_change()
-
-    def _give_back(self, tid: int, start: int, original: frozenset[int]) -> None:
-        """Put ``original`` on a thread that is not ours to place but carries a mask we
-        set, through the pinner so that the tid's identity is checked before the write."""
-        self.pinner.adopt(tid, start, original)
-        self.pinner.restore(tid)
 
     def _not_adopted(self, target: Target, tid: int, level: int | None = None, event: str = "",
                      exc: HostError | None = None) -> None:
@@ -859,7 +853,7 @@ class Engine:
             for tid in born:
                 try:
                     if self.pinner.mask_of(tid) in ours and self._manager_of(tid) is None:
-                        self._give_back(tid, procfs.thread_start_time(tid, self.proc_root), target.base_original)
+                        self.pinner.give_back(tid, procfs.thread_start_time(tid, self.proc_root), target.base_original)
                         given += 1
                 except HostError:
                     pass  # gone
@@ -1033,7 +1027,7 @@ class Engine:
         try:
             mask, original = carried_original(target, main, went, self.pinner)
             if original is not None and mask != before:
-                self._give_back(main, procfs.thread_start_time(main, self.proc_root), original)
+                self.pinner.give_back(main, procfs.thread_start_time(main, self.proc_root), original)
                 self.handed_over.pop(main, None)  # not the thread someone else set any more
         except HostError as exc:
             log.debug("mask not given back after an exec", pid=target.pid, tid=main, error=str(exc))

@@ -308,8 +308,7 @@ def _give_back_born_while_down(pinner: Pinner, restored: Sequence[int], records:
             if mask in unmanaged:
                 continue
             try:
-                pinner.adopt(tid, start, base)
-                pinner.restore(tid)
+                pinner.give_back(tid, start, base)
             except (HostError, ValueError):
                 continue  # gone, or refused: the re-attach adopts what is left
             given += 1

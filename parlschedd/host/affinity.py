@@ -371,6 +371,13 @@ class Pinner:
         record = self._records[tid]
         self._records[tid] = PinRecord(record.start_time, original, self._guarded(tid, self._kernel.get_affinity))
 
+    def give_back(self, tid: int, start_time: int, original: frozenset[int]) -> None:
+        """Put ``original`` on a thread that is not ours to place but carries a mask we
+        set (one a pinned thread created), its identity checked before the write as
+        :meth:`adopt` and :meth:`restore` do: adopted with ``original``, restored at once."""
+        self.adopt(tid, start_time, original)
+        self.restore(tid)
+
     def set_original(self, tid: int, original: frozenset[int]) -> None:
         """Restore ``original`` at the end, in place of the mask found at adoption;
         what was set since is unchanged (a mask someone sets later is still theirs).

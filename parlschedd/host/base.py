@@ -171,6 +171,9 @@ class Actuator(Protocol):
     def restore(self, tid: int) -> bool:
         """Put the original mask back and forget the thread; False if never adopted."""
 
+    def give_back(self, tid: int, start_time: int, original: frozenset[int]) -> None:
+        """Put ``original`` on a thread not ours to place that carries a mask we set."""
+
     def pinned_by_last_run(self, tid: int, mask: frozenset[int]) -> bool:
         """Whether ``mask`` on ``tid`` has the shape of a pin the last run made (a
         recovered actuator's question, before it restores)."""

@@ -152,6 +152,21 @@ def test_set_original_changes_what_is_restored_and_nothing_else(spawn: Callable[
     assert pinner.restore(other) is True and os.sched_getaffinity(other) == {1}
 
 
+@pytest.mark.skipif(len(ALL) < 2, reason="an inherited pin must differ from the original")
+def test_give_back_puts_the_original_on_a_thread_not_ours_and_keeps_no_record(spawn: Callable[..., Worker]) -> None:
+    """A thread born of a pinned one carries our pin (CPU 0 here): given back, it has
+    the original and no record; a stale start time (its tid reused) is never written."""
+    worker = spawn(busy=False)
+    os.sched_setaffinity(worker.tid, {0})
+    pinner = Pinner(allowed=unrestricted)
+    pinner.give_back(worker.tid, procfs.thread_start_time(worker.tid), ALL)
+    assert os.sched_getaffinity(worker.tid) == ALL and worker.tid not in pinner.records
+    os.sched_setaffinity(worker.tid, {0})
+    with pytest.raises(ThreadGone):
+        pinner.give_back(worker.tid, procfs.thread_start_time(worker.tid) - 1, ALL)
+    assert os.sched_getaffinity(worker.tid) == {0} and worker.tid not in pinner.records
+
+
 def test_pin_skips_the_syscall_when_the_mask_is_unchanged(spawn: Callable[..., Worker]) -> None:
     worker = spawn(busy=False)
     pinner = Pinner(allowed=unrestricted)
