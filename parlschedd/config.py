@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 import yaml
 
+from parlschedd import utf8
 from parlschedd.cpulist import parse_cpulist
 from parlschedd.daemon.protocol import DEFAULT_SOCKET
 from parlschedd.keypaths import Collector, KeyPathError, Octal, load_yaml, yaml12_number, yaml_kind
@@ -495,10 +496,9 @@ def load(path: str | Path | None, judge: Callable[[str, os.stat_result], str | N
         raise ConfigError(str(path), [("(file)", f"larger than {MAX_CONFIG_BYTES >> 20} MiB, more than any config "
                                                  "needs (is it the right file?)")])
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise ConfigError(str(path), [(f"line {line}", f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x}); save the file as UTF-8")]) from None
+        text = utf8.decode(data)
+    except utf8.NotUtf8 as exc:
+        raise ConfigError(str(path), [(f"line {exc.line}", str(exc))]) from None
     try:
         raw = load_yaml(text)
     except yaml.YAMLError as exc:

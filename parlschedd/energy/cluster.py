@@ -22,6 +22,7 @@ import yaml
 
 from parlschedd.cpulist import format_cpulist
 from parlschedd.keypaths import Collector, KeyPathError, load_yaml, yaml12_number, yaml_kind
+from parlschedd import utf8
 from parlschedd.kinds import is_integer, is_number
 
 
@@ -351,9 +352,11 @@ def load_cluster(path: str | Path) -> Cluster:
     """Read and validate a cluster YAML file; errors name the file and the key path."""
     source = str(path)
     try:
-        text = Path(path).read_text()
+        text = utf8.decode(Path(path).read_bytes())
     except OSError as exc:
         raise ClusterError(source, [("<file>", f"cannot read: {exc.strerror}")]) from exc
+    except utf8.NotUtf8 as exc:
+        raise ClusterError(source, [(f"line {exc.line}", str(exc))]) from None
     try:
         data = load_yaml(text)
     except yaml.YAMLError as exc:

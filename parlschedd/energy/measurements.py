@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from parlschedd import utf8
 from parlschedd.atomicfile import replace_text
 from parlschedd.words import counted
 
@@ -205,18 +206,18 @@ def load_measurements(path: str | Path) -> Measurements:
     """Read and validate a measurements CSV; errors name the file and line."""
     source = str(path)
     try:
-        with open(path, newline="", encoding="utf-8-sig") as fh:  # -sig: a BOM, as spreadsheets write
-            reader = csv.DictReader(fh)
-            header = [c.strip() for c in reader.fieldnames or []]
-            reader.fieldnames = header
-            rows, lines = [], []
-            for row in reader:  # skipping blank lines: a row's line is the reader's count where it ends
-                rows.append(row)
-                lines.append(reader.line_num)
+        text = utf8.decode(Path(path).read_bytes(), bom=True)  # a BOM, as spreadsheets write
     except OSError as exc:
         raise MeasurementsError(source, None, f"cannot read: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise MeasurementsError(source, None, f"not UTF-8 text (byte {exc.start}): expected a CSV file") from exc
+    except utf8.NotUtf8 as exc:
+        raise MeasurementsError(source, exc.line, f"{exc}: expected a CSV file") from None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    header = [c.strip() for c in reader.fieldnames or []]
+    reader.fieldnames = header
+    rows, lines = [], []
+    for row in reader:  # skipping blank lines: a row's line is the reader's count where it ends
+        rows.append(row)
+        lines.append(reader.line_num)
     if not header:
         raise MeasurementsError(source, 1, "empty file: expected a header line")
     if repeated := sorted({c for c in header if header.count(c) > 1}):  # DictReader keeps only the last

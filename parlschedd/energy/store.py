@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from parlschedd import utf8
 from parlschedd.atomicfile import replace_text
 from parlschedd.cpulist import format_cpulist
 from parlschedd.energy.baseline import BaselineModel
@@ -102,11 +103,11 @@ def save_params(path: str | Path, document: dict[str, Any]) -> None:
 def load_params(path: str | Path) -> Fitted:
     source = str(path)
     try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        doc = json.loads(utf8.decode(Path(path).read_bytes()))
     except OSError as exc:
         raise ParamsError(f"{source}: cannot read: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise ParamsError(f"{source}: not UTF-8 text (byte {exc.start}): not a parameters file") from exc
+    except utf8.NotUtf8 as exc:
+        raise ParamsError(f"{source}:{exc.line}: {exc}: not a parameters file") from None
     except json.JSONDecodeError as exc:  # most often another input given as --params: the cluster, the CSV
         raise ParamsError(f"{source}:{exc.lineno}: not valid JSON: {exc.msg}; --params takes the file "
                           "`model fit --out` writes") from exc

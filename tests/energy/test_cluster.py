@@ -124,6 +124,12 @@ def test_unreadable_and_invalid_yaml(tmp_path):
     broken.write_text("run: [1, 2\n")
     with pytest.raises(ClusterError, match="not valid YAML"):
         load_cluster(broken)
+    latin1 = tmp_path / "latin1.yaml"  # Python's decoder said it with neither file nor line
+    latin1.write_bytes(b"# the lab's cluster\n# caf\xe9\nrun: {}\n")
+    with pytest.raises(ClusterError) as e:
+        load_cluster(latin1)
+    assert e.value.errors == [("line 2", "not UTF-8 text (byte 0xe9); save the file as UTF-8")]
+    assert str(latin1) in str(e.value)
 
 
 def test_a_number_yaml_1_1_loads_as_text_is_the_number_meant(tmp_path):

@@ -69,6 +69,14 @@ def test_errors_name_file_and_line(tmp_path, text, where, message):
     assert f"{path}{where}" in error and message in error
 
 
+def test_a_file_saved_as_latin_1_is_named_with_the_line_of_its_first_such_byte(tmp_path):
+    path = tmp_path / "latin1.csv"
+    path.write_bytes(b"nsp,time_s_mean\n1,10\n2,9\n# caf\xe9\n")
+    with pytest.raises(MeasurementsError) as err:
+        load_measurements(path)
+    assert str(err.value) == f"{path}:4: not UTF-8 text (byte 0xe9); save the file as UTF-8: expected a CSV file"
+
+
 @pytest.mark.parametrize("text, where, message", [
     ("nsp,time_s_mean\n\n1,10\n\n\n2,abc\n", ":6:", "column time_s_mean: not a number: 'abc'"),
     ("nsp,time_s_mean\n\n1,10\n\n1,12\n", ":5:", "nsp 1 repeats line 3"),

@@ -182,14 +182,15 @@ def test_an_empty_file_is_not_valid_json_at_line_1(tmp_path):
                               "`model fit --out` writes")
 
 
-def test_a_corrupt_byte_is_named_by_its_offset(saved):
-    """A byte that is not UTF-8 in the middle of the file: refused naming the byte,
+def test_a_corrupt_byte_is_named_by_its_line(saved):
+    """A byte that is not UTF-8 in the middle of the file: refused naming its line,
     not as a JSON error somewhere after it."""
     data = bytearray(saved.read_bytes())
     at = len(data) // 3
     data[at] = 0xFF
     saved.write_bytes(bytes(data))
-    assert refusal(saved) == f"{saved}: not UTF-8 text (byte {at}): not a parameters file"
+    line = data[:at].count(b"\n") + 1
+    assert refusal(saved) == f"{saved}:{line}: not UTF-8 text (byte 0xff); save the file as UTF-8: not a parameters file"
 
 
 @pytest.mark.parametrize("document", [[], 3, "params", {}, {"format": "parlsched-energy-time/2"},
