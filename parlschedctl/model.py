@@ -179,11 +179,12 @@ def _not_an_input(out_path: str, *inputs: str) -> None:
             raise ValueError(f"--out {out_path} is an input of this command; writing there would replace it")
 
 
-def progress_printer(label: str, quiet: bool, total: int) -> Callable[[int, int], None] | None:
-    """A progress line on stderr (a terminal, not quiet), updated as each of ``total``
+def progress_printer(label: str, total: int) -> Callable[[int, int], None] | None:
+    """A progress line on stderr when it is a terminal (with --json too: stdout keeps
+    the JSON for scripts, stderr the messages for people), updated as each of ``total``
     steps ends, and shown at 0 at once: steps are reported only as they end, so a single
     fit (the default --repeat 1) said nothing until it was done."""
-    if quiet or not sys.stderr.isatty():
+    if not sys.stderr.isatty():
         return None
 
     def show(done: int, total: int) -> None:
@@ -254,13 +255,13 @@ def fit(cluster_path: str, data_path: str, method: str, repeat: int, seed: int |
         click.echo(f"parlschedctl model: {note}", err=True)
     energy = m.energy_wh if m.has_energy else None
     est = EnergyTimeModel(cluster, method, repeat, seed, rounding, master_power, generations)
-    est.fit(m.nsp, m.time_s, energy, progress=progress_printer("fit", as_json, repeat))
+    est.fit(m.nsp, m.time_s, energy, progress=progress_printer("fit", repeat))
     base = BaselineModel(cluster, rounding).fit(m.nsp, m.time_s, energy)
     held_out, loo_seconds = None, 0.0
     if loo:
         started = time.monotonic()
         problem = Problem.from_measurements(cluster, m, rounding=rounding, master_power=master_power)
-        held_out = leave_one_out(problem, method, seed, progress=progress_printer("leave-one-out", as_json, len(m.nsp)),
+        held_out = leave_one_out(problem, method, seed, progress=progress_printer("leave-one-out", len(m.nsp)),
                                  **est.settings())
         loo_seconds = time.monotonic() - started
     summary = summarise_fit(est, base, m, data_path, held_out)
@@ -444,7 +445,7 @@ def recommend(params_path: str, goal: str, nsp: tuple[int, ...] | None, as_json:
     text = f"best nsp for {goal}: {best.nsp} (predicted {best.time_s:.1f} s{energy_text})"
     if best.near_best:
         said = ", ".join(f"{quantity} NRMSE {_nrmse(value)}" for quantity, value in best.nrmse.items())
-        text += (f"\nwithin {recommendation.NEAR_BEST:.0%} of it: nsp {', '.join(map(str, best.near_best))}; the model "
+        text += (f"\nwithin {recommendation.NEAR_BEST:.0%} of it: nsp {format_cpulist(best.near_best)}; the model "
                  f"cannot tell these apart (its {said} on the runs it was fitted to), so measure them before choosing")
         text = "\n".join([text, *_why_undefined([best.nrmse.get("time")], [best.nrmse.get("energy")])])
     outside = _extrapolated(fitted, ks, params_path, energy=goal != "time")  # energy and edp use both
@@ -481,7 +482,7 @@ def measure_cmd(nsp: tuple[int, ...], repeat: int, out_path: str, powercap_root:
     check_writable(out_path)  # an existing file is left as it is until the first configuration is measured
     times, energies, kept = [], [], 0  # kept: the configurations in out_path
     try:
-        for t, e in measure(cmd, nsp, repeat, zones, progress_printer("run", False, len(nsp) * repeat)):
+        for t, e in measure(cmd, nsp, repeat, zones, progress_printer("run", len(nsp) * repeat)):
             times.append(t)
             energies.append(e)
             for run in np.flatnonzero(np.isnan(e)) if zones else ():

@@ -22,6 +22,7 @@ from click.testing import CliRunner
 
 from parlschedctl.cli import cli
 from parlschedctl.model import MAX_NSP, NspRange, _cell
+from parlschedd.cpulist import format_cpulist
 from parlschedd.energy.measurements import load_measurements
 from tests.conftest import NOBODY, in_child_as, read_terminal
 from tests.energy.conftest import CLUSTER_YAML, MEASUREMENTS_CSV
@@ -392,6 +393,21 @@ def test_a_rapl_counter_that_did_not_move_leaves_the_energy_empty_and_says_which
     assert m.nsp.tolist() == [1, 2] and not m.has_energy
 
 
+def test_progress_goes_to_a_terminals_stderr_with_json_on_stdout(tmp_path):
+    """Progress is for people, on stderr when it is a terminal (a real pseudo-terminal
+    here), with --json too: a fit of 20 repetitions was two minutes of silence. Stdout
+    keeps one JSON document."""
+    controller, terminal = os.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "parlschedctl", "model", "fit", "--cluster", str(CLUSTER_YAML),
+                             "--data", str(MEASUREMENTS_CSV), "--repeat", "2", *QUICK, "--json"],
+                            stdout=subprocess.PIPE, stderr=terminal, stdin=subprocess.DEVNULL)
+    os.close(terminal)
+    shown = read_terminal(controller)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and json.loads(out)["format"] == "parlsched-energy-time/1"
+    assert b"fit 0/2" in shown and b"fit 2/2" in shown, shown
+
+
 def test_inputs_a_review_broke_give_one_line_errors_or_valid_json(params, tmp_path):
     """Each gave a traceback, a message without the file, invalid JSON or nonsense."""
     lines = MEASUREMENTS_CSV.read_text().splitlines()
@@ -556,6 +572,20 @@ def test_recommend_names_the_candidates_the_model_cannot_tell_from_the_best(para
     assert doc["near_best"] == [k for k, t in predicted.items() if k != doc["nsp"] and t <= best * 1.01]
     text = run("model", "recommend", "--params", str(params)).output
     assert ("the model cannot tell these apart" in text) == bool(doc["near_best"])
+
+
+def test_recommend_names_many_candidates_in_ranges(params, tmp_path):
+    """A model whose predictions are flat over thousands of NSp (here the fitted
+    parameters with run.individuals raised, asked of NSp up to 2000) named each one:
+    a line of 60 KB. Runs of consecutive NSp are ranges."""
+    doc = json.loads(params.read_text())
+    doc["cluster"]["run"]["individuals"] = 10**6
+    flat = tmp_path / "flat.json"
+    flat.write_text(json.dumps(doc))
+    near = json.loads(run("model", "recommend", "--params", str(flat), "--nsp", "1-2000", "--json").stdout)["near_best"]
+    assert len(near) > 100 and any(b == a + 1 for a, b in zip(near, near[1:]))
+    text = run("model", "recommend", "--params", str(flat), "--nsp", "1-2000").stdout
+    assert f"of it: nsp {format_cpulist(near)};" in text
 
 
 def test_measured_nsp_without_individuals_are_refused(params, tmp_path):
