@@ -31,10 +31,11 @@ def relative_errors(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
 def rsd(values: np.ndarray) -> np.ndarray:
     """Relative standard deviation in percent over repetitions (axis 0), eq. 17.
 
-    The sample std (ddof=1) of the r = 1..20 fits; NaN where the mean is zero."""
+    The sample std (ddof=1) of the r = 1..20 fits; NaN where the mean is zero, and
+    for a single fit, whose spread is not known (0 read as "perfectly stable")."""
     values = np.asarray(values, dtype=float)
     mean = values.mean(axis=0)
-    std = values.std(axis=0, ddof=1) if len(values) > 1 else np.zeros_like(mean)
+    std = values.std(axis=0, ddof=1) if len(values) > 1 else np.full_like(mean, np.nan)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(mean != 0, std / np.abs(mean) * 100.0, np.nan)
 

@@ -393,6 +393,15 @@ def test_a_rapl_counter_that_did_not_move_leaves_the_energy_empty_and_says_which
     assert m.nsp.tolist() == [1, 2] and not m.has_energy
 
 
+def test_one_fit_reports_no_spread_of_its_parameters():
+    """--repeat 1 wrote an RSD of 0.0 for each parameter: "perfectly stable", of a
+    spread never measured. null, as the text leaves its column out."""
+    doc = json.loads(run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(MEASUREMENTS_CSV), *QUICK,
+                         "--json").stdout)
+    rsd = doc["model"]["rsd_percent"]
+    assert len(rsd) == 22 and set(rsd.values()) == {None}
+
+
 def test_progress_goes_to_a_terminals_stderr_with_json_on_stdout(tmp_path):
     """Progress is for people, on stderr when it is a terminal (a real pseudo-terminal
     here), with --json too: a fit of 20 repetitions was two minutes of silence. Stdout

@@ -21,6 +21,7 @@ def test_rsd_eq17_uses_the_sample_std_over_repetitions():
     values = np.array([[1.0, 10.0], [3.0, 10.0]])
     np.testing.assert_allclose(rsd(values), [np.std([1, 3], ddof=1) / 2 * 100, 0.0])
     assert np.isnan(rsd(np.array([[0.0], [0.0]]))[0])
+    assert np.isnan(rsd(np.array([[2.0, 5.0]]))).all(), "one fit: no spread known, not 0"
 
 
 def test_best_fit_distance_and_time_only():
