@@ -156,10 +156,15 @@ def parse_measurements(rows: list[dict[str, str]], header: list[str], source: st
     if "" in header:
         raise MeasurementsError(source, 1, f"column {header.index('') + 1} has no name (a trailing comma, as "
                                 "spreadsheets export?); remove it")
+    if header[0].startswith("#"):
+        raise MeasurementsError(source, 1, "the first line is a comment: the header must be the first line "
+                                f"(nsp,time_s_r1,...); remove {header[0][:40]!r} or move it to a file beside")
     unknown = [c for c in header if c not in _KNOWN and not _REPEAT.match(c)]
     if unknown:
+        hint = ("column names are lower-case" if all(c.lower() in _KNOWN or _REPEAT.match(c.lower()) for c in unknown)
+                else "remove them, or rename them to one of those")
         raise MeasurementsError(source, 1, f"unknown column(s) {', '.join(unknown)}; expected nsp, "
-                                "time_s_rN, energy_wh_rN, time_s_mean, energy_wh_mean, baseline_*")
+                                f"time_s_rN, energy_wh_rN, time_s_mean, energy_wh_mean, baseline_*: {hint}")
     if "nsp" not in header:
         raise MeasurementsError(source, 1, "missing column nsp")
     t_cols, e_cols = _repeat_columns(header, "time_s"), _repeat_columns(header, "energy_wh")
@@ -178,7 +183,8 @@ def parse_measurements(rows: list[dict[str, str]], header: list[str], source: st
             shown = repr(raw) if len(raw) <= 20 else f"{raw[:20]!r}... ({len(raw)} characters)"
             raise MeasurementsError(source, line, f"column nsp: must be an integer >= 1 in digits 0-9, got {shown}")
         if k in seen:
-            raise MeasurementsError(source, line, f"nsp {k} repeats line {seen[k]}")
+            raise MeasurementsError(source, line, f"nsp {k} repeats line {seen[k]}: one row per configuration, its "
+                                    "runs in time_s_r1, time_s_r2, ... (and energy_wh_r1, ...) of that row")
         seen[k] = line
         times = [_cell(row.get(c), c, source, line) for c in t_cols]
         energies = [_cell(row.get(c), c, source, line) for c in e_cols]

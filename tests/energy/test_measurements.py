@@ -43,7 +43,11 @@ def refusal(tmp_path, text):
     ("nsp,time_s_mean\n1,10\n2,4_28.19\n", ":3:", "column time_s_mean: not a number: '4_28.19'"),
     ("nsp,time_s_mean\n1,\u0663\n", ":2:", "column time_s_mean: not a number: '\u0663'"),
     ("nsp,time_s_mean\n1,infinity\n", ":2:", "column time_s_mean: not a number: 'infinity'"),
-    ("nsp,time_s_mean\n1,10\n1,12\n", ":3:", "nsp 1 repeats line 2"),
+    ("nsp,time_s_mean\n1,10\n1,12\n", ":3:", "nsp 1 repeats line 2: one row per configuration, its runs in time_s_r1"),
+    # what a user's own file may well hold: a hint of what to do, beside what is wrong
+    ("# runs of 2026-11\nnsp,time_s_mean\n1,10\n", ":1:", "the first line is a comment: the header must be the first"),
+    ("NSP,Time_s_R1\n1,10\n", ":1:", "unknown column(s) NSP, Time_s_R1; expected nsp, time_s_rN"),
+    ("NSP,Time_s_R1\n1,10\n", ":1:", "baseline_*: column names are lower-case"),
     ("nsp,time_s_mean\n0,10\n", ":2:", "column nsp: must be an integer >= 1"),
     # isdigit() took them: int() then failed without file or line, or read another script's 3 as 3
     ("nsp,time_s_mean\n1,10\n\u00b2,10\n", ":3:", "column nsp: must be an integer >= 1 in digits 0-9, got '\u00b2'"),
@@ -55,7 +59,8 @@ def refusal(tmp_path, text):
     ("nsp,time_s_mean,energy_wh_r1\n1,10,1e400\n", ":2:", "column energy_wh_r1: '1e400' is more than any run"),
     ("nsp,time_s_mean\n1,10,4\n", ":2:", "3 cells for 2 columns"),
     ("nsp,time_s_r1,time_s_r2,time_s_mean\n1,10,12,11\n2,5,6\n", ":3:", "3 cells for 4 columns"),
-    ("nsp,time_s_mean,colour\n1,10,red\n", ":1:", "unknown column(s) colour"),
+    ("nsp,time_s_mean,colour\n1,10,red\n", ":1:", "unknown column(s) colour; expected nsp"),
+    ("nsp,time_s_mean,colour\n1,10,red\n", ":1:", "baseline_*: remove them, or rename them to one of those"),
     ("nsp,energy_wh_mean\n1,10\n", ":1:", "no time column"),
     ("nsp,time_s_r1\n1,\n", ":2:", "no runtime measured"),
     ("nsp,time_s_mean,time_s_mean\n1,10,99\n", ":1:", "column(s) time_s_mean appear more than once"),
