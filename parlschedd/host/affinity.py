@@ -290,9 +290,9 @@ class Pinner:
                 self._set(tid, cpus)
             except ThreadGone as exc:
                 self._gone(tid)
-                outcomes[i] = exc
+                outcomes[i] = exc.with_traceback(None)  # its traceback holds this frame, and so outcomes: a cycle
             except HostError as exc:
-                outcomes[i] = exc
+                outcomes[i] = exc.with_traceback(None)
             else:
                 record = self._records[tid]
                 record.current = record.asked = cpus

@@ -432,6 +432,9 @@ def test_pin_many_gives_one_outcome_per_move(spawn: Callable[..., Worker], cpuse
     assert outcomes[0] is True and outcomes[1] is False
     assert isinstance(outcomes[2], ThreadGone) and gone.tid not in pinner.records
     assert isinstance(outcomes[3], InvalidMask)
+    # with their tracebacks, each held pin_many's frame and its outcomes: a cycle per
+    # failed move that only the collector freed (a soak run counted hundreds waiting)
+    assert outcomes[2].__traceback__ is None and outcomes[3].__traceback__ is None
     assert os.sched_getaffinity(moved.tid) == {0} and os.sched_getaffinity(same.tid) == {1}
     assert pinner.records[fenced.tid].current == {0}, "the cpuset's narrowing, seen before the refused write"
     pinner.restore_all()
