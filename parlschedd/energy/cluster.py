@@ -11,6 +11,7 @@ order inside the node, which is also the initial order of Algorithm 1's list L.
 from __future__ import annotations
 
 import math
+import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -164,6 +165,21 @@ def check_measured(run: RunSettings, nsp: Iterable[int], source: str) -> None:
                        f"({run.individuals}): each subpopulation needs at least one individual")
 
 
+_WITH_UNIT = re.compile(r"^\s*[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\s*[A-Za-z]+\s*$")  # 2.1GHz, 80 W
+
+
+_KEY_UNITS = {"hz": "Hz", "w": "W", "s": "s", "wh": "Wh"}  # a key's suffix: the unit of its value
+
+
+def _unit_hint(value: object, key: str) -> str:
+    """For a number written with a unit ('2.1GHz', '80 W'): the number alone goes in
+    the value, in the unit the key's name says (frequency_hz: 2.1e9)."""
+    if not isinstance(value, str) or not _WITH_UNIT.match(value):
+        return ""
+    unit = _KEY_UNITS.get(key.rpartition("_")[2])
+    return ": write the number alone" + (f", in {unit} as the key's name says" if unit else "")
+
+
 class _Reader(Collector):
     """The cluster's typed getters: a missing or wrong value is an error, and None or the
     default stands in for it."""
@@ -181,7 +197,7 @@ class _Reader(Collector):
         kind = "an integer" if integer else "a number"
         ok = is_integer(value) if integer else is_number(value)
         if not ok or (not is_integer(value) and not math.isfinite(value)):  # numpy's floats too
-            self.fail(where, f"must be {kind}, got {value!r}")
+            self.fail(where, f"must be {kind}, got {value!r}" + _unit_hint(value, key))
             return None
         if is_integer(value) and abs(value) > sys.float_info.max:  # the model computes in floats, which it overflows
             # (math.isfinite raised OverflowError); not shown, it has hundreds of digits

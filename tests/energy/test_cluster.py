@@ -132,6 +132,19 @@ def test_unreadable_and_invalid_yaml(tmp_path):
     assert str(latin1) in str(e.value)
 
 
+def test_a_number_written_with_its_unit_is_told_to_be_written_alone():
+    """'2.1GHz' or '80 W' in a value: the key's name says the unit (frequency_hz, tdp_w)."""
+    data = yaml.safe_load(CLUSTER_YAML.read_text())
+    data["master"]["frequency_hz"], data["master"]["tdp_w"] = "2.1GHz", "80 W"
+    data["nodes"][0]["devices"][0]["compute_units"] = "13 CUs"
+    with pytest.raises(ClusterError) as e:
+        parse_cluster(data, "c.yaml")
+    assert e.value.errors == [
+        ("master.tdp_w", "must be a number, got '80 W': write the number alone, in W as the key's name says"),
+        ("master.frequency_hz", "must be a number, got '2.1GHz': write the number alone, in Hz as the key's name says"),
+        ("nodes[0].devices[0].compute_units", "must be an integer, got '13 CUs': write the number alone")]
+
+
 def test_a_number_yaml_1_1_loads_as_text_is_the_number_meant(tmp_path):
     """The daemon's config has the same rule (tests/test_config.py): text that YAML 1.2
     reads as a number (1e-3, 2.1e9; PyYAML, YAML 1.1, loads them as text) is that number.
