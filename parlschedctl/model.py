@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+import secrets
 import sys
 import time
 from collections.abc import Callable
@@ -232,7 +233,8 @@ def model() -> None:
               help="de: differential evolution (fast); ga: the paper's two-phase GA.")
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
               help="Independent fits; the best is kept (the paper uses 20).")
-@click.option("--seed", type=click.IntRange(min=0), default=None, help="Seed for reproducible fits.")
+@click.option("--seed", type=click.IntRange(min=0), default=None,
+              help="Seed for reproducible fits (default: one drawn, said on stderr and kept in the params file).")
 @click.option("--rounding", type=click.Choice(SUBPOP_SIZES), default="floor", show_default=True,
               help="How N / NSp is rounded to a subpopulation size.")
 @click.option("--master-power", type=click.Choice(MASTER_POWER), default="migration", show_default=True,
@@ -254,6 +256,9 @@ def fit(cluster_path: str, data_path: str, method: str, repeat: int, seed: int |
     for note in fit_notes(cluster, m, data_path):
         click.echo(f"parlschedctl model: {note}", err=True)
     energy = m.energy_wh if m.has_energy else None
+    drawn = seed is None
+    if drawn:  # drawn here, so that the params file (random_state) and the output say how to fit the same again
+        seed = secrets.randbelow(2**32)
     est = EnergyTimeModel(cluster, method, repeat, seed, rounding, master_power, generations)
     est.fit(m.nsp, m.time_s, energy, progress=progress_printer("fit", repeat))
     base = BaselineModel(cluster, rounding).fit(m.nsp, m.time_s, energy)
@@ -270,6 +275,8 @@ def fit(cluster_path: str, data_path: str, method: str, repeat: int, seed: int |
         with writing(out_path):
             save_params(out_path, document)
     _emit(as_json, document, _fit_text(est, summary, out_path, loo_seconds))
+    if drawn:
+        click.echo(f"parlschedctl model: seed {seed} drawn; --seed {seed} fits the same again", err=True)
     for note in summary.poor_fit_notes():
         click.echo(f"parlschedctl model: {note}", err=True)
 

@@ -393,6 +393,20 @@ def test_a_rapl_counter_that_did_not_move_leaves_the_energy_empty_and_says_which
     assert m.nsp.tolist() == [1, 2] and not m.has_energy
 
 
+def test_a_fit_without_a_seed_says_the_one_drawn_and_keeps_it(tmp_path):
+    """Without --seed a fit could not be made again: random_state null in the file,
+    no seed said. The seed drawn is said and kept; --seed with it fits the same."""
+    args = ["model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(MEASUREMENTS_CSV), "--generations", "12"]
+    first = run(*args, "--out", str(tmp_path / "a.json"))
+    said = re.search(r"seed (\d+) drawn; --seed \1 fits the same again", first.stderr)
+    assert said, first.stderr
+    kept = json.loads((tmp_path / "a.json").read_text())["model"]
+    assert kept["random_state"] == int(said.group(1))
+    again = run(*args, "--seed", said.group(1), "--out", str(tmp_path / "b.json"))
+    assert "drawn" not in again.stderr
+    assert json.loads((tmp_path / "b.json").read_text())["model"]["parameters"] == kept["parameters"]
+
+
 def test_one_fit_reports_no_spread_of_its_parameters():
     """--repeat 1 wrote an RSD of 0.0 for each parameter: "perfectly stable", of a
     spread never measured. null, as the text leaves its column out."""
