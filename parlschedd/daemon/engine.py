@@ -202,36 +202,6 @@ class Engine:
         return TwoLevelScheduler(placed_on(cpus, self._every_cpu), self.config.learning, self.config.domain_every,
                                  stream=self._schedulers_made)
 
-    def keep_handed_over(self, saved: object) -> int:
-        """After a restart: the threads the last run handed over (a list of ``[tid,
-        start time]`` pairs, as the state file has them) that still run, so that
-        attaching their target again leaves them as their owner set them. An entry that
-        is not such a pair is skipped, not the ones after it. Returns how many."""
-        self.handed_over.update(self._still_running(saved, procfs.thread_start_time, "tid"))
-        return len(self.handed_over)
-
-    def keep_left_alone(self, saved: object) -> None:
-        """After a restart: the rule matches the last run left alone (detached by hand;
-        ``[pid, start time]`` pairs, as the state file has them) that still run, so
-        that the rules do not attach them again."""
-        self.left_alone.update(self._still_running(saved, procfs.process_start_time, "pid"))
-
-    def _still_running(self, saved: object, start_time: Callable[[int, str], int], what: str) -> dict[int, int]:
-        """The ``[id, start time]`` pairs of ``saved`` whose thread or process still
-        runs; an entry that is not such a pair is skipped, not the ones after it."""
-        running = {}
-        for entry in saved if isinstance(saved, list) else ():
-            if not (isinstance(entry, list) and len(entry) == 2 and all(type(v) is int for v in entry)):
-                log.warning(f"state file: not a [{what}, start time] pair, skipped", entry=protocol.clip(repr(entry)))
-                continue
-            ident, start = entry
-            try:
-                if start_time(ident, self.proc_root) == start:
-                    running[ident] = start
-            except (HostError, ValueError):
-                pass  # exited since (ValueError: an id no /proc path can name)
-        return running
-
     def forget_unclaimed_hand_overs(self) -> None:
         """After a restart, once the targets of the last run are attached again: the
         threads handed over whose target was not (it exited, a rule stopped matching)

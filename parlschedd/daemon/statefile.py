@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import structlog
@@ -186,15 +186,18 @@ class StateFile:
         records = dict(old.records)  # restore_all forgets them
         report = old.restore_all()
         self.restores_failed = len(report.failed)
-        saved = state.get("handed_over", [])
-        engine.keep_handed_over([*(saved if isinstance(saved, list) else ()),
-                                 *([t, records[t].start_time] for t in report.kept)])
+        saved = state.get("handed_over", [])  # so that attaching their target again leaves them as their owner set them
+        engine.handed_over.update(still_running([*(saved if isinstance(saved, list) else ()),
+                                                 *([t, records[t].start_time] for t in report.kept)],
+                                                procfs.thread_start_time, "tid", engine.proc_root))
         born = _give_back_born_while_down(old, report.restored, records, engine.handed_over, placements,
                                           state.get("saved_at"), _saved_processes(state), engine.proc_root)
         if report.restored or report.gone or report.failed or report.kept or born:
             log.info("recovered from previous run", restored=len(report.restored), gone=len(report.gone),
                      failed=len(report.failed), left_as_set_by_someone_else=len(report.kept), born_while_down=born)
-        engine.keep_left_alone(state.get("left_alone", []))
+        # the rule matches detached by hand, which the rules do not attach again
+        engine.left_alone.update(still_running(state.get("left_alone", []), procfs.process_start_time, "pid",
+                                               engine.proc_root))
         targets = state.get("targets", [])
         if not isinstance(targets, list):
             log.error("state file: the targets attached by hand are not a list, none is attached again",
@@ -313,6 +316,25 @@ def _give_back_born_while_down(pinner: Pinner, restored: Sequence[int], records:
                 continue  # gone, or refused: the re-attach adopts what is left
             given += 1
     return given
+
+
+def still_running(saved: object, start_time: Callable[[int, str], int], what: str, proc_root: str) -> dict[int, int]:
+    """The ``[id, start time]`` pairs of ``saved`` (a list, as the state file keeps the
+    threads handed over and the processes left alone) whose thread or process still
+    runs with that start time: {id: start time}. An entry that is not such a pair is
+    skipped, not the ones after it; ``what`` names the id in the warning."""
+    running = {}
+    for entry in saved if isinstance(saved, list) else ():
+        if not (isinstance(entry, list) and len(entry) == 2 and all(type(v) is int for v in entry)):
+            log.warning(f"state file: not a [{what}, start time] pair, skipped", entry=protocol.clip(repr(entry)))
+            continue
+        ident, start = entry
+        try:
+            if start_time(ident, proc_root) == start:
+                running[ident] = start
+        except (HostError, ValueError):
+            pass  # exited since (ValueError: an id no /proc path can name)
+    return running
 
 
 def by_hand(engine: Engine) -> list[dict]:

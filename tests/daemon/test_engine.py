@@ -13,7 +13,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -786,23 +785,6 @@ def test_a_core_outside_the_cpuset_loses_ground_to_the_core_the_thread_runs_on(w
         assert x0.max() < 0.3, f"CPU 0 kept {x0.round(2).tolist()} of the workers' strategies"
         engine.detach(w.pid)
         assert masks(w.all_tids()) == base
-
-
-def test_only_handed_over_threads_that_still_run_are_kept_after_a_restart() -> None:
-    """The state file's [tid, start time] pairs: a thread that still runs with that
-    start time is kept; one whose tid now names another thread, or that exited, is not;
-    an entry that is not such a pair (JSON also reads Infinity and 1e400) is skipped
-    without losing the ones after it, and a value that is not a list is no entry."""
-    me = threading.get_native_id()
-    start = procfs.thread_start_time(me)
-    gone = subprocess.Popen(["true"])
-    gone.wait()
-    engine = Engine(Config(), [[0]], CounterSet(CounterSource.SCHEDSTAT), Pinner())
-    assert engine.keep_handed_over({"1": 2}) == 0 and engine.keep_handed_over(None) == 0
-    saved = json.loads('[[1, 2, 3], [Infinity, 1], [1e400, 1], ["1", 1], [true, 1], null, [-1, 0], [1, -5], '
-                       '[%d, 0], [%d, %d]]' % (gone.pid, me, start))  # init (tid 1) started earlier than -5
-    assert engine.keep_handed_over(saved) == 1
-    assert engine.handed_over == {me: start}
 
 
 EXECS = """

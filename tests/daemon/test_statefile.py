@@ -13,6 +13,7 @@ import os
 import re
 import stat
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,7 @@ import structlog.testing
 from parlschedd.config import Config
 from parlschedd.cpulist import format_cpulist
 from parlschedd.daemon.engine import Engine
-from parlschedd.daemon.statefile import StateDirUnusable, StateFile, by_hand, reattach
+from parlschedd.daemon.statefile import StateDirUnusable, StateFile, by_hand, reattach, still_running
 from parlschedd.host import procfs
 from parlschedd.host.affinity import Pinner
 from parlschedd.host.base import CounterSource
@@ -366,6 +367,22 @@ def test_a_thread_born_while_down_of_pinned_threads_that_all_ended_is_given_back
         sf.recover(engine)
     assert os.sched_getaffinity(born) == (ALL if processes_saved else PIN)
     assert _events(logs, "recovered from previous run")[0]["born_while_down"] == int(processes_saved)
+
+
+def test_only_handed_over_threads_that_still_run_are_kept_after_a_restart() -> None:
+    """The state file's [tid, start time] pairs: a thread that still runs with that
+    start time is kept; one whose tid now names another thread, or that exited, is not;
+    an entry that is not such a pair (JSON also reads Infinity and 1e400) is skipped
+    without losing the ones after it, and a value that is not a list is no entry."""
+    me = threading.get_native_id()
+    start = procfs.thread_start_time(me)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    kept = lambda saved: still_running(saved, procfs.thread_start_time, "tid", procfs.PROC_ROOT)  # noqa: E731
+    assert kept({"1": 2}) == {} and kept(None) == {}
+    saved = json.loads('[[1, 2, 3], [Infinity, 1], [1e400, 1], ["1", 1], [true, 1], null, [-1, 0], [1, -5], '
+                       '[%d, 0], [%d, %d]]' % (gone.pid, me, start))  # init (tid 1) started earlier than -5
+    assert kept(saved) == {me: start}
 
 
 def test_by_hand_keeps_the_targets_a_client_attached_not_the_rules(engine, proc, kill_after) -> None:
