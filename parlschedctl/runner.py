@@ -119,8 +119,7 @@ def run(sock: str, observe: bool, as_json: bool, plot_to: str | None, cmd: tuple
         signal.signal(sig, signal.SIG_IGN)
     period = None  # the daemon's period_s, from its status replies
     try:
-        # polled: when the daemon made run's last view of CMD; attached: the history's times count from after it
-        attached = polled = time.monotonic()
+        polled = time.monotonic()  # when the daemon made run's last view of CMD
         end.last = client.request(sock, "attach", pid=proc.pid, observe=observe, descendants=True)["target"]
         end.managed.update(t["tid"] for t in end.last.get("threads", []))
         live = _is_terminal(sys.stderr)
@@ -163,25 +162,29 @@ def run(sock: str, observe: bool, as_json: bool, plot_to: str | None, cmd: tuple
     end.returncode = proc.wait()
     end.seconds = time.monotonic() - started
     if end.watched is Watched.TO_THE_END and not end.restarts:  # a restarted daemon's history starts at its attach
-        end.after_last_poll = _threads_after(sock, proc.pid, attached, polled, period)
+        end.after_last_poll = _threads_after(sock, proc.pid, end.last, polled, period)
     if plot_to is not None:
         _plot_run(sock, end, plot_to)
     _finish(end, as_json)
 
 
-def _threads_after(sock: str, pid: int, attached: float, polled: float, period: float | None) -> set[int]:
+def _threads_after(sock: str, pid: int, seen: dict[str, Any], polled: float, period: float | None) -> set[int]:
     """The tids of CMD's threads in the daemon's history after run's last view of it,
-    made at ``polled`` (the history of an exited target is kept): a thread CMD
-    started after it, and that ended with CMD, was in no status run saw. Only the
-    periods since are asked for, and those whose time is surely after ``polled`` are
-    read: a sample's time counts from the attach, made after ``attached``. An empty
-    set when the history cannot be had."""
+    ``seen`` (the history of an exited target is kept): a thread CMD started after it,
+    and that ended with CMD, was in no status run saw. The samples read are those newer
+    than the view's newest (its ``history_t``: the same clock, so no wait on the client
+    side moves the line); only the periods since ``polled``, when the view was made,
+    are asked for. An empty set when the history cannot be had, or from a daemon whose
+    views do not say their newest sample."""
+    if "history_t" not in seen:
+        return set()
+    newest = -math.inf if seen["history_t"] is None else seen["history_t"]
     last = None if period is None else math.ceil((time.monotonic() - polled) / period) + 2
     try:
         history = client.request(sock, "history", pid=pid, last=last, timeout=HISTORY_AFTER_TIMEOUT_S)
     except (client.Refused, client.Unreachable):
         return set()
-    return {tid for sample in history["samples"] if attached + sample["t"] > polled for tid in sample["tids"]}
+    return {tid for sample in history["samples"] if sample["t"] > newest for tid in sample["tids"]}
 
 
 def _back(sock: str, proc: subprocess.Popen) -> bool:

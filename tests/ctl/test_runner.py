@@ -491,22 +491,26 @@ def test_threads_cmd_made_after_runs_last_poll_are_counted(daemon, tmp_path):
 
 @needs_root
 def test_only_the_history_after_runs_last_poll_is_read(daemon, workload):
-    """_threads_after: the tids in the samples surely after ``polled`` (a sample's time
-    counts from the attach, made after ``attached``): all of them from the attach on,
+    """_threads_after: the tids in the samples newer than the view's newest (its
+    ``history_t``, on the daemon's clock): all of them for a view of no sample yet,
     none after a view newer than every sample, a thread started since the view among
     them; the samples before are not read, for their threads are in the daemon's count
-    at that view already."""
+    at that view already. A view without history_t (an older daemon's) reads none."""
     w = workload(2)
-    attached = time.monotonic()
-    daemon.request("attach", pid=w.pid)
-    wait_for(lambda: len(daemon.request("history", pid=w.pid)["samples"]) >= 3)
-    assert runner._threads_after(daemon.socket, w.pid, attached, attached, None) == set(w.all_tids())
-    assert runner._threads_after(daemon.socket, w.pid, attached, time.monotonic() + 3600, 0.05) == set()
     polled = time.monotonic()
+    assert daemon.request("attach", pid=w.pid)["target"]["history_t"] is None, "no sample yet"
+    wait_for(lambda: len(daemon.request("history", pid=w.pid)["samples"]) >= 3)
+    assert runner._threads_after(daemon.socket, w.pid, {"history_t": None}, polled, None) == set(w.all_tids())
+    assert runner._threads_after(daemon.socket, w.pid, {"history_t": 1e9}, polled, 0.05) == set()
+    assert runner._threads_after(daemon.socket, w.pid, {}, polled, 0.05) == set(), "an older daemon's view"
+    polled = time.monotonic()
+    view = daemon.request("status", pid=w.pid)["targets"][0]
+    samples = daemon.request("history", pid=w.pid)["samples"]
+    assert view["history_t"] in {s["t"] for s in samples}, "the time of a sample the view shows"
     new = (set(w.command("spawn")) - set(w.tids)) or {max(w.tids)}
     wait_for(lambda: new <= {t for s in daemon.request("history", pid=w.pid)["samples"] for t in s["tids"]})
-    assert new <= runner._threads_after(daemon.socket, w.pid, attached, polled, 0.05)
-    assert runner._threads_after(daemon.socket + ".none", w.pid, attached, polled, 0.05) == set(), "no daemon: none"
+    assert new <= runner._threads_after(daemon.socket, w.pid, view, polled, 0.05)
+    assert runner._threads_after(daemon.socket + ".none", w.pid, view, polled, 0.05) == set(), "no daemon: none"
 
 
 @needs_root
