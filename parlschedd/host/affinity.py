@@ -154,6 +154,15 @@ class LinuxAffinity:
         return possible_cpus(self.sysfs)
 
 
+def _bare(exc: HostError) -> HostError:
+    """``exc`` without its traceback and the exceptions it was raised from or during:
+    each of their tracebacks holds the frames they passed, pin_many's among them with
+    the outcomes that keep ``exc``, a cycle per failed move for the collector (a soak
+    run counted hundreds waiting). Only its message is used."""
+    exc.__cause__ = exc.__context__ = None
+    return exc.with_traceback(None)
+
+
 class Pinner:
     """The real :class:`~parlschedd.host.base.Actuator`.
 
@@ -290,9 +299,9 @@ class Pinner:
                 self._set(tid, cpus)
             except ThreadGone as exc:
                 self._gone(tid)
-                outcomes[i] = exc.with_traceback(None)  # its traceback holds this frame, and so outcomes: a cycle
+                outcomes[i] = _bare(exc)
             except HostError as exc:
-                outcomes[i] = exc.with_traceback(None)
+                outcomes[i] = _bare(exc)
             else:
                 record = self._records[tid]
                 record.current = record.asked = cpus
