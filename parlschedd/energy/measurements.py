@@ -41,6 +41,7 @@ _REPEAT = re.compile(r"^(time_s|energy_wh)_r(\d+)$")
 # A measured value as a spreadsheet or printf writes one. float() takes more: '4_28.19'
 # (a digit grouping mistyped) as 428.19, other scripts' digits, 'nan' and 'infinity'.
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+MAX_FILE_BYTES = 16 << 20  # read whole before any check: a wrong file given (an image, a log) is refused
 _KNOWN = {"nsp", "time_s_mean", "energy_wh_mean", "baseline_time_s", "baseline_energy_wh"}
 
 
@@ -156,9 +157,6 @@ def parse_measurements(rows: list[dict[str, str]], header: list[str], source: st
     if "" in header:
         raise MeasurementsError(source, 1, f"column {header.index('') + 1} has no name (a trailing comma, as "
                                 "spreadsheets export?); remove it")
-    if header[0].startswith("#"):
-        raise MeasurementsError(source, 1, "the first line is a comment: the header must be the first line "
-                                f"(nsp,time_s_r1,...); remove {header[0][:40]!r} or move it to a file beside")
     unknown = [c for c in header if c not in _KNOWN and not _REPEAT.match(c)]
     if unknown:
         hint = ("column names are lower-case" if all(c.lower() in _KNOWN or _REPEAT.match(c.lower()) for c in unknown)
@@ -212,9 +210,15 @@ def load_measurements(path: str | Path) -> Measurements:
     """Read and validate a measurements CSV; errors name the file and line."""
     source = str(path)
     try:
-        text = utf8.decode(Path(path).read_bytes(), bom=True)  # a BOM, as spreadsheets write
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise MeasurementsError(source, None, f"cannot read: {exc.strerror}") from exc
+    if len(data) > MAX_FILE_BYTES:
+        raise MeasurementsError(source, None, f"larger than {MAX_FILE_BYTES >> 20} MiB, more than any measurements "
+                                "file needs (one row per configuration): is it the right file?")
+    try:
+        text = utf8.decode(data, bom=True)  # a BOM, as spreadsheets write
     except utf8.NotUtf8 as exc:
         raise MeasurementsError(source, exc.line, f"{exc}: expected a CSV file") from None
     reader = csv.DictReader(io.StringIO(text, newline=""))
@@ -226,6 +230,9 @@ def load_measurements(path: str | Path) -> Measurements:
         lines.append(reader.line_num)
     if not header:
         raise MeasurementsError(source, 1, "empty file: expected a header line")
+    if header[0].startswith("#"):  # before the header's other checks: its text may hold ';' or empty cells
+        raise MeasurementsError(source, 1, "the first line is a comment: the header must be the first line "
+                                f"(nsp,time_s_r1,...); remove {header[0][:40]!r} or move it to a file beside")
     if repeated := sorted({c for c in header if header.count(c) > 1}):  # DictReader keeps only the last
         raise MeasurementsError(source, 1, f"column(s) {', '.join(repeated)} appear more than once")
     return parse_measurements(rows, header, source, lines)

@@ -107,7 +107,8 @@ def load_params(path: str | Path) -> Fitted:
     except OSError as exc:
         raise ParamsError(f"{source}: cannot read: {exc.strerror}") from exc
     except utf8.NotUtf8 as exc:
-        raise ParamsError(f"{source}:{exc.line}: {exc}: not a parameters file") from None
+        raise ParamsError(f"{source}:{exc.line}: not UTF-8 text (byte 0x{exc.byte:02x}): not a parameters file; "
+                          "--params takes the file `model fit --out` writes") from None
     except json.JSONDecodeError as exc:  # most often another input given as --params: the cluster, the CSV
         raise ParamsError(f"{source}:{exc.lineno}: not valid JSON: {exc.msg}; --params takes the file "
                           "`model fit --out` writes") from exc

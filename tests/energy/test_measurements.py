@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from parlschedd.energy.measurements import MeasurementsError, load_measurements, write_measurements
+from parlschedd.energy.measurements import MAX_FILE_BYTES, MeasurementsError, load_measurements, write_measurements
 from parlschedd.energy.metrics import nrmse
 from tests.energy.conftest import MEASUREMENTS_CSV
 
@@ -46,6 +46,7 @@ def refusal(tmp_path, text):
     ("nsp,time_s_mean\n1,10\n1,12\n", ":3:", "nsp 1 repeats line 2: one row per configuration, its runs in time_s_r1"),
     # what a user's own file may well hold: a hint of what to do, beside what is wrong
     ("# runs of 2026-11\nnsp,time_s_mean\n1,10\n", ":1:", "the first line is a comment: the header must be the first"),
+    ("# runs of 2026-11; node A,,\nnsp,time_s_mean\n1,10\n", ":1:", "the first line is a comment"),  # not ';'-separated
     ("NSP,Time_s_R1\n1,10\n", ":1:", "unknown column(s) NSP, Time_s_R1; expected nsp, time_s_rN"),
     ("NSP,Time_s_R1\n1,10\n", ":1:", "baseline_*: column names are lower-case"),
     ("nsp,time_s_mean\n0,10\n", ":2:", "column nsp: must be an integer >= 1"),
@@ -72,6 +73,17 @@ def refusal(tmp_path, text):
 def test_errors_name_file_and_line(tmp_path, text, where, message):
     path, error = refusal(tmp_path, text)
     assert f"{path}{where}" in error and message in error
+
+
+def test_a_file_larger_than_any_measurements_is_refused_before_it_is_read_whole(tmp_path):
+    """Read whole before any check, a wrong file given (a log, an image) is refused
+    by its size first."""
+    path = tmp_path / "huge.csv"
+    with open(path, "wb") as fh:
+        fh.write(b"nsp,time_s_mean\n")
+        fh.truncate(MAX_FILE_BYTES + 1)
+    with pytest.raises(MeasurementsError, match=r"huge\.csv: larger than 16 MiB, .*is it the right file\?"):
+        load_measurements(path)
 
 
 def test_a_file_saved_as_latin_1_is_named_with_the_line_of_its_first_such_byte(tmp_path):

@@ -190,7 +190,8 @@ def test_a_corrupt_byte_is_named_by_its_line(saved):
     data[at] = 0xFF
     saved.write_bytes(bytes(data))
     line = data[:at].count(b"\n") + 1
-    assert refusal(saved) == f"{saved}:{line}: not UTF-8 text (byte 0xff); save the file as UTF-8: not a parameters file"
+    assert refusal(saved) == (f"{saved}:{line}: not UTF-8 text (byte 0xff): not a parameters file; --params takes "
+                              "the file `model fit --out` writes")
 
 
 @pytest.mark.parametrize("document", [[], 3, "params", {}, {"format": "parlsched-energy-time/2"},
