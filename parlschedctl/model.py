@@ -28,11 +28,11 @@ from parlschedd.energy.estimator import EnergyTimeModel
 from parlschedd.energy.fit_report import FitSummary, Nrmse, check_fittable, fit_notes, summarise_fit
 from parlschedd.energy.fitting import METHODS, Problem, leave_one_out
 from parlschedd.energy.measure import MeasureError, measure
-from parlschedd.host.rapl import POWERCAP_ROOT, rapl_zones
 from parlschedd.energy.measurements import Measurements, MeasurementsError, load_measurements, write_measurements
 from parlschedd.energy.metrics import OBJECTIVES
 from parlschedd.energy.model import MASTER_POWER, SUBPOP_SIZES
 from parlschedd.energy.store import Fitted, ParamsError, json_safe, load_params, params_document, save_params
+from parlschedd.host.rapl import POWERCAP_ROOT, rapl_zones
 from parlschedd.words import counted
 from parlschedctl.outputs import (FILE, OUT_FILE, CannotWrite, check_figure, check_writable, figure_suffix, print_json,
                                   writing)

@@ -62,7 +62,8 @@ _started: list[subprocess.Popen] = []  # every daemon start_daemon started, stop
 def _no_daemon_outlives_its_test() -> Iterator[None]:
     """A test that fails between its start_daemon and its stop (an assert outside its
     try) left the daemon running for good, pinning, with a socket in a deleted dir:
-    stopped here with SIGTERM, which restores what it pinned."""
+    stopped here with SIGTERM, which restores what it pinned. (So a daemon started for
+    more than one test, by a fixture of a wider scope, would be stopped after the first.)"""
     yield
     while _started:
         proc = _started.pop()

@@ -15,7 +15,7 @@ from parlschedd.host.errors import HostError
 from parlschedd.patterns import Pattern, compile_pattern
 
 log = structlog.get_logger("parlschedd")
-CMDLINE_MATCHED = 4096  # bytes of a command line that name rules look at
+CMDLINE_MATCHED = 4096  # characters of a command line (its arguments joined by spaces) that name rules look at
 
 
 class RuleMatcher:

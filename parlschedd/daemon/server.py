@@ -345,6 +345,8 @@ class Daemon:
                 self._tell_status()
 
     def _say_ignored_signals(self) -> None:
+        """Each signal caught since the last period that neither stops nor reloads the
+        daemon: a warning naming it and the ones that do."""
         for signum in sorted(self.ignored_signals):
             log.warning("signal ignored", signal=signal_name(signum),
                         hint="SIGTERM, SIGINT, SIGQUIT or SIGXCPU stop the daemon and restore every thread; "

@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 import yaml
 
+from parlschedd import utf8
 from parlschedd.cpulist import format_cpulist
 from parlschedd.keypaths import Collector, KeyPathError, load_yaml, yaml12_number, yaml_kind
-from parlschedd import utf8
 from parlschedd.kinds import is_integer, is_number
 
 
@@ -166,8 +166,6 @@ def check_measured(run: RunSettings, nsp: Iterable[int], source: str) -> None:
 
 
 _WITH_UNIT = re.compile(r"^\s*[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\s*[A-Za-z]+\s*$")  # 2.1GHz, 80 W
-
-
 _KEY_UNITS = {"hz": "Hz", "w": "W", "s": "s", "wh": "Wh"}  # a key's suffix: the unit of its value
 
 

@@ -31,7 +31,6 @@ MAX_POLL_S = 10.0
 MIN_POLL_S = 0.01
 
 
-
 @dataclass(frozen=True)
 class Zone:
     energy: Path

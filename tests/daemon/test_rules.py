@@ -282,8 +282,8 @@ def test_a_users_descendants_target_does_not_keep_a_root_rule_from_its_root_chil
         parent.stdout.close()
 
 
-def test_a_name_rule_looks_at_the_first_4096_bytes_of_a_command_line(kill_after):
-    """A name rule's regex runs over the command line's first CMDLINE_MATCHED bytes
+def test_a_name_rule_looks_at_the_first_4096_characters_of_a_command_line(kill_after):
+    """A name rule's regex runs over the command line's first CMDLINE_MATCHED characters
     only (a command line may be megabytes long, searched every rescan_s): a tag past
     them does not match, the same tag before them does."""
     tag = f"parlsched-long-{uuid.uuid4().hex[:8]}"

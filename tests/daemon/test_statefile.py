@@ -381,7 +381,7 @@ def test_only_handed_over_threads_that_still_run_are_kept_after_a_restart() -> N
     kept = lambda saved: still_running(saved, procfs.thread_start_time, "tid", procfs.PROC_ROOT)  # noqa: E731
     assert kept({"1": 2}) == {} and kept(None) == {}
     saved = json.loads('[[1, 2, 3], [Infinity, 1], [1e400, 1], ["1", 1], [true, 1], null, [-1, 0], [1, -5], '
-                       '[%d, 0], [%d, %d]]' % (gone.pid, me, start))  # init (tid 1) started earlier than -5
+                       '[%d, 0], [%d, %d]]' % (gone.pid, me, start))  # [1, -5]: a start time no thread has
     assert kept(saved) == {me: start}
 
 

@@ -5,10 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import os
+import threading
+import time
+
 import numpy as np
 import pytest
 
-from parlschedd.host.rapl import MAX_POLL_S, MIN_POLL_S, Zone, energy_wh, moved_uj, poll_interval_s, rapl_zones
+from parlschedd.host.rapl import (MAX_POLL_S, MIN_POLL_S, RaplCounter, Zone, energy_wh, moved_uj, poll_interval_s,
+                                  rapl_zones)
 
 
 def fake_powercap(root, zones):
@@ -55,3 +60,26 @@ def test_the_poll_interval_lets_no_counter_wrap_between_two_reads():
     assert poll_interval_s([zone, small]) < 5_000 / 1_000  # under the time 1 kW takes to cross it
     assert poll_interval_s([Zone(Path("energy_uj"), 1)]) == MIN_POLL_S
     assert poll_interval_s([]) is None  # nothing to read
+
+
+def test_a_counter_polled_during_a_block_is_counted_whole_through_many_wraps(tmp_path):
+    """RaplCounter reads on entry, every poll_interval_s from a thread, and on exit: a
+    zone of a 1 J range moved by 4.5 J during the block (wrapping four times) counts
+    4.5 J, where reads before and after alone saw 0.5 J. The kernel's counter is played
+    by a thread writing the fake tree's file, each value replacing the file whole."""
+    zones = rapl_zones(fake_powercap(tmp_path, {"intel-rapl:0": (0, 1_000_000)}))
+    counter = zones[0].energy
+
+    def burn() -> None:
+        for _ in range(10):
+            value = (int(counter.read_text()) + 450_000) % 1_000_000
+            (tmp := counter.with_suffix(".new")).write_text(str(value))
+            os.replace(tmp, counter)
+            time.sleep(0.1)
+
+    with RaplCounter(zones) as energy:
+        writer = threading.Thread(target=burn)
+        writer.start()
+        writer.join()
+    assert energy.wh == pytest.approx(4_500_000 / 3.6e9)
+
