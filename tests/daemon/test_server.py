@@ -13,6 +13,7 @@ import math
 import os
 import socket
 import subprocess
+import threading
 import time
 
 import pytest
@@ -130,41 +131,58 @@ def test_a_user_never_gets_another_views_snapshot(open_dir, workload, kill_after
         d.stop()
 
 
+def _burst(path: str, big: int, clients: int) -> tuple[list[bytes], float]:
+    """``clients`` connections at once, each sending 32 requests of the last 40 periods
+    of ``big``'s history (a reply of ~150 KB, several parts, whose size the periods
+    passing during the burst do not change) with 10 continues each, read in threads of
+    their own: (each one's replies, the seconds the whole burst took)."""
+    got = [bytearray() for _ in range(clients)]
+
+    def one(i: int) -> None:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(60)
+            s.connect(path)
+            s.sendall((b'{"cmd":"history","pid":%d,"last":40}\n' % big + b'{"cmd":"continue"}\n' * 10) * 32)
+            while got[i].count(b"\n") < 32 * 11:
+                chunk = s.recv(1 << 20)
+                assert chunk, "the daemon closed the connection"
+                got[i] += chunk
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(clients)]
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [bytes(g) for g in got], time.monotonic() - started
+
+
 def test_requests_wait_for_the_tick_once_its_deadline_passed(tmp_path, kill_after):
-    """64 pipelined history requests of a 128-thread target, each with its parts asked
-    for, are several periods of work; the ticks go on between them (a 1-thread
-    target's history gives their times). Each history has about 5 parts; the
-    continues beyond its last are refused, cheaply."""
+    """16 clients each pipelining 32 history requests of a 128-thread target, with their
+    parts asked for, are many periods of work; the ticks go on between them (a
+    1-thread target's history gives their times). A tick that waited for the end of a
+    round of the clients' turns (64 lines each) would be hundreds of ms late; one a
+    loaded VM delays, tens (75 ms seen at a load average of 35). Each history has about
+    5 parts; the continues beyond its last are refused, cheaply."""
     period = 0.05
     d = start_daemon(tmp_path, f"period_s: {period}\ndomain_period_s: 0.5\n" + PINNING)
     clock, big = kill_after(sleepy(1)), kill_after(sleepy(128))
     try:
         d.request("attach", pid=clock.pid)
         d.request("attach", pid=big.pid, timeout=30)
-        # 40 periods of history: a reply of ~150 KB, several parts (a sleep of 2 s gave
-        # fewer on a loaded machine, where the 128 threads' adoption took longer)
         wait_for(lambda: len(d.request("history", pid=big.pid, timeout=30)["samples"]) >= 40, timeout=30, interval=0.5)
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(30)
-            s.connect(d.socket)
-            started = time.monotonic()
-            s.sendall((b'{"cmd":"history","pid":%d}\n' % big.pid + b'{"cmd":"continue"}\n' * 10) * 64)
-            got = bytearray()
-            while got.count(b"\n") < 64 * 11:
-                chunk = s.recv(1 << 20)
-                assert chunk, "the daemon closed the connection"
-                got += chunk
-            took = time.monotonic() - started
-        replies = [json.loads(line) for line in got.splitlines()]
-        parts = [r for r in replies if r["ok"]]
-        assert sum(r["part"].startswith('{"ok":true,"pid"') for r in parts) == 64
-        assert sum(not r["more"] for r in parts) == 64 and len(parts) > 3 * 64, "every history sent whole, in parts"
-        assert all(r["ok"] or r["error"]["code"] == "bad_request" for r in replies)
-        assert took > 3 * period, f"the burst took {took * 1e3:.0f} ms: too little to test anything"
+        replies_of, took = _burst(d.socket, big.pid, clients=16)
+        for got in replies_of:
+            replies = [json.loads(line) for line in got.splitlines()]
+            parts = [r for r in replies if r["ok"]]
+            assert sum(r["part"].startswith('{"ok":true,"pid"') for r in parts) == 32
+            assert sum(not r["more"] for r in parts) == 32 and len(parts) >= 2 * 32, "every history sent whole, in parts"
+            assert all(r["ok"] or r["error"]["code"] == "bad_request" for r in replies)
+        assert took > 10 * period, f"the burst took {took * 1e3:.0f} ms: too little to test anything"
         last = math.ceil(took / period) + 2
         t = [s["t"] for s in d.request("history", pid=clock.pid, last=last)["samples"]]
         worst = max(abs(b - a - period) for a, b in zip(t, t[1:]))
-        assert worst < 0.6 * period, f"a tick was {worst * 1e3:.0f} ms late during a {took * 1e3:.0f} ms burst"
+        assert worst < 2 * period, f"a tick was {worst * 1e3:.0f} ms late during a {took * 1e3:.0f} ms burst"
     finally:
         d.stop()
 
