@@ -161,7 +161,7 @@ def run(sock: str, observe: bool, as_json: bool, plot_to: str | None, cmd: tuple
         _say(("\r\033[K" if _is_terminal(sys.stderr) else "") + f"parlschedctl: lost the daemon ({exc}); waiting for {cmd[0]}")
     end.returncode = proc.wait()
     end.seconds = time.monotonic() - started
-    if end.watched is Watched.TO_THE_END and not end.restarts:  # a restarted daemon's history starts at its attach
+    if end.watched is Watched.TO_THE_END:
         end.after_last_poll = _threads_after(sock, proc.pid, end.last, polled, period)
     if plot_to is not None:
         _plot_run(sock, end, plot_to)
@@ -173,17 +173,19 @@ def _threads_after(sock: str, pid: int, seen: dict[str, Any], polled: float, per
     ``seen`` (the history of an exited target is kept): a thread CMD started after it,
     and that ended with CMD, was in no status run saw. The samples read are those newer
     than the view's newest (its ``history_t``: the same clock, so no wait on the client
-    side moves the line); only the periods since ``polled``, when the view was made,
-    are asked for. An empty set when the history cannot be had, or from a daemon whose
-    views do not say their newest sample."""
+    side moves the line), all of them when the history is another than the view's (a
+    daemon restarted since, whose history starts at its attach again); only the periods
+    since ``polled``, when the view was made, are asked for. An empty set when the
+    history cannot be had, or from a daemon whose views do not say their newest sample."""
     if "history_t" not in seen:
         return set()
-    newest = -math.inf if seen["history_t"] is None else seen["history_t"]
     last = None if period is None else math.ceil((time.monotonic() - polled) / period) + 2
     try:
         history = client.request(sock, "history", pid=pid, last=last, timeout=HISTORY_AFTER_TIMEOUT_S)
     except (client.Refused, client.Unreachable):
         return set()
+    same = history.get("started") == seen.get("history_started")
+    newest = seen["history_t"] if same and seen["history_t"] is not None else -math.inf
     return {tid for sample in history["samples"] if sample["t"] > newest for tid in sample["tids"]}
 
 

@@ -493,15 +493,22 @@ def test_threads_cmd_made_after_runs_last_poll_are_counted(daemon, tmp_path):
 def test_only_the_history_after_runs_last_poll_is_read(daemon, workload):
     """_threads_after: the tids in the samples newer than the view's newest (its
     ``history_t``, on the daemon's clock): all of them for a view of no sample yet,
-    none after a view newer than every sample, a thread started since the view among
-    them; the samples before are not read, for their threads are in the daemon's count
-    at that view already. A view without history_t (an older daemon's) reads none."""
+    or of another history (a daemon restarted since the view: its history starts at
+    its attach again), none after a view newer than every sample, a thread started
+    since the view among them; the samples before are not read, for their threads are
+    in the daemon's count at that view already. A view without history_t (an older
+    daemon's) reads none."""
     w = workload(2)
     polled = time.monotonic()
-    assert daemon.request("attach", pid=w.pid)["target"]["history_t"] is None, "no sample yet"
+    attached = daemon.request("attach", pid=w.pid)["target"]
+    assert attached["history_t"] is None, "no sample yet"
     wait_for(lambda: len(daemon.request("history", pid=w.pid)["samples"]) >= 3)
-    assert runner._threads_after(daemon.socket, w.pid, {"history_t": None}, polled, None) == set(w.all_tids())
-    assert runner._threads_after(daemon.socket, w.pid, {"history_t": 1e9}, polled, 0.05) == set()
+    started = attached["history_started"]
+    assert runner._threads_after(daemon.socket, w.pid, attached, polled, None) == set(w.all_tids())
+    assert runner._threads_after(daemon.socket, w.pid, {"history_t": 1e9, "history_started": started}, polled,
+                                 0.05) == set()
+    assert runner._threads_after(daemon.socket, w.pid, {"history_t": 1e9, "history_started": started - 60}, polled,
+                                 0.05) == set(w.all_tids()), "a view of the daemon before a restart"
     assert runner._threads_after(daemon.socket, w.pid, {}, polled, 0.05) == set(), "an older daemon's view"
     polled = time.monotonic()
     view = daemon.request("status", pid=w.pid)["targets"][0]
