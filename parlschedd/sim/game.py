@@ -125,7 +125,8 @@ def deviation_gains(machine: Machine, threads: Threads, cpus: IntArray, backgrou
 
 
 def is_nash(machine: Machine, threads: Threads, cpus: IntArray, background: FloatArray, tol: float = 1e-9) -> bool:
-    """A pure Nash equilibrium: no thread gains by moving alone (Prop 5.1)."""
+    """A pure Nash equilibrium: no thread gains by moving alone (the equilibria whose
+    existence Prop 5.1 states, and whose makespan Prop 5.2 bounds)."""
     return bool((deviation_gains(machine, threads, cpus, background) <= 1.0 + tol).all())
 
 
