@@ -110,7 +110,7 @@ AT_BOUND = 1e-3
 class Evidence:
     """What a poor fit shows of its cause: parameters pinned at a bound of their search
     box (fitting.time_bounds, energy_bounds: W_ij at 1.5 x the slowest the runtimes
-    allow, powers at 1.5 x TDP, R1-R3 of eqs. 12-14), phases with no more configurations
+    allow, powers at 1.5 x TDP, R1-R3 of the paper's eqs. 12-14), phases with no more configurations
     than parameters, and a search budget below the default."""
 
     at_upper: tuple[str, ...] = ()  # parameters at the upper bound of their box

@@ -1,14 +1,14 @@
 """Fitting the proposed model: the paper's two-phase GA and a faster default.
 
 Both methods fit in two phases as the paper does: first the time/workload chromosome
-c_TW (eq. 8) against the measured runtimes with the RMSE of eq. 10, then the energy
-chromosome c_E (eq. 9) against the measured energies with the RMSE of eq. 11, c_TW
+c_TW (the paper's eq. 8; the spec's "Fitting") against the measured runtimes with the RMSE of eq. 10, then the energy
+chromosome c_E (the paper's eq. 9; the spec's "Fitting") against the measured energies with the RMSE of eq. 11, c_TW
 fixed. Phase 2 needs no new run of Algorithm 1: with c_TW fixed, T_ij and T_evo are
 fixed and only the powers change.
 
 - ``"ga"``: the paper's GA (Table 1) with DEAP: 120 real-valued individuals, 100
   generations, simulated binary bounded crossover with probability 0.7, polynomial
-  bounded mutation with probability 0.01 (per gene), constraints R1-R3 (eqs. 12-14) by a
+  bounded mutation with probability 0.01 (per gene), constraints R1-R3 (the paper's eqs. 12-14) by a
   penalty of 1e9. Where the paper is silent: binary tournament selection (its Section 3),
   distribution index eta = 1 for both operators (of 1, 5 and 20 on the shared data, 1
   fits best: the wide spread of children explores the piecewise-linear cost of
@@ -170,7 +170,7 @@ def energy_bounds(c: Cluster) -> np.ndarray:
 
 
 def feasible(c: Cluster, e: EnergyParams) -> np.ndarray:
-    """R1-R3 (eqs. 12-14) for every parameter set: shape of the batch, True if all hold."""
+    """R1-R3 (the paper's eqs. 12-14) for every parameter set: shape of the batch, True if all hold."""
     r1 = np.all((e.pow_idle < e.pow) & (e.pow <= TDP_MARGIN * c.tdp_w), axis=-1)
     r2 = e.pow_master <= TDP_MARGIN * c.master_tdp_w
     r3 = e.pow_switch <= TDP_MARGIN * c.switch_tdp_w
@@ -178,7 +178,7 @@ def feasible(c: Cluster, e: EnergyParams) -> np.ndarray:
 
 
 def violations(c: Cluster, e: EnergyParams) -> list[str]:
-    """What of R1-R3 (eqs. 12-14) one parameter set breaks, each named by its
+    """What of R1-R3 (the paper's eqs. 12-14) one parameter set breaks, each named by its
     parameter: a fit keeps them, a file edited by hand may not. Powidle equal to Pow
     (both 0: a device that draws nothing) passes: only R1's strictness, not a power
     no device has."""

@@ -48,7 +48,8 @@ def number(value: Any, where: str, nullable: bool = False) -> float:
 
 @dataclass(frozen=True)
 class TimeParams:
-    """The time/workload chromosome c_TW (eq. 8): W_ij cycles per evaluation, T_com, T_master."""
+    """The time/workload chromosome c_TW (the paper's eq. 8; the spec's "Fitting"): W_ij
+    cycles per evaluation, T_com, T_master."""
 
     w: np.ndarray  # (..., D)
     t_com: np.ndarray  # (...)
@@ -56,7 +57,7 @@ class TimeParams:
 
     @classmethod
     def from_vector(cls, x: np.ndarray) -> TimeParams:
-        """Split (..., D + 2) genes in the order of eq. 8."""
+        """Split (..., D + 2) genes in the order of c_TW (the paper's eq. 8)."""
         x = np.asarray(x, dtype=float)
         return cls(x[..., :-2], x[..., -2], x[..., -1])
 
@@ -66,7 +67,8 @@ class TimeParams:
 
 @dataclass(frozen=True)
 class EnergyParams:
-    """The energy chromosome c_E (eq. 9): active and idle power per device, master, switch (W)."""
+    """The energy chromosome c_E (the paper's eq. 9; the spec's "Fitting"): active and
+    idle power per device, master, switch (W)."""
 
     pow: np.ndarray  # (..., D)
     pow_idle: np.ndarray  # (..., D)
@@ -75,7 +77,7 @@ class EnergyParams:
 
     @classmethod
     def from_vector(cls, x: np.ndarray) -> EnergyParams:
-        """Split (..., 2D + 2) genes in the order of eq. 9."""
+        """Split (..., 2D + 2) genes in the order of c_E (the paper's eq. 9)."""
         x = np.asarray(x, dtype=float)
         d = (x.shape[-1] - 2) // 2
         return cls(x[..., :d], x[..., d:2 * d], x[..., -2], x[..., -1])
