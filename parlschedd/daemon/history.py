@@ -26,9 +26,15 @@ class Sample:
     cpu: NDArray[np.int16]
     domain: NDArray[np.int16]
 
+    @property
+    def shown_t(self) -> float:
+        """``t`` as the ``history`` reply and ``status``'s ``history_t`` give it: the
+        same rounding, so that a client compares them exactly."""
+        return round(self.t, 4)
+
     def as_json(self) -> dict:
         return {
-            "t": round(self.t, 4),
+            "t": self.shown_t,
             "tids": self.tids.tolist(),
             "utility": [None if u != u else float(u) for u in self.utility.tolist()],
             "cpu": self.cpu.tolist(),
@@ -42,6 +48,12 @@ class History:
     def __init__(self, capacity: int, started: float) -> None:
         self.samples: deque[Sample] = deque(maxlen=capacity)
         self.started = started
+
+    @property
+    def shown_started(self) -> float:
+        """Which history this is, as ``history``'s ``started`` and ``status``'s
+        ``history_started`` give it: its start on the daemon's clock."""
+        return round(self.started, 6)
 
     def resize(self, capacity: int) -> None:
         """Keep the last ``capacity`` periods from now on (a reload's history_periods),
