@@ -382,8 +382,8 @@ def draw(sock: str, pid: int, out: str, last: int | None = None) -> str:
 def _cut(history: dict[str, Any]) -> str:
     """': the last 60.0 s of the run, ...' when the daemon's ring (history_periods) has
     dropped the run's first periods, so a figure said to be of the whole run is not."""
-    samples, capacity, period = history["samples"], history.get("capacity"), history.get("period_s", 0.0)
-    if not capacity or len(samples) < capacity or samples[0]["t"] < 1.5 * period:
+    samples, period = history["samples"], history.get("period_s", 0.0)
+    if not history.get("dropped") or not samples:
         return ""
     span = samples[-1]["t"] - samples[0]["t"] + period
-    return f": the last {span:.1f} s of the run, all the daemon keeps (history_periods {capacity})"
+    return f": the last {span:.1f} s of the run, all the daemon keeps (history_periods {history['capacity']})"

@@ -48,6 +48,13 @@ class History:
     def __init__(self, capacity: int, started: float) -> None:
         self.samples: deque[Sample] = deque(maxlen=capacity)
         self.started = started
+        self.recorded = 0
+
+    @property
+    def dropped(self) -> int:
+        """How many of the periods recorded the ring no longer holds: a figure of a
+        history with any dropped is not of the whole run."""
+        return self.recorded - len(self.samples)
 
     @property
     def shown_started(self) -> float:
@@ -62,6 +69,7 @@ class History:
             self.samples = deque(self.samples, maxlen=capacity)
 
     def record(self, now: float, tids: ArrayLike, utility: ArrayLike, cpu: ArrayLike, domain: ArrayLike) -> None:
+        self.recorded += 1
         self.samples.append(Sample(
             now - self.started,
             np.asarray(tids, dtype=np.int32),

@@ -28,6 +28,7 @@ def test_history_is_bounded_and_plot_writes_a_png(tmp_path, workload):
         time.sleep(0.3)
         h = d.request("history", pid=w.pid)
         assert h["capacity"] == 25 and len(h["samples"]) == 25  # the ring keeps only the last 25
+        assert h["dropped"] >= 10, "0.3 s of 0.02 s periods are no longer kept"
         t = [s["t"] for s in h["samples"]]
         assert t == sorted(t) and t[0] > 0.3
         assert set(h["samples"][-1]["tids"]) == set(threads_of(d, w.pid))
@@ -48,10 +49,12 @@ def test_history_memory_is_bounded():
     h = History(capacity=100, started=0.0)
     for k in range(1000):
         h.record(k * 0.1, np.arange(64), np.random.rand(64), np.zeros(64), np.zeros(64))
-    assert len(h.samples) == 100
+    assert len(h.samples) == 100 and h.dropped == 900
     held = sum(a.nbytes for s in h.samples for a in (s.tids, s.utility, s.cpu, s.domain))
     assert held == 100 * 64 * (4 + 4 + 2 + 2)
     assert h.last(1)[0].as_json()["t"] == pytest.approx(99.9)
+    h.resize(10)
+    assert len(h.samples) == 10 and h.dropped == 990, "a smaller ring's cut is counted as dropped too"
 
 
 @needs_root
