@@ -12,7 +12,6 @@ import math
 import errno
 import ipaddress
 import os
-import stat
 import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -21,7 +20,7 @@ from typing import Any, NamedTuple
 
 import yaml
 
-from parlschedd import utf8
+from parlschedd import textfile
 from parlschedd.cpulist import parse_cpulist
 from parlschedd.daemon.protocol import DEFAULT_SOCKET
 from parlschedd.keypaths import Collector, KeyPathError, Octal, load_yaml, yaml12_number, yaml_kind
@@ -77,15 +76,13 @@ class ConfigUnreadable(ConfigError):
     (file): No such file or directory"). ``str`` is the one line to print:
     "cannot read config x.yaml: no such file"; ``errors`` holds it under "(file)"."""
 
-    def __init__(self, source: str, error: OSError | str) -> None:
+    def __init__(self, source: str, error: OSError) -> None:
         reasons = {errno.ENOENT: "no such file", errno.EACCES: "permission denied", errno.EISDIR: "a directory",
                    errno.ENOTDIR: "a path through a file"}
-        if isinstance(error, str):
-            self.reason, self.missing = error, False
-        else:
-            self.reason = reasons.get(error.errno or 0, error.strerror or str(error))
-            self.missing = error.errno == errno.ENOENT
-        self.not_a_file = isinstance(error, str) or error.errno == errno.EISDIR  # a directory, a FIFO, a device
+        self.reason = error.strerror if isinstance(error, textfile.NotARegularFile) else reasons.get(
+            error.errno or 0, error.strerror or str(error))
+        self.missing = error.errno == errno.ENOENT
+        self.not_a_file = isinstance(error, (IsADirectoryError, textfile.NotARegularFile))  # a FIFO, a device
         super().__init__(source, [("(file)", f"cannot read: {self.reason}")])
 
     def __str__(self) -> str:
@@ -480,24 +477,19 @@ def load(path: str | Path | None, judge: Callable[[str, os.stat_result], str | N
     path = config_file(path)
     if path is None:
         return Config()
-    try:  # O_NONBLOCK: a FIFO given as the config held up the start, and config check, for good
-        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as file:
-            read = FileRead(str(path), os.fstat(file.fileno()))
-            if stat.S_ISDIR(read.stat.st_mode):
-                raise IsADirectoryError(errno.EISDIR, "Is a directory", str(path))
-            if not stat.S_ISREG(read.stat.st_mode):
-                raise ConfigUnreadable(str(path), "not a regular file (a FIFO, a socket or a device)")
-            if judge is not None and (problem := judge(read.path, read.stat)):
-                raise ConfigUntrusted(read.path, problem)
-            data = file.read(MAX_CONFIG_BYTES + 1)
+
+    def untrusted(st: os.stat_result) -> None:
+        if judge is not None and (problem := judge(str(path), st)):
+            raise ConfigUntrusted(str(path), problem)
+
+    try:
+        data, st = textfile.read(path, MAX_CONFIG_BYTES, untrusted)
+        text = textfile.decode(data)
     except OSError as exc:
         raise ConfigUnreadable(str(path), exc) from None
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError(str(path), [("(file)", f"larger than {MAX_CONFIG_BYTES >> 20} MiB, more than any config "
-                                                 "needs (is it the right file?)")])
-    try:
-        text = utf8.decode(data)
-    except utf8.NotUtf8 as exc:
+    except textfile.TooLarge as exc:
+        raise ConfigError(str(path), [("(file)", f"{exc}, more than any config needs (is it the right file?)")]) from None
+    except textfile.NotUtf8 as exc:
         raise ConfigError(str(path), [(f"line {exc.line}", str(exc))]) from None
     try:
         raw = load_yaml(text)
@@ -505,4 +497,4 @@ def load(path: str | Path | None, judge: Callable[[str, os.stat_result], str | N
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(file)"
         raise ConfigError(str(path), [(where, f"not valid YAML: {getattr(exc, 'problem', exc)}")]) from None
-    return replace(from_mapping(raw, str(path)), read_from=read)
+    return replace(from_mapping(raw, str(path)), read_from=FileRead(str(path), st))

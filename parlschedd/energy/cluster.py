@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from parlschedd import utf8
+from parlschedd import textfile
 from parlschedd.cpulist import format_cpulist
 from parlschedd.keypaths import Collector, KeyPathError, load_yaml, yaml12_number, yaml_kind
 from parlschedd.kinds import is_integer, is_number
@@ -43,6 +43,8 @@ MAX_NSP = 10_000
 
 
 DEFAULT_SUBPOPULATIONS = (1, 32)  # the paper's span
+
+MAX_FILE_BYTES = 1 << 20  # a cluster of thousands of nodes written out one by one is a few hundred KB
 
 
 @dataclass(frozen=True)
@@ -366,10 +368,13 @@ def load_cluster(path: str | Path) -> Cluster:
     """Read and validate a cluster YAML file; errors name the file and the key path."""
     source = str(path)
     try:
-        text = utf8.decode(Path(path).read_bytes())
+        text = textfile.decode(textfile.read(path, MAX_FILE_BYTES).data)
     except OSError as exc:
-        raise ClusterError(source, [("<file>", f"cannot read: {exc.strerror}")]) from exc
-    except utf8.NotUtf8 as exc:
+        raise ClusterError(source, [("<file>", f"cannot read: {exc.strerror}")]) from exc  # the CLI's io_error
+    except textfile.TooLarge as exc:
+        raise ClusterError(source, [("<file>", f"{exc}, more than any cluster description needs: is it the right "
+                                               "file?")]) from None
+    except textfile.NotUtf8 as exc:
         raise ClusterError(source, [(f"line {exc.line}", str(exc))]) from None
     try:
         data = load_yaml(text)

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from parlschedd import utf8
+from parlschedd import textfile
 from parlschedd.atomicfile import replace_text
 from parlschedd.words import counted
 
@@ -210,16 +210,13 @@ def load_measurements(path: str | Path) -> Measurements:
     """Read and validate a measurements CSV; errors name the file and line."""
     source = str(path)
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_FILE_BYTES + 1)
+        text = textfile.decode(textfile.read(path, MAX_FILE_BYTES).data, bom=True)  # a BOM, as spreadsheets write
     except OSError as exc:
-        raise MeasurementsError(source, None, f"cannot read: {exc.strerror}") from exc
-    if len(data) > MAX_FILE_BYTES:
-        raise MeasurementsError(source, None, f"larger than {MAX_FILE_BYTES >> 20} MiB, more than any measurements "
-                                "file needs (one row per configuration): is it the right file?")
-    try:
-        text = utf8.decode(data, bom=True)  # a BOM, as spreadsheets write
-    except utf8.NotUtf8 as exc:
+        raise MeasurementsError(source, None, f"cannot read: {exc.strerror}") from exc  # the CLI's io_error
+    except textfile.TooLarge as exc:
+        raise MeasurementsError(source, None, f"{exc}, more than any measurements file needs (one row per "
+                                "configuration): is it the right file?") from None
+    except textfile.NotUtf8 as exc:
         raise MeasurementsError(source, exc.line, f"{exc}: expected a CSV file") from None
     reader = csv.DictReader(io.StringIO(text, newline=""))
     header = [c.strip() for c in reader.fieldnames or []]

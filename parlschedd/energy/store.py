@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from parlschedd import utf8
+from parlschedd import textfile
 from parlschedd.atomicfile import replace_text
 from parlschedd.cpulist import format_cpulist
 from parlschedd.energy.baseline import BaselineModel
@@ -27,6 +27,7 @@ from parlschedd.keypaths import yaml_kind
 from parlschedd.kinds import is_integer
 
 FORMAT = "parlsched-energy-time/1"
+MAX_FILE_BYTES = 16 << 20  # a cluster file's limit (1 MiB) of devices, each with its fitted parameters and spreads
 
 T = TypeVar("T")
 
@@ -103,10 +104,12 @@ def save_params(path: str | Path, document: dict[str, Any]) -> None:
 def load_params(path: str | Path) -> Fitted:
     source = str(path)
     try:
-        doc = json.loads(utf8.decode(Path(path).read_bytes()))
+        doc = json.loads(textfile.decode(textfile.read(path, MAX_FILE_BYTES).data))
     except OSError as exc:
-        raise ParamsError(f"{source}: cannot read: {exc.strerror}") from exc
-    except utf8.NotUtf8 as exc:
+        raise ParamsError(f"{source}: cannot read: {exc.strerror}") from exc  # the CLI's io_error
+    except textfile.TooLarge as exc:
+        raise ParamsError(f"{source}: {exc}: not a parameters file (`model fit --out` writes 8 KB for 6 devices)") from None
+    except textfile.NotUtf8 as exc:
         raise ParamsError(f"{source}:{exc.line}: not UTF-8 text (byte 0x{exc.byte:02x}): not a parameters file; "
                           "--params takes the file `model fit --out` writes") from None
     except json.JSONDecodeError as exc:  # most often another input given as --params: the cluster, the CSV

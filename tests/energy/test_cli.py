@@ -1187,3 +1187,23 @@ def test_a_write_refused_only_when_made_says_permission_denied_as_the_check_does
     "cannot write: Permission denied", the check's words capitalised as strerror has them."""
     r = run("model", "plot", "--params", str(params), "--data", str(MEASUREMENTS_CSV), "--out", "/sys/x.png")
     assert r.exit_code == 1 and "/sys/x.png: cannot write: permission denied" in r.output, r.output
+
+
+@pytest.mark.parametrize("option", ["--cluster", "--data", "--params"])
+@pytest.mark.parametrize("given", ["a FIFO", "/dev/zero"])
+def test_a_fifo_or_a_device_given_as_an_input_is_refused_at_once(tmp_path, option, given):
+    """`--cluster /dev/zero` read the device until the memory ran out (a MemoryError's
+    traceback under a limit), and a FIFO without a writer held `fit` or `predict` up for
+    good: each input is refused unread, an io_error naming the file."""
+    path = str(tmp_path / "fifo") if given == "a FIFO" else given
+    if given == "a FIFO":
+        os.mkfifo(path, 0o600)
+    inputs = {"--cluster": str(CLUSTER_YAML), "--data": str(MEASUREMENTS_CSV)} | {option: path}
+    args = (["model", "predict", "--params", path, "--nsp", "1-2"] if option == "--params" else
+            ["model", "fit", *(a for kv in inputs.items() for a in kv), "--repeat", "1", *QUICK])
+    proc = subprocess.run([sys.executable, "-c", "from parlschedctl.cli import main; main()", *args, "--json"],
+                          capture_output=True, text=True, timeout=60)  # a hang is the timeout's error
+    assert proc.returncode == 1, proc.stderr
+    error = json.loads(proc.stdout)["error"]
+    assert error["code"] == "io_error" and path in error["message"], error
+    assert "not a regular file (a FIFO, a socket or a device)" in error["message"]

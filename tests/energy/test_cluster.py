@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import yaml
 
-from parlschedd.energy.cluster import (MAX_NSP, ClusterError, NspError, check_measured, cluster_to_dict, load_cluster,
+from parlschedd.energy.cluster import (MAX_FILE_BYTES, MAX_NSP, ClusterError, NspError, check_measured, cluster_to_dict, load_cluster,
                                       nsp_candidates, parse_cluster, without_individuals)
 from tests.energy.conftest import CLUSTER_YAML, TINY
 
@@ -130,6 +130,13 @@ def test_unreadable_and_invalid_yaml(tmp_path):
         load_cluster(latin1)
     assert e.value.errors == [("line 2", "not UTF-8 text (byte 0xe9); save the file as UTF-8")]
     assert str(latin1) in str(e.value)
+    huge = tmp_path / "huge.yaml"  # another file given by mistake: refused by its size, not parsed whole
+    with open(huge, "wb") as fh:
+        fh.truncate(MAX_FILE_BYTES + 1)
+    with pytest.raises(ClusterError) as e:
+        load_cluster(huge)
+    assert e.value.errors == [("<file>", "larger than 1 MiB, more than any cluster description needs: is it the "
+                                         "right file?")]
 
 
 def test_a_number_written_with_its_unit_is_told_to_be_written_alone():

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from parlschedd.energy.baseline import BaselineModel
 from parlschedd.energy.cluster import parse_cluster
 from parlschedd.energy.estimator import EnergyTimeModel
-from parlschedd.energy.store import FORMAT, Fitted, ParamsError, json_safe, load_params, params_document, save_params
+from parlschedd.energy.store import FORMAT, MAX_FILE_BYTES, Fitted, ParamsError, json_safe, load_params, params_document, save_params
 from tests.energy.conftest import TINY
 
 NSP = np.array([3, 1, 4, 2])  # not in order: the file keeps the NSp fitted on ascending
@@ -180,6 +180,14 @@ def test_an_empty_file_is_not_valid_json_at_line_1(tmp_path):
     empty.write_text("")
     assert refusal(empty) == (f"{empty}:1: not valid JSON: Expecting value; --params takes the file "
                               "`model fit --out` writes")
+
+
+def test_a_file_larger_than_any_parameters_file_is_refused_unread(tmp_path):
+    huge = tmp_path / "huge.json"
+    with open(huge, "wb") as fh:
+        fh.truncate(MAX_FILE_BYTES + 1)
+    assert refusal(huge) == (f"{huge}: larger than 16 MiB: not a parameters file (`model fit --out` writes 8 KB "
+                             "for 6 devices)")
 
 
 def test_a_corrupt_byte_is_named_by_its_line(saved):
