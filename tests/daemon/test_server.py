@@ -181,8 +181,12 @@ def test_requests_wait_for_the_tick_once_its_deadline_passed(tmp_path, kill_afte
         assert took > 10 * period, f"the burst took {took * 1e3:.0f} ms: too little to test anything"
         last = math.ceil(took / period) + 2
         t = [s["t"] for s in d.request("history", pid=clock.pid, last=last)["samples"]]
-        worst = max(abs(b - a - period) for a, b in zip(t, t[1:]))
-        assert worst < 2 * period, f"a tick was {worst * 1e3:.0f} ms late during a {took * 1e3:.0f} ms burst"
+        # a tick held back for a round of the clients' turns is 280-460 ms late, round after
+        # round; one a loaded VM delays is late once in a while (108 ms seen under one busy
+        # loop, against a bound of 2 periods): one tick may be up to 4 periods late, the rest 2
+        late = sorted(abs(b - a - period) for a, b in zip(t, t[1:]))
+        assert late[-1] < 4 * period and late[-2] < 2 * period, \
+            f"ticks were {[round(x * 1e3) for x in late[-3:]]} ms late during a {took * 1e3:.0f} ms burst"
     finally:
         d.stop()
 
@@ -247,7 +251,9 @@ def test_a_long_history_is_encoded_as_its_parts_are_asked_for(tmp_path, kill_aft
             s.connect(d.socket)
             lines = [exchange(s, b'{"cmd":"history","pid":%d}\n' % big.pid)]
             periods = d.request("status")["daemon"]["loop"]["periods"]
-            time.sleep(10 * period)  # the ring moves on; the parts still come from the request's moment
+            # the ring moves on (6 ticks, however long a loaded machine makes them: a fixed
+            # sleep of 10 periods counted on 6); the parts still come from the request's moment
+            wait_for(lambda: d.request("status")["daemon"]["loop"]["periods"] > periods + 5, timeout=10)
             while json.loads(lines[-1])["more"]:
                 lines.append(exchange(s, b'{"cmd":"continue"}\n'))
         assert len(lines) > 5 and all(len(line) <= MAX_LINE for line in lines)
