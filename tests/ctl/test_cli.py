@@ -909,21 +909,38 @@ def test_run_observe_counts_what_it_observed(daemon):
     assert re.search(r"exited 0 after [\d.]+ s; observed 3 threads\n", r.stderr), r.stderr  # no pins to count
 
 
+def until_recorded(condition: str) -> str:
+    """A CMD (python -c, the socket its argument) that ends once its own history ``h``
+    at the daemon meets ``condition`` (60 s at most): waited for, not slept."""
+    return ("import os, sys, time\nfrom parlschedctl import client\nend = time.monotonic() + 60\n"
+            "while time.monotonic() < end:\n"
+            "    try:\n        h = client.request(sys.argv[1], 'history', pid=os.getpid())\n"
+            "    except client.Refused:\n        h = None\n"
+            f"    if h is not None and {condition}:\n        break\n"
+            "    time.sleep(0.02)\n")
+
+
 @needs_root
 def test_run_plot_of_a_run_longer_than_the_history_says_what_it_drew(tmp_path):
     """run --plot of a job longer than history_periods (60 s by default) said "wrote
     FILE (600 periods)" of a figure of its last minute alone, where the README
     promises the figure of the whole run: the ring had dropped the rest."""
-    d = start_daemon(tmp_path, "period_s: 0.05\ndomain_period_s: 0.5\nhistory_periods: 10\n" + PINNING)
+    # 3 s of periods kept: room for a short run's start-up on a loaded machine (0.6 s seen)
+    d = start_daemon(tmp_path, "period_s: 0.05\ndomain_period_s: 0.5\nhistory_periods: 60\n" + PINNING)
     try:
         out = tmp_path / "run.png"
-        r = ctl("run", "--plot", str(out), "--", "sleep", "1.5", socket=d.socket)
+        # CMD ends once the daemon's ring dropped some of its periods, however slow a loaded
+        # machine makes them (sleep 1.5 counted on 11 periods of its 30 with history_periods 10)
+        r = ctl("run", "--plot", str(out), "--", sys.executable, "-c", until_recorded("h['dropped'] > 0"), d.socket,
+                socket=d.socket)
         assert r.returncode == 0 and out.exists(), r.stderr
         said = re.search(r"wrote .*", r.stderr).group(0)
-        assert re.fullmatch(rf"wrote {out} \(10 periods: the last [\d.]+ s of the run, all the daemon keeps "
-                            r"\(history_periods 10\)\)", said), said
-        short = ctl("run", "--plot", str(out), "--", "sleep", "0.2", socket=d.socket)
-        assert re.search(rf"wrote {out} \(\d periods\)\n", short.stderr), short.stderr  # the whole run: said as before
+        assert re.fullmatch(rf"wrote {out} \(60 periods: the last [\d.]+ s of the run, all the daemon keeps "
+                            r"\(history_periods 60\)\)", said), said
+        # once 2 periods are recorded (sleep 0.2 had none recorded under one busy loop: "the history is empty")
+        short = ctl("run", "--plot", str(out), "--", sys.executable, "-c", until_recorded("len(h['samples']) >= 2"),
+                    d.socket, socket=d.socket)
+        assert re.search(rf"wrote {out} \(\d+ periods\)\n", short.stderr), short.stderr  # the whole run: said as before
     finally:
         d.stop()
 
