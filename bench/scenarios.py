@@ -338,7 +338,7 @@ def fetch_history(sock: str, pid: int) -> dict | None:
     except (client.Unreachable, client.Refused) as exc:
         print(f"no history of {pid}: {exc}", file=sys.stderr)
         return None
-    if len(history["samples"]) >= history["capacity"]:
+    if history["dropped"]:  # the ring dropped periods, not merely filled up
         print(f"the history of {pid} holds only its last {history['capacity']} periods: raise history_periods "
               "(--set history_periods=N) for runs this long", file=sys.stderr)
     return history
