@@ -79,8 +79,7 @@ class ConfigUnreadable(ConfigError):
     def __init__(self, source: str, error: OSError) -> None:
         reasons = {errno.ENOENT: "no such file", errno.EACCES: "permission denied", errno.EISDIR: "a directory",
                    errno.ENOTDIR: "a path through a file"}
-        self.reason = error.strerror if isinstance(error, textfile.NotARegularFile) else reasons.get(
-            error.errno or 0, error.strerror or str(error))
+        self.reason = reasons.get(error.errno or 0, error.strerror or str(error))  # a FIFO's: NotARegularFile's
         self.missing = error.errno == errno.ENOENT
         self.not_a_file = isinstance(error, (IsADirectoryError, textfile.NotARegularFile))  # a FIFO, a device
         super().__init__(source, [("(file)", f"cannot read: {self.reason}")])

@@ -3,8 +3,9 @@ params JSON, a measurements CSV): a regular file only, at most ``limit`` bytes, 
 (YAML's encoding, and JSON's) with the line of its first byte that is not.
 
 Read as a path's bytes whole, ``/dev/zero`` given by mistake filled the memory and a
-FIFO held the command up for good; and Python's decoder names a byte offset, so a file
-saved as Latin-1 was not found by line. Each loader words these in its own error type.
+FIFO with no writer held the command up for good; and Python's decoder names a byte
+offset, so a file saved as Latin-1 was not found by line. Each loader words these in
+its own error type.
 """
 
 from __future__ import annotations
@@ -35,11 +36,12 @@ class TooLarge(ValueError):
 
 
 class NotARegularFile(OSError):
-    """A FIFO, a socket or a device given as a file: refused unread (a FIFO blocks
-    the read, /dev/zero never ends it). ``strerror`` says so, as an OSError's does."""
+    """A device given as a file (or a FIFO where pipes are not taken): refused unread
+    (/dev/zero never ends a read). ``strerror`` says so, as an OSError's does."""
 
-    def __init__(self, path: str) -> None:
-        super().__init__(errno.EINVAL, "not a regular file (a FIFO, a socket or a device)", path)
+    def __init__(self, path: str, pipes: bool) -> None:
+        super().__init__(errno.EINVAL, "not a regular file or a pipe (a device)" if pipes else
+                         "not a regular file (a FIFO, a socket or a device)", path)
 
 
 class Read(NamedTuple):
@@ -50,8 +52,10 @@ class Read(NamedTuple):
     stat: os.stat_result
 
 
-def read(path: str | Path, limit: int, judge: Callable[[os.stat_result], None] | None = None) -> Read:
-    """At most ``limit`` bytes of the regular file ``path``; OSError (IsADirectoryError,
+def read(path: str | Path, limit: int, judge: Callable[[os.stat_result], None] | None = None, *,
+         pipes: bool = False) -> Read:
+    """At most ``limit`` bytes of the regular file ``path`` (or, with ``pipes``, of a
+    pipe: ``--data <(ssh host cat m.csv)``, /dev/stdin); OSError (IsADirectoryError,
     NotARegularFile, the open's own) or TooLarge. ``judge`` sees the descriptor's stat
     before a byte is read and raises to refuse the file."""
     # O_NONBLOCK: the open of a FIFO without a writer returns at once instead of waiting for one
@@ -59,10 +63,11 @@ def read(path: str | Path, limit: int, judge: Callable[[os.stat_result], None] |
         st = os.fstat(file.fileno())
         if stat.S_ISDIR(st.st_mode):
             raise IsADirectoryError(errno.EISDIR, "Is a directory", str(path))
-        if not stat.S_ISREG(st.st_mode):
-            raise NotARegularFile(str(path))
+        if not (stat.S_ISREG(st.st_mode) or pipes and stat.S_ISFIFO(st.st_mode)):
+            raise NotARegularFile(str(path), pipes)
         if judge is not None:
             judge(st)
+        os.set_blocking(file.fileno(), True)  # a pipe's writer may be slow; one with no writer reads as empty
         data = file.read(limit + 1)
     if len(data) > limit:
         raise TooLarge(limit)

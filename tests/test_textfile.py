@@ -3,6 +3,8 @@ real FIFO and a real device."""
 
 import os
 import stat
+import subprocess
+import sys
 
 import pytest
 
@@ -44,9 +46,34 @@ def test_a_fifo_and_a_device_are_refused_unread_and_a_directory_is_named(tmp_pat
         with pytest.raises(NotARegularFile) as e:
             read(given, 1 << 20)
         assert e.value.strerror == "not a regular file (a FIFO, a socket or a device)" and e.value.filename == str(given)
+    with pytest.raises(NotARegularFile, match=r"not a regular file or a pipe \(a device\)"):
+        read("/dev/zero", 1 << 20, pipes=True)
     assert stat.S_ISFIFO(fifo.stat().st_mode)
     with pytest.raises(IsADirectoryError):
         read(tmp_path, 1 << 20)
+
+
+def test_a_pipe_is_read_where_pipes_are_taken_and_one_without_a_writer_is_empty(tmp_path):
+    """--data <(ssh host cat m.csv) or /dev/stdin: a pipe read to its end, however slow
+    its writer, capped as a file is; a FIFO nobody writes reads as empty at once."""
+    r, w = os.pipe()
+    writer = subprocess.Popen([sys.executable, "-c", "import os, sys, time\nos.write(1, b'nsp,')\ntime.sleep(0.3)\n"
+                               "os.write(1, b'time_s_mean\\n')"], stdout=w)
+    os.close(w)
+    try:
+        assert read(f"/dev/fd/{r}", 1 << 20, pipes=True).data == b"nsp,time_s_mean\n"
+    finally:
+        os.close(r)
+        writer.wait(timeout=10)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo, 0o600)
+    assert read(fifo, 1 << 20, pipes=True).data == b""
+    r, w = os.pipe()
+    os.write(w, b"x" * 2048)
+    os.close(w)
+    with pytest.raises(TooLarge):
+        read(f"/dev/fd/{r}", 1024, pipes=True)
+    os.close(r)
 
 
 def test_the_judge_sees_the_file_before_a_byte_is_read_and_may_refuse_it(tmp_path):
@@ -61,3 +88,5 @@ def test_the_judge_sees_the_file_before_a_byte_is_read_and_may_refuse_it(tmp_pat
     with pytest.raises(PermissionError, match="not believed"):
         read(f, 100, judge)
     assert seen == [6]
+    # one that lets the file through: what it does to the file shows in what is read after it
+    assert read(f, 100, lambda st: f.write_text("")).data == b"", "read before the judge was asked"

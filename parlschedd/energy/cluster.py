@@ -368,7 +368,7 @@ def load_cluster(path: str | Path) -> Cluster:
     """Read and validate a cluster YAML file; errors name the file and the key path."""
     source = str(path)
     try:
-        text = textfile.decode(textfile.read(path, MAX_FILE_BYTES).data)
+        text = textfile.decode(textfile.read(path, MAX_FILE_BYTES, pipes=True).data)
     except OSError as exc:
         raise ClusterError(source, [("<file>", f"cannot read: {exc.strerror}")]) from exc  # the CLI's io_error
     except textfile.TooLarge as exc:

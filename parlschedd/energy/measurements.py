@@ -210,7 +210,7 @@ def load_measurements(path: str | Path) -> Measurements:
     """Read and validate a measurements CSV; errors name the file and line."""
     source = str(path)
     try:
-        text = textfile.decode(textfile.read(path, MAX_FILE_BYTES).data, bom=True)  # a BOM, as spreadsheets write
+        text = textfile.decode(textfile.read(path, MAX_FILE_BYTES, pipes=True).data, bom=True)  # a BOM, as spreadsheets write
     except OSError as exc:
         raise MeasurementsError(source, None, f"cannot read: {exc.strerror}") from exc  # the CLI's io_error
     except textfile.TooLarge as exc:

@@ -104,7 +104,7 @@ def save_params(path: str | Path, document: dict[str, Any]) -> None:
 def load_params(path: str | Path) -> Fitted:
     source = str(path)
     try:
-        doc = json.loads(textfile.decode(textfile.read(path, MAX_FILE_BYTES).data))
+        doc = json.loads(textfile.decode(textfile.read(path, MAX_FILE_BYTES, pipes=True).data))
     except OSError as exc:
         raise ParamsError(f"{source}: cannot read: {exc.strerror}") from exc  # the CLI's io_error
     except textfile.TooLarge as exc:

@@ -1189,21 +1189,39 @@ def test_a_write_refused_only_when_made_says_permission_denied_as_the_check_does
     assert r.exit_code == 1 and "/sys/x.png: cannot write: permission denied" in r.output, r.output
 
 
+def _model(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", "from parlschedctl.cli import main; main()", "model", *args],
+                          input=stdin, capture_output=True, text=True, timeout=60)  # a hang is the timeout's error
+
+
+def _inputs(option: str, path: str) -> list[str]:
+    """``option`` given ``path``, the other inputs the shared data's."""
+    if option == "--params":
+        return ["predict", "--params", path, "--nsp", "1-2"]
+    inputs = {"--cluster": str(CLUSTER_YAML), "--data": str(MEASUREMENTS_CSV)} | {option: path}
+    return ["fit", *(a for kv in inputs.items() for a in kv), "--repeat", "1", *QUICK]
+
+
 @pytest.mark.parametrize("option", ["--cluster", "--data", "--params"])
-@pytest.mark.parametrize("given", ["a FIFO", "/dev/zero"])
-def test_a_fifo_or_a_device_given_as_an_input_is_refused_at_once(tmp_path, option, given):
+def test_a_device_or_a_fifo_nobody_writes_given_as_an_input_is_refused_at_once(tmp_path, option):
     """`--cluster /dev/zero` read the device until the memory ran out (a MemoryError's
     traceback under a limit), and a FIFO without a writer held `fit` or `predict` up for
-    good: each input is refused unread, an io_error naming the file."""
-    path = str(tmp_path / "fifo") if given == "a FIFO" else given
-    if given == "a FIFO":
-        os.mkfifo(path, 0o600)
-    inputs = {"--cluster": str(CLUSTER_YAML), "--data": str(MEASUREMENTS_CSV)} | {option: path}
-    args = (["model", "predict", "--params", path, "--nsp", "1-2"] if option == "--params" else
-            ["model", "fit", *(a for kv in inputs.items() for a in kv), "--repeat", "1", *QUICK])
-    proc = subprocess.run([sys.executable, "-c", "from parlschedctl.cli import main; main()", *args, "--json"],
-                          capture_output=True, text=True, timeout=60)  # a hang is the timeout's error
+    good: a device is refused unread, an io_error naming the file; a FIFO nobody writes
+    reads as an empty file."""
+    proc = _model(*_inputs(option, "/dev/zero"), "--json")
     assert proc.returncode == 1, proc.stderr
     error = json.loads(proc.stdout)["error"]
-    assert error["code"] == "io_error" and path in error["message"], error
-    assert "not a regular file (a FIFO, a socket or a device)" in error["message"]
+    assert error["code"] == "io_error" and "/dev/zero" in error["message"], error
+    assert "not a regular file or a pipe (a device)" in error["message"]
+    fifo = str(tmp_path / "fifo")
+    os.mkfifo(fifo, 0o600)
+    proc = _model(*_inputs(option, fifo), "--json")
+    assert proc.returncode == 1 and fifo in json.loads(proc.stdout)["error"]["message"], proc.stderr
+    assert re.search(r"empty|Expecting value", proc.stderr), proc.stderr
+
+
+def test_an_input_may_come_through_a_pipe(params):
+    """--params /dev/stdin, --data <(ssh host cat m.csv): a pipe is read as the file."""
+    from_file = _model("predict", "--params", str(params), "--nsp", "1-3", "--json")
+    piped = _model("predict", "--params", "/dev/stdin", "--nsp", "1-3", "--json", stdin=params.read_text())
+    assert piped.returncode == 0 and json.loads(piped.stdout) == json.loads(from_file.stdout), piped.stderr

@@ -182,7 +182,7 @@ def test_an_empty_file_is_not_valid_json_at_line_1(tmp_path):
                               "`model fit --out` writes")
 
 
-def test_a_file_larger_than_any_parameters_file_is_refused_unread(tmp_path):
+def test_a_file_larger_than_any_parameters_file_is_refused_by_its_size(tmp_path):
     huge = tmp_path / "huge.json"
     with open(huge, "wb") as fh:
         fh.truncate(MAX_FILE_BYTES + 1)
