@@ -383,7 +383,7 @@ def _cut(history: dict[str, Any]) -> str:
     """': the last 60.0 s of the run, ...' when the daemon's ring (history_periods) has
     dropped the run's first periods, so a figure said to be of the whole run is not."""
     samples, period = history["samples"], history.get("period_s", 0.0)
-    if not history.get("dropped") or not samples:
+    if not history.get("dropped"):  # a ring that dropped any holds history_periods >= 1 samples
         return ""
     span = samples[-1]["t"] - samples[0]["t"] + period
     return f": the last {span:.1f} s of the run, all the daemon keeps (history_periods {history['capacity']})"
