@@ -2,9 +2,10 @@
 
 Each ``tick``: refresh every target's threads when any may have come or gone (adopt
 new ones, drop exited ones; see ``_unchanged``), read counters into utilities (counter
-delta / monotonic time delta), step the target's TwoLevelScheduler, and pin the
-threads whose CPU changed. The chain is counters -> rates -> scheduler -> pin plan; the
-clock is passed in, so tests drive it. Each target's scheduler works on the CPUs its
+delta / monotonic time delta, ``Roster.read``), step the target's TwoLevelScheduler, and
+pin the threads whose CPU changed (``Roster.to_move``). The chain is counters -> rates ->
+scheduler -> pin plan, each step but the first and the last on plain arrays; the clock
+is passed in, so tests drive it. Each target's scheduler works on the CPUs its
 cpuset allows in each domain, read at attach and every rescan_s (``cpuset.py``).
 
 Beside it, each in a module of its own: a target's state (``target.py``), its cpuset
@@ -478,28 +479,22 @@ class Engine:
             r = target.current()
         if not r.tids.size:
             return
-        measured = ~np.isnan(values)
-        self.read_errors += values.size - np.count_nonzero(measured)
-        elapsed = now - r.since
-        utility = np.divide(values - r.last, elapsed, out=np.full(values.size, np.nan), where=measured & (elapsed > 0))
-        np.copyto(r.last, values, where=measured)
-        np.copyto(r.since, now, where=measured)  # an unread thread's next rate spans both periods
-        r.utility = utility
+        self.read_errors += r.read(values, now)
         ran = self._ran_elsewhere(target, r)
-        placement = target.scheduler.step(r.tids, utility, ran)
+        placement = target.scheduler.step(r.tids, r.utility, ran)
         cpus, domains = placement.cpus, placement.domains
         if target.observe:  # the kernel's placement, shown and drawn as it is
             r.cpu = ran
             domains = self._domain_of[np.minimum(ran, self._domain_of.size - 1)]
         else:
-            moved = np.flatnonzero((cpus != r.cpu) | ~r.pinned | ((cpus < 0) & (domains != r.domain)))
+            moved = r.to_move(cpus, domains)
             held = self._unsaved.union(target.exec_watches) if self._unsaved or target.exec_watches else ()
             if moved.size and held:  # originals not yet on disk; main threads being watched
                 moved = moved[~np.isin(r.tids[moved], list(held))]
             if moved.size:
                 self._pin(target, r, moved, cpus, domains, now)
         r.domain = domains  # the scheduler hands out a copy
-        target.history.record(now, r.tids, utility, r.cpu, r.domain)
+        target.history.record(now, r.tids, r.utility, r.cpu, r.domain)
 
     def _pin(self, target: Target, r: Roster, rows: IntArray, cpus: IntArray, domains: IntArray, now: float) -> None:
         """Pin the threads at ``rows`` of the roster on ``cpus[rows]``, in one batch; a

@@ -3,8 +3,9 @@
 A :class:`Target` is one attached process (with ``descendants``, its descendants too);
 :class:`ThreadState` is what is known of one of its threads from adoption on, and the
 :class:`Roster` holds the per-period numbers of all of them as arrays aligned on their
-tids, so the period works on whole arrays. What is kept, not what is done with it:
-the engine adopts, measures, pins and drops.
+tids, so the period works on whole arrays, and does a period's arithmetic on them
+(rates from counter readings, the rows a placement moves). What is kept, and that
+arithmetic: the engine adopts, reads, pins and drops.
 """
 
 from __future__ import annotations
@@ -81,6 +82,26 @@ class Roster:
             th = threads[int(tids[i])]
             roster.last[i], roster.since[i] = th.first_value, th.first_time
         return roster
+
+    def read(self, values: FloatArray, now: float) -> int:
+        """Each row's utility over the period from its counter reading ``values``
+        (NaN: not read) at ``now``: the counter's increase over the time since its last
+        reading (spec, Level 2 step 1, u~_i(k)). A row not read has a NaN utility (not
+        measured) and keeps its last reading, so that its next rate spans both periods;
+        so has a row whose clock did not advance. Returns how many rows were not read."""
+        measured = ~np.isnan(values)
+        elapsed = now - self.since
+        self.utility = np.divide(values - self.last, elapsed, out=np.full(values.size, np.nan),
+                                 where=measured & (elapsed > 0))
+        np.copyto(self.last, values, where=measured)
+        np.copyto(self.since, now, where=measured)
+        return values.size - int(np.count_nonzero(measured))
+
+    def to_move(self, cpus: IntArray, domains: IntArray) -> IntArray:
+        """The rows whose placement ``cpus`` and ``domains`` (the scheduler's, -1: a
+        free thread, its whole domain) changes: another core, a row not pinned (a new
+        thread, a refused pin tried again), or a free thread in another domain."""
+        return np.flatnonzero((cpus != self.cpu) | ~self.pinned | ((cpus < 0) & (domains != self.domain)))
 
 
 @dataclass

@@ -69,6 +69,46 @@ def test_tids_below_or_above_every_known_one_start_afresh(new_tids: list[int]) -
     assert new.cpu.tolist() == [20 % 7 if t == 20 else -1 for t in new_tids]
 
 
+def test_a_reading_gives_each_row_its_counters_increase_per_second_since_its_last() -> None:
+    """Threads 3 and 9 (adopted reading 30 at 3.5 s and 90 at 9.5 s) read 50 and 150
+    at 13.5 s: 20 over 10 s and 60 over 4 s. The readings become the rows' last."""
+    r = Roster.aligned(np.array([3, 9]), None, _threads(3, 9))
+    assert r.read(np.array([50.0, 150.0]), 13.5) == 0
+    assert r.utility.tolist() == [2.0, 15.0]
+    assert r.last.tolist() == [50.0, 150.0] and r.since.tolist() == [13.5, 13.5]
+
+
+def test_a_row_not_read_is_not_measured_and_its_next_rate_spans_both_periods() -> None:
+    r = Roster.aligned(np.array([3, 9]), None, _threads(3, 9))
+    assert r.read(np.array([np.nan, 150.0]), 13.5) == 1
+    assert np.isnan(r.utility[0]) and r.utility[1] == 15.0
+    assert (r.last[0], r.since[0]) == (30.0, 3.5)  # as adopted
+    assert r.read(np.array([70.0, 160.0]), 23.5) == 0
+    assert r.utility.tolist() == [2.0, 1.0]  # 40 over the 20 s since 3.5 s; 10 over 10 s
+
+
+def test_a_row_whose_clock_did_not_advance_is_not_measured() -> None:
+    """A read at the time of the last (a period right after adoption) has no rate:
+    NaN, never an infinity or a division by zero."""
+    r = Roster.aligned(np.array([3]), None, _threads(3))
+    with np.errstate(all="raise"):
+        assert r.read(np.array([40.0]), 3.5) == 0
+    assert np.isnan(r.utility[0]) and r.last[0] == 40.0
+
+
+def test_the_rows_to_move_are_those_placed_anew_unpinned_or_free_in_another_domain() -> None:
+    """Rows: 0 stays on its core; 1 gets another core; 2 is not pinned yet (the same
+    core drawn); 3 is free (-1) and stays in its domain; 4 is free and changes domain;
+    5 goes from a core to free in its domain."""
+    r = Roster.aligned(np.arange(6), None, _threads(*range(6)))
+    r.cpu[:] = [0, 1, 2, -1, -1, 5]
+    r.domain[:] = [0, 0, 0, 1, 1, 0]
+    r.pinned[:] = [True, True, False, True, True, True]
+    cpus = np.array([0, 3, 2, -1, -1, -1])
+    domains = np.array([0, 0, 0, 1, 0, 0])
+    assert r.to_move(cpus, domains).tolist() == [1, 2, 4, 5]
+
+
 def test_a_targets_roster_is_realigned_only_once_its_threads_changed() -> None:
     """``current`` keeps the roster while the target is not stale, whatever its
     threads; once stale, it realigns on the threads in tid order (whatever order they
