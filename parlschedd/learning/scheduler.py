@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from parlschedd.arrays import FloatArray, IntArray
+from parlschedd.arrays import BoolArray, FloatArray, IntArray
 from parlschedd.learning import aspiration, automata
 from parlschedd.learning.normalize import normalise, update_scale
 from parlschedd.learning.params import LearningParams
@@ -198,7 +198,7 @@ class TwoLevelScheduler:
             self._observe_ran_on(np.arange(keys.size) if fresh is None else where, ran)
         self.scale = update_scale(self.scale, earned, self.params.decay, self.params.normalise)
         learned = finite if fresh is None else finite & ~fresh  # a new thread's last period was not ours
-        self._level2(normalise(np.where(learned, earned, np.nan), self.scale, self.params.sharpness))
+        self._level2(normalise(np.where(learned, earned, np.nan), self.scale, self.params.sharpness), u > 0)
         self.window_sum += np.where(learned, u, 0.0)
         self.window_n += learned
         self.periods += 1
@@ -218,11 +218,21 @@ class TwoLevelScheduler:
         ok = hit.any(axis=1) & (ran >= 0) & (row[np.arange(where.size), self.beta[where]] != FREE)  # free stays free
         self.beta[where[ok]] = hit[ok].argmax(axis=1)
 
-    def _level2(self, reward: FloatArray) -> None:
+    def _level2(self, reward: FloatArray, ran: BoolArray) -> None:
+        """Steps 2 and 3 for every thread; only those that ``ran`` in the period
+        (u > 0) draw their next core. One that did not (idle, u = 0, or not measured)
+        keeps its core, or stays free: it learned nothing, and a draw would move it for
+        nothing (a pool of 300 parked threads was re-pinned about 40 times a period,
+        every one of them drawing a core with the perturbation's and the strategy's
+        odds; the spec's threads always run)."""
         p = self.params
         self.x = automata.reinforce(self.x, self.beta, reward, p.eps)
         sigma = automata.perturb(self.x, self._uniform[self.alpha], p.lam)
-        self.beta = automata.draw(sigma, self.rng)
+        if ran.all():
+            self.beta = automata.draw(sigma, self.rng)
+        else:
+            rows = np.flatnonzero(ran)
+            self.beta[rows] = automata.draw(sigma[rows], self.rng)
 
     def _level1(self) -> int | None:
         """Aspiration step on the window's mean utility; moves at most one thread."""

@@ -103,6 +103,23 @@ def test_a_thread_idle_from_the_start_has_no_aspiration_nor_weight_in_its_domain
     assert np.isnan(s.rho[0]) and 1 not in moves
 
 
+@pytest.mark.parametrize("free", [False, True])
+def test_a_thread_that_did_not_run_keeps_its_core_or_stays_free(free):
+    """A thread idle through a period (u = 0) or not measured (NaN) learned nothing
+    there and draws no new core: a pool of 300 parked threads was re-pinned about 40
+    times a period. With lambda 1 each draw is uniform over the 3 cores (and "free"),
+    so a thread that drew would move 2 times in 3 (3 in 4): those that ran do."""
+    s = TwoLevelScheduler([[0, 1, 2]], LearningParams(seed=3, lam=1.0, free=free), domain_every=10**6)
+    keys = np.arange(300)
+    first = s.step(keys, np.full(keys.size, np.nan)).cpus
+    u = np.where(keys < 100, 1.0, np.where(keys < 200, 0.0, np.nan))
+    moved = np.zeros(keys.size, dtype=bool)
+    for _ in range(20):
+        moved |= s.step(keys, u).cpus != first
+    assert not moved[100:].any()
+    assert moved[:100].all()
+
+
 def test_new_thread_utility_is_not_learned_from():
     s = TwoLevelScheduler([[0, 1]], LearningParams(seed=0, eps=1.0, lam=0.0), domain_every=10)
     s.step(np.array([1]), np.array([5.0]))
