@@ -33,10 +33,11 @@ from parlschedd.topology import DOMAIN_MODES
 
 UTILITIES = ("auto", "instructions", "task-clock", "schedstat")
 DEFAULT_PATH = Path("/etc/parlsched/parlschedd.yaml")
-# sockaddr_un.sun_path (unix(7)): no host binds a longer socket path, so a longer
-# socket.path is the config's error, not this host's. Python binds a path of up to this
-# many bytes.
-SUN_PATH_MAX = 108
+# sockaddr_un.sun_path (unix(7)) holds 108 bytes with the path's terminating NUL: no
+# host binds a longer socket path, so a longer socket.path is the config's error, not
+# this host's. Python binds a path of up to this many bytes (108: "AF_UNIX path too
+# long", after config check had said ok).
+SUN_PATH_MAX = 107
 # The shortest period_s: each period costs the daemon its own work (a counter read per
 # thread, a learning step, the pins: 8.6 ms at 1024 threads, bench/results/period_profile-8131649.json),
 # and a period of 0.1 ms ran 10,000 of them a second. The paper's T_CPU is 0.1 s.

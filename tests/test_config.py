@@ -3,12 +3,13 @@
 import importlib
 import json
 import os
+import socket
 
 import pytest
 
 from parlschedd import config
 from parlschedd.__main__ import REFUSED
-from parlschedd.config import SUN_PATH_MAX, Config, ConfigError, from_mapping, load
+from parlschedd.config import SUN_PATH_MAX, Config, ConfigError, from_mapping, load, socket_path_too_long
 
 
 def errors_of(raw):
@@ -358,13 +359,30 @@ def test_a_config_that_is_not_utf8_names_its_line(tmp_path):
 
 
 def test_a_socket_path_longer_than_a_unix_socket_holds_is_an_error():
-    """No host binds a socket path of more than sun_path's 108 bytes: config check said
-    ok, and the daemon then refused to start ("147 bytes, ... at most 108")."""
+    """No host binds a socket path of more than sun_path's 108 bytes less its NUL:
+    config check said ok, and the daemon then refused to start ("147 bytes, ... at
+    most 108"; and at 108 bytes, "AF_UNIX path too long")."""
     at_most = "/run/" + "s" * (SUN_PATH_MAX - len("/run/"))
     assert from_mapping({"socket": {"path": at_most}}).socket.path == at_most
     assert errors_of({"socket": {"path": at_most + "x"}}) == {
         "socket.path": f"{SUN_PATH_MAX + 1} bytes, a Unix socket's path holds at most {SUN_PATH_MAX}; choose a shorter path"}
     assert "socket.path" in errors_of({"socket": {"path": "/run/" + "\u00e9" * 52}})  # bytes, not characters: 109
+
+
+def test_the_longest_socket_path_the_config_takes_binds_and_one_byte_more_does_not(tmp_path):
+    """The limit is the kernel's (and Python's), checked on a real socket."""
+    stem = str(tmp_path / "s")
+    path = stem + "s" * (SUN_PATH_MAX - len(os.fsencode(stem)))
+    assert len(os.fsencode(path)) == SUN_PATH_MAX and socket_path_too_long(path) is None
+    for name, binds in ((path, True), (path + "x", False)):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(name)
+            except OSError:
+                assert not binds, f"{len(os.fsencode(name))} bytes did not bind"
+            else:
+                assert binds, f"{len(os.fsencode(name))} bytes bound"
+    assert socket_path_too_long(path + "x") is not None
 
 
 def test_cpus_may_be_a_cpu_list_as_the_kernel_writes_it(tmp_path):

@@ -36,7 +36,7 @@ def test_a_socket_path_the_daemon_can_use(tmp_path):
 def test_socket_paths_the_daemon_cannot_use(tmp_path):
     (tmp_path / "a-file").write_text("keep me\n")
     long = str(tmp_path / ("s" * 120))
-    assert socket_path_problem(long) == f"{len(long)} bytes, a Unix socket's path holds at most 108"
+    assert socket_path_problem(long) == f"{len(long)} bytes, a Unix socket's path holds at most 107"
     assert socket_path_problem(str(tmp_path / "a-file")) == f"{tmp_path / 'a-file'} exists and is not a socket; " \
                                                             "parlschedd does not replace it"
     assert socket_path_problem(str(tmp_path / "a-file" / "d.sock")) == f"{tmp_path / 'a-file'} is not a directory"

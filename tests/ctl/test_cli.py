@@ -320,7 +320,7 @@ def test_config_check_fails_for_a_socket_path_the_daemon_cannot_use(tmp_path):
     path.write_text(f"socket: {{path: '{long}'}}\n")
     for how in ((), ("--any-host",)):
         r = ctl("config", "check", *how, str(path))
-        assert r.returncode == 1 and f"{path}: socket.path: 147 bytes, a Unix socket's path holds at most 108" in r.stderr
+        assert r.returncode == 1 and f"{path}: socket.path: 147 bytes, a Unix socket's path holds at most 107" in r.stderr
 
 
 def test_config_check_json(tmp_path):

@@ -1507,7 +1507,7 @@ def test_a_socket_path_too_long_makes_no_directory(tmp_path):
     sock = tmp_path / "made" / ("s" * 120)
     proc = refused_start(tmp_path / "cfg.yaml", sock, tmp_path / "state")
     assert proc.returncode == REFUSED, proc.stderr
-    assert f"parlschedd: --socket: {len(str(sock))} bytes, a Unix socket's path holds at most 108\n" == proc.stderr
+    assert f"parlschedd: --socket: {len(str(sock))} bytes, a Unix socket's path holds at most 107\n" == proc.stderr
     assert not (tmp_path / "made").exists()
 
 
