@@ -88,6 +88,7 @@ class ControlSocket:
         self.clients: dict[int, Client] = {}
         self.listener: socket.socket | None = None
         self._socket_id: tuple[int, int] | None = None  # (st_dev, st_ino) of the socket we bound
+        self._made_dir: Path | None = None  # the socket's directory, where claim made it (unclaim)
         self._trouble_said = False
         self._listen_paused_until = 0.0
 
@@ -107,7 +108,7 @@ class ControlSocket:
         if problem := socket_path_problem(path, self.state_dir, os.geteuid()):  # before any directory is made for it
             raise SocketUnusable(f"cannot use control socket path {path}: {problem}")
         try:
-            Path(path).parent.mkdir(exist_ok=True, mode=0o755)
+            self._mkdir(Path(path).parent)
             found = os.lstat(path) if os.path.lexists(path) else None
         except OSError as exc:  # changed since the check
             raise SocketUnusable(f"cannot use control socket path {path}: {exc.strerror or exc}") from None
@@ -126,6 +127,26 @@ class ControlSocket:
                                      "one another --socket and --state-dir")
             finally:
                 probe.close()
+
+    def _mkdir(self, where: Path) -> None:
+        try:
+            where.mkdir(mode=0o755)
+        except FileExistsError:
+            return
+        self._made_dir = where
+
+    def unclaim(self) -> None:
+        """Undo ``claim`` for a start refused after it (the metrics port in use): the
+        socket's directory goes where claim made it (a --socket outside the state dir
+        left an empty directory behind), and only while empty (rmdir): a file anyone put
+        there since keeps it."""
+        where, self._made_dir = self._made_dir, None
+        if where is None:
+            return
+        try:
+            os.rmdir(where)
+        except OSError as exc:  # what cannot be removed stays: said, never the start's refusal
+            log.warning("a failed start left the control socket's directory behind", path=str(where), error=str(exc))
 
     def open(self, gid: int | None) -> None:
         path = self.path

@@ -202,11 +202,11 @@ class Daemon:
             saved = self.statefile.recover(self.engine)
             self.metrics = self._start_metrics()
             self.control.open(gid)
-        except SocketUnusable as exc:  # a refused start leaves no state dir or lock file of its own behind
+        except BaseException as exc:  # a refused start leaves no directory or lock file of its own behind
+            self.control.unclaim()  # first: its directory may be inside the state dir
             self.statefile.unmake()
-            raise StartupError(str(exc)) from None
-        except BaseException:  # as does any other
-            self.statefile.unmake()
+            if isinstance(exc, SocketUnusable):
+                raise StartupError(str(exc)) from None
             raise
         self._install_signals()
         now = time.monotonic()

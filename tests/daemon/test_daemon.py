@@ -1632,13 +1632,17 @@ def test_a_start_refused_for_another_daemons_socket_leaves_nothing_it_made(daemo
     assert daemon.request("ping")["version"]
 
 
-def test_a_start_refused_for_a_metrics_port_in_use_leaves_nothing_it_made(tmp_path):
+@pytest.mark.parametrize("sock", ["d.sock", "sock/d.sock", "state/sock/d.sock"],
+                         ids=["beside", "in a directory of its own", "inside the state dir"])
+def test_a_start_refused_for_a_metrics_port_in_use_leaves_nothing_it_made(tmp_path, sock):
+    """Nor the socket's own directory, which the start makes when missing (it was
+    left behind, empty)."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         (tmp_path / "cfg.yaml").write_text(f"period_s: 0.05\nmetrics: '127.0.0.1:{port}'\n")
-        proc = refused_start(tmp_path / "cfg.yaml", tmp_path / "d.sock", tmp_path / "state")
+        proc = refused_start(tmp_path / "cfg.yaml", tmp_path / sock, tmp_path / "state")
     said = f"cannot listen for metrics on 127.0.0.1:{port}: Address already in use, by pid {os.getpid()} ("
     assert proc.returncode == REFUSED and said in proc.stderr, proc.stderr  # the holder named, as config check names it
     assert sorted(os.listdir(tmp_path)) == ["cfg.yaml"]  # no state dir, no lock file, no socket
