@@ -55,7 +55,7 @@ def test_attach_pins_and_detach_restores_exact_masks(daemon, workload):
 def test_relative_socket_and_state_dir_are_named_absolute(tmp_path, workload):
     """Started in some directory with relative --socket and --state-dir, the daemon
     uses them there and its start log names them absolute, so that a client elsewhere
-    knows the socket to give."""
+    knows the socket to give; and the config it read (the log did not say which)."""
     (tmp_path / "parlschedd.yaml").write_text(PINNING)
     log = tmp_path / "daemon.log"
     with open(log, "ab") as stderr:
@@ -67,6 +67,7 @@ def test_relative_socket_and_state_dir_are_named_absolute(tmp_path, workload):
         started = wait_for(lambda: next((json.loads(line) for line in log.read_text().splitlines()
                                          if '"started"' in line), None), timeout=15)
         assert (started["socket"], started["state_dir"]) == (str(tmp_path / "ctl.sock"), str(tmp_path / "state"))
+        assert started["config"] == str(tmp_path / "parlschedd.yaml")
         w = workload(2)
         d.request("attach", pid=w.pid)
         assert wait_for(lambda: (tmp_path / "state" / "state.json").is_file())
