@@ -392,12 +392,14 @@ def config_check(path: str, any_host: bool, as_json: bool) -> None:
     from parlschedd.config import ConfigError, ConfigUnreadable, load
     from parlschedd.hostcheck import Finding, HostReport, check_host, config_file_untrusted
 
+    read = True
     try:
         host = check_host(load(path))
         errors: list[Finding] = []
     except ConfigError as exc:  # ConfigUnreadable too: --json lists it under "(file)"
         host, errors = HostReport(), [Finding(*e) for e in exc.errors]
-        if isinstance(exc, ConfigUnreadable):  # no content to be invalid: said as parlschedd says it
+        read = not isinstance(exc, ConfigUnreadable)
+        if not read:  # no content to be invalid: said as parlschedd says it
             click.echo(f"{exc}{'; check the path' if exc.missing else ''}", err=True)
         else:
             for key, message in errors:
@@ -416,7 +418,7 @@ def config_check(path: str, any_host: bool, as_json: bool) -> None:
     verdict = "ok" if not host.refused else "valid, but parlschedd would not start with it on this host"
     if as_json:
         listed = {"errors": errors, "refused_here": host.refused, "warnings": host.warnings}
-        print_json({"path": path, "passed": not failed, "valid": not errors, "any_host": any_host,
+        print_json({"path": path, "passed": not failed, "valid": not errors if read else None, "any_host": any_host,
                     **{name: [f._asdict() for f in found] for name, found in listed.items()}})
     elif not failed:
         click.echo(f"{path}: {verdict}")

@@ -191,7 +191,9 @@ def test_a_missing_config_file_is_not_called_invalid(tmp_path):
     r = ctl("config", "check", str(missing))
     assert r.returncode == 1 and r.stderr == f"cannot read config {missing}: no such file; check the path\n"
     r = ctl("config", "check", "--json", str(missing))
-    assert r.returncode == 1 and json.loads(r.stdout)["errors"] == [{"key": "(file)", "message": "cannot read: no such file"}]
+    said = json.loads(r.stdout)
+    assert r.returncode == 1 and said["errors"] == [{"key": "(file)", "message": "cannot read: no such file"}]
+    assert (said["passed"], said["valid"]) == (False, None)  # not called invalid (it was false)
 
 
 def test_without_a_config_path_the_default_file_is_read_or_the_built_in_defaults_used(tmp_path, monkeypatch):
