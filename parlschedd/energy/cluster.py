@@ -385,6 +385,9 @@ def load_cluster(path: str | Path) -> Cluster:
     if data is None:
         raise ClusterError(source, [("<file>", f"empty (nothing but blanks or comments): a cluster description is "
                                                f"{_SECTIONS}")])
+    if isinstance(data, dict) and {"format", "cluster"} <= data.keys():  # was ten "unknown key" errors
+        raise ClusterError(source, [("<file>", "a parameters file, as `model fit --out` writes (given with --params), "
+                                               "not a cluster description: --cluster takes the cluster's YAML file")])
     return parse_cluster(data, source)
 
 

@@ -227,12 +227,28 @@ def load_measurements(path: str | Path) -> Measurements:
         lines.append(reader.line_num)
     if not header:
         raise MeasurementsError(source, 1, "empty file: expected a header line")
+    if "nsp" not in header and (other := _another_input(text)):
+        raise MeasurementsError(source, None, f"not a measurements CSV: {other}; --data takes the CSV of measured "
+                                "runs (header nsp,time_s_r1,...)")
     if header[0].startswith("#"):  # before the header's other checks: its text may hold ';' or empty cells
         raise MeasurementsError(source, 1, "the first line is a comment: the header must be the first line "
                                 f"(nsp,time_s_r1,...); remove {header[0][:40]!r} or move it to a file beside")
     if repeated := sorted({c for c in header if header.count(c) > 1}):  # DictReader keeps only the last
         raise MeasurementsError(source, 1, f"column(s) {', '.join(repeated)} appear more than once")
     return parse_measurements(rows, header, source, lines)
+
+
+def _another_input(text: str) -> str | None:
+    """Which of the model's other inputs ``text`` looks like, for a file without an
+    nsp column given as --data by mistake: said instead of its first line's faults as
+    a CSV header (a cluster file was told to "remove '# The heterogeneous cluster of
+    the HPMoo' or move it", a parameters file that "{" is an unknown column)."""
+    first = next((line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")), "")
+    if first.startswith("{"):
+        return "it is JSON, as the parameters `model fit --out` writes (given with --params)"
+    if re.match(r"(run|master|switch|nodes)\s*:", first):
+        return "it is a cluster description (YAML, given with --cluster)"
+    return None
 
 
 def _cells(row: dict[str | None, Any], columns: int) -> int:

@@ -7,7 +7,7 @@ import pytest
 
 from parlschedd.energy.measurements import MAX_FILE_BYTES, MeasurementsError, load_measurements, write_measurements
 from parlschedd.energy.metrics import nrmse
-from tests.energy.conftest import MEASUREMENTS_CSV
+from tests.energy.conftest import CLUSTER_YAML, MEASUREMENTS_CSV
 
 
 def test_the_shared_measurements(measured):
@@ -84,6 +84,20 @@ def test_a_file_larger_than_any_measurements_is_refused_before_it_is_read_whole(
         fh.truncate(MAX_FILE_BYTES + 1)
     with pytest.raises(MeasurementsError, match=r"huge\.csv: larger than 16 MiB, .*is it the right file\?"):
         load_measurements(path)
+
+
+def test_a_cluster_description_given_as_the_measurements_is_said_to_be_one(tmp_path):
+    """It was told to "remove '# The heterogeneous cluster of the HPMoo' or move it"
+    (its first line, a comment), as if it were a CSV to mend; without its comments,
+    that "run:" was an unknown column."""
+    bare = tmp_path / "cluster.yaml"
+    bare.write_text("".join(line for line in CLUSTER_YAML.read_text().splitlines(keepends=True)
+                            if not line.startswith("#")))
+    for path in (CLUSTER_YAML, bare):
+        with pytest.raises(MeasurementsError) as err:
+            load_measurements(path)
+        assert str(err.value) == (f"{path}: not a measurements CSV: it is a cluster description (YAML, given with "
+                                  "--cluster); --data takes the CSV of measured runs (header nsp,time_s_r1,...)")
 
 
 def test_a_file_saved_as_latin_1_is_named_with_the_line_of_its_first_such_byte(tmp_path):

@@ -15,8 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from parlschedd.energy.baseline import BaselineModel
-from parlschedd.energy.cluster import parse_cluster
+from parlschedd.energy.cluster import ClusterError, load_cluster, parse_cluster
 from parlschedd.energy.estimator import EnergyTimeModel
+from parlschedd.energy.measurements import MeasurementsError, load_measurements
 from parlschedd.energy.store import FORMAT, MAX_FILE_BYTES, Fitted, ParamsError, json_safe, load_params, params_document, save_params
 from tests.energy.conftest import TINY
 
@@ -155,6 +156,20 @@ def test_saving_replaces_the_old_file_whole(saved, tiny_cluster, fitted):
     with pytest.raises(TypeError):
         save_params(saved, {**params_document(tiny_cluster, *fitted), "fit": {1, 2}})
     assert saved.read_text() == kept and [p.name for p in saved.parent.iterdir()] == ["params.json"]
+
+
+def test_a_parameters_file_given_as_the_cluster_or_the_measurements_is_said_to_be_one(saved):
+    """--cluster params.json was ten "unknown key" errors; --data params.json said
+    "unknown column(s) {"."""
+    with pytest.raises(ClusterError) as e:
+        load_cluster(saved)
+    assert e.value.errors == [("<file>", "a parameters file, as `model fit --out` writes (given with --params), not "
+                                         "a cluster description: --cluster takes the cluster's YAML file")]
+    with pytest.raises(MeasurementsError) as err:
+        load_measurements(saved)
+    assert str(err.value) == (f"{saved}: not a measurements CSV: it is JSON, as the parameters `model fit --out` "
+                              "writes (given with --params); --data takes the CSV of measured runs (header "
+                              "nsp,time_s_r1,...)")
 
 
 def test_a_missing_file_or_a_directory_is_named_with_the_system_s_reason(tmp_path):
