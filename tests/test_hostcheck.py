@@ -186,6 +186,15 @@ def test_a_metrics_port_another_program_holds_is_a_warning(tmp_path):
 
         as_nobody = in_child_as(NOBODY, asked_as_nobody)  # root's socket: its owner is hidden from nobody
         assert as_nobody.startswith(f"port {port} on 127.0.0.1 is in use by a process this user cannot see"), as_nobody
+        assert as_nobody.endswith(": run config check as root to know"), as_nobody
+        # root in a PID namespace of its own, with its own /proc: this test's socket is of
+        # no process it sees (a container's root told to run as root to know)
+        inside = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c",
+                                 f"from parlschedd.daemon.prometheus import port_taken; print(port_taken('127.0.0.1:{port}'))"],
+                                capture_output=True, text=True, timeout=60)
+        assert inside.stdout == (f"port {port} on 127.0.0.1 is in use by a process /proc does not show (another PID "
+                                 "namespace's, or the kernel's) (the running parlschedd's own is no problem; another's "
+                                 "would stop it from starting)\n"), inside.stdout + inside.stderr
     d = start_daemon(tmp_path, f"period_s: 0.05\nmetrics: 127.0.0.1:{port}\n")
     try:
         wait_for(lambda: "metrics listening" in d.log_text())

@@ -277,9 +277,9 @@ def port_taken(address: str) -> str | None:
         if exc.errno != errno.EADDRINUSE:
             return None
     names = listeners(port)
-    if names is None:  # another user's socket: its owner is not shown to us
-        return (f"port {port} on {host} is in use by a process this user cannot see (the running parlschedd's "
-                "own is no problem; another's would stop it from starting): run config check as root to know")
+    if names is None:
+        return (f"port {port} on {host} is in use {_unseen()} (the running parlschedd's own is no problem; "
+                "another's would stop it from starting)" + ("" if os.geteuid() == 0 else ": run config check as root to know"))
     if all(name == "parlschedd" for name in names.values()):
         return None
     return f"port {port} on {host} is in use by {_listed(names)}: parlschedd would not start while it is"
@@ -298,7 +298,17 @@ def listeners(port: int) -> dict[int, str] | None:
 def held_by(address: str) -> str:
     """Who holds ``address``'s port, as a refusal to listen there says it."""
     names = listeners(_host_port(address)[1])
-    return "by a process this user cannot see" if names is None else f"by {_listed(names)}"
+    return _unseen() if names is None else f"by {_listed(names)}"
+
+
+def _unseen() -> str:
+    """Who holds a port whose listener ``listeners`` cannot name: another user's
+    process, hidden from this one; to root, one /proc does not show (of another PID
+    namespace, a container's host; or the kernel's own), which root was told to run
+    as root to see."""
+    if os.geteuid() == 0:
+        return "by a process /proc does not show (another PID namespace's, or the kernel's)"
+    return "by a process this user cannot see"
 
 
 def _listed(names: dict[int, str]) -> str:
