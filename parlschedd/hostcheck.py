@@ -24,6 +24,7 @@ from parlschedd.host.cgroups import CGROUP_ROOT, cgroup_dir, hierarchy_dir
 from parlschedd.host.errors import HostError
 from parlschedd.host.perf import detect_source
 from parlschedd.host.privileges import group_id
+from parlschedd.host.procfs import PROC_ROOT
 from parlschedd.patterns import compile_pattern
 from parlschedd.topology import TopologyError, read_topology
 from parlschedd.trust import OnPath, fix, trusted_owners, untrusted, untrusted_on_path
@@ -160,10 +161,11 @@ def socket_path_problem(path: str, state_dir: str | None = None, euid: int = 0) 
     return None
 
 
-def narrowings(cfg: Config, sysfs: str = "/sys", cgroup_root: str = CGROUP_ROOT) -> list[Finding]:
+def narrowings(cfg: Config, sysfs: str = "/sys", cgroup_root: str = CGROUP_ROOT,
+               proc_root: str = PROC_ROOT) -> list[Finding]:
     """What the daemon starts without, here: CPUs of ``cpus`` the host lacks, rules'
     cgroups not there yet. Said by config check and logged by the daemon's start."""
-    return _cpus(cfg, sysfs) + _cgroups(cfg, cgroup_root)
+    return _cpus(cfg, sysfs) + _cgroups(cfg, cgroup_root, proc_root)
 
 
 # Names of processes on nearly every Linux host: a rule's name that matches them all
@@ -238,7 +240,7 @@ def _utility(wanted: str) -> list[Finding]:
     return [Finding("utility", f"{wanted} does not count on this host ({why}); parlschedd falls back to {using.value}")]
 
 
-def _cgroups(cfg: Config, root: str) -> list[Finding]:
+def _cgroups(cfg: Config, root: str, proc_root: str) -> list[Finding]:
     """A rule's cgroup that is not there matches nothing until it is (a unit may create
     it later): a warning, never a refusal."""
     found = []
@@ -251,16 +253,16 @@ def _cgroups(cfg: Config, root: str) -> list[Finding]:
             missing = "" if where.is_dir() else f"no cgroup {where} on this host (yet)"
         except HostError as exc:
             missing = str(exc)
-        if missing and (meant := _below_hierarchy(cgroup, root)):
+        if missing and (meant := _below_hierarchy(cgroup, root, proc_root)):
             missing += f"; write '{meant}' (the path below the hierarchy), not the directory's path"
-        elif missing and (meant := _in_another_hierarchy(cgroup, controllers, root)):
+        elif missing and (meant := _in_another_hierarchy(cgroup, controllers, root, proc_root)):
             missing += f"; it is in another hierarchy: write '{meant}'"
         if missing:
             found.append(Finding(f"targets[{i}].cgroup", f"{missing}; the rule matches nothing until it exists"))
     return found
 
 
-def _below_hierarchy(written: str, root: str) -> str | None:
+def _below_hierarchy(written: str, root: str, proc_root: str) -> str | None:
     """A rule's cgroup written as its directory in cgroupfs (/sys/fs/cgroup/cpuset/job),
     as a rule names it (cpuset:/job; a v2-only host's directory on a hybrid host: its v2
     path), or None when it was not written so or names no hierarchy of this host."""
@@ -271,10 +273,10 @@ def _below_hierarchy(written: str, root: str) -> str | None:
         return "/" + "/".join(parts)
     if not (Path(root) / parts[0]).is_dir():  # no hierarchy of this host: a v2-only host's path, copied
         return "/" + "/".join(parts) if (Path(root) / "unified" / "cgroup.controllers").exists() else None
-    return _as_rule_names(parts[0], "/" + "/".join(parts[1:]))
+    return _as_rule_names(parts[0], "/" + "/".join(parts[1:]), proc_root)
 
 
-def _in_another_hierarchy(cgroup: str, controllers: tuple[str, ...], root: str) -> str | None:
+def _in_another_hierarchy(cgroup: str, controllers: tuple[str, ...], root: str, proc_root: str) -> str | None:
     """How a rule names ``cgroup`` where it is a directory of another hierarchy than
     the one ``controllers`` name (a hybrid host: the v2 one, or a v1 one such as
     cpuset; a v2-only host: the v2 one, for a rule naming controllers), or None when
@@ -290,18 +292,18 @@ def _in_another_hierarchy(cgroup: str, controllers: tuple[str, ...], root: str) 
         mine = None
     for hierarchy in sorted(base.iterdir()):  # not through a link: cpu -> cpu,cpuacct is one hierarchy
         if not hierarchy.is_symlink() and hierarchy != mine and (hierarchy / inside).is_dir():
-            return _as_rule_names(hierarchy.name, "/" + inside)
+            return _as_rule_names(hierarchy.name, "/" + inside, proc_root)
     return None
 
 
-def _as_rule_names(hierarchy: str, below: str) -> str:
+def _as_rule_names(hierarchy: str, below: str, proc_root: str) -> str:
     """How a rule names cgroup ``below`` of the hierarchy mounted at directory
     ``hierarchy`` of the cgroup root: 'unified' (v2 on a hybrid host) by its path,
     a v1 one by its controllers ('cpuset:/job'), a named one as 'name=systemd:/job'."""
     if hierarchy == "unified":
         return below
     try:
-        with open("/proc/cgroups") as f:  # the v1 controllers; another hierarchy is a named one
+        with open(os.path.join(proc_root, "cgroups")) as f:  # the v1 controllers; another hierarchy is a named one
             controllers = {line.split()[0] for line in f if not line.startswith("#")}
     except OSError:
         controllers = set()

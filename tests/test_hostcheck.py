@@ -152,6 +152,23 @@ def test_a_v2_only_hosts_sysfs_path_on_a_hybrid_host_is_not_taken_for_a_hierarch
     assert "write 'cpuset:/job' (the path below the hierarchy)" in said[1], said
 
 
+def test_a_hierarchy_is_named_by_the_controllers_the_given_proc_lists(tmp_path):
+    """A v1 hierarchy is named by its controllers as /proc/cgroups lists them, and one
+    that names none by 'name=': read from the /proc given (a fake one here, listing
+    perf_event alone, so that its cpuset is a named hierarchy), not the host's."""
+    from parlschedd.hostcheck import narrowings
+
+    root, proc = tmp_path / "cgroup", tmp_path / "proc"
+    for hierarchy in ("perf_event", "cpuset"):
+        (root / hierarchy).mkdir(parents=True)
+    proc.mkdir()
+    (proc / "cgroups").write_text("#subsys_name\thierarchy\tnum_cgroups\tenabled\nperf_event\t3\t1\t1\n")
+    cfg = from_mapping({"targets": [{"cgroup": f"{root}/perf_event/job"}, {"cgroup": f"{root}/cpuset/job"}]})
+    said = [f.message for f in narrowings(cfg, cgroup_root=str(root), proc_root=str(proc)) if f.key.startswith("targets")]
+    assert "write 'perf_event:/job' (the path below the hierarchy)" in said[0], said
+    assert "write 'name=cpuset:/job' (the path below the hierarchy)" in said[1], said
+
+
 def test_a_v1_rule_on_a_v2_only_host_is_told_its_v2_path(tmp_path):
     """A rule written for a v1 host (cpuset:/job) on a v2-only one (a fake tree here),
     where /job is there: the warning said only "no cgroup hierarchy for cpuset", though

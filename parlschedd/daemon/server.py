@@ -494,7 +494,7 @@ class Daemon:
         """Log what ``config`` asks for that this host narrows, or that reaches further
         than may be meant, as config check warns of them; each as 'key: problem'."""
         said = []
-        for event, findings in (("config not all usable on this host", narrowings(config, self.sysfs, self.cgroup_root)),
+        for event, findings in (("config not all usable on this host", narrowings(config, self.sysfs, self.cgroup_root, self.proc_root)),
                                 ("config rule matches nearly every process", sweeping_rules(config))):
             for key, message in findings:
                 log.warning(event, key=key, problem=message)
