@@ -106,6 +106,12 @@ def put_back_after_refusal(state_dir: str, proc_root: str = procfs.PROC_ROOT, sy
         state.unmake()  # the lock file too, where this made it
 
 
+def _read_from(config: Config) -> str:
+    """The file ``config`` was read from, absolute, as the start and reload logs name
+    it (what was read, not what the path names by now); else the built-in config."""
+    return os.path.abspath(config.read_from.path) if config.read_from else "the built-in config"
+
+
 @dataclass
 class LoopStats:
     """The loop's own cost, and the jitter of its period starts over the last
@@ -215,9 +221,7 @@ class Daemon:
         self.rules.rescan(self.engine, self.config.targets, now)
         self.engine.forget_unclaimed_hand_overs()
         self.statefile.save(self.engine)
-        config_file = config_mod.config_file(self.config_path)
-        log.info("started", version=__version__, config=os.path.abspath(config_file) if config_file else "the built-in config",
-                 socket=os.path.abspath(self.socket_path), state_dir=os.path.abspath(self._state_dir), domains=self.domains,
+        log.info("started", version=__version__, config=_read_from(self.config), socket=os.path.abspath(self.socket_path), state_dir=os.path.abspath(self._state_dir), domains=self.domains,
                  counter_source=source.value, period_s=self.config.period_s)
         self._status_told = self._status_text()  # the targets attached again from the last run counted
         notify.notify(f"READY=1\nSTATUS={self._status_told}\nMAINPID={os.getpid()}")
@@ -456,8 +460,7 @@ class Daemon:
         self.reloaded = True  # the loop brings its deadlines in to a shorter period_s or rescan_s
         self.changes += 1  # the metrics are built again (metrics_max_threads)
         relearning = self.engine.relearn()
-        log.info("reloaded", config=str(new.read_from.path) if new.read_from else "the built-in config",  # not None
-                 targets_learning_afresh=relearning)
+        log.info("reloaded", config=_read_from(new), targets_learning_afresh=relearning)
         self.rules.rescan(self.engine, self.config.targets, time.monotonic())
         self.status_views.clear()  # period_s and the like, and what the rules attached
         return []

@@ -198,7 +198,8 @@ class TwoLevelScheduler:
             self._observe_ran_on(np.arange(keys.size) if fresh is None else where, ran)
         self.scale = update_scale(self.scale, earned, self.params.decay, self.params.normalise)
         learned = finite if fresh is None else finite & ~fresh  # a new thread's last period was not ours
-        self._level2(normalise(np.where(learned, earned, np.nan), self.scale, self.params.sharpness), u > 0)
+        draws = u > 0 if fresh is None else (u > 0) | fresh  # a thread new this step has no core of ours to keep
+        self._level2(normalise(np.where(learned, earned, np.nan), self.scale, self.params.sharpness), draws)
         self.window_sum += np.where(learned, u, 0.0)
         self.window_n += learned
         self.periods += 1
@@ -218,20 +219,21 @@ class TwoLevelScheduler:
         ok = hit.any(axis=1) & (ran >= 0) & (row[np.arange(where.size), self.beta[where]] != FREE)  # free stays free
         self.beta[where[ok]] = hit[ok].argmax(axis=1)
 
-    def _level2(self, reward: FloatArray, ran: BoolArray) -> None:
-        """Steps 2 and 3 for every thread; only those that ``ran`` in the period
-        (u > 0) draw their next core. One that did not (idle, u = 0, or not measured)
-        keeps its core, or stays free: it learned nothing, and a draw would move it for
-        nothing (a pool of 300 parked threads was re-pinned about 40 times a period,
-        every one of them drawing a core with the perturbation's and the strategy's
-        odds; the spec's threads always run)."""
+    def _level2(self, reward: FloatArray, draws: BoolArray) -> None:
+        """Steps 2 and 3 for every thread; only the ``draws``, those that ran in the
+        period (u > 0) and those new this step, draw their next core. One that did not run
+        (idle, u = 0, or not measured) keeps its core, or stays free: it learned
+        nothing, and a draw would move it for nothing (a pool of 300 parked threads was
+        re-pinned about 40 times a period, every one of them drawing a core with the
+        perturbation's and the strategy's odds; the spec does not say what a thread
+        that never runs does)."""
         p = self.params
         self.x = automata.reinforce(self.x, self.beta, reward, p.eps)
         sigma = automata.perturb(self.x, self._uniform[self.alpha], p.lam)
-        if ran.all():
+        if draws.all():
             self.beta = automata.draw(sigma, self.rng)
         else:
-            rows = np.flatnonzero(ran)
+            rows = np.flatnonzero(draws)
             self.beta[rows] = automata.draw(sigma[rows], self.rng)
 
     def _level1(self) -> int | None:

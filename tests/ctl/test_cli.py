@@ -301,7 +301,7 @@ def test_config_check_fails_for_a_config_the_daemon_refuses_here(tmp_path, text)
 
 def test_config_check_fails_for_a_socket_path_the_daemon_cannot_use(tmp_path):
     """Too long for a Unix socket (the daemon: "147 bytes, a Unix socket's path holds at
-    most 108"): invalid on any host. Under a missing directory, or over a file that is
+    most 107"): invalid on any host. Under a missing directory, or over a file that is
     no socket: refused here. The socket's own directory is made by the daemon: ok."""
     path = tmp_path / "cfg.yaml"
     (tmp_path / "a-file").write_text("")

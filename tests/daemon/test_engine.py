@@ -812,7 +812,7 @@ def test_a_core_outside_the_cpuset_loses_ground_to_the_core_the_thread_runs_on(w
 
 
 EXECS = """
-import os, sys, threading, time
+import os, select, sys, threading, time
 def name(n):
     with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as comm:
         comm.write(n)
@@ -822,7 +822,8 @@ go, named = threading.Event(), threading.Event()
 def other():
     name("other")
     named.set()
-    go.wait()
+    while not go.wait(0.01):  # awake every 10 ms: a thread that runs draws its core each period
+        pass
     if sys.argv[1] == "other":
         run()
     elif sys.argv[1] == "main":
@@ -831,6 +832,8 @@ name("main")
 threading.Thread(target=other, daemon=True).start()
 named.wait()  # a thread filter matches it only once it is named
 print(threading.get_native_id(), flush=True)
+while not select.select([sys.stdin], [], [], 0.01)[0]:
+    pass
 sys.stdin.readline()
 go.set()
 if sys.argv[1] == "main":

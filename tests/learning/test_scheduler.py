@@ -120,6 +120,16 @@ def test_a_thread_that_did_not_run_keeps_its_core_or_stays_free(free):
     assert moved[:100].all()
 
 
+def test_a_thread_new_this_step_draws_its_core_though_not_measured():
+    """A thread's first step has no utility of ours (NaN), yet it draws: it has no
+    core of ours to keep. Left on the CPU it was seen running on, 8 new threads seen
+    on CPU 0 all stayed there (and, idle, for good)."""
+    s = TwoLevelScheduler([[0, 1, 2, 3]], LearningParams(seed=0, free=False), domain_every=10)
+    s.step(np.array([100]), np.array([np.nan]))  # one known before: the others join a running scheduler
+    p = s.step(np.arange(8), np.full(8, np.nan), ran_on=np.zeros(8, dtype=np.int64))
+    assert len(set(p.cpus.tolist())) > 1, p.cpus
+
+
 def test_new_thread_utility_is_not_learned_from():
     s = TwoLevelScheduler([[0, 1]], LearningParams(seed=0, eps=1.0, lam=0.0), domain_every=10)
     s.step(np.array([1]), np.array([5.0]))
