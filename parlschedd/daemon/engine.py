@@ -5,8 +5,9 @@ new ones, drop exited ones; see ``_unchanged``), read counters into utilities (c
 delta / monotonic time delta, ``Roster.read``), step the target's TwoLevelScheduler, and
 pin the threads whose CPU changed (``Roster.to_move``). The chain is counters -> rates ->
 scheduler -> pin plan, all but the reads on plain arrays (the pins follow through the
-host adapters); the clock is passed in, so tests drive it. Each target's scheduler works on the CPUs its
-cpuset allows in each domain, read at attach and every rescan_s (``cpuset.py``).
+host adapters); the clock is passed in, so tests drive it. Each target's scheduler
+works on the CPUs its cpuset allows in each domain, read at attach and every rescan_s
+(``cpuset.py``).
 
 Beside it, each in a module of its own: a target's state (``target.py``), its cpuset
 (``cpuset.py``), an exec from a thread other than the main one (``exec_watch.py`` tells

@@ -221,8 +221,9 @@ class Daemon:
         self.rules.rescan(self.engine, self.config.targets, now)
         self.engine.forget_unclaimed_hand_overs()
         self.statefile.save(self.engine)
-        log.info("started", version=__version__, config=_read_from(self.config), socket=os.path.abspath(self.socket_path), state_dir=os.path.abspath(self._state_dir), domains=self.domains,
-                 counter_source=source.value, period_s=self.config.period_s)
+        log.info("started", version=__version__, config=_read_from(self.config),
+                 socket=os.path.abspath(self.socket_path), state_dir=os.path.abspath(self._state_dir),
+                 domains=self.domains, counter_source=source.value, period_s=self.config.period_s)
         self._status_told = self._status_text()  # the targets attached again from the last run counted
         notify.notify(f"READY=1\nSTATUS={self._status_told}\nMAINPID={os.getpid()}")
 
