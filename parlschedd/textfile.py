@@ -1,5 +1,6 @@
 """The one reading of the files a user names (the daemon's config, a cluster YAML, a
-params JSON, a measurements CSV): a regular file only, at most ``limit`` bytes, UTF-8
+params JSON, a measurements CSV): a regular file (or a pipe, where the caller takes
+one), at most ``limit`` bytes, UTF-8
 (YAML's encoding, and JSON's) with the line of its first byte that is not.
 
 Read as a path's bytes whole, ``/dev/zero`` given by mistake filled the memory and a

@@ -498,7 +498,8 @@ class Daemon:
         """Log what ``config`` asks for that this host narrows, or that reaches further
         than may be meant, as config check warns of them; each as 'key: problem'."""
         said = []
-        for event, findings in (("config not all usable on this host", narrowings(config, self.sysfs, self.cgroup_root, self.proc_root)),
+        narrowed = narrowings(config, self.sysfs, self.cgroup_root, self.proc_root)
+        for event, findings in (("config not all usable on this host", narrowed),
                                 ("config rule matches nearly every process", sweeping_rules(config))):
             for key, message in findings:
                 log.warning(event, key=key, problem=message)

@@ -340,7 +340,8 @@ def _unique(r: _Reader, names: list[str], path: str, what: str) -> None:
         r.fail(path, f"the {what} name {name!r} appears {names.count(name)} times; names must be unique")
 
 
-_SECTIONS = "a mapping with the keys run, master, switch and nodes"
+SECTIONS = ("run", "master", "switch", "nodes")  # a cluster description's keys, each required
+_SECTIONS = f"a mapping with the keys {', '.join(SECTIONS[:-1])} and {SECTIONS[-1]}"
 
 
 def parse_cluster(data: Any, source: str = "<cluster>") -> Cluster:
@@ -358,7 +359,7 @@ def parse_cluster(data: Any, source: str = "<cluster>") -> Cluster:
     threads = r.number(master, "cpu_threads", "master", integer=True, low=1, required=False)
     freq = r.frequency(master, "frequency_hz", "master", required=False)
     nodes = _nodes(r, data)
-    r.only_known(data, "", {"run", "master", "switch", "nodes"})
+    r.only_known(data, "", set(SECTIONS))
     if r.errors:
         raise ClusterError(source, r.errors)
     return Cluster(run, master_tdp, switch_tdp, nodes, threads, freq)

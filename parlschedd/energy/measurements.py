@@ -28,6 +28,7 @@ import numpy as np
 
 from parlschedd import textfile
 from parlschedd.atomicfile import replace_text
+from parlschedd.energy.cluster import SECTIONS
 from parlschedd.words import counted
 
 MIN_ENERGY_ROWS = 2  # an error normalised by the measurements' spread needs two of them
@@ -246,7 +247,7 @@ def _another_input(text: str) -> str | None:
     first = next((line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")), "")
     if first.startswith("{"):
         return "it is JSON, as the parameters `model fit --out` writes (given with --params)"
-    if re.match(r"(run|master|switch|nodes)\s*:", first):
+    if re.match(rf"({'|'.join(SECTIONS)})\s*:", first):
         return "it is a cluster description (YAML, given with --cluster)"
     return None
 
