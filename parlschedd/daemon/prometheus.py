@@ -10,10 +10,12 @@ rest are summed into one series with ``tid="other"``.
 from __future__ import annotations
 
 import errno
+import io
 import os
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -124,9 +126,9 @@ class EngineCollector(Collector):
 # waits on each for good: anyone on the host who could reach the port (no socket group
 # is asked) held thousands of idle connections, each a thread and a file descriptor,
 # until the daemon had none left for its control socket and /proc. A scrape takes
-# milliseconds; a connection past these, or silent this long, is closed.
+# milliseconds; a connection past these, or open this long, is closed.
 MAX_SCRAPES = 8
-SCRAPE_TIMEOUT_S = 10.0
+SCRAPE_TIMEOUT_S = 10.0  # Prometheus's own default scrape_timeout
 # How long a connection past MAX_SCRAPES waits for a slot before it is closed unread: a
 # scraper that connects again as soon as it is answered (its answer read before the
 # server's thread gives its slot back) is served, not refused; the accept loop, which
@@ -134,8 +136,30 @@ SCRAPE_TIMEOUT_S = 10.0
 SLOT_WAIT_S = 0.2
 
 
+class _ByDeadline(socket.SocketIO):
+    """A connection's reads, each given what is left of the connection's time: with a
+    timeout per read alone, 8 clients that each sent a byte every few seconds held
+    every slot for as long as they liked, and no scrape was served."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        super().__init__(sock, "rb")
+        self.deadline = deadline
+
+    def readinto(self, b: memoryview) -> int | None:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"the request took longer than {SCRAPE_TIMEOUT_S:g} s")
+        self._sock.settimeout(left)  # also bounds the reply's sendall, which follows the last read
+        return super().readinto(b)
+
+
 class _Handler(WSGIRequestHandler):
     timeout = SCRAPE_TIMEOUT_S  # StreamRequestHandler: the connection's socket timeout
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile.close()  # the plain reader made by setup: the one below reads by the deadline
+        self.rfile = io.BufferedReader(_ByDeadline(self.connection, time.monotonic() + SCRAPE_TIMEOUT_S))
 
     def log_message(self, format: str, *args: object) -> None:
         """No line on stderr per request, as prometheus_client's own handler."""

@@ -430,6 +430,58 @@ def test_a_connection_past_the_slots_waits_for_one_to_be_given_back():
         server.server_close()
 
 
+def test_slow_requests_in_every_slot_are_cut_at_the_deadline(monkeypatch):
+    """Each read of a connection waited up to 10 s anew: 8 clients that each sent a
+    byte of a request's header every 0.1 s held every slot for good, and no scrape was
+    served. A connection has SCRAPE_TIMEOUT_S in all (2 s here); after it, the slots are
+    free. Real server, real sockets."""
+    import threading
+
+    from prometheus_client import CollectorRegistry
+
+    from parlschedd.daemon import prometheus
+
+    monkeypatch.setattr(prometheus, "SCRAPE_TIMEOUT_S", 2.0)
+    server = prometheus._serve("127.0.0.1", 0, CollectorRegistry())
+    port = server.server_address[1]
+    slow = [socket.create_connection(("127.0.0.1", port)) for _ in range(prometheus.MAX_SCRAPES)]
+    stop = threading.Event()
+    cut: set[int] = set()
+
+    def trickle() -> None:
+        while not stop.wait(0.1):
+            for i, s in enumerate(slow):
+                try:
+                    s.sendall(b"a")
+                except OSError:  # the server closed it
+                    cut.add(i)
+
+    for s in slow:
+        s.sendall(b"GET /metrics HTTP/1.0\r\nX-Slow: ")
+    trickler = threading.Thread(target=trickle)
+    trickler.start()
+    try:
+        wait_for(lambda: server.slots._value == 0)  # each slow client in its slot (a scrape before would take one)
+        assert not _scrapes_any(port)  # refused after SLOT_WAIT_S
+        assert wait_for(lambda: _scrapes_any(port), timeout=5)
+        assert wait_for(lambda: len(cut) == len(slow))
+    finally:
+        stop.set()
+        trickler.join()
+        for s in slow:
+            s.close()
+        server.shutdown()
+        server.server_close()
+
+
+def _scrapes_any(port: int) -> bool:
+    try:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+        return True
+    except (ConnectionError, urllib.error.URLError):
+        return False
+
+
 @needs_root
 def test_a_scrape_filtered_by_name_and_the_name_label_after_a_rename(tmp_path, workload):
     """?name[]=parlsched_managed_threads gave nothing (the collector described no
