@@ -93,8 +93,9 @@ class Roster:
         elapsed = now - self.since
         self.utility = np.divide(values - self.last, elapsed, out=np.full(values.size, np.nan),
                                  where=measured & (elapsed > 0))
-        np.copyto(self.last, values, where=measured)
-        np.copyto(self.since, now, where=measured)
+        rated = measured & (elapsed > 0)
+        np.copyto(self.last, values, where=rated)
+        np.copyto(self.since, now, where=rated)
         return values.size - int(np.count_nonzero(measured))
 
     def to_move(self, cpus: IntArray, domains: IntArray) -> IntArray:
