@@ -166,8 +166,11 @@ class TwoLevelScheduler:
                  negative or infinite one is taken as not measured: the spec's
                  utilities are rates of work, u >= 0).
         ran_on:  optional CPU each thread actually ran on (observe mode, or a pin the
-                 kernel refused); Level 2 reinforces that core when it is in the
-                 thread's domain, else the core it was placed on.
+                 kernel refused; -1: not known); Level 2 reinforces that core when it
+                 is in the thread's domain (Level 2 step 1: the utility "on the core it
+                 ran on"). A thread that ran outside its domain learns nothing from the
+                 period at either level: its utility was earned in another domain,
+                 under no core of its strategy.
         """
         keys = np.asarray(keys, dtype=np.int64)
         utility = np.asarray(utility, dtype=np.float64)
@@ -190,14 +193,14 @@ class TwoLevelScheduler:
         finite = (u >= 0) & (u < np.inf)  # NaN compares False
         if not finite.all():  # an infinite utility would make an infinite, never decaying scale: no more reward;
             u = np.where(finite, u, np.nan)  # a negative one would raise b above bbar at Level 1 (step 3)
-        earned = u
-        if self.params.reward == "target":  # Level 2 only: each measured thread earns the total
-            earned = np.where(finite, u[finite].sum(), np.nan)
-
-        if ran is not None:
-            self._observe_ran_on(np.arange(keys.size) if fresh is None else where, ran)
-        self.scale = update_scale(self.scale, earned, self.params.decay, self.params.normalise)
         learned = finite if fresh is None else finite & ~fresh  # a new thread's last period was not ours
+        if ran is not None:
+            learned = learned & ~self._observe_ran_on(np.arange(keys.size) if fresh is None else where, ran)
+        earned = u
+        if self.params.reward == "target":  # Level 2 only: each thread that ran earns the target's total;
+            earned = np.where(u > 0, u[learned].sum(), np.nan)  # one that did not learned nothing, as with its own
+
+        self.scale = update_scale(self.scale, earned, self.params.decay, self.params.normalise)
         draws = u > 0 if fresh is None else (u > 0) | fresh  # a thread new this step has no core of ours to keep
         self._level2(normalise(np.where(learned, earned, np.nan), self.scale, self.params.sharpness), draws)
         self.window_sum += np.where(learned, u, 0.0)
@@ -213,11 +216,17 @@ class TwoLevelScheduler:
             domain_move=None if mover is None else int(self.keys[mover]),
         )
 
-    def _observe_ran_on(self, where: IntArray, ran: IntArray) -> None:
+    def _observe_ran_on(self, where: IntArray, ran: IntArray) -> BoolArray:
+        """Take each thread's core to be the one it ran on, when that is in its domain;
+        returns the rows (of ``self.keys``) that ran outside their domain."""
         row = self.domain_cpus[self.alpha[where]]
         hit = row == ran[:, None]
-        ok = hit.any(axis=1) & (ran >= 0) & (row[np.arange(where.size), self.beta[where]] != FREE)  # free stays free
+        inside = hit.any(axis=1) & (ran >= 0)
+        ok = inside & (row[np.arange(where.size), self.beta[where]] != FREE)  # free stays free
         self.beta[where[ok]] = hit[ok].argmax(axis=1)
+        away = np.zeros(self.keys.size, dtype=bool)
+        away[where] = (ran >= 0) & ~inside
+        return away
 
     def _level2(self, reward: FloatArray, draws: BoolArray) -> None:
         """Steps 2 and 3 for every thread; only the ``draws``, those that ran in the
@@ -262,5 +271,6 @@ class TwoLevelScheduler:
         i, a = choice
         self.alpha[i] = a
         self.x[i] = self._initial(np.array([a]))[0]
-        self.beta[i] = automata.draw(self.x[[i]], self.rng)[0]
+        sigma = automata.perturb(self.x[[i]], self._uniform[[a]], p.lam)  # step 3 as for every thread
+        self.beta[i] = automata.draw(sigma, self.rng)[0]
         return i

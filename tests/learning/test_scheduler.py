@@ -256,6 +256,39 @@ def test_observed_core_is_the_one_reinforced():
     assert s.x[0].argmax() == 2 and s.x[0, 2] > 0.99
 
 
+def test_a_period_run_outside_the_domain_is_learned_at_neither_level():
+    """Observe mode: thread 1 is in domain 0 (it joined there) but the kernel ran it on
+    CPU 3, domain 1's. Its utility was credited to the core it had drawn in domain 0
+    and to domain 0's window (review). Now that period teaches nothing; one run on
+    domain 0's CPU 1 is learned on core 1."""
+    s = TwoLevelScheduler([[0, 1], [2, 3]], LearningParams(seed=0, eps=0.5, lam=0.0), domain_every=100)
+    s.step(np.array([1]), np.array([np.nan]), ran_on=np.array([0]))
+    assert s.alpha[0] == 0
+    s.step(np.array([1]), np.array([1.0]), ran_on=np.array([0]))  # the scale: 1.0
+    x, window = s.x.copy(), s.window_sum.copy()
+    for _ in range(5):
+        s.step(np.array([1]), np.array([1.0]), ran_on=np.array([3]))
+    assert s.x.tolist() == x.tolist() and s.window_sum.tolist() == window.tolist()
+    s.step(np.array([1]), np.array([1.0]), ran_on=np.array([1]))
+    assert s.x[0, 1] > x[0, 1] and s.window_sum[0] == window[0] + 1.0
+
+
+def test_a_thread_that_changes_domain_draws_its_core_with_the_perturbation():
+    """Step 3 draws from sigma = (1 - lambda) x + lambda / |J|, for a thread that has
+    just changed domain too: its first core was drawn from x alone. With the free
+    action at prior 0.9 and lambda = 1, sigma is uniform over the 2 cores and free: a
+    third free, where x gives 0.9."""
+    params = LearningParams(free=True, free_prior=0.9, lam=1.0, zeta=1.0, seed=5)
+    free = []
+    for stream in range(300):
+        s = TwoLevelScheduler([[0, 1], [2, 3]], params, domain_every=2, stream=stream)
+        s.step(np.array([7]), np.array([np.nan]), ran_on=np.array([0]))
+        p = s.step(np.array([7]), np.array([1.0]))  # Level 1: domain 1 is empty, in its better replies
+        assert p.domain_move == 7
+        free.append(p.cpus[0] == FREE)
+    assert abs(np.mean(free) - 1 / 3) < 0.1
+
+
 def test_bad_input_is_refused():
     s = TwoLevelScheduler([[0]], LearningParams(), domain_every=1)
     with pytest.raises(ValueError):
@@ -302,15 +335,21 @@ def test_free_action_is_learnt_when_it_pays_and_left_when_it_does_not():
         assert share > 0.9 if free_pays else share < 0.1
 
 
-def test_target_reward_reinforces_every_thread_by_the_total():
+def test_target_reward_reinforces_every_thread_that_ran_by_the_total():
+    """Threads 0 and 1 ran (0.25 and 0.75): each earns the total, 1.0, a full step
+    towards its core. Thread 2 did not run (u = 0): it learns nothing, as with its
+    own reward. It earned the total too, and was reinforced on the core it was
+    parked on every period, till its strategy held that core alone (review)."""
     params = dict(eps=0.5, lam=0.0, seed=4)
-    s = TwoLevelScheduler([[0, 1]], LearningParams(reward="target", **params), domain_every=10)
-    s.step(np.arange(2), np.full(2, np.nan))
-    s.step(np.arange(2), np.array([1.0, 0.0]))  # scale: the total, 1.0, for both
-    beta, x = s.beta.copy(), s.x.copy()
-    s.step(np.arange(2), np.array([1.0, 0.0]))  # reward 1 for both: full step towards the core run on
-    rows = np.arange(2)
-    assert np.allclose(s.x[rows, beta], x[rows, beta] + 0.5 * (1 - x[rows, beta]))
+    s = TwoLevelScheduler([[0, 1, 2, 3]], LearningParams(reward="target", **params), domain_every=1000)
+    s.step(np.arange(3), np.full(3, np.nan))
+    s.step(np.arange(3), np.array([0.25, 0.75, 0.0]))  # scale: the total, 1.0
+    for _ in range(20):
+        beta, x = s.beta.copy(), s.x.copy()
+        s.step(np.arange(3), np.array([0.25, 0.75, 0.0]))
+        rows = np.arange(2)
+        assert np.allclose(s.x[rows, beta[:2]], x[rows, beta[:2]] + 0.5 * (1 - x[rows, beta[:2]]))
+    assert s.x[2].tolist() == [0.25] * 4
 
 
 def test_each_stream_of_a_seed_draws_its_own_numbers():
