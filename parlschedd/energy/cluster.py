@@ -226,7 +226,7 @@ class _Reader(Collector):
 
     def frequency(self, data: Mapping[str, Any], key: str, path: str, *, required: bool = True) -> float | None:
         """A clock frequency in Hz, inside FREQUENCY_RANGE."""
-        value = self.number(data, key, path, low=1.0, required=required)
+        value = self.number(data, key, path, above=0.0, required=required)  # a clock in GHz gets the range's hint
         return self.physical(value, f"{path}.{key}", FREQUENCY_RANGE)
 
     def text(self, data: Mapping[str, Any], key: str, path: str, default: str) -> str:

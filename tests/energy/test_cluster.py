@@ -321,6 +321,9 @@ def test_a_crossover_probability_outside_0_to_1_is_refused_with_the_interval_it_
     ("nodes[0].devices[1].frequency_hz", 1e5, "must be between 1e+07 and 1e+11 Hz (10 MHz to 100 GHz), got 100000: "
                                               "a clock in GHz, MHz or kHz rather than Hz? 2.1 GHz is 2.1e9"),
     ("nodes[0].devices[1].frequency_hz", 2.1, "got 2.1: a clock in GHz, MHz or kHz rather than Hz?"),
+    # below 1 Hz: "must be a number >= 1.0", no range and no hint (review)
+    ("nodes[0].devices[0].frequency_hz", 0.706, "must be between 1e+07 and 1e+11 Hz (10 MHz to 100 GHz), got 0.706: "
+                                                "a clock in GHz, MHz or kHz rather than Hz?"),
     ("master.tdp_w", 2e5, "must be between 1 and 100000 W (1 W to 100 kW), got 200000: a TDP in mW"),
     ("switch.tdp_w", 0.0045, "got 0.0045: a TDP in kW rather than W?"),
     ("master.frequency_hz", 2100, "got 2100: a clock in GHz, MHz or kHz rather than Hz?"),
