@@ -2,7 +2,7 @@
 
 Thin: each command parses, calls parlschedd.energy, and prints. Exit codes: 0 success,
 1 failure (one message on stderr saying what and where), 2 usage error. Progress of long
-work goes to stderr only when it is a terminal and --json is not given.
+work goes to stderr when it is a terminal, with --json too (stdout keeps the JSON).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from parlschedd.energy.fitting import METHODS, Problem, leave_one_out
 from parlschedd.energy.measure import MeasureError, measure
 from parlschedd.energy.measurements import Measurements, MeasurementsError, load_measurements, write_measurements
 from parlschedd.energy.metrics import OBJECTIVES
-from parlschedd.energy.model import MASTER_POWER, SUBPOP_SIZES
+from parlschedd.energy.model import MASTER_POWER, PAPERS_MASTER_POWER, SUBPOP_SIZES
 from parlschedd.energy.store import Fitted, ParamsError, json_safe, load_params, params_document, save_params
 from parlschedd.host.rapl import POWERCAP_ROOT, rapl_zones
 from parlschedd.words import counted
@@ -237,7 +237,7 @@ def model() -> None:
               help="Seed for reproducible fits (default: one drawn, said on stderr and kept in the params file).")
 @click.option("--rounding", type=click.Choice(SUBPOP_SIZES), default="floor", show_default=True,
               help="How N / NSp is rounded to a subpopulation size.")
-@click.option("--master-power", type=click.Choice(MASTER_POWER), default="migration", show_default=True,
+@click.option("--master-power", type=click.Choice(MASTER_POWER), default=PAPERS_MASTER_POWER, show_default=True,
               help="migration: the paper's eq. 7; whole-run: master and switch powered all the time.")
 @click.option("--generations", type=click.IntRange(min=1), default=None,
               help="Generations per phase (default: 100 for ga; 1000 and 300 for de).")
@@ -261,6 +261,10 @@ def fit(cluster_path: str, data_path: str, method: str, repeat: int, seed: int |
         seed = secrets.randbelow(2**32)
     est = EnergyTimeModel(cluster, method, repeat, seed, rounding, master_power, generations)
     est.fit(m.nsp, m.time_s, energy, progress=progress_printer("fit", repeat))
+    paper = None
+    if master_power != PAPERS_MASTER_POWER and energy is not None:  # a variant is shown beside the paper's, never instead
+        paper = EnergyTimeModel(cluster, method, repeat, seed, rounding, PAPERS_MASTER_POWER, generations)
+        paper.fit(m.nsp, m.time_s, energy, progress=progress_printer("fit of the paper's eq. 7", repeat))
     base = BaselineModel(cluster, rounding).fit(m.nsp, m.time_s, energy)
     held_out, loo_seconds = None, 0.0
     if loo:
@@ -269,7 +273,7 @@ def fit(cluster_path: str, data_path: str, method: str, repeat: int, seed: int |
         held_out = leave_one_out(problem, method, seed, progress=progress_printer("leave-one-out", len(m.nsp)),
                                  **est.settings())
         loo_seconds = time.monotonic() - started
-    summary = summarise_fit(est, base, m, data_path, held_out)
+    summary = summarise_fit(est, base, m, data_path, held_out, paper)
     document = params_document(cluster, est, base, {"fit": summary.to_dict()})
     if out_path:
         with writing(out_path):
@@ -290,8 +294,11 @@ def _fit_text(est: EnergyTimeModel, s: FitSummary, out_path: str | None, loo_sec
     def pair(d: Nrmse) -> str:
         return f"time {_nrmse(d.time)}, energy {_nrmse(d.energy)}"
 
-    rows = {f"NRMSE best of {est.repeat} ({est.method}):": s.best, f"NRMSE mean of {est.repeat}:": s.mean,
-            "baseline (eq. 5) NRMSE:": s.baseline}
+    rows = {f"NRMSE best of {est.repeat} ({est.method}{_variant_of(est, ', ')}):": s.best,
+            f"NRMSE mean of {est.repeat}:": s.mean}
+    if s.paper is not None:
+        rows[f"the paper's eq. 7, best of {est.repeat}:"] = s.paper
+    rows["baseline (eq. 5) NRMSE:"] = s.baseline
     if s.leave_one_out_nrmse is not None:
         rows["leave-one-out NRMSE:"] = s.leave_one_out_nrmse
     width = max(map(len, rows))
@@ -300,7 +307,20 @@ def _fit_text(est: EnergyTimeModel, s: FitSummary, out_path: str | None, loo_sec
     lines += _why_undefined([d.time for d in shown], [d.energy for d in shown])
     lines.append(f"fitted in {s.fit_seconds:.1f} s" + (f", leave-one-out in {loo_seconds:.1f} s more" if s.leave_one_out else "")
                  + (f"; wrote {out_path}" if out_path else ""))
-    return "\n".join(lines)
+    return "\n".join(lines + _variant_line(est))
+
+
+def _variant_of(est: EnergyTimeModel, before: str = "") -> str:
+    """The energy model's name when it is not the paper's (``model fit
+    --master-power``), else nothing: its figures were shown as the paper's model's."""
+    if est.master_power == PAPERS_MASTER_POWER or est.energy_params_ is None:
+        return ""
+    return f"{before}{est.master_power} variant of eq. 7"
+
+
+def _variant_line(est: EnergyTimeModel) -> list[str]:
+    variant = _variant_of(est)
+    return [f"energy model: the {variant}: master and switch charged for the whole run, not the paper's"] if variant else []
 
 
 @model.command()
@@ -325,8 +345,9 @@ def predict(params_path: str, nsp: tuple[int, ...] | None, as_json: bool) -> Non
     rows = [{"nsp": int(k), "time_s": a, "energy_wh": b, "extrapolated": x}
             for k, a, b, x in zip(ks, t.tolist(), e.tolist(), outside, strict=True)]
     text = "\n".join([f"{'nsp':>4} {'time_s':>10} {'energy_wh':>10}"]
-                     + [f"{r['nsp']:>4} {_cell(r['time_s'], 10, '.2f')} {_cell(r['energy_wh'], 10, '.3f')}" for r in rows])
-    _emit(as_json, {"predictions": rows}, text)
+                     + [f"{r['nsp']:>4} {_cell(r['time_s'], 10, '.2f')} {_cell(r['energy_wh'], 10, '.3f')}" for r in rows]
+                     + _variant_line(fitted.model))
+    _emit(as_json, {"predictions": rows} | {"master_power": fitted.model.master_power}, text)
 
 
 def _cell(x: float | None, width: int, spec: str, scale: float = 1) -> str:
@@ -368,8 +389,9 @@ def validate(params_path: str, data_path: str, as_json: bool) -> None:
     lines += undefined
     nsp, error = report.models["proposed"].largest_time_error
     lines.append(f"proposed: largest runtime error {_fitting(error * 100, 9, '+.1f')}% at nsp={nsp}")
+    lines += _variant_line(fitted.model)
     # notes: why an NRMSE is null though measured (undefined), which JSON's null alone does not tell from n/a
-    _emit(as_json, report.to_dict() | {"extrapolated_nsp": outside, "notes": undefined},
+    _emit(as_json, report.to_dict() | {"extrapolated_nsp": outside, "notes": undefined} | {"master_power": fitted.model.master_power},
           "\n".join(lines + [""] + _per_nsp_table(report.models)))
 
 
@@ -406,7 +428,7 @@ def plot(params_path: str, data_path: str, out_path: str) -> None:
     proposed = fitted.model.predict(m.nsp)
     errors = validation.model_errors(*proposed, m)  # on the data plotted, not the fit's
     with writing(out_path):
-        figure3(out_path, m, proposed, fitted.baseline.predict(m.nsp), title=_plot_title(data_path, errors),
+        figure3(out_path, m, proposed, fitted.baseline.predict(m.nsp), title=_plot_title(data_path, errors, _variant_of(fitted.model, ", ")),
                 fitted_on=fitted_on, energy_fitted_on=energy_fitted_on)
     click.echo(f"wrote {out_path}")
 
@@ -415,14 +437,14 @@ def _span(nsp: tuple[int, ...] | None) -> tuple[int, int] | None:
     return None if not nsp else (nsp[0], nsp[-1])
 
 
-def _plot_title(data_path: str, errors: validation.ModelErrors) -> str:
+def _plot_title(data_path: str, errors: validation.ModelErrors, variant: str = "") -> str:
     """The figure's title: the proposed model's NRMSE of time, and of energy where one
     was scored (energies measured and predicted), each saying why when undefined: a
     title with the runtime's error alone read as the error of both panels."""
     said = [_title_nrmse("time", errors.nrmse_time, "runtimes")]
     if errors.nrmse_energy is not None:
         said.append(_title_nrmse("energy", errors.nrmse_energy, "energies"))
-    return f"{Path(data_path).name}: proposed model (NRMSE {', '.join(said)}) vs baseline"
+    return f"{Path(data_path).name}: proposed model{variant} (NRMSE {', '.join(said)}) vs baseline"
 
 
 def _title_nrmse(quantity: str, value: float, values: str) -> str:
@@ -448,8 +470,9 @@ def recommend(params_path: str, goal: str, nsp: tuple[int, ...] | None, as_json:
         raise ValueError(f"{params_path}: fitted without energies; only --objective time is possible") from exc
     except recommendation.NoFinitePrediction as exc:
         raise ValueError(f"{params_path}: {exc}: its parameters overflow the predictions (fit again)") from exc
-    energy_text = f", {best.energy_wh:.2f} Wh" if np.isfinite(best.energy_wh) else ""  # none fitted, or it overflows
-    text = f"best nsp for {goal}: {best.nsp} (predicted {best.time_s:.1f} s{energy_text})"
+    # none fitted, or it overflows; a hand-edited parameter's prediction in exponent form, not in 300 digits
+    energy_text = f", {_fitting(best.energy_wh, 12, '.2f')} Wh" if np.isfinite(best.energy_wh) else ""
+    text = f"best nsp for {goal}: {best.nsp} (predicted {_fitting(best.time_s, 12, '.1f')} s{energy_text})"
     if best.near_best:
         said = ", ".join(f"{quantity} NRMSE {_nrmse(value)}" for quantity, value in best.nrmse.items())
         text += (f"\nwithin {recommendation.NEAR_BEST:.0%} of it: nsp {format_cpulist(best.near_best)}; the model "
@@ -464,7 +487,9 @@ def recommend(params_path: str, goal: str, nsp: tuple[int, ...] | None, as_json:
         click.echo(f"parlschedctl model: warning: nsp {best.nsp} was not measured in the runs {params_path} was "
                    f"fitted on, the nearest of which is nsp {nearest}: its prediction is interpolated over that "
                    "gap and may be far off; measure it before choosing", err=True)
-    _emit(as_json, best.to_dict() | extrapolation | {"nearest_fitted_nsp": nearest}, text)
+    if goal != "time":
+        text = "\n".join([text, *_variant_line(fitted.model)])
+    _emit(as_json, best.to_dict() | extrapolation | {"nearest_fitted_nsp": nearest} | {"master_power": fitted.model.master_power}, text)
 
 
 # Everything from CMD on is CMD's: its own options (--out x{nsp}) must not be taken as ours,

@@ -26,6 +26,7 @@ from parlschedd.kinds import is_number
 
 SUBPOP_SIZES = ("floor", "exact", "ceil")
 MASTER_POWER = ("migration", "whole-run")
+PAPERS_MASTER_POWER = "migration"  # eq. 7; "whole-run" is a variant
 JOULES_PER_WH = 3600.0
 
 

@@ -40,7 +40,7 @@ class Recommendation:
     def to_dict(self) -> dict[str, Any]:
         """NaN is left to the writer (store.json_safe)."""
         return {"objective": self.objective, "nsp": self.nsp, "time_s": self.time_s, "energy_wh": self.energy_wh,
-                "near_best": list(self.near_best), "near_best_within": NEAR_BEST}
+                "near_best": list(self.near_best), "near_best_within": NEAR_BEST, "nrmse": self.nrmse}
 
 
 def recommend(model: EnergyTimeModel, goal: str, candidates: np.ndarray) -> Recommendation:

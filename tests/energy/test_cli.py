@@ -139,6 +139,8 @@ def test_huge_predictions_keep_the_table_s_columns(params, tmp_path):
     predicted = json.loads(run("model", "predict", "--params", str(huge), "--nsp", "1-3,32", "--json").stdout)
     assert times == pytest.approx([p["time_s"] for p in predicted["predictions"]], rel=1e-3)
     assert any("e+" in line for line in lines)
+    said = run("model", "recommend", "--params", str(huge), "--nsp", "1-3,32").stdout  # a 650-digit line before
+    assert re.search(r"predicted \S+e\+\d+ s", said) and max(map(len, said.splitlines())) < 300, said
 
 
 def test_huge_errors_keep_validate_s_summary_in_its_columns(params, tmp_path):
@@ -199,6 +201,29 @@ def test_energy_parameters_outside_the_constraints_are_refused_by_name(params, t
         assert r.exit_code == 1 and r.stdout == "", r.output
         assert r.stderr.startswith(f"parlschedctl model: {edited}: malformed parameters: model: parameters outside "
                                    "the model's constraints: ") and said in r.stderr, r.stderr
+
+
+def test_a_variant_is_fitted_and_shown_beside_the_papers_model_and_named_wherever_it_is_read(params, tmp_path):
+    """The spec: a variant of the model is "reported beside the paper's model, never
+    instead of it". `fit --master-power whole-run` reported the variant's errors as
+    the model's, and predict, validate, recommend and plot never said which model
+    they used (review). The paper's eq. 7 is fitted beside it; every reader names it."""
+    out = tmp_path / "whole-run.json"
+    r = run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(MEASUREMENTS_CSV), "--master-power",
+            "whole-run", "--out", str(out), *QUICK)
+    assert r.exit_code == 0, r.output
+    assert "NRMSE best of 1 (de, whole-run variant of eq. 7):" in r.stdout
+    assert re.search(r"the paper's eq\. 7, best of 1: +time 0\.\d+, energy 0\.\d+", r.stdout)
+    doc = json.loads(out.read_text())
+    assert doc["model"]["master_power"] == "whole-run" and set(doc["fit"]["paper_nrmse"]) == {"time", "energy"}
+    named = "energy model: the whole-run variant of eq. 7"
+    for args in (["predict"], ["validate", "--data", str(MEASUREMENTS_CSV)], ["recommend", "--objective", "energy"]):
+        assert named in run("model", *args, "--params", str(out)).stdout
+        assert json.loads(run("model", *args, "--params", str(out), "--json").stdout)["master_power"] == "whole-run"
+    paper = run("model", "predict", "--params", str(params), "--json")
+    assert json.loads(paper.stdout)["master_power"] == "migration"
+    assert "variant" not in run("model", "predict", "--params", str(params)).stdout
+    assert "paper_nrmse" not in json.loads(params.read_text())["fit"]
 
 
 def test_validate(params):
@@ -272,6 +297,9 @@ def test_recommend(params, goal):
     key = {"time": lambda p: p["time_s"], "energy": lambda p: p["energy_wh"],
            "edp": lambda p: p["time_s"] * p["energy_wh"]}[goal]
     assert doc["nsp"] == min(predicted, key=key)["nsp"]
+    # the error the advice rests on (the text's "its time NRMSE ..."), for scripts too
+    fitted = json.loads(params.read_text())["fit"]["nrmse"]
+    assert doc["nrmse"] == {q: fitted[q] for q in {"time": ["time"], "energy": ["energy"], "edp": ["time", "energy"]}[goal]}
 
 
 def test_failures_exit_1_with_the_file_named(tmp_path, params):

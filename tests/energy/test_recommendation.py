@@ -46,4 +46,4 @@ def test_a_model_without_energies_recommends_for_time_only():
 def test_to_dict_is_the_json_document():
     r = recommend(MODEL, "time", CANDIDATES)
     assert r.to_dict() == {"objective": "time", "nsp": 2, "time_s": 50.0, "energy_wh": 4.0, "near_best": [3],
-                           "near_best_within": 0.01}
+                           "near_best_within": 0.01, "nrmse": {"time": MODEL.nrmse_time_}}
