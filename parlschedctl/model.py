@@ -347,7 +347,7 @@ def predict(params_path: str, nsp: tuple[int, ...] | None, as_json: bool) -> Non
     text = "\n".join([f"{'nsp':>4} {'time_s':>10} {'energy_wh':>10}"]
                      + [f"{r['nsp']:>4} {_cell(r['time_s'], 10, '.2f')} {_cell(r['energy_wh'], 10, '.3f')}" for r in rows]
                      + _variant_line(fitted.model))
-    _emit(as_json, {"predictions": rows} | {"master_power": fitted.model.master_power}, text)
+    _emit(as_json, {"predictions": rows, "master_power": fitted.model.master_power}, text)
 
 
 def _cell(x: float | None, width: int, spec: str, scale: float = 1) -> str:
@@ -391,7 +391,8 @@ def validate(params_path: str, data_path: str, as_json: bool) -> None:
     lines.append(f"proposed: largest runtime error {_fitting(error * 100, 9, '+.1f')}% at nsp={nsp}")
     lines += _variant_line(fitted.model)
     # notes: why an NRMSE is null though measured (undefined), which JSON's null alone does not tell from n/a
-    _emit(as_json, report.to_dict() | {"extrapolated_nsp": outside, "notes": undefined} | {"master_power": fitted.model.master_power},
+    _emit(as_json, report.to_dict() | {"extrapolated_nsp": outside, "notes": undefined,
+                                       "master_power": fitted.model.master_power},
           "\n".join(lines + [""] + _per_nsp_table(report.models)))
 
 
@@ -428,7 +429,8 @@ def plot(params_path: str, data_path: str, out_path: str) -> None:
     proposed = fitted.model.predict(m.nsp)
     errors = validation.model_errors(*proposed, m)  # on the data plotted, not the fit's
     with writing(out_path):
-        figure3(out_path, m, proposed, fitted.baseline.predict(m.nsp), title=_plot_title(data_path, errors, _variant_of(fitted.model, ", ")),
+        figure3(out_path, m, proposed, fitted.baseline.predict(m.nsp),
+                title=_plot_title(data_path, errors, _variant_of(fitted.model, ", ")),
                 fitted_on=fitted_on, energy_fitted_on=energy_fitted_on)
     click.echo(f"wrote {out_path}")
 
@@ -489,7 +491,8 @@ def recommend(params_path: str, goal: str, nsp: tuple[int, ...] | None, as_json:
                    "gap and may be far off; measure it before choosing", err=True)
     if goal != "time":
         text = "\n".join([text, *_variant_line(fitted.model)])
-    _emit(as_json, best.to_dict() | extrapolation | {"nearest_fitted_nsp": nearest} | {"master_power": fitted.model.master_power}, text)
+    _emit(as_json, best.to_dict() | extrapolation | {"nearest_fitted_nsp": nearest, "master_power": fitted.model.master_power},
+          text)
 
 
 # Everything from CMD on is CMD's: its own options (--out x{nsp}) must not be taken as ours,

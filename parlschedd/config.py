@@ -117,11 +117,11 @@ class TargetRule:
 # thread starts free in its domain and pins only where that pays (free; bench/scenarios.py
 # on real programs, docs/evaluation.md). Each thread learns from its own utility, against
 # its own recent best (normalise: thread, decay 0.99), sharpened (sharpness 5), with a
-# larger step (eps 0.3) and little exploration (lambda 0.001), and leaves its domain only for a clearly better one
-# (gamma 0.7): with these, 1024 simulated threads stay within 1.10 of the makespan bound
-# from the first periods in 5 of 5 seeds (79 of 80 held-out), where the shared
-# "reward: target" of the earlier defaults never settled; on the real programs both
-# sets are within noise of each other (README, "Benchmarks").
+# larger step (eps 0.3) and little exploration (lambda 0.001), and leaves its domain
+# only for a clearly better one (gamma 0.7): with these, 1024 simulated threads stay
+# within 1.10 of the makespan bound from the first periods in 5 of 5 seeds (79 of 80
+# held-out), where the shared "reward: target" of the earlier defaults never settled;
+# on the real programs both sets are within noise of each other (README, "Benchmarks").
 DAEMON_LEARNING = LearningParams(eps=0.3, lam=0.001, decay=0.99, normalise="thread", sharpness=5.0,
                                  free=True, gamma=0.7)
 
