@@ -86,21 +86,30 @@ def put_back_after_refusal(state_dir: str, proc_root: str = procfs.PROC_ROOT, sy
     another daemon holds the state dir or it cannot be trusted (``StateFile.lock``), or
     without CAP_SYS_NICE (refused for lacking it: other users' threads would refuse
     their masks); and the file is left as it was when a restore failed, whose record
-    would be lost with the rewrite."""
+    would be lost with the rewrite. A state dir on a file system gone read-only (the
+    refusal's reason) is read: the masks are put back all the same, the file left as
+    it was; its advice, another --state-dir, would leave them pinned for good."""
     if CAP_SYS_NICE not in effective_capabilities(proc_root):
         return
     state = StateFile(state_dir)
+    read_only = False
     try:
         if not state.path.is_file():
             return
-        state.lock()
+        try:
+            state.lock()
+        except StateDirUnusable:
+            read_only = bool(os.statvfs(state.path.parent).f_flag & os.ST_RDONLY)
+            if not read_only:
+                raise
+            state.lock_to_read()
     except (OSError, StateDirUnusable):  # a dir closed to this user, or in use
         return
     try:
         engine = host_engine(Config(), [sorted(online_cpus(sysfs))], CounterSet(CounterSource.SCHEDSTAT, proc_root=proc_root),
                              proc_root, sysfs, cgroup_root)
         saved = state.recover(engine)
-        if not state.restores_failed:
+        if not state.restores_failed and not read_only:
             state.save(engine, saved)
     finally:
         state.unmake()  # the lock file too, where this made it

@@ -21,7 +21,7 @@ from parlschedd.host import procfs
 from parlschedd.host.affinity import Pinner
 from parlschedd.host.base import PinRecord
 from parlschedd.host.errors import HostError, ThreadGone
-from parlschedd.host.state import StateDirBusy, StateNotOurs, lock_dir, read_state, write_state
+from parlschedd.host.state import StateDirBusy, StateNotOurs, lock_dir, lock_read_only_dir, read_state, write_state
 from parlschedd.hostcheck import state_dir_problem
 from parlschedd.kinds import is_integer
 
@@ -76,6 +76,17 @@ class StateFile:
                                    "are kept there; choose another --state-dir)") from None
         if first:
             self._made = made
+
+    def lock_to_read(self) -> None:
+        """The state dir's lock where its file system is read-only (``lock`` cannot
+        take it: it opens its file to write), for a put-back, which only reads.
+        StateDirUnusable when another daemon holds it."""
+        try:
+            self._lock = lock_read_only_dir(self.path.parent)
+        except StateDirBusy as exc:
+            raise StateDirUnusable(str(exc)) from None
+        except OSError as exc:
+            raise StateDirUnusable(f"cannot use state dir {self.path.parent}: {exc.strerror or exc}") from None
 
     def keep_lock(self) -> None:
         """Take the state dir's lock again when its file was removed under the daemon

@@ -83,6 +83,29 @@ def lock_dir(directory: str | os.PathLike[str]) -> int:
         if exc.errno == errno.ELOOP and os.path.islink(path):
             raise OSError(errno.ELOOP, f"its lock file {path} is a symbolic link, not followed: remove it") from None
         raise
+    _take(fd, path)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def lock_read_only_dir(directory: str | os.PathLike[str]) -> int | None:
+    """The lock of a state dir on a read-only file system, whose lock file ``lock_dir``
+    cannot open to write: a put-back after a crash only reads the state file, and
+    flock(2) takes a file open to read. None when there is no lock file (no daemon
+    ever ran there, and none can make one now). StateDirBusy when another process
+    holds it: a daemon that started before the file system went read-only."""
+    path = Path(directory) / "lock"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    _take(fd, path)
+    return fd
+
+
+def _take(fd: int, path: Path) -> None:
+    """flock(2) ``fd``, the lock file at ``path``, or close it and raise."""
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO's flock said "Invalid argument"
             raise OSError(errno.EINVAL, f"its lock file {path} is not a regular file: remove it")
@@ -94,6 +117,3 @@ def lock_dir(directory: str | os.PathLike[str]) -> int:
     except BaseException:
         os.close(fd)
         raise
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
