@@ -191,6 +191,9 @@ def detach(sock: str, pid: int, as_json: bool) -> None:
             click.echo(f"detached {pid}, restored {n_threads(reply['restored'])}")
         if reply.get("rule") is not None:
             click.echo(f"config rule {reply['rule']} matches it: left alone until it exits (attach it to manage it again)")
+    if reply.get("state_file_error"):  # stderr: for people, with --json too
+        click.echo(f"parlschedctl: warning: the daemon's state file could not be written: {reply['state_file_error']}; were it "
+                   f"to crash before it is, its next start would attach {pid} again", err=True)
 
 
 @cli.command()

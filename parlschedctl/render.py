@@ -39,6 +39,9 @@ def _status_rows(reply: dict[str, Any]) -> list[tuple[str, int | None]]:
         (f"domains {d['domains']}; utility in {unit_of(d['counter_source']).per_second};"
          " pinned: the mask we set holds its cpu, or its domain (cpu free: the kernel places it there); no: its own mask", None),
     ]
+    if d.get("state_file_error"):
+        rows.append((f"warning: the state file could not be written ({d['state_file_error']}): a start after a crash "
+                     "would act on an older state (see the daemon's log)", None))
     if not reply["targets"]:
         rows.append(("no targets", None))
     placed = sorted(c for domain in d["domains"] for c in domain)  # config domains may leave usable CPUs out

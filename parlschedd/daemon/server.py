@@ -413,6 +413,8 @@ class Daemon:
             log.info("threads left as placed (restore_on_exit: false); the next start restores them from the state "
                      "file", threads=len(self.engine.pinner.records), state_file=str(self.statefile.path))
         self.statefile.save(self.engine, hand_attached)
+        if self.statefile.error is not None and not self.engine.pinner.records:
+            self.statefile.forget()
         self.counters.close_all()
         if self.metrics is not None:
             self.metrics.close()
@@ -661,7 +663,8 @@ class Daemon:
                          rule=f"targets[{rule}]")
             self.statefile.save(self.engine)
             return {"pid": a["pid"], "restored": restored, "rule": rule,  # rule: the one now leaving it alone
-                    "mode": None if target is None else target.mode, "threads": threads}  # threads: let go
+                    "mode": None if target is None else target.mode, "threads": threads,  # threads: let go
+                    "state_file_error": self.statefile.error}  # not written: a start after a crash attaches it again
         if request.cmd == "reload":
             if uid != 0:
                 raise EngineError("permission_denied", "only root may reload the daemon")
@@ -686,6 +689,7 @@ class Daemon:
                 "counter_source": self.counters.source.value,
                 "period_s": self.config.period_s, "domain_period_s": self.config.domain_period_s,
                 "domains": self.domains, "cpus": self.cpus, "loop": self.stats.as_json(self.config.period_s),
+                "state_file_error": self.statefile.error,  # null: written; else why not (StateFile.error)
             },
             "targets": [self.engine.describe(t, time.monotonic()) for t in targets],
         }

@@ -45,6 +45,9 @@ class StateFile:
         self._lock_lost_said = False
         self._made: list[Path] = []  # the state dir and its lock file where the first lock made them (unmake)
         self.restores_failed = 0  # of the last recover: threads whose original mask could not be put back
+        # why the last save did not write the file (a full disk, a read-only one); None: it did. status shows it:
+        # what the file holds then is older than what the daemon did, and a start after a crash would act on it
+        self.error: str | None = None
 
     def lock(self) -> None:
         """Refuse to start without a state dir to write in, or one another daemon uses:
@@ -161,10 +164,33 @@ class StateFile:
         try:
             self.path.parent.mkdir(exist_ok=True, mode=0o755)  # removed under us (a tmpfiles clean-up): made again
             write_state(self.path, state)
-        except OSError as exc:  # kept dirty: written again next period
-            log.error("state file not written", path=str(self.path), error=str(exc))
+        except OSError as exc:  # kept dirty: written again next period, said once (it was twice a period)
+            if str(exc) != self.error:
+                log.error("state file not written", path=str(self.path), error=str(exc), retried="each period, said again if it changes")
+            self.error = str(exc)
             return
+        if self.error is not None:
+            log.info("state file written again", path=str(self.path))
+            self.error = None
         self.dirty = False
+
+    def forget(self) -> None:
+        """At a clean stop whose last save failed, once every thread has its mask back:
+        remove the file, which tells of an older run. Left, the next start attached
+        again a target detached since (its detach could not be written) and pinned what
+        its program had set for itself. The targets attached by hand are not attached
+        again, which the file would have done. A removal frees room: it works on a full
+        disk."""
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            log.error("state file of an older state not removed: the next start acts on it", path=str(self.path),
+                      error=str(exc))
+            return
+        log.warning("state file removed at stop, its last write having failed: the targets attached by hand "
+                    "are not attached again at the next start", path=str(self.path), error=self.error)
 
     def recover(self, engine: Engine) -> list[dict]:
         """After a crash: put every thread the last run pinned back on its original

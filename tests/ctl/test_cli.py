@@ -588,7 +588,7 @@ def test_attach_detach_reload_and_status_json(daemon, workload):
     assert json.loads(r.stdout)["error"]["code"] == "already_attached"
     r = ctl("detach", "--json", str(w.pid), socket=daemon.socket)
     assert r.returncode == 0 and json.loads(r.stdout) == {"pid": w.pid, "restored": 3, "rule": None,
-                                                        "mode": "pin", "threads": 3}, r.stdout
+                                                        "mode": "pin", "threads": 3, "state_file_error": None}, r.stdout
     r = ctl("detach", "--json", str(w.pid), socket=daemon.socket)
     assert r.returncode == 1 and json.loads(r.stdout)["error"]["code"] == "not_attached"
     r = ctl("status", "--json", str(w.pid), socket=daemon.socket)

@@ -1827,6 +1827,50 @@ def whole_records(log: Path) -> list[dict]:
     return records
 
 
+@pytest.mark.skipif(len(ALL) < 2, reason="the program's own masks must differ from the originals")
+def test_a_detach_a_full_disk_kept_out_of_the_state_file_is_not_undone_by_the_next_start(tmp_path, workload):
+    """The state dir's disk filled after an attach: the detach could not be written,
+    and nothing said so; the stop's save failed too, so the next start attached the
+    detached target again from the old file and pinned over the masks its program had
+    set for itself since (review). The detach and status now say the file is not
+    written, the log says it once (it was twice a period), and a clean stop that
+    restored every thread removes the old file. The full disk is real (a 1 MiB tmpfs)."""
+    with small_tmpfs(tmp_path / "state") as state:
+        d = start_daemon(tmp_path)
+        w = workload(3)
+        tids = w.all_tids()
+        before = masks(tids)
+        d.request("attach", pid=w.pid)
+        wait_for(lambda: all_pinned(d, w.pid, len(tids)))
+        filler = fill(state)
+        try:
+            ctl = [sys.executable, "-m", "parlschedctl", "--socket", d.socket]
+            detach = subprocess.run([*ctl, "detach", "--json", str(w.pid)], capture_output=True, text=True, timeout=30)
+            assert "No space left on device" in json.loads(detach.stdout)["state_file_error"], detach
+            assert f"its next start would attach {w.pid} again" in detach.stderr
+            assert "No space left on device" in d.request("status")["daemon"]["state_file_error"]
+            status = subprocess.run([*ctl, "status"], capture_output=True, text=True, timeout=30).stdout
+            assert "warning: the state file could not be written (" in status
+            assert masks(tids) == before
+            own = {tid: frozenset({i % 2}) for i, tid in enumerate(tids)}  # the program's own, since
+            for tid, mask in own.items():
+                os.sched_setaffinity(tid, mask)
+            time.sleep(0.3)  # six periods, each trying to write
+            assert d.stop() == 0
+            assert not (state / "state.json").exists()
+            assert [r["event"] for r in whole_records(d.log)].count("state file not written") == 1
+        finally:
+            filler.unlink()
+        d2 = start_daemon(tmp_path)
+        try:
+            time.sleep(0.3)
+            assert w.pid not in target_pids(d2) and masks(tids) == own
+            assert d2.request("status")["daemon"]["state_file_error"] is None
+        finally:
+            assert d2.stop() == 0
+        assert masks(tids) == own
+
+
 def test_a_daemon_whose_log_disk_filled_logs_again_once_it_has_room(tmp_path, workload):
     """``parlschedd 2>>/var/log/parlschedd.log`` on a disk that fills up (ENOSPC) and is
     cleared: the lines meanwhile are lost, but the log goes on afterwards, saying how

@@ -147,6 +147,25 @@ def test_a_save_that_cannot_write_says_so_and_stays_dirty(tmp_path, engine) -> N
         sf.save(engine)
     [said] = _events(logs, "state file not written")
     assert said["path"] == str(sf.path) and sf.dirty and os.listdir(tmp_path) == ["state.json"]
+    assert "Is a directory" in sf.error
+    with structlog.testing.capture_logs() as logs:  # each period tries again: said once, not every time
+        sf.save(engine)
+    assert _events(logs, "state file not written") == [] and sf.dirty
+    sf.path.rmdir()
+    with structlog.testing.capture_logs() as logs:
+        sf.save(engine)
+    assert _events(logs, "state file written again") and sf.error is None and not sf.dirty
+
+
+def test_forget_removes_the_file_and_says_what_is_lost(tmp_path, engine) -> None:
+    sf = StateFile(tmp_path)
+    sf.save(engine)
+    sf.error = "No space left on device"
+    with structlog.testing.capture_logs() as logs:
+        sf.forget()
+        sf.forget()  # none left: nothing to say
+    assert not sf.path.exists() and len(_events(logs, "state file removed at stop, its last write having failed: "
+                                                 "the targets attached by hand are not attached again at the next start")) == 1
 
 
 def test_no_state_file_recovers_nothing(tmp_path, engine) -> None:
