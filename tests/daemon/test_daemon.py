@@ -47,7 +47,7 @@ def test_attach_pins_and_detach_restores_exact_masks(daemon, workload):
     assert {t["tid"] for t in reply["target"]["threads"]} == set(tids)
     assert wait_for(lambda: pinned_where_shown(daemon, w.pid, len(tids))), "status must say where the thread is pinned"
     assert daemon.request("detach", pid=w.pid) == {"pid": w.pid, "restored": len(tids), "rule": None,
-                                                  "mode": "pin", "threads": len(tids)}
+                                                  "mode": "pin", "threads": len(tids), "state_file_error": None}
     assert masks(tids) == before
     assert daemon.request("status")["targets"] == []
 
