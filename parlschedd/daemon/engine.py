@@ -160,7 +160,9 @@ class Engine:
         self._gone.pop(pid, None)  # a reused pid: the exit recorded is another process's
         self.on_change()  # a new target shows even before it has a thread
         try:
+            checked = procfs.start_time_now()
             self._refresh(target, now)
+            target.known_before = checked
         except BaseException:  # a bug: refused whole, not left half attached and failing every period
             self._release(target, keep_hand_overs=True)  # the threads someone else set stay theirs
             raise
@@ -320,6 +322,7 @@ class Engine:
         state file that restores every thread it changed; while the write fails, the
         threads it would cover stay as they are."""
         live = []
+        checked = procfs.start_time_now()
         for target in list(self.targets.values()):
             try:
                 if not self._unchanged(target, now):
@@ -327,6 +330,7 @@ class Engine:
                         self._drop_exited(target)
                         continue
                     self._refresh(target, now)
+                target.known_before = checked
                 live.append(target)
             except Exception as exc:  # a bug must cost one target's period, never the daemon
                 self._period_failed(target, exc)

@@ -262,35 +262,41 @@ class StateFile:
 
 
 def processes(engine: Engine) -> list[list]:
-    """Each process with threads the pinner holds, as [pid, start time, [those tids]]:
-    the next run, after a crash, gives back the threads they made while no daemon ran
-    even when every one of them has ended since (their successors carry their pins)."""
-    by_process: dict[int, list[int]] = {}
+    """Each process with threads the pinner holds, as [pid, start time, [those tids],
+    known before]: the next run, after a crash, gives back the threads they made while
+    no daemon ran even when every one of them has ended since (their successors carry
+    their pins), and those made after its target's last listing or count
+    (``Target.known_before``), which the file cannot name either."""
+    by_process: dict[int, tuple[list[int], int | None]] = {}
     for target in engine.targets.values():
         for tid, th in target.threads.items():
             if tid in engine.pinner.records:
-                by_process.setdefault(th.process or target.pid, []).append(tid)
+                by_process.setdefault(th.process or target.pid, ([], target.known_before))[0].append(tid)
     saved = []
-    for pid, tids in sorted(by_process.items()):
+    for pid, (tids, known_before) in sorted(by_process.items()):
         if (start := engine.start_time(pid)) is not None:
-            saved.append([pid, start, sorted(tids)])
+            saved.append([pid, start, sorted(tids), known_before])
     return saved
 
 
-def _saved_processes(state: dict) -> list[tuple[int, int, list[int]]]:
-    """The state's ``processes`` as written; what is not (a file written before it
-    kept them, or damaged) is left out: its threads' processes are found from the
-    threads restored alone."""
+def _saved_processes(state: dict) -> list[tuple[int, int, list[int], int | None]]:
+    """The state's ``processes`` as written (known before: None in a file written
+    before it was kept); what is not (a file written before they were kept, or
+    damaged) is left out: its threads' processes are found from the threads restored
+    alone."""
     saved = state.get("processes")
     if not isinstance(saved, list):
         return []
-    return [(pid, start, tids) for pid, start, tids in (e for e in saved if isinstance(e, list) and len(e) == 3)
-            if is_integer(pid) and is_integer(start) and isinstance(tids, list) and all(map(is_integer, tids))]
+    entries = ((*e, None) if len(e) == 3 else e for e in saved if isinstance(e, list) and len(e) in (3, 4))
+    return [(pid, start, tids, known) for pid, start, tids, known in entries
+            if is_integer(pid) and is_integer(start) and isinstance(tids, list) and all(map(is_integer, tids))
+            and (known is None or is_integer(known))]
 
 
 def _give_back_born_while_down(pinner: Pinner, restored: Sequence[int], records: Mapping[int, PinRecord],
                                theirs: Mapping[int, int], placements: frozenset[frozenset[int]] | None,
-                               since: object, saved: Sequence[tuple[int, int, list[int]]], proc_root: str) -> int:
+                               since: object, saved: Sequence[tuple[int, int, list[int], int | None]],
+                               proc_root: str) -> int:
     """Threads created while no daemon ran by a thread the last run had pinned carry
     its pin, and the state file knows nothing of them; adopted with it, they would
     keep it for good. So each process of a thread just ``restored``, and each process
@@ -305,16 +311,23 @@ def _give_back_born_while_down(pinner: Pinner, restored: Sequence[int], records:
     mask is every CPU, as an unmanaged thread's is; not one handed over to someone
     else, whose mask may be a pin's); those handed over to someone else
     (``theirs``: tid -> start time). Returns how many were given back: none from a file
-    that does not say when it was saved or what it pinned to."""
+    that does not say when it was saved or what it pinned to.
+
+    A process whose entry in ``saved`` says when its threads were last known whole
+    (``Target.known_before``) counts its births from then: one born after its target's
+    last listing or count but before the save was not recorded, and with ``since`` it
+    counted as a thread the last run left alone, its inherited pin keeping every
+    thread born while down with that pin from being given back (on 2 CPUs, all)."""
     if not isinstance(since, int) or placements is None:
         return 0
+    known_before = {pid: known for pid, _, _, known in saved if known is not None}
     recorded_in: dict[int, set[int]] = {}
     for tid in restored:
         try:
             recorded_in.setdefault(procfs.thread_group(tid, proc_root), set()).add(tid)
         except (HostError, ValueError):
             continue  # gone since
-    for pid, start, tids in saved:
+    for pid, start, tids, _ in saved:
         try:
             if procfs.process_start_time(pid, proc_root) == start:
                 recorded_in.setdefault(pid, set()).update(t for t in tids if t in records)
@@ -332,6 +345,7 @@ def _give_back_born_while_down(pinner: Pinner, restored: Sequence[int], records:
             continue
         unmanaged: set[frozenset[int]] = set()  # the masks of threads the last run did not manage
         born: list[tuple[int, int, frozenset[int]]] = []
+        born_since = min(since, known_before.get(pid, since))
         for tid in tids:
             if tid in records:
                 continue
@@ -339,7 +353,7 @@ def _give_back_born_while_down(pinner: Pinner, restored: Sequence[int], records:
                 start, mask = procfs.thread_start_time(tid, proc_root), pinner.mask_of(tid)
             except (HostError, ValueError):
                 continue  # gone
-            if start < since:
+            if start < born_since:
                 if theirs.get(tid) != start:  # one handed over may have our pin's mask: no creator to go by
                     unmanaged.add(mask)
             elif theirs.get(tid) != start and pinner.pinned_by_last_run(tid, mask):

@@ -150,6 +150,10 @@ class Target:
     # listing saw only threads this target watches (else None: list every period)
     births_at: tuple[int, int] | None = None
     listed_at: float = float("-inf")  # when it was last listed (Engine._refresh)
+    # the last moment (boot clock ticks, procfs.start_time_now) before which every thread
+    # born is known, adopted or not: checked then by a listing or a count. In the state
+    # file: after a crash, an unrecorded thread born since came of a thread it pinned
+    known_before: int | None = None
     # masks of ours that our pins replaced since that listing: a thread born before such
     # a move inherited the mask its creator had then (Engine._ours)
     moved_from: set[frozenset[int]] = field(default_factory=set)
