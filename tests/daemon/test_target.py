@@ -89,15 +89,14 @@ def test_a_row_not_read_is_not_measured_and_its_next_rate_spans_both_periods() -
 
 def test_a_row_whose_clock_did_not_advance_is_not_measured() -> None:
     """A read at the time of the last (a period right after adoption) has no rate:
-    NaN, never an infinity or a division by zero. The row keeps its last reading, so
-    that the next rate counts what it did since then (the reading was taken as the
-    last, and the 10 counted in between were lost)."""
+    NaN, never an infinity or a division by zero; the reading becomes the last, as the
+    next period's read comes at the same offset from its stamp."""
     r = Roster.aligned(np.array([3]), None, _threads(3))
     with np.errstate(all="raise"):
         assert r.read(np.array([40.0]), 3.5) == 0
-    assert np.isnan(r.utility[0]) and (r.last[0], r.since[0]) == (30.0, 3.5)
+    assert np.isnan(r.utility[0]) and (r.last[0], r.since[0]) == (40.0, 3.5)
     r.read(np.array([70.0]), 23.5)
-    assert r.utility.tolist() == [2.0]  # 40 over the 20 s since 3.5 s
+    assert r.utility.tolist() == [1.5]  # 30 over the 20 s since 3.5 s
 
 
 def test_the_rows_to_move_are_those_placed_anew_unpinned_or_free_in_another_domain() -> None:
