@@ -412,9 +412,7 @@ class Daemon:
         else:
             log.info("threads left as placed (restore_on_exit: false); the next start restores them from the state "
                      "file", threads=len(self.engine.pinner.records), state_file=str(self.statefile.path))
-        self.statefile.save(self.engine, hand_attached)
-        if self.statefile.error is not None and not self.engine.pinner.records:
-            self.statefile.forget()
+        self.statefile.save_at_stop(self.engine, hand_attached)
         self.counters.close_all()
         if self.metrics is not None:
             self.metrics.close()

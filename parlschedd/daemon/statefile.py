@@ -174,23 +174,29 @@ class StateFile:
             self.error = None
         self.dirty = False
 
-    def forget(self) -> None:
-        """At a clean stop whose last save failed, once every thread has its mask back:
-        remove the file, which tells of an older run. Left, the next start attached
-        again a target detached since (its detach could not be written) and pinned what
-        its program had set for itself. The targets attached by hand are not attached
-        again, which the file would have done. A removal frees room: it works on a full
-        disk."""
+    def save_at_stop(self, engine: Engine, targets: list[dict]) -> None:
+        """The last save, at a clean stop. Where it fails (a full disk) once every
+        thread has its mask back, the older file is removed, and the save tried again
+        in the room that frees: left, that file made the next start attach again a
+        target detached since (its detach could not be written) and pin over the masks
+        its program had set for itself. Where the second try fails too, the next start
+        forgets what only the file kept: the targets attached by hand, the rule
+        matches detached by hand, the threads handed over."""
+        self.save(engine, targets)
+        if self.error is None or engine.pinner.records:  # records: restore_on_exit false, whose originals it holds
+            return
         try:
             os.unlink(self.path)
         except FileNotFoundError:
-            return
+            pass
         except OSError as exc:
-            log.error("state file of an older state not removed: the next start acts on it", path=str(self.path),
-                      error=str(exc))
+            log.error("older state file not removed: the next start acts on it", path=str(self.path), error=str(exc))
             return
-        log.warning("state file removed at stop, its last write having failed: the targets attached by hand "
-                    "are not attached again at the next start", path=str(self.path), error=self.error)
+        self.save(engine, targets)
+        if self.error is not None:
+            log.error("state file removed at stop, and not written again: the next start attaches none of the targets "
+                      "attached by hand, and the config rules attach again the processes detached from them by hand",
+                      path=str(self.path), error=self.error)
 
     def recover(self, engine: Engine) -> list[dict]:
         """After a crash: put every thread the last run pinned back on its original

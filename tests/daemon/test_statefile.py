@@ -161,15 +161,23 @@ def test_a_save_that_cannot_write_says_so_and_stays_dirty(tmp_path, engine) -> N
     assert _events(logs, "state file written again") and sf.error is None and not sf.dirty
 
 
-def test_forget_removes_the_file_and_says_what_is_lost(tmp_path, engine) -> None:
-    sf = StateFile(tmp_path)
-    sf.save(engine)
-    sf.error = "No space left on device"
-    with structlog.testing.capture_logs() as logs:
-        sf.forget()
-        sf.forget()  # none left: nothing to say
-    assert not sf.path.exists() and len(_events(logs, "state file removed at stop, its last write having failed: "
-                                                 "the targets attached by hand are not attached again at the next start")) == 1
+def test_a_stop_whose_save_fails_removes_the_older_file_and_writes_again_in_the_room_freed(tmp_path, engine) -> None:
+    """A full disk (a real 1 MiB tmpfs): the older file, which named a target since
+    detached, is removed, which frees the room the new one takes."""
+    from tests.daemon.test_daemon import fill, small_tmpfs
+
+    with small_tmpfs(tmp_path / "disk") as disk:
+        sf = StateFile(disk)
+        sf.save(engine, [{"pid": 1234, "observe": False, "threads": None, "descendants": False}] * 200)
+        older = sf.path.stat().st_size
+        filler = fill(disk)
+        try:
+            with structlog.testing.capture_logs() as logs:
+                sf.save_at_stop(engine, [])
+            assert sf.error is None and json.loads(sf.path.read_text())["targets"] == []
+            assert older > sf.path.stat().st_size and _events(logs, "state file not written")
+        finally:
+            filler.unlink()
 
 
 def test_no_state_file_recovers_nothing(tmp_path, engine) -> None:
