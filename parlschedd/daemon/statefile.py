@@ -155,7 +155,7 @@ class StateFile:
         rule matches left alone, the masks this run pins to (by which the next run
         judges the records) and the processes of the threads recorded (``processes``)."""
         state = {"version": STATE_VERSION, "pinner": engine.pinner.to_json(),
-                 "processes": processes(engine),
+                 "processes": processes(engine), "known_before": known_before(engine),
                  "targets": by_hand(engine) if targets is None else targets,
                  "handed_over": sorted([tid, start] for tid, start in engine.handed_over.items()),
                  "left_alone": sorted([pid, start] for pid, start in engine.left_alone.items()),
@@ -234,7 +234,8 @@ class StateFile:
                                                  *([t, records[t].start_time] for t in report.kept)],
                                                 procfs.thread_start_time, "tid", engine.proc_root))
         born = _give_back_born_while_down(old, report.restored, records, engine.handed_over, placements,
-                                          state.get("saved_at"), _saved_processes(state), engine.proc_root)
+                                          state.get("saved_at"), _saved_processes(state), _saved_known_before(state),
+                                          engine.proc_root)
         if report.restored or report.gone or report.failed or report.kept or born:
             log.info("recovered from previous run", restored=len(report.restored), gone=len(report.gone),
                      failed=len(report.failed), left_as_set_by_someone_else=len(report.kept), born_while_down=born)
@@ -268,41 +269,54 @@ class StateFile:
 
 
 def processes(engine: Engine) -> list[list]:
-    """Each process with threads the pinner holds, as [pid, start time, [those tids],
-    known before]: the next run, after a crash, gives back the threads they made while
-    no daemon ran even when every one of them has ended since (their successors carry
-    their pins), and those made after its target's last listing or count
-    (``Target.known_before``), which the file cannot name either."""
-    by_process: dict[int, tuple[list[int], int | None]] = {}
+    """Each process with threads the pinner holds, as [pid, start time, [those tids]]:
+    the next run, after a crash, gives back the threads they made while no daemon ran
+    even when every one of them has ended since (their successors carry their pins)."""
+    by_process: dict[int, list[int]] = {}
     for target in engine.targets.values():
         for tid, th in target.threads.items():
             if tid in engine.pinner.records:
-                by_process.setdefault(th.process or target.pid, ([], target.known_before))[0].append(tid)
+                by_process.setdefault(th.process or target.pid, []).append(tid)
     saved = []
-    for pid, (tids, known_before) in sorted(by_process.items()):
+    for pid, tids in sorted(by_process.items()):
         if (start := engine.start_time(pid)) is not None:
-            saved.append([pid, start, sorted(tids), known_before])
+            saved.append([pid, start, sorted(tids)])
     return saved
 
 
-def _saved_processes(state: dict) -> list[tuple[int, int, list[int], int | None]]:
-    """The state's ``processes`` as written (known before: None in a file written
-    before it was kept); what is not (a file written before they were kept, or
-    damaged) is left out: its threads' processes are found from the threads restored
-    alone."""
+def known_before(engine: Engine) -> list[list[int]]:
+    """Each process of a target, as [pid, the target's ``known_before``]: after a
+    crash, the threads it made since its target's last listing or count, which the
+    file cannot name, are counted as born while no daemon ran. A key of its own: a
+    daemon of before it reads ``processes`` as it wrote them."""
+    return sorted([pid, target.known_before] for target in engine.targets.values() if target.known_before is not None
+                  for pid in {target.pid, *(th.process for th in target.threads.values() if th.process)})
+
+
+def _saved_processes(state: dict) -> list[tuple[int, int, list[int]]]:
+    """The state's ``processes`` as written; what is not (a file written before it
+    kept them, or damaged) is left out: its threads' processes are found from the
+    threads restored alone."""
     saved = state.get("processes")
     if not isinstance(saved, list):
         return []
-    entries = ((*e, None) if len(e) == 3 else e for e in saved if isinstance(e, list) and len(e) in (3, 4))
-    return [(pid, start, tids, known) for pid, start, tids, known in entries
-            if is_integer(pid) and is_integer(start) and isinstance(tids, list) and all(map(is_integer, tids))
-            and (known is None or is_integer(known))]
+    return [(pid, start, tids) for pid, start, tids in (e for e in saved if isinstance(e, list) and len(e) == 3)
+            if is_integer(pid) and is_integer(start) and isinstance(tids, list) and all(map(is_integer, tids))]
+
+
+def _saved_known_before(state: dict) -> dict[int, int]:
+    """The state's ``known_before`` as written ({} from a file written before it)."""
+    saved = state.get("known_before")
+    if not isinstance(saved, list):
+        return {}
+    return {pid: ticks for pid, ticks in (e for e in saved if isinstance(e, list) and len(e) == 2)
+            if is_integer(pid) and is_integer(ticks)}
 
 
 def _give_back_born_while_down(pinner: Pinner, restored: Sequence[int], records: Mapping[int, PinRecord],
                                theirs: Mapping[int, int], placements: frozenset[frozenset[int]] | None,
-                               since: object, saved: Sequence[tuple[int, int, list[int], int | None]],
-                               proc_root: str) -> int:
+                               since: object, saved: Sequence[tuple[int, int, list[int]]],
+                               known_before: Mapping[int, int], proc_root: str) -> int:
     """Threads created while no daemon ran by a thread the last run had pinned carry
     its pin, and the state file knows nothing of them; adopted with it, they would
     keep it for good. So each process of a thread just ``restored``, and each process
@@ -319,21 +333,20 @@ def _give_back_born_while_down(pinner: Pinner, restored: Sequence[int], records:
     (``theirs``: tid -> start time). Returns how many were given back: none from a file
     that does not say when it was saved or what it pinned to.
 
-    A process whose entry in ``saved`` says when its threads were last known whole
+    A process ``known_before`` says when its threads were last known whole
     (``Target.known_before``) counts its births from then: one born after its target's
     last listing or count but before the save was not recorded, and with ``since`` it
     counted as a thread the last run left alone, its inherited pin keeping every
     thread born while down with that pin from being given back (on 2 CPUs, all)."""
     if not isinstance(since, int) or placements is None:
         return 0
-    known_before = {pid: known for pid, _, _, known in saved if known is not None}
     recorded_in: dict[int, set[int]] = {}
     for tid in restored:
         try:
             recorded_in.setdefault(procfs.thread_group(tid, proc_root), set()).add(tid)
         except (HostError, ValueError):
             continue  # gone since
-    for pid, start, tids, _ in saved:
+    for pid, start, tids in saved:
         try:
             if procfs.process_start_time(pid, proc_root) == start:
                 recorded_in.setdefault(pid, set()).update(t for t in tids if t in records)

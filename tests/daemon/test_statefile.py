@@ -109,7 +109,7 @@ def test_a_save_writes_the_engines_state_in_a_file_of_its_own(tmp_path, engine, 
     assert saved == {"version": 1, "pinner": {"version": 1, "threads": {str(tid): _record(tid, ALL, ALL)}},
                      "targets": [{"pid": 1}], "handed_over": [[3, 1], [9, 2]], "left_alone": [[4, 6], [8, 5]],
                      "placements": sorted(format_cpulist(p) for p in engine.placements),
-                     "processes": []}  # of the targets' threads recorded: none here
+                     "processes": [], "known_before": []}  # of the targets' threads recorded: none here
     assert stat.S_IMODE(sf.path.stat().st_mode) == 0o600 and os.listdir(tmp_path) == ["state.json"]
     assert not sf.dirty
 
@@ -125,9 +125,10 @@ def test_a_save_names_the_processes_of_the_threads_recorded(tmp_path, engine, pr
     sf.save(engine)
     recorded = sorted(engine.pinner.records)
     assert recorded and set(recorded) <= set(tids_of(proc.pid))
-    [[pid, start, tids, known_before]] = json.loads(sf.path.read_text())["processes"]
-    assert [pid, start, tids] == [proc.pid, procfs.process_start_time(proc.pid), recorded]
-    assert checked <= known_before <= procfs.start_time_now()
+    saved = json.loads(sf.path.read_text())
+    assert saved["processes"] == [[proc.pid, procfs.process_start_time(proc.pid), recorded]]  # as a daemon before read it
+    [[pid, known_before]] = saved["known_before"]
+    assert pid == proc.pid and checked <= known_before <= procfs.start_time_now()
 
 
 def test_a_state_dir_removed_under_the_daemon_is_made_again_by_the_next_save(tmp_path, engine) -> None:
@@ -422,7 +423,8 @@ def test_a_thread_born_after_the_last_listing_but_before_the_save_is_given_back_
     [while_down] = set(w.command("spawn")) - {worker, before_save}
     assert os.sched_getaffinity(before_save) == os.sched_getaffinity(while_down) == PIN
     state = {"placements": ["0", "1", format_cpulist(ALL)], "saved_at": saved_at,
-             "processes": [[w.pid, procfs.process_start_time(w.pid), [w.pid, worker], known_before]]}
+             "processes": [[w.pid, procfs.process_start_time(w.pid), [w.pid, worker]]],
+             "known_before": [[w.pid, known_before]]}
     sf = StateFile(tmp_path)
     _write(sf, {t: _record(t, ALL, PIN) for t in (w.pid, worker)}, **state)
     with structlog.testing.capture_logs() as logs:
