@@ -43,7 +43,7 @@ from parlschedd.cpulist import format_cpulist
 from parlschedd.host.perf import CounterSet, detect_source, raise_fd_limit
 from parlschedd.host.privileges import CAP_SYS_NICE, effective_capabilities, perfmon_capable, user_namespace_map
 from parlschedd.hostcheck import (config_file_untrusted, metrics_port_taken, narrowings, one_line, refusals,
-                                  sweeping_rules)
+                                  state_dir_problem, sweeping_rules)
 from parlschedd.topology import NoCpusFound, TopologyError, online_cpus, read_topology
 from parlschedd.words import signal_name
 
@@ -100,7 +100,7 @@ def put_back_after_refusal(state_dir: str, proc_root: str = procfs.PROC_ROOT, sy
             state.lock()
         except StateDirUnusable:
             read_only = bool(os.statvfs(state.path.parent).f_flag & os.ST_RDONLY)
-            if not read_only:
+            if not read_only or state_dir_problem(str(state.path.parent), os.geteuid()):  # trusted as lock() trusts
                 raise
             state.lock_to_read()
     except (OSError, StateDirUnusable):  # a dir closed to this user, or in use

@@ -281,23 +281,28 @@ def test_a_start_refused_after_a_crash_puts_the_pins_back(tmp_path, workload):
 
 
 @pytest.mark.skipif(len(ALL) < 2, reason="a pin must differ from the original mask")
-def test_a_start_refused_for_a_read_only_state_dir_puts_the_pins_back(tmp_path, workload):
+@pytest.mark.parametrize("trusted", [True, False], ids=["trusted", "writable by all"])
+def test_a_start_refused_for_a_read_only_state_dir_puts_the_pins_back(tmp_path, workload, trusted):
     """After a crash, the state dir's file system went read-only: the start is refused
     ("cannot use state dir ...: Read-only file system ... choose another --state-dir")
     and left the dead daemon's pins on, its lock file not being open to write; the
     advice, followed, left them for good (review). Restoring only reads the file: the
-    masks are put back, the file is left as it was. The read-only mount is real (a bind
+    masks are put back, the file is left as it was; not from a dir the start would not
+    trust (writable by all), as from a writable one. The read-only mount is real (a bind
     mount of the state dir, remounted read-only)."""
     d, w, before = crashed_with_pins(tmp_path, workload)
     state = tmp_path / "state"
     saved = (state / "state.json").read_bytes()
+    pinned = masks(before)
+    if not trusted:
+        state.chmod(0o777)
     if subprocess.run(["mount", "--bind", str(state), str(state)]).returncode != 0:
         pytest.skip("cannot bind-mount here")
     try:
         assert subprocess.run(["mount", "-o", "remount,bind,ro", str(state), str(state)]).returncode == 0
         proc = refused_start(d.config, tmp_path / "ctl.sock", state)
-        assert proc.returncode == REFUSED and "Read-only file system" in proc.stderr, proc.stderr
-        assert masks(before) == before, "the refusal left the pins of the crashed run"
+        assert proc.returncode == REFUSED and ("Read-only file system" if trusted else "writable") in proc.stderr, proc.stderr
+        assert masks(before) == (before if trusted else pinned), "the refusal left the pins of the crashed run"
         assert (state / "state.json").read_bytes() == saved
     finally:
         subprocess.run(["umount", "-l", str(state)], check=False)
