@@ -278,14 +278,16 @@ def fit(cluster_path: str, data_path: str, method: str, repeat: int, seed: int |
     if out_path:
         with writing(out_path):
             save_params(out_path, document)
-    _emit(as_json, document, _fit_text(est, summary, out_path, loo_seconds))
+    paper_seconds = None if paper is None else sum(paper.repetition_seconds_)
+    _emit(as_json, document, _fit_text(est, summary, out_path, loo_seconds, paper_seconds))
     if drawn:
         click.echo(f"parlschedctl model: seed {seed} drawn; --seed {seed} fits the same again", err=True)
     for note in summary.poor_fit_notes():
         click.echo(f"parlschedctl model: {note}", err=True)
 
 
-def _fit_text(est: EnergyTimeModel, s: FitSummary, out_path: str | None, loo_seconds: float) -> str:
+def _fit_text(est: EnergyTimeModel, s: FitSummary, out_path: str | None, loo_seconds: float,
+              paper_seconds: float | None) -> str:
     lines = [f"{'parameter':<22} {'value':>14}" + (f" {'RSD %':>8}" if est.repeat > 1 else "")]  # one fit has no RSD
     for name, value in est.parameters().items():
         r = est.rsd_.get(name, float("nan"))
@@ -305,7 +307,9 @@ def _fit_text(est: EnergyTimeModel, s: FitSummary, out_path: str | None, loo_sec
     lines += ["", *(f"{label:<{width}} {pair(d)}" for label, d in rows.items())]
     shown = list(rows.values())
     lines += _why_undefined([d.time for d in shown], [d.energy for d in shown])
-    lines.append(f"fitted in {s.fit_seconds:.1f} s" + (f", leave-one-out in {loo_seconds:.1f} s more" if s.leave_one_out else "")
+    paper = "" if paper_seconds is None else f", the paper's eq. 7 in {paper_seconds:.1f} s more"
+    lines.append(f"fitted in {s.fit_seconds:.1f} s{paper}"
+                 + (f", leave-one-out in {loo_seconds:.1f} s more" if s.leave_one_out else "")
                  + (f"; wrote {out_path}" if out_path else ""))
     return "\n".join(lines + _variant_line(est))
 
@@ -316,6 +320,12 @@ def _variant_of(est: EnergyTimeModel, before: str = "") -> str:
     if est.master_power == PAPERS_MASTER_POWER or est.energy_params_ is None:
         return ""
     return f"{before}{est.master_power} variant of eq. 7"
+
+
+def _master_power(est: EnergyTimeModel) -> str | None:
+    """JSON's ``master_power``: none for a model fitted without energies, which has no
+    energy model to name."""
+    return None if est.energy_params_ is None else est.master_power
 
 
 def _variant_line(est: EnergyTimeModel) -> list[str]:
@@ -347,7 +357,7 @@ def predict(params_path: str, nsp: tuple[int, ...] | None, as_json: bool) -> Non
     text = "\n".join([f"{'nsp':>4} {'time_s':>10} {'energy_wh':>10}"]
                      + [f"{r['nsp']:>4} {_cell(r['time_s'], 10, '.2f')} {_cell(r['energy_wh'], 10, '.3f')}" for r in rows]
                      + _variant_line(fitted.model))
-    _emit(as_json, {"predictions": rows, "master_power": fitted.model.master_power}, text)
+    _emit(as_json, {"predictions": rows, "master_power": _master_power(fitted.model)}, text)
 
 
 def _cell(x: float | None, width: int, spec: str, scale: float = 1) -> str:
@@ -392,7 +402,7 @@ def validate(params_path: str, data_path: str, as_json: bool) -> None:
     lines += _variant_line(fitted.model)
     # notes: why an NRMSE is null though measured (undefined), which JSON's null alone does not tell from n/a
     _emit(as_json, report.to_dict() | {"extrapolated_nsp": outside, "notes": undefined,
-                                       "master_power": fitted.model.master_power},
+                                       "master_power": _master_power(fitted.model)},
           "\n".join(lines + [""] + _per_nsp_table(report.models)))
 
 
@@ -491,7 +501,7 @@ def recommend(params_path: str, goal: str, nsp: tuple[int, ...] | None, as_json:
                    "gap and may be far off; measure it before choosing", err=True)
     if goal != "time":
         text = "\n".join([text, *_variant_line(fitted.model)])
-    _emit(as_json, best.to_dict() | extrapolation | {"nearest_fitted_nsp": nearest, "master_power": fitted.model.master_power},
+    _emit(as_json, best.to_dict() | extrapolation | {"nearest_fitted_nsp": nearest, "master_power": _master_power(fitted.model)},
           text)
 
 

@@ -149,7 +149,7 @@ class _ByDeadline(socket.SocketIO):
         left = self.deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError(f"the request took longer than {SCRAPE_TIMEOUT_S:g} s")
-        self._sock.settimeout(left)  # also bounds the reply's sendall, which follows the last read
+        self._sock.settimeout(left)  # the reply's sendall, after the last read, gets what was left then
         return super().readinto(b)
 
 

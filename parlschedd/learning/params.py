@@ -50,11 +50,12 @@ class LearningParams:
             rest is spread uniformly over the domain's cores, so a thread starts as the
             kernel would place it and pins only as pinning earns reward.
     reward: "thread" (each thread is reinforced by its own utility, the paper's
-            selfish game) or "target" (every thread of a target by the sum of the
-            target's utilities: the application's throughput; spec, "Measured
-            headroom": the selfish game's equilibria are not what is best for
-            work-sharing threads). Level 2 only: Level 1 always weighs a domain by
-            the thread's own utility.
+            selfish game) or "target" (every thread of a target that ran in the
+            period by the sum of the utilities of its threads measured then: the
+            application's throughput; spec, "Measured headroom": the selfish game's
+            equilibria are not what is best for work-sharing threads; a thread that
+            did not run learns nothing, as with its own reward). Level 2 only: Level 1
+            always weighs a domain by the thread's own utility.
     seed:   seed of the random generator; None draws one from the OS.
     """
 

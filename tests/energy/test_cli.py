@@ -213,6 +213,7 @@ def test_a_variant_is_fitted_and_shown_beside_the_papers_model_and_named_whereve
             "whole-run", "--out", str(out), *QUICK)
     assert r.exit_code == 0, r.output
     assert "NRMSE best of 1 (de, whole-run variant of eq. 7):" in r.stdout
+    assert re.search(r"fitted in \d+\.\d s, the paper's eq\. 7 in \d+\.\d s more", r.stdout)
     assert re.search(r"the paper's eq\. 7, best of 1: +time 0\.\d+, energy 0\.\d+", r.stdout)
     doc = json.loads(out.read_text())
     assert doc["model"]["master_power"] == "whole-run" and set(doc["fit"]["paper_nrmse"]) == {"time", "energy"}
@@ -387,10 +388,15 @@ def test_measure_then_fit_time_only(tmp_path):
     assert lines[0] == "nsp,time_s_r1,energy_wh_r1,time_s_mean,energy_wh_mean" and lines[1].endswith(",")
     cluster = tmp_path / "c.yaml"
     cluster.write_text(CLUSTER_YAML.read_text().replace("[1, 32]", "[1, 6]"))
-    r = CliRunner().invoke(cli, ["model", "fit", "--cluster", str(cluster), "--data", str(out), "--json", *QUICK])
+    params = tmp_path / "p.json"
+    r = CliRunner().invoke(cli, ["model", "fit", "--cluster", str(cluster), "--data", str(out), "--json",
+                                 "--master-power", "whole-run", "--out", str(params), *QUICK])
     assert r.exit_code == 0, r.output
     doc = json.loads(r.output[r.output.index("{"):])
     assert doc["fit"]["nrmse"]["energy"] is None and len(doc["model"]["parameters"]) == 8
+    assert "paper_nrmse" not in doc["fit"]  # no energy model, no variant of one: nothing fitted beside it
+    predicted = run("model", "predict", "--params", str(params), "--json").stdout
+    assert json.loads(predicted)["master_power"] is None
 
 
 def test_measure_reads_rapl(tmp_path):
