@@ -333,6 +333,7 @@ class Engine:
                 target.known_before = checked
                 live.append(target)
             except Exception as exc:  # a bug must cost one target's period, never the daemon
+                target.known_before = None  # not known whole: a recovery counts its births from the save
                 self._period_failed(target, exc)
         if self._unsaved and self.persist():
             self._unsaved.clear()

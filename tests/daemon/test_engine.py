@@ -223,6 +223,28 @@ def test_an_attach_that_fails_on_a_bug_leaves_nothing_attached_or_changed(worklo
         assert set(engine.targets[w.pid].threads) == set(w.all_tids())
 
 
+def test_a_target_whose_threads_were_known_whole_says_since_when_and_one_whose_listing_failed_does_not(
+        workload, monkeypatch) -> None:
+    """``known_before`` (the state file's: a recovery counts the births from it) is the
+    moment the period's check began, for a target listed or counted in it; a listing
+    that failed on a bug leaves it unknown, rather than at an older moment, from which
+    ever more threads would count as born while no daemon ran (final review)."""
+    engine, counters = _pin_engine()
+    w = workload(2)
+    with _released(engine, counters):
+        target = engine.attach(w.pid, time.monotonic())
+        checked = procfs.start_time_now()
+        engine.tick(time.monotonic())
+        assert checked <= target.known_before <= procfs.start_time_now()
+
+        def failing(*args: object) -> None:
+            raise RuntimeError("injected")
+
+        monkeypatch.setattr(engine, "_unchanged", failing)
+        engine.tick(time.monotonic())
+        assert target.known_before is None
+
+
 @needs_root
 def test_a_thread_born_as_another_exits_is_adopted_the_next_period(workload) -> None:
     """Between two periods one thread exits and another starts: the thread count is
