@@ -83,11 +83,12 @@ def energy_rows(energy_wh: np.ndarray | None) -> np.ndarray | None:
 
 
 def _cell(value: str | None, column: str, source: str, line: int) -> float:
-    if value is None or value.strip() == "":
+    text = "" if value is None else value.strip()  # float() strips less: '\x1d3.7' was a bare ValueError
+    if text == "":
         return math.nan
-    if not _DECIMAL.fullmatch(value.strip()):
+    if not _DECIMAL.fullmatch(text):
         raise MeasurementsError(source, line, f"column {column}: not a number: {value!r}")
-    x = float(value)
+    x = float(text)
     if math.isnan(x) or x <= 0:
         raise MeasurementsError(source, line, f"column {column}: must be a positive number, got {value!r}")
     if x > MAX_MEASURED:  # inf too: '1e400' was said not to be positive

@@ -126,6 +126,14 @@ def test_blank_lines_are_no_rows(tmp_path):
     assert m.nsp.tolist() == [1, 2] and m.time_s.tolist() == [10.0, 12.0]
 
 
+def test_a_number_after_a_separator_control_character_is_read_as_around_blanks(tmp_path):
+    """Python strips \x1c-\x1f and NBSP as blanks, float() does not: a cell '\x1d3.73'
+    passed the number check on its stripped text and float() then raised a bare
+    ValueError, printed without file or line (found by fuzz/fuzz_energy.py)."""
+    m = load_measurements(write(tmp_path, "nsp,time_s_mean\n1,\x1d3.73\n2,\u00a04\n"))
+    assert m.time_s.tolist() == [3.73, 4.0]
+
+
 def test_means_from_repetitions_and_empty_energy(tmp_path):
     m = load_measurements(write(tmp_path, "nsp,time_s_r1,time_s_r2,energy_wh_r1\n2,4,6,\n1,10,12,\n"))
     assert m.nsp.tolist() == [1, 2] and m.time_s.tolist() == [11.0, 5.0]
