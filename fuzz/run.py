@@ -2,8 +2,9 @@
 
     sudo .venv/bin/python fuzz/run.py [--seconds 60]
 
-Half the time goes to fuzz_protocol.py (parse_request in-process, coverage-guided),
-half to fuzz_socket.py (a real daemon's socket, as uid nobody). Around the socket run a
+A third of the time goes to fuzz_protocol.py (parse_request in-process,
+coverage-guided), a third to fuzz_socket.py (a real daemon's socket, as uid nobody),
+a third to fuzz_energy.py (the energy model's file loaders, in-process). Around the socket run a
 1-thread target stays attached; afterwards the daemon must be up, still managing it
 (pinned), with fds and RSS within a margin of their values before. Writes
 fuzz/results/last.json (executions, seconds, crashes per fuzzer) and keeps crash inputs
@@ -103,11 +104,11 @@ def daemon_figures(pid: int) -> tuple[int, float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=int, default=60, help="total fuzzing time (split between the two fuzzers)")
+    ap.add_argument("--seconds", type=int, default=60, help="total fuzzing time (split between the three fuzzers)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("fuzz/run.py: run as root (it starts a real daemon)")
-    half = max(1, args.seconds // 2)
+    share = max(1, args.seconds // 3)  # each fuzzer's share of it
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     results: dict = {"date": time.strftime("%Y-%m-%d %H:%M"), "seconds_requested": args.seconds, "fuzzers": []}
     seeds_dir = HERE / "corpus" / "protocol"
@@ -119,7 +120,7 @@ def main() -> int:
     corpus = work / "corpus-protocol"
     shutil.copytree(seeds_dir, corpus)
     if atheris_ok:
-        results["fuzzers"].append(run_libfuzzer("fuzz_protocol.py", half, corpus, env))
+        results["fuzzers"].append(run_libfuzzer("fuzz_protocol.py", share, corpus, env))
     else:
         from parlschedd.daemon import protocol
 
@@ -128,7 +129,7 @@ def main() -> int:
                 protocol.parse_request(data)
             except protocol.ProtocolError:
                 pass
-        results["fuzzers"].append({"fuzzer": "parse_request", **random_fuzz(parse, half, seeds)})
+        results["fuzzers"].append({"fuzzer": "parse_request", **random_fuzz(parse, share, seeds)})
     # 2. the live socket of a real daemon, as nobody
     (work / "cfg.yaml").write_text("period_s: 0.05\ndomain_period_s: 0.5\nsocket: {mode: '0666'}\n")
     sock = str(work / "ctl.sock")
@@ -150,13 +151,13 @@ def main() -> int:
         corpus = work / "corpus-socket"
         shutil.copytree(seeds_dir, corpus)
         if atheris_ok:
-            res = run_libfuzzer("fuzz_socket.py", half, corpus,
+            res = run_libfuzzer("fuzz_socket.py", share, corpus,
                                 {**env, "PARLSCHED_FUZZ_SOCKET": sock, "PARLSCHED_FUZZ_UID": str(NOBODY)})
         else:
             os.environ["PARLSCHED_FUZZ_SOCKET"] = sock
             sys.path.insert(0, str(HERE))
             import fuzz_socket  # noqa: E402  (needs atheris too: fallback inlines its check)
-            res = {"fuzzer": "socket", **random_fuzz(fuzz_socket.test_one_input, half, seeds)}
+            res = {"fuzzer": "socket", **random_fuzz(fuzz_socket.test_one_input, share, seeds)}
         time.sleep(0.5)
         fds1, rss1 = daemon_figures(daemon.pid)
         status = client.request(sock, "status", pid=target.pid)
@@ -174,6 +175,19 @@ def main() -> int:
         target.wait()
         results["daemon_exit_code"] = rc
         ok = ok and rc == 0
+    # 3. the energy model's loaders, in-process
+    sys.path.insert(0, str(HERE))
+    import fuzz_energy  # noqa: E402
+
+    corpus = work / "corpus-energy"
+    corpus.mkdir()
+    for name, seed in fuzz_energy.seeds().items():
+        (corpus / name).write_bytes(seed)
+    if atheris_ok:
+        results["fuzzers"].append(run_libfuzzer("fuzz_energy.py", share, corpus, env))
+    else:
+        results["fuzzers"].append({"fuzzer": "energy loaders",
+                                   **random_fuzz(fuzz_energy.test_one_input, share, list(fuzz_energy.seeds().values()))})
     crashes = sum(f.get("crashes", 0) for f in results["fuzzers"])
     results["ok"] = ok and crashes == 0
     out = HERE / "results" / "last.json"

@@ -1,4 +1,4 @@
-# make fuzz: both fuzzers (fuzz/run.py) for FUZZ_SECONDS in total; installs atheris
+# make fuzz: the three fuzzers (fuzz/run.py) for FUZZ_SECONDS in total; installs atheris
 # into the venv when missing (fuzz/run.py falls back to random mutation without it).
 FUZZ_SECONDS ?= 60
 
