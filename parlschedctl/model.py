@@ -8,8 +8,10 @@ work goes to stderr when it is a terminal, with --json too (stdout keeps the JSO
 from __future__ import annotations
 
 import functools
+import os
 import re
 import secrets
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -32,7 +34,7 @@ from parlschedd.energy.measurements import Measurements, MeasurementsError, load
 from parlschedd.energy.metrics import OBJECTIVES
 from parlschedd.energy.model import MASTER_POWER, PAPERS_MASTER_POWER, SUBPOP_SIZES
 from parlschedd.energy.store import Fitted, ParamsError, json_safe, load_params, params_document, save_params
-from parlschedd.host.rapl import POWERCAP_ROOT, rapl_zones
+from parlschedd.host.rapl import POWERCAP_ROOT, package_zones
 from parlschedd.words import counted
 from parlschedctl.outputs import (FILE, OUT_FILE, CannotWrite, check_figure, check_writable, figure_suffix, print_json,
                                   writing)
@@ -505,11 +507,21 @@ def recommend(params_path: str, goal: str, nsp: tuple[int, ...] | None, as_json:
           text)
 
 
+MAX_REPEAT = 1000  # runs per configuration; a mistyped 999999999999 asked numpy for 7 TiB (a traceback)
+
+
+def _stop_on_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM ends a measurement as Ctrl-C does: its command's processes with it, and
+    what --out keeps said (it killed parlschedctl alone, the command ran on)."""
+    raise KeyboardInterrupt
+
+
 # Everything from CMD on is CMD's: its own options (--out x{nsp}) must not be taken as ours,
 # and an option of ours mistyped before CMD is a usage error, not CMD.
 @model.command("measure", context_settings={"allow_interspersed_args": False})
 @click.option("--nsp", type=NSP, required=True, help="Configurations to run, e.g. 1-32.")
-@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--repeat", type=click.IntRange(min=1, max=MAX_REPEAT), default=1, show_default=True,
+              help=f"Runs per configuration (at most {MAX_REPEAT}).")
 @click.option("--out", "out_path", required=True, type=OUT_FILE, help="CSV to write.")
 @click.option("--powercap-root", type=click.Path(file_okay=False, readable=False),  # unreadable: no zones, as absent
               default=str(POWERCAP_ROOT), show_default=True, help="Where RAPL's powercap zones live.")
@@ -520,12 +532,20 @@ def measure_cmd(nsp: tuple[int, ...], repeat: int, out_path: str, powercap_root:
     if not any("{nsp}" in a for a in cmd):
         click.echo("parlschedctl model: note: CMD has no {nsp}; every configuration runs the same command",
                    err=True)
-    zones = rapl_zones(Path(powercap_root))
+    zones, unread = package_zones(Path(powercap_root))
+    why = f" ({'; '.join(f'{name}: {reason}' for name, reason in unread.items())})" if unread else ""
     if not zones:
-        click.echo(f"parlschedctl model: no readable RAPL zones under {powercap_root}; energy left empty "
+        click.echo(f"parlschedctl model: no readable RAPL zones under {powercap_root}{why}; energy left empty "
                    "(time-only fitting still works)", err=True)
-    check_writable(out_path)  # an existing file is left as it is until the first configuration is measured
-    times, energies, kept = [], [], 0  # kept: the configurations in out_path
+    elif unread:
+        click.echo(f"parlschedctl model: warning: RAPL zones not read under {powercap_root}{why}: their packages' "
+                   "energy is not counted", err=True)
+    # an earlier file is replaced only by a whole measurement: till then the configurations measured go beside it
+    progress_path = f"{out_path}.partial" if os.path.lexists(out_path) else out_path
+    check_writable(out_path)
+    check_writable(progress_path)
+    times, energies, kept = [], [], 0  # kept: the configurations in progress_path
+    interrupted_by = signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         for t, e in measure(cmd, nsp, repeat, zones, progress_printer("run", len(nsp) * repeat)):
             times.append(t)
@@ -535,13 +555,19 @@ def measure_cmd(nsp: tuple[int, ...], repeat: int, out_path: str, powercap_root:
                            f"energy counters under {powercap_root} did not move, so nothing was measured (a run "
                            "shorter than their update, or counters not updated here); its energy is left empty",
                            err=True)
-            with writing(out_path):
-                write_measurements(out_path, np.array(nsp[:len(times)]), np.array(times), np.array(energies))
+            with writing(progress_path):
+                write_measurements(progress_path, np.array(nsp[:len(times)]), np.array(times), np.array(energies))
             kept = len(times)
     except (MeasureError, KeyboardInterrupt) as exc:  # Ctrl-C said "Aborted!", not what --out holds
         said = exc if isinstance(exc, MeasureError) else "interrupted"
         if not kept:
             raise MeasureError(f"{said}; nothing was measured, {out_path} was not written") from exc
-        raise MeasureError(f"{said}; {out_path} keeps the {counted(kept, 'configuration')} measured before it") from exc
-    click.echo(f"wrote {out_path}: {len(nsp)} configurations x {repeat}")
+        earlier = f" ({out_path} is as it was)" if progress_path != out_path else ""
+        raise MeasureError(f"{said}; {progress_path} keeps the {counted(kept, 'configuration')} measured before "
+                           f"it{earlier}") from exc
+    finally:
+        signal.signal(signal.SIGTERM, interrupted_by)
+    if progress_path != out_path:
+        os.replace(progress_path, out_path)  # whole, on the same file system
+    click.echo(f"wrote {out_path}: {counted(len(nsp), 'configuration')} x {repeat}")
 

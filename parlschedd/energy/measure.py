@@ -6,7 +6,9 @@ time-only fit.
 
 from __future__ import annotations
 
+import os
 import shlex
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -25,19 +27,50 @@ def command_for(template: Sequence[str], nsp: int) -> list[str]:
     return [arg.replace("{nsp}", str(nsp)) for arg in template]
 
 
-def run_once(template: Sequence[str], nsp: int, zones: Sequence[Zone]) -> tuple[float, float]:
-    """Run the command for one configuration: (wall seconds, Wh or NaN)."""
+STOP_GRACE_S = 2.0  # how long an interrupted command's processes have to end on SIGTERM before SIGKILL
+
+
+def run_once(template: Sequence[str], nsp: int, zones: Sequence[Zone], run: int = 1) -> tuple[float, float]:
+    """Run the command for one configuration: (wall seconds, Wh or NaN). The command
+    runs in a process group of its own, ended whole when the measurement is
+    interrupted (Ctrl-C, SIGTERM: a KeyboardInterrupt here): killed alone, a shell
+    left its children running, a launcher its workers."""
     cmd = command_for(template, nsp)
     with RaplCounter(zones) as energy:
         started = time.monotonic()
         try:
-            done = subprocess.run(cmd, stdin=subprocess.DEVNULL, check=False)
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, process_group=0)
         except OSError as exc:
             raise MeasureError(f"cannot start {cmd[0]}: {exc.strerror}") from exc
+        try:
+            returncode = proc.wait()
+        except BaseException:
+            _end_group(proc)
+            raise
         seconds = time.monotonic() - started
-    if done.returncode != 0:
-        raise MeasureError(f"`{shlex.join(cmd)}` exited {done.returncode} (nsp={nsp})")
+    if returncode != 0:
+        how = f"was killed by {signal.Signals(-returncode).name}" if returncode < 0 else f"exited {returncode}"
+        raise MeasureError(f"`{shlex.join(cmd)}` {how} (nsp={nsp}, run {run})")
     return seconds, energy.wh
+
+
+def _end_group(proc: subprocess.Popen) -> None:
+    """SIGTERM to the command's process group, SIGKILL to what is left of it after
+    STOP_GRACE_S."""
+    for sig, wait in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break  # the group is gone
+        try:
+            proc.wait(wait)
+            if sig == signal.SIGTERM:
+                os.killpg(proc.pid, signal.SIGKILL)  # its leader ended: the rest of the group goes too
+            break
+        except subprocess.TimeoutExpired:
+            continue
+        except ProcessLookupError:
+            break
 
 
 def measure(template: Sequence[str], nsps: Sequence[int], repeat: int = 1, zones: Sequence[Zone] = (),
@@ -49,7 +82,7 @@ def measure(template: Sequence[str], nsps: Sequence[int], repeat: int = 1, zones
     for nsp in nsps:
         times, energies = np.empty(repeat), np.empty(repeat)
         for r in range(repeat):
-            times[r], energies[r] = run_once(template, nsp, zones)
+            times[r], energies[r] = run_once(template, nsp, zones, r + 1)
             done += 1
             if progress:
                 progress(done, total)

@@ -39,21 +39,32 @@ class Zone:
 
 def rapl_zones(root: Path = POWERCAP_ROOT) -> tuple[Zone, ...]:
     """The readable package zones under ``root`` (empty when RAPL is absent or closed)."""
-    zones = []
+    return package_zones(root)[0]
+
+
+def package_zones(root: Path = POWERCAP_ROOT) -> tuple[tuple[Zone, ...], dict[str, str]]:
+    """The readable package zones under ``root``, and why each other package zone
+    there cannot be read (by name: "Permission denied", energy_uj being root's on
+    current kernels): a zone left out silently left its package's energy uncounted."""
+    zones, unread = [], {}
     try:
         entries = sorted(root.iterdir())
     except OSError:
-        return ()
+        return (), {}
     for d in entries:
         if not _PACKAGE_ZONE.match(d.name):
             continue
         try:
             int((d / "energy_uj").read_text())
             max_range = int((d / "max_energy_range_uj").read_text())
-        except (OSError, ValueError):
+        except OSError as exc:
+            unread[d.name] = exc.strerror or str(exc)
+            continue
+        except ValueError:
+            unread[d.name] = "not a number of microjoules"
             continue
         zones.append(Zone(d / "energy_uj", max_range))
-    return tuple(zones)
+    return tuple(zones), unread
 
 
 def read_uj(zones: Sequence[Zone]) -> list[int]:

@@ -24,7 +24,7 @@ from parlschedctl.cli import cli
 from parlschedctl.model import MAX_NSP, NspRange, _cell
 from parlschedd.cpulist import format_cpulist
 from parlschedd.energy.measurements import load_measurements
-from tests.conftest import NOBODY, in_child_as, read_terminal
+from tests.conftest import NOBODY, in_child_as, read_terminal, wait_for
 from tests.energy.conftest import CLUSTER_YAML, MEASUREMENTS_CSV
 from tests.energy.test_measure import SLEEP
 from tests.host.test_rapl import fake_powercap
@@ -545,6 +545,19 @@ def test_measure_keeps_the_configurations_run_before_a_failure(tmp_path):
                                  str(tmp_path / "none"), "--", sys.executable, "-c", script, "{nsp}"])
     assert r.exit_code == 1 and f"{out} keeps the 2 configurations measured before it" in r.output, r.output
     assert [line.split(",")[0] for line in out.read_text().splitlines()[1:]] == ["1", "2"]
+    # again into that file: it was replaced by the configurations of the failed run; they go beside it
+    before = out.read_text()
+    r = CliRunner().invoke(cli, ["model", "measure", "--nsp", "2-4", "--out", str(out), "--powercap-root",
+                                 str(tmp_path / "none"), "--", sys.executable, "-c", script, "{nsp}"])
+    assert r.exit_code == 1 and f"{out}.partial keeps the 1 configuration measured before it ({out} is as it was)" \
+        in r.output, r.output
+    assert out.read_text() == before and (tmp_path / "m.csv.partial").exists()
+    r = CliRunner().invoke(cli, ["model", "measure", "--nsp", "1-2", "--repeat", "2", "--out", str(out),
+                                 "--powercap-root", str(tmp_path / "none"), "--", sys.executable, "-c", script, "{nsp}"])
+    assert r.exit_code == 0 and f"wrote {out}: 2 configurations x 2" in r.output, r.output
+    assert out.read_text().startswith("nsp,time_s_r1,time_s_r2,") and not (tmp_path / "m.csv.partial").exists()
+    r = CliRunner().invoke(cli, ["model", "measure", "--nsp", "1", "--repeat", "1001", "--out", str(out), "--", "true"])
+    assert r.exit_code == 2 and "1001 is not in the range 1<=x<=1000" in r.output  # a traceback for 7 TiB before
     marker = tmp_path / "ran"
     r = CliRunner().invoke(cli, ["model", "measure", "--nsp", "1", "--out", str(tmp_path / "no" / "m.csv"),
                                  "--powercap-root", str(tmp_path / "none"), "--", "touch", str(marker)])
@@ -568,6 +581,44 @@ def test_measure_interrupted_says_what_out_keeps(tmp_path):
     _, err = ctl.communicate(timeout=60)
     assert ctl.returncode == 1 and f"interrupted; {out} keeps the 1 configuration measured before it" in err, err
     assert [line.split(",")[0] for line in out.read_text().splitlines()[1:]] == ["1"]
+
+
+def test_measure_stopped_by_sigterm_ends_the_command_s_processes_and_says_what_out_keeps(tmp_path):
+    """SIGTERM (or a SIGINT to parlschedctl alone) killed parlschedctl, and the
+    command's children ran on (a shell's sleep; a launcher's workers): the command
+    runs in a process group of its own, ended whole, and what --out keeps is said."""
+    out, pid_file = tmp_path / "m.csv", tmp_path / "child.pid"
+    command = f"if [ {{nsp}} = 2 ]; then sleep 60 & echo $! > {pid_file}; wait; fi"
+    ctl = subprocess.Popen([sys.executable, "-m", "parlschedctl", "model", "measure", "--nsp", "1-3", "--out", str(out),
+                            "--powercap-root", str(tmp_path / "none"), "--", "sh", "-c", command],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = int(pid_file.read_text())
+    ctl.send_signal(signal.SIGTERM)
+    _, err = ctl.communicate(timeout=60)
+    assert ctl.returncode == 1 and f"interrupted; {out} keeps the 1 configuration measured before it" in err, err
+    assert wait_for(lambda: not os.path.exists(f"/proc/{child}") or _zombie(child)), "the command's child ran on"
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_measure_says_which_rapl_zones_it_could_not_read(tmp_path):
+    """A package zone whose counter cannot be read was left out in silence: its
+    package's energy uncounted, or, with none readable, no word of why."""
+    root = fake_powercap(tmp_path / "powercap", {"intel-rapl:0": (0, 10**12), "intel-rapl:1": (0, 10**12)})
+    (root / "intel-rapl:1" / "energy_uj").unlink()
+    (root / "intel-rapl:1" / "energy_uj").mkdir()
+    r = CliRunner().invoke(cli, ["model", "measure", "--nsp", "1", "--out", str(tmp_path / "m.csv"), "--powercap-root",
+                                 str(root), "--", "true"])
+    assert r.exit_code == 0 and ("warning: RAPL zones not read under " f"{root} (intel-rapl:1: Is a directory): their "
+                                 "packages' energy is not counted") in r.output, r.output
 
 
 def test_fit_interrupted_gives_json_and_leaves_no_file(tmp_path):

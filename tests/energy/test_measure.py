@@ -36,6 +36,9 @@ def test_failures_are_reported():
         run_once([sys.executable, "-c", "raise SystemExit(3)"], 1, ())
     with pytest.raises(MeasureError, match="cannot start"):
         run_once(["/nonexistent/tool"], 1, ())
+    # "exited -9" before, and no word of the run
+    with pytest.raises(MeasureError, match=r"was killed by SIGKILL \(nsp=2, run 3\)"):
+        run_once([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"], 2, (), 3)
 
 
 def stepper(counter, step_uj: int, steps: int, pause_s: float) -> list[str]:

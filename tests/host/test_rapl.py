@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from parlschedd.host.rapl import (MAX_POLL_S, MIN_POLL_S, RaplCounter, Zone, energy_wh, moved_uj, poll_interval_s,
-                                  rapl_zones)
+                                  package_zones, rapl_zones)
 
 
 def fake_powercap(root, zones):
@@ -28,9 +28,10 @@ def fake_powercap(root, zones):
 
 def test_only_package_zones_are_read(tmp_path):
     root = fake_powercap(tmp_path, {"intel-rapl:0": (5, 100), "intel-rapl:0:0": (1, 100), "intel-rapl:1": (7, 100)})
-    (tmp_path / "intel-rapl:2").mkdir()  # no counter files: skipped
-    zones = rapl_zones(root)
-    assert [z.energy.parent.name for z in zones] == ["intel-rapl:0", "intel-rapl:1"]
+    (tmp_path / "intel-rapl:2").mkdir()  # no counter files: skipped, and said why
+    zones, unread = package_zones(root)
+    assert [z.energy.parent.name for z in zones] == ["intel-rapl:0", "intel-rapl:1"] and zones == rapl_zones(root)
+    assert unread == {"intel-rapl:2": "No such file or directory"}
 
 
 def test_absent_powercap_means_no_zones(tmp_path):
