@@ -13,6 +13,7 @@ import re
 import secrets
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -540,10 +541,14 @@ def measure_cmd(nsp: tuple[int, ...], repeat: int, out_path: str, powercap_root:
     elif unread:
         click.echo(f"parlschedctl model: warning: RAPL zones not read under {powercap_root}{why}: their packages' "
                    "energy is not counted", err=True)
-    # an earlier file is replaced only by a whole measurement: till then the configurations measured go beside it
-    progress_path = f"{out_path}.partial" if os.path.lexists(out_path) else out_path
     check_writable(out_path)
-    check_writable(progress_path)
+    # an earlier file is replaced only by a whole measurement: till then the configurations measured go to a
+    # file of our own beside it (a FIFO or a device, not regular, is written as it goes, as before)
+    progress_path = out_path
+    if os.path.isfile(out_path):
+        fd, progress_path = tempfile.mkstemp(prefix=f"{os.path.basename(out_path)}.", suffix=".partial",
+                                             dir=os.path.dirname(os.path.abspath(out_path)))
+        os.close(fd)
     times, energies, kept = [], [], 0  # kept: the configurations in progress_path
     interrupted_by = signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
@@ -561,13 +566,17 @@ def measure_cmd(nsp: tuple[int, ...], repeat: int, out_path: str, powercap_root:
     except (MeasureError, KeyboardInterrupt) as exc:  # Ctrl-C said "Aborted!", not what --out holds
         said = exc if isinstance(exc, MeasureError) else "interrupted"
         if not kept:
+            if progress_path != out_path:
+                os.unlink(progress_path)
             raise MeasureError(f"{said}; nothing was measured, {out_path} was not written") from exc
         earlier = f" ({out_path} is as it was)" if progress_path != out_path else ""
         raise MeasureError(f"{said}; {progress_path} keeps the {counted(kept, 'configuration')} measured before "
                            f"it{earlier}") from exc
     finally:
-        signal.signal(signal.SIGTERM, interrupted_by)
-    if progress_path != out_path:
-        os.replace(progress_path, out_path)  # whole, on the same file system
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if interrupted_by is None else interrupted_by)  # None: C's
+    if progress_path != out_path:  # written as any --out is (through a link, its mode kept), then ours removed
+        with writing(out_path):
+            write_measurements(out_path, np.array(nsp), np.array(times), np.array(energies))
+        os.unlink(progress_path)
     click.echo(f"wrote {out_path}: {counted(len(nsp), 'configuration')} x {repeat}")
 

@@ -6,7 +6,6 @@ time-only fit.
 
 from __future__ import annotations
 
-import os
 import shlex
 import signal
 import subprocess
@@ -27,25 +26,24 @@ def command_for(template: Sequence[str], nsp: int) -> list[str]:
     return [arg.replace("{nsp}", str(nsp)) for arg in template]
 
 
-STOP_GRACE_S = 2.0  # how long an interrupted command's processes have to end on SIGTERM before SIGKILL
+STOP_GRACE_S = 2.0  # how long an interrupted command has to end on SIGTERM before SIGKILL
 
 
 def run_once(template: Sequence[str], nsp: int, zones: Sequence[Zone], run: int = 1) -> tuple[float, float]:
-    """Run the command for one configuration: (wall seconds, Wh or NaN). The command
-    runs in a process group of its own, ended whole when the measurement is
-    interrupted (Ctrl-C, SIGTERM: a KeyboardInterrupt here): killed alone, a shell
-    left its children running, a launcher its workers."""
+    """Run the command for one configuration: (wall seconds, Wh or NaN). Interrupted
+    (Ctrl-C, or SIGTERM, which the CLI turns into a KeyboardInterrupt), it ends the
+    command too: SIGTERM reached parlschedctl alone, and the command ran on."""
     cmd = command_for(template, nsp)
     with RaplCounter(zones) as energy:
         started = time.monotonic()
         try:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, process_group=0)
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
         except OSError as exc:
             raise MeasureError(f"cannot start {cmd[0]}: {exc.strerror}") from exc
         try:
             returncode = proc.wait()
         except BaseException:
-            _end_group(proc)
+            _end(proc)
             raise
         seconds = time.monotonic() - started
     if returncode != 0:
@@ -54,23 +52,16 @@ def run_once(template: Sequence[str], nsp: int, zones: Sequence[Zone], run: int 
     return seconds, energy.wh
 
 
-def _end_group(proc: subprocess.Popen) -> None:
-    """SIGTERM to the command's process group, SIGKILL to what is left of it after
-    STOP_GRACE_S."""
-    for sig, wait in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, None)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break  # the group is gone
-        try:
-            proc.wait(wait)
-            if sig == signal.SIGTERM:
-                os.killpg(proc.pid, signal.SIGKILL)  # its leader ended: the rest of the group goes too
-            break
-        except subprocess.TimeoutExpired:
-            continue
-        except ProcessLookupError:
-            break
+def _end(proc: subprocess.Popen) -> None:
+    """SIGTERM to the command, SIGKILL after STOP_GRACE_S or at a second interrupt.
+    Its own children are its to end (a terminal's Ctrl-C reaches them all: they are
+    in parlschedctl's process group)."""
+    try:
+        proc.terminate()
+        proc.wait(STOP_GRACE_S)
+    except BaseException:  # the grace ran out, or another interrupt came: no more waiting
+        proc.kill()
+        proc.wait()
 
 
 def measure(template: Sequence[str], nsps: Sequence[int], repeat: int = 1, zones: Sequence[Zone] = (),

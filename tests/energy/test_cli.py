@@ -10,6 +10,7 @@ import pty
 import resource
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -549,13 +550,17 @@ def test_measure_keeps_the_configurations_run_before_a_failure(tmp_path):
     before = out.read_text()
     r = CliRunner().invoke(cli, ["model", "measure", "--nsp", "2-4", "--out", str(out), "--powercap-root",
                                  str(tmp_path / "none"), "--", sys.executable, "-c", script, "{nsp}"])
-    assert r.exit_code == 1 and f"{out}.partial keeps the 1 configuration measured before it ({out} is as it was)" \
+    [partial] = tmp_path.glob("m.csv.*.partial")
+    assert r.exit_code == 1 and f"{partial} keeps the 1 configuration measured before it ({out} is as it was)" \
         in r.output, r.output
-    assert out.read_text() == before and (tmp_path / "m.csv.partial").exists()
+    assert out.read_text() == before and partial.read_text().splitlines()[1].startswith("2,")
+    partial.unlink()
+    out.chmod(0o640)
     r = CliRunner().invoke(cli, ["model", "measure", "--nsp", "1-2", "--repeat", "2", "--out", str(out),
                                  "--powercap-root", str(tmp_path / "none"), "--", sys.executable, "-c", script, "{nsp}"])
     assert r.exit_code == 0 and f"wrote {out}: 2 configurations x 2" in r.output, r.output
-    assert out.read_text().startswith("nsp,time_s_r1,time_s_r2,") and not (tmp_path / "m.csv.partial").exists()
+    assert out.read_text().startswith("nsp,time_s_r1,time_s_r2,") and not list(tmp_path.glob("*.partial"))
+    assert stat.S_IMODE(out.stat().st_mode) == 0o640, "written as any --out is, its mode kept"
     r = CliRunner().invoke(cli, ["model", "measure", "--nsp", "1", "--repeat", "1001", "--out", str(out), "--", "true"])
     assert r.exit_code == 2 and "1001 is not in the range 1<=x<=1000" in r.output  # a traceback for 7 TiB before
     marker = tmp_path / "ran"
@@ -584,13 +589,13 @@ def test_measure_interrupted_says_what_out_keeps(tmp_path):
 
 
 def test_measure_stopped_by_sigterm_ends_the_command_s_processes_and_says_what_out_keeps(tmp_path):
-    """SIGTERM (or a SIGINT to parlschedctl alone) killed parlschedctl, and the
-    command's children ran on (a shell's sleep; a launcher's workers): the command
-    runs in a process group of its own, ended whole, and what --out keeps is said."""
+    """SIGTERM killed parlschedctl alone, and the command ran on: it is ended too
+    (SIGTERM, then SIGKILL), and what --out keeps is said."""
     out, pid_file = tmp_path / "m.csv", tmp_path / "child.pid"
-    command = f"if [ {{nsp}} = 2 ]; then sleep 60 & echo $! > {pid_file}; wait; fi"
+    script = (f"import os, sys, time\nif sys.argv[1] == '2':\n    open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+              "    time.sleep(60)")
     ctl = subprocess.Popen([sys.executable, "-m", "parlschedctl", "model", "measure", "--nsp", "1-3", "--out", str(out),
-                            "--powercap-root", str(tmp_path / "none"), "--", "sh", "-c", command],
+                            "--powercap-root", str(tmp_path / "none"), "--", sys.executable, "-c", script, "{nsp}"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
