@@ -13,7 +13,6 @@ the shared HPMoon cluster and measurements, read in place (``seeds``).
 import contextlib
 import os
 import sys
-import tempfile
 
 try:
     import atheris
@@ -26,20 +25,20 @@ with (atheris.instrument_imports(include=["parlschedd.energy", "parlschedd.textf
     from parlschedd.energy.measurements import MeasurementsError, load_measurements
     from parlschedd.energy.store import ParamsError, load_params
 
-LOADERS = ((load_cluster, ClusterError, ".yaml"), (load_measurements, MeasurementsError, ".csv"),
-           (load_params, ParamsError, ".json"))
-WHERE = tempfile.mkdtemp(prefix="fuzz-energy-")
+LOADERS = ((load_cluster, ClusterError), (load_measurements, MeasurementsError), (load_params, ParamsError))
+# the file each input is written to: in memory, gone with the process (libFuzzer's exit runs no atexit)
+FILE = os.memfd_create("fuzz-energy-input")
+PATH = f"/proc/self/fd/{FILE}"
 
 
 def test_one_input(data: bytes) -> None:
     if not data:
         return
-    load, error, suffix = LOADERS[data[0] % len(LOADERS)]
-    path = os.path.join(WHERE, "input" + suffix)
-    with open(path, "wb") as f:
-        f.write(data[1:])
+    load, error = LOADERS[data[0] % len(LOADERS)]
+    os.ftruncate(FILE, 0)
+    os.pwrite(FILE, data[1:], 0)
     try:
-        load(path)
+        load(PATH)
     except error as exc:
         if not str(exc):
             raise AssertionError(f"{type(exc).__name__} without a message") from None
