@@ -320,9 +320,8 @@ def _fit_text(est: EnergyTimeModel, s: FitSummary, out_path: str | None, loo_sec
 def _variant_of(est: EnergyTimeModel, before: str = "") -> str:
     """The energy model's name when it is not the paper's (``model fit
     --master-power``), else nothing: its figures were shown as the paper's model's."""
-    if est.master_power == PAPERS_MASTER_POWER or est.energy_params_ is None:
-        return ""
-    return f"{before}{est.master_power} variant of eq. 7"
+    named = _master_power(est)
+    return "" if named in (None, PAPERS_MASTER_POWER) else f"{before}{named} variant of eq. 7"
 
 
 def _master_power(est: EnergyTimeModel) -> str | None:

@@ -166,7 +166,8 @@ class StateFile:
             write_state(self.path, state)
         except OSError as exc:  # kept dirty: written again next period, said once (it was twice a period)
             if str(exc) != self.error:
-                log.error("state file not written", path=str(self.path), error=str(exc), retried="each period, said again if it changes")
+                log.error("state file not written", path=str(self.path), error=str(exc),
+                          retried="each period, said again if it changes")
             self.error = str(exc)
             return
         if self.error is not None:

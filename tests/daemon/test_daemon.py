@@ -218,11 +218,8 @@ def test_pins_left_by_a_stop_are_restored_by_the_next_start(tmp_path, workload, 
     attaches the target again."""
     (tmp_path / "parlschedd.yaml").write_text("period_s: 0.05\n" + config + PINNING)
     d = start_daemon(tmp_path)
-    w = workload(3)
-    tids = w.all_tids()
-    before = masks(tids)
-    d.request("attach", pid=w.pid)
-    wait_for(lambda: all_pinned(d, w.pid, len(tids)))
+    w, before = pinned_workload(d, workload)
+    tids = list(before)
     d.stop(stop)
     assert all(len(m) == 1 for m in masks(tids).values()) or len(ALL) == 1, "pins left as they were"
     if stop == signal.SIGTERM:  # the stop says what it left, and where the next start finds it
@@ -238,15 +235,22 @@ def test_pins_left_by_a_stop_are_restored_by_the_next_start(tmp_path, workload, 
     assert masks(tids) == before, "stop restores the masks saved by the first daemon"
 
 
+def pinned_workload(d: Daemon, workload, threads: int = 3):
+    """A workload of ``threads`` workers attached to daemon ``d``, every thread
+    pinned: the workload and its threads' masks before (tid -> mask)."""
+    w = workload(threads)
+    before = masks(w.all_tids())
+    d.request("attach", pid=w.pid)
+    wait_for(lambda: all_pinned(d, w.pid, len(before)))
+    return w, before
+
+
 def crashed_with_pins(tmp_path, workload, threads: int = 3):
     """A daemon that pinned the threads of a workload of ``threads`` workers, then
     SIGKILLed: the daemon, the workload and the threads' masks before it pinned them
     (each pin still on, one CPU)."""
     d = start_daemon(tmp_path)
-    w = workload(threads)
-    before = masks(w.all_tids())
-    d.request("attach", pid=w.pid)
-    wait_for(lambda: all_pinned(d, w.pid, len(before)))
+    w, before = pinned_workload(d, workload, threads)
     d.stop(signal.SIGKILL)
     assert all(len(m) == 1 for m in masks(before).values())
     return d, w, before
@@ -1843,11 +1847,8 @@ def test_a_detach_a_full_disk_kept_out_of_the_state_file_is_not_undone_by_the_ne
     that frees. The full disk is real (a 1 MiB tmpfs)."""
     with small_tmpfs(tmp_path / "state") as state:
         d = start_daemon(tmp_path)
-        w = workload(3)
-        tids = w.all_tids()
-        before = masks(tids)
-        d.request("attach", pid=w.pid)
-        wait_for(lambda: all_pinned(d, w.pid, len(tids)))
+        w, before = pinned_workload(d, workload)
+        tids = list(before)
         filler = fill(state)
         try:
             ctl = [sys.executable, "-m", "parlschedctl", "--socket", d.socket]
