@@ -11,6 +11,7 @@ import functools
 import os
 import re
 import secrets
+import shlex
 import signal
 import sys
 import tempfile
@@ -30,7 +31,7 @@ from parlschedd.energy.cluster import (MAX_NSP, ClusterError, NspError, check_me
 from parlschedd.energy.estimator import EnergyTimeModel
 from parlschedd.energy.fit_report import FitSummary, Nrmse, check_fittable, fit_notes, summarise_fit
 from parlschedd.energy.fitting import METHODS, Problem, leave_one_out
-from parlschedd.energy.measure import MeasureError, measure
+from parlschedd.energy.measure import MeasureError, Run, measure
 from parlschedd.energy.measurements import Measurements, MeasurementsError, load_measurements, write_measurements
 from parlschedd.energy.metrics import OBJECTIVES
 from parlschedd.energy.model import MASTER_POWER, PAPERS_MASTER_POWER, SUBPOP_SIZES
@@ -507,6 +508,20 @@ def recommend(params_path: str, goal: str, nsp: tuple[int, ...] | None, as_json:
           text)
 
 
+class RunLines:
+    """A line on stderr as each run starts and as it ends, on a terminal or not: the
+    command's own output comes in between (a line updated in place ran into it), and a
+    measurement of hours logged to a file said nothing of where it was."""
+
+    def started(self, run: Run) -> None:
+        repeat = f", {run.repeat} of {run.repeats}" if run.repeats > 1 else ""
+        click.echo(f"run {run.number}/{run.total} (nsp {run.nsp}{repeat}): {shlex.join(run.cmd)}", err=True)
+
+    def ended(self, run: Run, seconds: float, wh: float) -> None:
+        energy = f", {wh:.4g} Wh" if np.isfinite(wh) else ""
+        click.echo(f"run {run.number}/{run.total}: {seconds:.3f} s{energy}", err=True)
+
+
 MAX_REPEAT = 1000  # runs per configuration; a mistyped 999999999999 asked numpy for 7 TiB (a traceback)
 
 
@@ -551,7 +566,7 @@ def measure_cmd(nsp: tuple[int, ...], repeat: int, out_path: str, powercap_root:
     times, energies, kept = [], [], 0  # kept: the configurations in progress_path
     interrupted_by = signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
-        for t, e in measure(cmd, nsp, repeat, zones, progress_printer("run", len(nsp) * repeat)):
+        for t, e in measure(cmd, nsp, repeat, zones, RunLines()):
             times.append(t)
             energies.append(e)
             for run in np.flatnonzero(np.isnan(e)) if zones else ():

@@ -10,9 +10,12 @@ import shlex
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
+import psutil
 
 from parlschedd.host.rapl import RaplCounter, Zone
 
@@ -27,6 +30,27 @@ def command_for(template: Sequence[str], nsp: int) -> list[str]:
 
 
 STOP_GRACE_S = 2.0  # how long an interrupted command has to end on SIGTERM before SIGKILL
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of a measurement, for its progress lines."""
+
+    number: int  # 1-based, of total
+    total: int
+    nsp: int
+    repeat: int  # 1-based, of repeats
+    repeats: int
+    cmd: list[str]
+
+
+class Progress(Protocol):
+    """Told of each run as it starts and as it ends, so that a long measurement says
+    where it is (the command's own output comes in between)."""
+
+    def started(self, run: Run) -> None: ...
+
+    def ended(self, run: Run, seconds: float, wh: float) -> None: ...
 
 
 def run_once(template: Sequence[str], nsp: int, zones: Sequence[Zone], run: int = 1) -> tuple[float, float]:
@@ -53,28 +77,59 @@ def run_once(template: Sequence[str], nsp: int, zones: Sequence[Zone], run: int 
 
 
 def _end(proc: subprocess.Popen) -> None:
-    """SIGTERM to the command, SIGKILL after STOP_GRACE_S or at a second interrupt.
-    Its own children are its to end (a terminal's Ctrl-C reaches them all: they are
-    in parlschedctl's process group)."""
+    """SIGTERM to the command and every process under it, SIGKILL to those left after
+    STOP_GRACE_S or at a second interrupt. Its children are found before any signal (a
+    child whose parent ended is no longer under it): a SIGTERM to parlschedctl alone
+    left a shell's or a launcher's children running, where a terminal's Ctrl-C reaches
+    them all (they are in its process group). One started in the meantime, or that
+    left the tree before (a daemon), is missed."""
+    procs = _tree(proc)
+    for p in procs:
+        _signal(p, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_S
     try:
-        proc.terminate()
         proc.wait(STOP_GRACE_S)
+        _, alive = psutil.wait_procs(procs[1:], timeout=max(0.0, deadline - time.monotonic()))
     except BaseException:  # the grace ran out, or another interrupt came: no more waiting
-        proc.kill()
-        proc.wait()
+        alive = procs
+    for p in alive:
+        _signal(p, signal.SIGKILL)
+    proc.wait()
+
+
+def _tree(proc: subprocess.Popen) -> list[psutil.Process]:
+    """The command first, then the processes under it; none once it was reaped (its
+    pid may be another's now)."""
+    if proc.returncode is not None:
+        return []
+    try:
+        top = psutil.Process(proc.pid)
+        return [top, *top.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def _signal(p: psutil.Process, sig: signal.Signals) -> None:
+    try:
+        p.send_signal(sig)  # psutil checks the process is still the one listed (pid reuse)
+    except psutil.Error:
+        pass
 
 
 def measure(template: Sequence[str], nsps: Sequence[int], repeat: int = 1, zones: Sequence[Zone] = (),
-            progress: Callable[[int, int], None] | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+            progress: Progress | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Every configuration ``repeat`` times, yielded as each configuration completes:
     (time_reps, energy_reps), each of shape (repeat,), so that a caller keeps what ran
     when a later run fails."""
-    done, total = 0, len(nsps) * repeat
+    number, total = 0, len(nsps) * repeat
     for nsp in nsps:
         times, energies = np.empty(repeat), np.empty(repeat)
         for r in range(repeat):
-            times[r], energies[r] = run_once(template, nsp, zones, r + 1)
-            done += 1
+            number += 1
+            run = Run(number, total, nsp, r + 1, repeat, command_for(template, nsp))
             if progress:
-                progress(done, total)
+                progress.started(run)
+            times[r], energies[r] = run_once(template, nsp, zones, r + 1)
+            if progress:
+                progress.ended(run, times[r], energies[r])
         yield times, energies

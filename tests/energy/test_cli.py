@@ -8,6 +8,7 @@ import re
 import os
 import pty
 import resource
+import shlex
 import shutil
 import signal
 import stat
@@ -590,21 +591,47 @@ def test_measure_interrupted_says_what_out_keeps(tmp_path):
 
 def test_measure_stopped_by_sigterm_ends_the_command_s_processes_and_says_what_out_keeps(tmp_path):
     """SIGTERM killed parlschedctl alone, and the command ran on: it is ended too
-    (SIGTERM, then SIGKILL), and what --out keeps is said."""
-    out, pid_file = tmp_path / "m.csv", tmp_path / "child.pid"
-    script = (f"import os, sys, time\nif sys.argv[1] == '2':\n    open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
-              "    time.sleep(60)")
-    ctl = subprocess.Popen([sys.executable, "-m", "parlschedctl", "model", "measure", "--nsp", "1-3", "--out", str(out),
-                            "--powercap-root", str(tmp_path / "none"), "--", sys.executable, "-c", script, "{nsp}"],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    child = int(pid_file.read_text())
+    (SIGTERM, then SIGKILL), with the processes it started (a child it waits for, as a
+    shell or a launcher does, ran on after the command had died of the SIGTERM), and
+    what --out keeps is said."""
+    out, pid_file, err_file = tmp_path / "m.csv", tmp_path / "pids", tmp_path / "err"
+    script = ("import os, subprocess, sys\nif sys.argv[1] == '2':\n"
+              "    child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+              f"    open({str(pid_file)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}')\n"
+              "    child.wait()")
+    with err_file.open("w") as err:  # not a pipe: the command's child, running on, would hold it open
+        ctl = subprocess.Popen([sys.executable, "-m", "parlschedctl", "model", "measure", "--nsp", "1-3", "--out",
+                                str(out), "--powercap-root", str(tmp_path / "none"), "--", sys.executable, "-c", script,
+                                "{nsp}"], stdout=subprocess.DEVNULL, stderr=err)
+    assert wait_for(lambda: pid_file.exists() and len(pid_file.read_text().split()) == 2, timeout=60)
+    command, its_child = map(int, pid_file.read_text().split())
     ctl.send_signal(signal.SIGTERM)
-    _, err = ctl.communicate(timeout=60)
-    assert ctl.returncode == 1 and f"interrupted; {out} keeps the 1 configuration measured before it" in err, err
-    assert wait_for(lambda: not os.path.exists(f"/proc/{child}") or _zombie(child)), "the command's child ran on"
+    assert ctl.wait(timeout=60) == 1
+    assert f"interrupted; {out} keeps the 1 configuration measured before it" in err_file.read_text()
+    assert wait_for(lambda: not os.path.exists(f"/proc/{command}") or _zombie(command)), "the command ran on"
+    assert wait_for(lambda: not os.path.exists(f"/proc/{its_child}") or _zombie(its_child)), "its child ran on"
+
+
+def test_measure_says_which_run_starts_and_what_it_measured_off_a_terminal_too(tmp_path):
+    """A progress line updated in place on a terminal ran into the command's output
+    ("run 0/4hello"), and off a terminal (a log file) a measurement of hours said
+    nothing till its end."""
+    out = tmp_path / "m.csv"
+    root = fake_powercap(tmp_path / "powercap", {"intel-rapl:0": (0, 10**12)})
+    counter = root / "intel-rapl:0" / "energy_uj"
+    bump = (f"import sys; print('hello', sys.argv[1]); p = {str(counter)!r}; v = int(open(p).read()); "
+            "open(p, 'w').write(str(v + 3_600_000))")
+    r = CliRunner().invoke(cli, ["model", "measure", "--nsp", "1,3", "--repeat", "2", "--out", str(out),
+                                 "--powercap-root", str(root), "--", sys.executable, "-c", bump, "{nsp}"])
+    assert r.exit_code == 0, r.output
+    lines = [line for line in r.stderr.splitlines() if line.startswith("run ")]
+    said = [re.sub(r"\d+\.\d{3} s", "S s", line) for line in lines]
+    command = f"{sys.executable} -c {shlex.quote(bump)}"
+    assert said == [f"run 1/4 (nsp 1, 1 of 2): {command} 1", "run 1/4: S s, 0.001 Wh",
+                    f"run 2/4 (nsp 1, 2 of 2): {command} 1", "run 2/4: S s, 0.001 Wh",
+                    f"run 3/4 (nsp 3, 1 of 2): {command} 3", "run 3/4: S s, 0.001 Wh",
+                    f"run 4/4 (nsp 3, 2 of 2): {command} 3", "run 4/4: S s, 0.001 Wh"], r.stderr
+    assert "\r" not in r.stderr
 
 
 def _zombie(pid: int) -> bool:
