@@ -330,15 +330,16 @@ CGROUP_MOUNTS = [  # where own_cgroup makes one, and a rule's prefix for that hi
 
 
 @contextlib.contextmanager
-def own_cgroup(mount: Path | str, cpus: str | None = None) -> Iterator[Path]:
+def own_cgroup(mount: Path | str, cpus: str | None = None, suffix: str = "") -> Iterator[Path]:
     """A cgroup of its own under ``mount`` (a cgroup left behind by another test cannot
-    clash), with ``cpus`` (else its parent's) where it is a v1 cpuset, which needs its
-    CPUs and memory nodes set; removed at the end, its tasks moved back to the root
-    (the test kills its processes first: one leaves its cgroup when it is reaped)."""
+    clash), its name ending in ``suffix``, with ``cpus`` (else its parent's) where it is
+    a v1 cpuset, which needs its CPUs and memory nodes set; removed at the end, its
+    tasks moved back to the root (the test kills its processes first: one leaves its
+    cgroup when it is reaped)."""
     mount = Path(mount)
     if not mount.is_dir() or not os.access(mount, os.W_OK):
         pytest.skip(f"{mount} is not mounted, or not writable, on this host")
-    group = mount / f"parlsched-test-{uuid.uuid4().hex[:8]}"
+    group = mount / f"parlsched-test-{uuid.uuid4().hex[:8]}{suffix}"
     group.mkdir()
     try:
         if (group / "cpuset.cpus").exists():

@@ -42,9 +42,12 @@ class Membership:
 
 
 def parse_proc_cgroup(text: str) -> list[Membership]:
-    """Parse ``/proc/<id>/cgroup``. The path may contain ``:``, so split twice only."""
+    """Parse ``/proc/<id>/cgroup``. The path may contain ``:``, so split twice only, and
+    any character but a newline (the one cgroup_mkdir refuses), so lines end at ``\n``
+    alone: a cgroup named with ``\r`` or ``\x1c``, which str.splitlines() also ends a
+    line at, made every reader of its tasks' cpusets raise."""
     result: list[Membership] = []
-    for line in text.splitlines():
+    for line in text.split("\n"):
         if not line.strip():
             continue
         hid, controllers, path = line.split(":", 2)
@@ -58,7 +61,7 @@ def memberships(task_id: int, proc_root: str = PROC_ROOT) -> list[Membership]:
     id names, so a tid gives that thread's own (v2 threaded, v1 per-task) membership."""
     path = Path(proc_root, str(task_id), "cgroup")
     with translated("read cgroup", tid=task_id):
-        return parse_proc_cgroup(path.read_text(errors="backslashreplace"))  # a delegated user names cgroups
+        return parse_proc_cgroup(os.fsdecode(_read_raw(path)))
 
 
 def hierarchy_dir(controllers: tuple[str, ...], root: str = CGROUP_ROOT) -> Path:
@@ -206,7 +209,7 @@ class CpusetReader:
         return parse_cpulist(text.decode())
 
     def _find(self, raw: bytes) -> Path | None:
-        return _task_cpus_file(parse_proc_cgroup(raw.decode(errors="backslashreplace")), self.root)
+        return _task_cpus_file(parse_proc_cgroup(os.fsdecode(raw)), self.root)
 
 
 def _read_raw(path: str | Path) -> bytes:

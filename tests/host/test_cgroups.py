@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from parlschedd.host import cgroups
 from parlschedd.host.cgroups import Membership
 from parlschedd.host.errors import HostError, ThreadGone
+from tests.conftest import CPUSET, needs_root, own_cgroup
 
 
 def write(path: Path, text: str) -> None:
@@ -164,6 +166,53 @@ def test_a_cgroup_path_too_long_for_the_kernel_is_a_host_error(tmp_path: Path) -
         cgroups.task_cpus(12, str(root), str(proc))
     with pytest.raises(HostError):
         cgroups.CpusetReader(str(root), str(proc))(12)
+
+
+@pytest.mark.parametrize("name", ["job\rx", "a\x1cUid:b", "c\x0bd\u2028e"], ids=repr)
+def test_a_cgroup_named_with_any_character_but_a_newline_is_read(tmp_path: Path, name: str) -> None:
+    """The kernel refuses only \\n in a cgroup's name (cgroup_mkdir): a \\r, \\x1c or
+    \\v was a line end to str.splitlines(), and every reader of such a cgroup's tasks
+    raised ValueError, through the daemon's pins, restores and stop."""
+    root, proc = tmp_path / "cg", tmp_path / "proc"
+    v2_tree(root)
+    write(root / "app.slice" / name / "cpuset.cpus.effective", "3\n")
+    proc_cgroup(proc, 12, f"0::/app.slice/{name}\n")
+    assert cgroups.memberships(12, str(proc)) == [Membership(0, (), f"/app.slice/{name}")]
+    assert cgroups.task_cpus(12, str(root), str(proc)) == frozenset({3})
+    assert cgroups.CpusetReader(str(root), str(proc))(12) == frozenset({3})
+
+
+def test_a_cgroup_whose_name_is_not_utf8_is_its_own_not_its_parent(tmp_path: Path) -> None:
+    """Decoded with backslashreplace, b"j\\xffx" named no directory, and its parent's
+    wider cpuset was read instead (pins the kernel refuses, a mask recorded as the
+    thread's own)."""
+    root, proc = tmp_path / "cg", tmp_path / "proc"
+    v1_tree(root)
+    odd = os.fsencode(root / "cpuset" / "batch") + b"/j\xffx"
+    os.mkdir(odd)
+    with open(odd + b"/cpuset.cpus", "w") as f:
+        f.write("5\n")
+    (proc / "30").mkdir(parents=True)
+    (proc / "30" / "cgroup").write_bytes(b"4:cpuset:/batch/j\xffx\n")
+    assert cgroups.task_cpus(30, str(root), str(proc)) == frozenset({5})
+    assert cgroups.CpusetReader(str(root), str(proc))(30) == frozenset({5})
+
+
+@needs_root
+def test_a_real_cpuset_named_with_a_carriage_return_and_a_byte_not_utf8(tmp_path: Path) -> None:
+    """The same on this host's cgroup v1 cpuset, with a process of its own in it."""
+    if not (CPUSET / "cpuset.cpus").exists():
+        pytest.skip("no cgroup v1 cpuset hierarchy")
+    with own_cgroup(CPUSET, cpus="0", suffix=" j\rx\x1c" + os.fsdecode(b"\xff")) as group:
+        proc = subprocess.Popen(["sleep", "30"])
+        try:
+            (group / "cgroup.procs").write_text(str(proc.pid))
+            assert os.sched_getaffinity(proc.pid) == {0}, "the kernel's view"
+            assert cgroups.task_cpus(proc.pid) == frozenset({0})
+            assert cgroups.CpusetReader()(proc.pid) == frozenset({0})
+        finally:
+            proc.kill()
+            proc.wait()
 
 
 def test_smoke_on_this_host() -> None:
