@@ -116,8 +116,10 @@ def parse_schedstat(text: str) -> Schedstat:
 
 
 def status_field(status: str, key: str) -> list[str]:
-    """The values of the ``key:`` line of a status file."""
-    for line in status.splitlines():
+    """The values of the ``key:`` line of a status file. Lines end at ``\n`` alone: the
+    kernel escapes only that (and ``\\``) in the Name line, the first, so a task named
+    "\x1cUid:\t0" made a line of str.splitlines() that was read as its owner's."""
+    for line in status.split("\n"):
         if line.startswith(key + ":"):
             return line.split()[1:]
     raise ValueError(f"no {key}: line in status")
@@ -181,7 +183,7 @@ def network_interfaces(root: str = PROC_ROOT) -> list[str]:
     """The interfaces of the caller's network namespace (``/proc/self/net/dev``): what
     socket.if_nameindex() tells, without the netlink socket that a unit's
     RestrictAddressFamilies= refuses."""
-    lines = _read(os.path.join(root, "self", "net", "dev")).splitlines()[2:]  # two header lines
+    lines = [line for line in _read(os.path.join(root, "self", "net", "dev")).split("\n")[2:] if line]  # 2 headers
     return [line.split(":", 1)[0].strip() for line in lines]
 
 

@@ -298,6 +298,30 @@ def test_a_name_with_a_carriage_return_is_read_as_the_kernel_has_it() -> None:
         worker.join()
 
 
+def test_a_name_cannot_make_a_line_of_the_status_file() -> None:
+    """The kernel escapes only \\n (and \\\\) in status's Name line, its first: a task
+    named "\\x1cUid:\\t4242..." made a line of str.splitlines() read as its owner's
+    uid, and one named "\\x1cTgid:\\t1" a thread of init."""
+    forged = "\x1cUid:\t4242\t4242"  # 15 bytes: a comm's most
+    code = ("import os, sys, threading, time\n"
+            f"open('/proc/self/comm', 'w').write({forged!r})\n"
+            "def named():\n"
+            "    open(f'/proc/self/task/{threading.get_native_id()}/comm', 'w').write('\\x1cTgid:\\t1')\n"
+            "    print(threading.get_native_id(), flush=True)\n"
+            "    time.sleep(30)\n"
+            "threading.Thread(target=named, daemon=True).start()\n"
+            "time.sleep(30)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        tid = int(proc.stdout.readline())
+        assert forged.encode() in Path(f"/proc/{proc.pid}/status").read_bytes(), "the name as the kernel shows it"
+        assert procfs.process_uids(proc.pid) == procfs.process_uids(os.getpid())
+        assert procfs.thread_group(tid) == proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_process_handle_sees_exit_through_the_pidfd() -> None:
     child = subprocess.Popen(["sleep", "30"])
     with procfs.ProcessHandle(child.pid) as handle:
