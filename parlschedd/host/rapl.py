@@ -1,7 +1,9 @@
 """RAPL energy counters, read through the powercap interface.
 
 Energy comes from ``<root>/intel-rapl:N/energy_uj``, the top-level package zones only,
-so sub-zones such as ``intel-rapl:0:0`` are not counted twice. A counter wraps to 0 at
+so sub-zones such as ``intel-rapl:0:0`` are not counted twice, nor the platform zone
+(``psys``), which the kernel registers at the top level too and which covers the
+packages (N is in hex: ``intel-rapl:a`` is the eleventh). A counter wraps to 0 at
 ``max_energy_range_uj`` (about 262 kJ for a package: every half hour at 150 W), and two
 readings tell one wrap from none but not from two, so the counters are read every
 ``poll_interval_s`` while a block runs, often enough that none can wrap twice between
@@ -19,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 POWERCAP_ROOT = Path("/sys/class/powercap")
-_PACKAGE_ZONE = re.compile(r"^intel-rapl:\d+$")
+_PACKAGE_ZONE = re.compile(r"^intel-rapl:[0-9a-f]+$")  # powercap names zones "%s:%x"
+PLATFORM_ZONE = "psys"
 UJ_PER_WH = 3.6e9
 # Reading the counters: no zone may move by a whole range between two reads, at a power
 # far above any package's (server CPUs draw up to ~500 W); at most every MAX_POLL_S, as a
@@ -52,7 +55,7 @@ def package_zones(root: Path = POWERCAP_ROOT) -> tuple[tuple[Zone, ...], dict[st
     except OSError:
         return (), {}
     for d in entries:
-        if not _PACKAGE_ZONE.match(d.name):
+        if not _PACKAGE_ZONE.match(d.name) or _zone_name(d) == PLATFORM_ZONE:
             continue
         try:
             int((d / "energy_uj").read_text())
@@ -65,6 +68,13 @@ def package_zones(root: Path = POWERCAP_ROOT) -> tuple[tuple[Zone, ...], dict[st
             continue
         zones.append(Zone(d / "energy_uj", max_range))
     return tuple(zones), unread
+
+
+def _zone_name(d: Path) -> str | None:
+    try:
+        return (d / "name").read_text().strip()
+    except OSError:  # unreadable or absent (a fake tree): taken as a package
+        return None
 
 
 def read_uj(zones: Sequence[Zone]) -> list[int]:

@@ -34,6 +34,16 @@ def test_only_package_zones_are_read(tmp_path):
     assert unread == {"intel-rapl:2": "No such file or directory"}
 
 
+def test_the_platform_zone_is_not_a_package_and_zone_numbers_are_hex(tmp_path):
+    """psys, a top-level zone on laptops and recent servers, covers the packages: summed
+    with them it counted their energy twice; and intel-rapl:a (the kernel names zones
+    in hex) was not read."""
+    root = fake_powercap(tmp_path, {"intel-rapl:0": (5, 100), "intel-rapl:1": (6, 100), "intel-rapl:a": (7, 100)})
+    for name, zone in [("package-0", "intel-rapl:0"), ("psys", "intel-rapl:1"), ("package-10", "intel-rapl:a")]:
+        (root / zone / "name").write_text(f"{name}\n")
+    assert [z.energy.parent.name for z in rapl_zones(root)] == ["intel-rapl:0", "intel-rapl:a"]
+
+
 def test_absent_powercap_means_no_zones(tmp_path):
     assert rapl_zones(tmp_path / "none") == ()
     assert np.isnan(energy_wh((), moved_uj((), [], [])))
