@@ -512,6 +512,9 @@ class Pinner:
                 kept.append(tid)
             except HostError as exc:
                 failed.append((tid, str(exc)))
+            except Exception as exc:  # a defect of ours in one thread's restore must not leave the others pinned
+                log.exception("original mask not restored: internal error", tid=tid)
+                failed.append((tid, f"internal error: {type(exc).__name__}: {exc}"))
             else:
                 restored.append(tid)
         return RestoreReport(tuple(restored), tuple(gone), tuple(failed), tuple(kept))

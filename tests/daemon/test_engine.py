@@ -223,6 +223,34 @@ def test_an_attach_that_fails_on_a_bug_leaves_nothing_attached_or_changed(worklo
         assert set(engine.targets[w.pid].threads) == set(w.all_tids())
 
 
+@needs_root
+def test_a_defect_in_one_targets_release_leaves_no_other_thread_pinned_at_a_stop(workload, monkeypatch) -> None:
+    """Fault injection (a ValueError from one thread's restore, as a cgroup name that
+    broke the parser raised): detach_all stopped at it, and the daemon's stop with it,
+    leaving every later target pinned. Now the others are released, and the pinner's
+    restore_all (as the stop runs it after) puts back the rest of the first target."""
+    engine, counters = _pin_engine()
+    first, second = workload(2), workload(2)
+    before = {tid: os.sched_getaffinity(tid) for w in (first, second) for tid in w.all_tids()}
+    with _released(engine, counters):
+        engine.attach(first.pid, time.monotonic())
+        engine.attach(second.pid, time.monotonic())
+        _ticks_until(engine, lambda: all(len(os.sched_getaffinity(t)) == 1 for t in before), "every thread pinned")
+        bad, real_restore = min(first.all_tids()), engine.pinner.restore
+
+        def restore_failing_on_one_thread(tid: int) -> bool:
+            if tid == bad:
+                raise ValueError("injected")
+            return real_restore(tid)
+
+        monkeypatch.setattr(engine.pinner, "restore", restore_failing_on_one_thread)
+        engine.detach_all(keep_hand_overs=True)
+        report = engine.pinner.restore_all()
+        monkeypatch.undo()
+        assert [tid for tid, _ in report.failed] == [bad]
+        assert {t: os.sched_getaffinity(t) for t in before if t != bad} == {t: m for t, m in before.items() if t != bad}
+
+
 def test_a_target_whose_threads_were_known_whole_says_since_when_and_one_whose_listing_failed_does_not(
         workload, monkeypatch) -> None:
     """``known_before`` (the state file's: a recovery counts the births from it) is the

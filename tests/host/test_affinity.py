@@ -231,6 +231,28 @@ def test_restore_after_the_cpuset_shrank(spawn: Callable[..., Worker], cpuset: C
     assert os.sched_getaffinity(tid) == {1}  # widened to the whole cpuset
 
 
+def test_a_defect_in_one_threads_restore_leaves_no_other_pinned(spawn: Callable[..., Worker]) -> None:
+    """A ValueError from one thread's restore (a cgroup name that broke the parser)
+    ended restore_all, and the daemon's stop, with every later thread left pinned. Here
+    the fault is injected through the pinner's own ``allowed`` hook, which a thread whose
+    mask someone else changed makes it read."""
+    first, second = spawn(busy=False), spawn(busy=False)
+
+    def allowed(tid: int) -> frozenset[int] | None:
+        if tid == first.tid:
+            raise ValueError("not enough values to unpack")
+        return None
+
+    pinner = Pinner(allowed=allowed)
+    for w in sorted((first, second), key=lambda w: w.tid):
+        adopted(pinner, w)
+        pin(pinner, w.tid, frozenset({0}))
+    os.sched_setaffinity(first.tid, ALL - {0} or ALL)  # not our pin: the pinner asks what the kernel allows
+    report = pinner.restore_all()
+    assert report.restored == (second.tid,) and os.sched_getaffinity(second.tid) == ALL
+    assert [(tid, why.split(":")[0]) for tid, why in report.failed] == [(first.tid, "internal error")]
+
+
 def test_no_fd_left_behind(spawn: Callable[..., Worker]) -> None:
     workers = [spawn(busy=False) for _ in range(20)]
     start = fd_count()
