@@ -331,14 +331,17 @@ def _figure_to(ctx: click.Context, param: click.Parameter, path: str | None) -> 
               help="Also draw the run, as `plot` does, into this figure once CMD has ended (its suffix is the "
                    "format: .svg, .pdf, ...; none: PNG). Checked before CMD starts; a plot that fails is said, and run "
                    "still exits with CMD's code.")
+@click.option("--live/--no-live", default=None,
+              help="A one-line status on stderr, redrawn in place while CMD runs, when stderr is a terminal. "
+                   "Default: only when stdout is not that terminal (redrawn, it would write over CMD's output).")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_obj
 @talks_to_daemon
-def run(sock: str, observe: bool, as_json: bool, plot_to: str | None, cmd: tuple[str, ...]) -> None:
+def run(sock: str, observe: bool, as_json: bool, plot_to: str | None, live: bool | None, cmd: tuple[str, ...]) -> None:
     """Start CMD, attach it, wait for it, print a summary, exit with CMD's exit code
     (128 + N when a signal N killed it; 127 when CMD is not found, 126 when it cannot run).
     Everything from CMD on is CMD's, options too."""
-    runner.run(sock, observe, as_json, plot_to, cmd)
+    runner.run(sock, observe, as_json, plot_to, cmd, live)
 
 
 @cli.command()

@@ -17,6 +17,7 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from enum import Enum
@@ -32,21 +33,32 @@ from parlschedd.words import n_threads, signal_name
 
 # Sent to run alone (a supervisor, a closed ssh session, kill), they are passed on to CMD,
 # so that CMD never runs on orphaned, still pinned, with no summary. The keyboard's are
-# not: Ctrl-C and Ctrl-\ reach CMD through the terminal's process group, and passing them
-# on would send them twice (a JVM would dump its threads twice); run ignores them.
+# passed on only to a CMD in a process group of its own (timeout, setsid): Ctrl-C and
+# Ctrl-\ reach a CMD in run's group through the terminal, and passing them on would
+# send them twice (a JVM would dump its threads twice).
 RELAYED = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM)
 FROM_KEYBOARD = (signal.SIGINT, signal.SIGQUIT)
 HISTORY_AFTER_TIMEOUT_S = 5.0  # the few periods since the last poll, asked for once CMD ended: not worth a long wait
+POLL_S = 0.2  # between two status requests while CMD runs
+ENDED_WAIT_S = 1.0  # for the thread that waits for CMD to reap it, when the daemon says it is gone
+
+
+class _StopWaiting(BaseException):  # noqa: N818 -- not an error: a signal ended run's wait on the daemon
+    """A signal to run once CMD has ended: run stops waiting for the daemon (a hung
+    one held it 10 s, its Ctrl-C and SIGTERM lost) and says its summary."""
 
 
 class _Relay:
     """Passes RELAYED signals on to CMD; one that comes before CMD exists is kept and
     passed on as soon as it does (installed before the fork, so none is missed). A
     signal run was started ignoring (nohup's SIGHUP, a shell's background job) stays
-    ignored, and CMD inherits that, as it would without run."""
+    ignored, and CMD inherits that, as it would without run. Once CMD has ended, a
+    signal of either kind ends run's wait on the daemon (``waiting``)."""
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
+        self.ended: _Ended | None = None
+        self.waiting = False  # on the daemon, for CMD's summary: what a signal after CMD's end cuts short
         self.pending: list[int] = []
         for sig in RELAYED:
             if signal.getsignal(sig) != signal.SIG_IGN:
@@ -55,13 +67,56 @@ class _Relay:
     def _on_signal(self, signum: int, frame: object) -> None:
         if self.proc is None:
             self.pending.append(signum)
-        else:
+        elif not self._stop_waiting():
             self.proc.send_signal(signum)
 
+    def _on_keyboard(self, signum: int, frame: object) -> None:
+        if self.proc is not None and not self._stop_waiting() and not _in_our_group(self.proc.pid):
+            self.proc.send_signal(signum)
+
+    def _stop_waiting(self) -> bool:
+        """False while CMD runs; else raises _StopWaiting while run waits on the daemon,
+        True (the signal is spent) after."""
+        if self.ended is None or not self.ended.event.is_set():
+            return False
+        if self.waiting:
+            self.waiting = False
+            raise _StopWaiting
+        return True
+
     def started(self, proc: subprocess.Popen) -> None:
-        self.proc = proc
+        """CMD is running: the pending signals passed on, its end waited for, and the
+        keyboard's signals handled (after the fork: CMD must not inherit them ignored)."""
+        self.proc, self.ended = proc, _Ended(proc)
         while self.pending:
             proc.send_signal(self.pending.pop(0))
+        for sig in FROM_KEYBOARD:
+            signal.signal(sig, self._on_keyboard)
+
+
+def _in_our_group(pid: int) -> bool:
+    """Whether process ``pid`` is in run's process group, where the terminal's signals
+    reach it (True when it is gone: nothing to pass on)."""
+    try:
+        return os.getpgid(pid) == os.getpgrp()
+    except ProcessLookupError:
+        return True
+
+
+class _Ended:
+    """CMD's end, waited for by a thread of its own: its time is exact (it was taken
+    after run's status request, 0.2 s of polling and, from a hung daemon, a 10 s
+    timeout later) and the pause between two polls ends with it."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.event = threading.Event()
+        self.at = math.nan
+        threading.Thread(target=self._wait, args=(proc,), name="cmd-wait", daemon=True).start()
+
+    def _wait(self, proc: subprocess.Popen) -> None:
+        proc.wait()
+        self.at = time.monotonic()
+        self.event.set()
 
 
 def _say(text: str, nl: bool = True, err: bool = True) -> None:
@@ -96,10 +151,12 @@ def _live_status(target: dict, elapsed: float) -> str:
     return clip(progress_line(target, elapsed), terminal_size(sys.stderr.fileno()).columns - 1)
 
 
-def run(sock: str, observe: bool, as_json: bool, plot_to: str | None, cmd: tuple[str, ...]) -> NoReturn:
+def run(sock: str, observe: bool, as_json: bool, plot_to: str | None, cmd: tuple[str, ...],
+        live: bool | None = None) -> NoReturn:
     """parlschedctl run: CMD started, attached, waited for, summarised; exits with CMD's code.
     The daemon's refusal of the first request, or its absence, is raised (client.Refused,
-    client.Unreachable) before CMD starts."""
+    client.Unreachable) before CMD starts. ``live``: the live line (--live, --no-live;
+    None: ``_draws_live``'s default)."""
     client.request(sock, "ping")
     started = time.monotonic()
     relay = _Relay()
@@ -115,57 +172,94 @@ def run(sock: str, observe: bool, as_json: bool, plot_to: str | None, cmd: tuple
         _finish(end, as_json, summary=False)
     relay.started(proc)
     end.pid = proc.pid
-    for sig in FROM_KEYBOARD:  # after the fork: CMD must not inherit them ignored
-        signal.signal(sig, signal.SIG_IGN)
-    period = None  # the daemon's period_s, from its status replies
+    relay.waiting = True
     try:
-        polled = time.monotonic()  # when the daemon made run's last view of CMD
-        end.last = client.request(sock, "attach", pid=proc.pid, observe=observe, descendants=True)["target"]
+        polled = _follow(sock, proc, relay.ended, end, started, _draws_live(live))
+        if end.watched is Watched.TO_THE_END:
+            relay.ended.event.wait()
+            end.after_last_poll = _threads_after(sock, proc.pid, end.last, polled, end.period)
+        if plot_to is not None:
+            relay.ended.event.wait()
+            _plot_run(sock, end, plot_to)
+    except _StopWaiting:
+        _say(("\r\033[K" if _is_terminal(sys.stderr) else "") + "parlschedctl: stopped waiting for the daemon")
+    relay.waiting = False
+    relay.ended.event.wait()
+    end.returncode, end.seconds = proc.wait(), relay.ended.at - started
+    _finish(end, as_json)
+
+
+def _follow(sock: str, proc: subprocess.Popen, ended: _Ended, end: RunEnd, started: float, live: bool) -> float:
+    """Attach CMD and poll its status until it ends (or is detached, or the daemon
+    goes for good), noting in ``end`` what the summary says; when the daemon made
+    run's last view of CMD (monotonic time)."""
+    polled = time.monotonic()
+    try:
+        end.last = client.request(sock, "attach", pid=proc.pid, observe=end.observe, descendants=True)["target"]
         end.managed.update(t["tid"] for t in end.last.get("threads", []))
-        live = _is_terminal(sys.stderr)
-        while proc.poll() is None:
+        while not ended.event.is_set():
             try:
                 status = client.request(sock, "status", pid=proc.pid)
-                end.last, period = status["targets"][0], status["daemon"]["period_s"]
+                end.last, end.period = status["targets"][0], status["daemon"]["period_s"]
                 # the view's own time (the same clock as the daemon's): a tick between the request and
                 # the view's making is in the view, and a thread of that tick in no sample read after it
                 polled = time.monotonic() - status["daemon"].get("snapshot_age_ms", 0.0) / 1e3
             except client.Refused:
-                if proc.poll() is None:  # it runs, and is not attached: a client detached it
+                if not ended.event.wait(ENDED_WAIT_S):  # it runs, and is not attached: a client detached it
                     end.watched = Watched.DETACHED
-                    _say(("\r\033[K" if live else "") + f"parlschedctl: {cmd[0]} was detached; waiting for it")
+                    _say(("\r\033[K" if live else "") + f"parlschedctl: {end.cmd[0]} was detached; waiting for it")
                     break
                 continue  # it ended, and the daemon dropped it: the loop's end
             except client.Unreachable as exc:  # a restart (systemctl restart) attaches CMD again from its state
-                _say(("\r\033[K" if live else "") + f"parlschedctl: lost the daemon ({exc}); waiting for {cmd[0]}, "
-                     "and for the daemon to come back")
+                _say(("\r\033[K" if live else "") + f"parlschedctl: lost the daemon ({exc}); waiting for "
+                     f"{end.cmd[0]}, and for the daemon to come back")
                 if not _back(sock, proc):
                     end.watched = Watched.DAEMON_STOPPED
                     break
                 end.restarts += 1
-                _say(f"parlschedctl: the daemon is back and manages {cmd[0]} again")
+                _say(f"parlschedctl: the daemon is back and manages {end.cmd[0]} again")
                 continue
             end.managed.update(t["tid"] for t in end.last.get("threads", []))
-            if live and end.last:
+            if live and end.last and _in_foreground(sys.stderr):
                 _say("\r\033[K" + _live_status(end.last, time.monotonic() - started), nl=False)
-            time.sleep(0.2)
+            ended.event.wait(POLL_S)
         if live:
             _say("\r\033[K", nl=False)
     except client.Refused as exc:
-        ended = exc.code == "no_such_process" and proc.poll() is not None
-        end.not_managed = f"{cmd[0]} ended before it could be attached" if ended else str(exc)
+        gone = exc.code == "no_such_process" and ended.event.wait(ENDED_WAIT_S)
+        end.not_managed = f"{end.cmd[0]} ended before it could be attached" if gone else str(exc)
         _say(f"parlschedctl: not managed: {end.not_managed}")
         end.watched = Watched.NEVER_ATTACHED
     except client.Unreachable as exc:
         end.watched = Watched.DAEMON_STOPPED
-        _say(("\r\033[K" if _is_terminal(sys.stderr) else "") + f"parlschedctl: lost the daemon ({exc}); waiting for {cmd[0]}")
-    end.returncode = proc.wait()
-    end.seconds = time.monotonic() - started
-    if end.watched is Watched.TO_THE_END:
-        end.after_last_poll = _threads_after(sock, proc.pid, end.last, polled, period)
-    if plot_to is not None:
-        _plot_run(sock, end, plot_to)
-    _finish(end, as_json)
+        _say(("\r\033[K" if live else "") + f"parlschedctl: lost the daemon ({exc}); waiting for {end.cmd[0]}")
+    return polled
+
+
+def _draws_live(asked: bool | None) -> bool:
+    """Whether run draws its live line on stderr: on a terminal only; there as asked
+    (--live, --no-live), else when CMD's standard output is not that terminal. Redrawn
+    in place every POLL_S, it wrote over what CMD wrote to it (a prompt, a REPL's, a
+    pager's last line); with CMD's output sent elsewhere, CMD's stderr alone shares it."""
+    if not _is_terminal(sys.stderr):
+        return False
+    if asked is not None:
+        return asked
+    return not (_is_terminal(sys.stdout) and _same_file(sys.stdout.fileno(), sys.stderr.fileno()))
+
+
+def _in_foreground(terminal: Any) -> bool:
+    """Whether run is in the foreground process group of ``terminal`` (a job put in the
+    background drew over the shell's prompt and what was being typed); True when it
+    is not run's controlling terminal, where no job control applies."""
+    try:
+        return os.tcgetpgrp(terminal.fileno()) == os.getpgrp()
+    except OSError:
+        return True
+
+
+def _same_file(a: int, b: int) -> bool:
+    return os.path.samestat(os.fstat(a), os.fstat(b))
 
 
 def _threads_after(sock: str, pid: int, seen: dict[str, Any], polled: float, period: float | None) -> set[int]:
@@ -257,6 +351,7 @@ class RunEnd:
     watched: Watched = Watched.TO_THE_END
     managed: set[int] = field(default_factory=set)  # every tid managed (observed) at some poll
     last: dict[str, Any] = field(default_factory=dict)  # the target at the last poll
+    period: float | None = None  # the daemon's period_s, from its status replies
     not_managed: str | None = None  # why CMD was never attached (or started)
     plot: str | None = None  # the figure --plot wrote
     restarts: int = 0  # daemon restarts CMD was managed through: a history since the last
@@ -318,7 +413,7 @@ def _new_line(summary_said: bool) -> str:
     with contextlib.suppress(OSError):
         sys.stdout.flush()
         if os.isatty(out):
-            if summary_said and os.isatty(2) and os.path.samestat(os.fstat(out), os.fstat(2)):
+            if summary_said and os.isatty(2) and _same_file(out, 2):
                 return ""
         elif stat.S_ISREG(os.fstat(out).st_mode):
             return "" if _byte_before_write(out) in (b"", b"\n") else "\n"

@@ -14,6 +14,7 @@ import socket
 import struct
 import subprocess
 import sys
+import time
 import termios
 import threading
 
@@ -849,6 +850,50 @@ def test_the_keyboards_signals_reach_cmd_once(daemon, sig):
 
 
 @needs_root
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGQUIT], ids=lambda sig: sig.name)
+def test_the_keyboards_signals_reach_a_cmd_in_a_group_of_its_own_once(daemon, sig):
+    """A CMD that moves to a process group of its own (timeout, setsid) is out of the
+    terminal's reach: run ignored Ctrl-C and Ctrl-\\, and nothing ended it. run passes
+    them on to such a CMD alone."""
+    code = (f"import os, signal, sys, time; os.setpgid(0, 0); got = []; signal.signal({int(sig)}, lambda *a: got.append(1)); "
+            "print('ready', flush=True); time.sleep(1.5); print(len(got))")
+    proc = subprocess.Popen([*CTL, "run", "--", sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "PARLSCHED_SOCKET": daemon.socket}, start_new_session=True)
+    assert proc.stdout.readline() == "ready\n"
+    os.killpg(proc.pid, sig)  # what the terminal does: run's group, CMD no longer in it
+    out, err = proc.communicate(timeout=30)
+    assert (proc.returncode, out) == (0, "1\n"), err
+
+
+@needs_root
+def test_a_hung_daemon_holds_run_neither_past_a_ctrl_c_nor_in_its_time(daemon, tmp_path):
+    """CMD's end was seen only between two status requests: a daemon stopped (SIGSTOP,
+    a debugger) held run 10 s after CMD's end, Ctrl-C and SIGTERM lost, and "exited 0
+    after 11.24 s" of a 2 s CMD. Its end is waited for apart, and a signal after it
+    ends run's wait on the daemon."""
+    done = tmp_path / "done"
+    code = f"import time; time.sleep(1); open({str(done)!r}, 'w').close()"
+    proc = subprocess.Popen([*CTL, "run", "--json", "--", sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PARLSCHED_SOCKET": daemon.socket},
+                            start_new_session=True)
+    try:
+        wait_for(lambda: json.loads(ctl("status", "--json", socket=daemon.socket).stdout)["targets"], timeout=10)
+        daemon.proc.send_signal(signal.SIGSTOP)
+        wait_for(done.exists, timeout=10)
+        time.sleep(0.5)  # CMD has ended; run is in a request to the stopped daemon
+        os.killpg(proc.pid, signal.SIGINT)
+        asked = time.monotonic()
+        out, err = proc.communicate(timeout=30)
+        waited = time.monotonic() - asked
+    finally:
+        daemon.proc.send_signal(signal.SIGCONT)
+    facts = json.loads(out.splitlines()[-1])
+    assert proc.returncode == 0 and "stopped waiting for the daemon" in err, err
+    assert waited < 5, f"run ended {waited:.1f} s after Ctrl-C"
+    assert 1 <= facts["seconds"] < 5, facts
+
+
+@needs_root
 def test_a_signal_run_was_started_ignoring_stays_ignored_in_cmd(daemon):
     """Under nohup (SIGHUP ignored), CMD ran with SIGHUP's default action: run's relay
     handler replaced the ignore before the fork, and exec does not keep a handler."""
@@ -994,21 +1039,34 @@ def test_run_of_a_command_that_cannot_start_exits_as_a_shell_would(daemon, tmp_p
 
 
 
-def live_lines(daemon, code: str, columns: int, options: tuple[str, ...] = ()) -> list[str]:
+def live_lines(daemon, code: str, columns: int, options: tuple[str, ...] = (), stdout_too: bool = False) -> list[str]:
     """The live status lines ``run OPTIONS -- python -c CODE`` wrote to a terminal of
-    ``columns`` columns (its stderr), once CMD ended with 0."""
+    ``columns`` columns (its stderr, and its stdout too if ``stdout_too``), once CMD
+    ended with 0."""
     main, terminal = pty.openpty()
     fcntl.ioctl(main, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
     try:
-        proc = subprocess.Popen([*CTL, "run", *options, "--", sys.executable, "-c", code], stdout=subprocess.PIPE,
-                                stderr=terminal, env={**os.environ, "PARLSCHED_SOCKET": daemon.socket})
+        proc = subprocess.Popen([*CTL, "run", *options, "--", sys.executable, "-c", code],
+                                stdout=terminal if stdout_too else subprocess.PIPE, stderr=terminal,
+                                env={**os.environ, "PARLSCHED_SOCKET": daemon.socket})
     finally:
         os.close(terminal)
     seen = read_terminal(main)
     assert proc.wait(timeout=30) == 0, seen
-    live = [part.decode() for part in seen.split(b"\r\033[K") if re.match(rb" *\d+\.\d s ", part)]
-    assert live, seen
-    return live
+    return [part.decode() for part in seen.split(b"\r\033[K") if re.match(rb" *\d+\.\d s ", part)]
+
+
+@needs_root
+@pytest.mark.timeout(60)
+def test_runs_live_line_does_not_write_over_cmds_output_on_its_terminal(daemon):
+    """Redrawn every 0.2 s, the live line erased what CMD wrote to the same terminal (a
+    prompt, a REPL's, a pager's last line). With CMD's stdout on that terminal it is
+    drawn only when asked for (--live); with its stdout elsewhere, by default."""
+    code = "import time; print('Continue? ', end='', flush=True); time.sleep(1.5); print()"
+    assert live_lines(daemon, code, columns=80, stdout_too=True) == []
+    assert live_lines(daemon, code, columns=80, options=("--live",), stdout_too=True)
+    assert live_lines(daemon, code, columns=80)
+    assert live_lines(daemon, code, columns=80, options=("--no-live",)) == []
 
 @needs_root
 @pytest.mark.timeout(60)
@@ -1018,7 +1076,7 @@ def test_runs_live_status_fits_the_terminals_width(daemon):
     cut to the terminal's columns but one, as top's lines are."""
     code = "import threading,time; [threading.Thread(target=time.sleep,args=(2,)).start() for _ in range(8)]; time.sleep(2)"
     live = live_lines(daemon, code, columns=40)
-    assert all(len(line) <= 39 for line in live), live
+    assert live and all(len(line) <= 39 for line in live), live
     assert any("threads" in line for line in live), live
 
 
@@ -1030,7 +1088,7 @@ def test_runs_live_status_in_observe_mode_says_no_placements(daemon):
     mode places nothing (its summary says only "observed 3 threads")."""
     code = "import threading,time; [threading.Thread(target=time.sleep,args=(1.5,)).start() for _ in range(2)]; time.sleep(1.5)"
     live = live_lines(daemon, code, columns=200, options=("--observe",))
-    assert any("3 threads observed" in line for line in live), live
+    assert live and any("3 threads observed" in line for line in live), live
     assert not any("placed" in line or "on one CPU" in line or "move" in line for line in live), live
 
 

@@ -317,6 +317,36 @@ def test_only_a_terminal_is_a_terminal(tmp_path):
     assert not runner._is_terminal(None)
 
 
+def test_a_run_in_the_background_of_its_terminal_is_not_in_its_foreground():
+    """run -- CMD & drew its live line over the shell's prompt and what was being typed:
+    it is drawn only from the terminal's foreground process group. A terminal that is
+    not run's controlling one has no job control: drawn there. (In a child, which makes
+    a pty its controlling terminal.)"""
+    code = textwrap.dedent("""
+        import fcntl, os, sys, termios
+        from parlschedctl import runner
+        other_main, other = os.openpty()
+        said = [runner._in_foreground(os.fdopen(other, "w"))]  # not our controlling terminal
+        main, terminal = os.openpty()
+        os.setsid()
+        fcntl.ioctl(terminal, termios.TIOCSCTTY, 0)
+        tty = os.fdopen(terminal, "w")
+        said.append(runner._in_foreground(tty))
+        r, w = os.pipe()
+        if os.fork() == 0:
+            os.setpgid(0, 0)  # a job put in the background: another group than the terminal's
+            os.write(w, repr(runner._in_foreground(tty)).encode())
+            os._exit(0)
+        os.close(w)
+        said.append(eval(os.read(r, 100)))
+        os.wait()
+        print(said)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30,
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert r.stdout.strip() == "[True, True, False]", r.stderr
+
+
 # -- with a daemon --------------------------------------------------------------------
 
 @needs_root
@@ -425,8 +455,9 @@ def test_run_of_a_command_that_cannot_start_exits_127_or_126_with_json(daemon, t
 @needs_root
 def test_run_attaches_cmd_with_its_descendants_and_exits_with_its_code(daemon, tmp_path, own_signals, capfd):
     """run: CMD attached with its descendants (a child's thread managed as CMD's), its
-    threads counted, its code run's exit; the keyboard's signals are ignored by run
-    once CMD is started, and CMD does not inherit them ignored."""
+    threads counted, its code run's exit; the keyboard's signals are run's to handle
+    once CMD is started (passed on only to a CMD in a group of its own), and CMD does
+    not inherit them ignored."""
     report = tmp_path / "ignored"
     code = ("import os,subprocess,sys,time; open(sys.argv[1],'w').write(next(l for l in open('/proc/self/status') "
             "if l.startswith('SigIgn'))); c = subprocess.Popen(['sleep','1']); time.sleep(1.2); c.wait(); sys.exit(4)")
@@ -437,7 +468,7 @@ def test_run_attaches_cmd_with_its_descendants_and_exits_with_its_code(daemon, t
     facts = json.loads(said.out.splitlines()[-1])
     assert facts["exit_code"] == 4 and facts["watched"] == "to_the_end" and facts["threads_managed"] >= 2, facts
     assert re.search(r"exited 4 after [\d.]+ s; managed \d+ threads", said.err), said.err
-    assert all(signal.getsignal(sig) == signal.SIG_IGN for sig in FROM_KEYBOARD)
+    assert all(getattr(signal.getsignal(sig), "__name__", None) == "_on_keyboard" for sig in FROM_KEYBOARD)
     mask = int(report.read_text().split()[1], 16)
     assert not any(mask >> (sig - 1) & 1 for sig in FROM_KEYBOARD), "CMD started ignoring the keyboard's signals"
 
