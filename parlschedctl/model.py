@@ -7,6 +7,7 @@ work goes to stderr when it is a terminal, with --json too (stdout keeps the JSO
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -511,15 +512,21 @@ def recommend(params_path: str, goal: str, nsp: tuple[int, ...] | None, as_json:
 class RunLines:
     """A line on stderr as each run starts and as it ends, on a terminal or not: the
     command's own output comes in between (a line updated in place ran into it), and a
-    measurement of hours logged to a file said nothing of where it was."""
+    measurement of hours logged to a file said nothing of where it was. A line that
+    cannot be written (stderr a pipe whose reader left) is lost, not the measurement."""
 
     def started(self, run: Run) -> None:
         repeat = f", {run.repeat} of {run.repeats}" if run.repeats > 1 else ""
-        click.echo(f"run {run.number}/{run.total} (nsp {run.nsp}{repeat}): {shlex.join(run.cmd)}", err=True)
+        self._say(f"run {run.number}/{run.total} (nsp {run.nsp}{repeat}): {shlex.join(run.cmd)}")
 
     def ended(self, run: Run, seconds: float, wh: float) -> None:
         energy = f", {wh:.4g} Wh" if np.isfinite(wh) else ""
-        click.echo(f"run {run.number}/{run.total}: {seconds:.3f} s{energy}", err=True)
+        self._say(f"run {run.number}/{run.total}: {seconds:.3f} s{energy}")
+
+    @staticmethod
+    def _say(line: str) -> None:
+        with contextlib.suppress(OSError):
+            click.echo(line, err=True)
 
 
 MAX_REPEAT = 1000  # runs per configuration; a mistyped 999999999999 asked numpy for 7 TiB (a traceback)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import shlex
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -82,19 +83,38 @@ def _end(proc: subprocess.Popen) -> None:
     child whose parent ended is no longer under it): a SIGTERM to parlschedctl alone
     left a shell's or a launcher's children running, where a terminal's Ctrl-C reaches
     them all (they are in its process group). One started in the meantime, or that
-    left the tree before (a daemon), is missed."""
-    procs = _tree(proc)
-    for p in procs:
-        _signal(p, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_GRACE_S
+    left the tree before (a daemon), is missed. A second interrupt only hurries this on:
+    raised as an exception, one that came while the tree was listed left it all running."""
+    hurry = threading.Event()
+    kept = {sig: signal.signal(sig, lambda *_: hurry.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        proc.wait(STOP_GRACE_S)
-        _, alive = psutil.wait_procs(procs[1:], timeout=max(0.0, deadline - time.monotonic()))
-    except BaseException:  # the grace ran out, or another interrupt came: no more waiting
+        procs = _tree(proc)
+        for p in procs:
+            _signal(p, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
         alive = procs
-    for p in alive:
-        _signal(p, signal.SIGKILL)
-    proc.wait()
+        while alive and not hurry.is_set() and time.monotonic() < deadline:
+            time.sleep(0.02)
+            alive = [p for p in alive if _running(p, proc)]
+        for p in alive:
+            _signal(p, signal.SIGKILL)
+        if proc.poll() is None:  # not listed (psutil could not read it): killed alone
+            proc.kill()
+        proc.wait()
+    finally:
+        for sig, handler in kept.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # None: set from C
+
+
+def _running(p: psutil.Process, proc: subprocess.Popen) -> bool:
+    """Whether ``p`` still runs: the command reaped by us when it ended, the others
+    (not our children) neither gone nor zombies."""
+    if p.pid == proc.pid:
+        return proc.poll() is None
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _tree(proc: subprocess.Popen) -> list[psutil.Process]:

@@ -612,6 +612,42 @@ def test_measure_stopped_by_sigterm_ends_the_command_s_processes_and_says_what_o
     assert wait_for(lambda: not os.path.exists(f"/proc/{its_child}") or _zombie(its_child)), "its child ran on"
 
 
+def test_a_second_sigterm_ends_the_command_and_its_children_at_once(tmp_path):
+    """A second SIGTERM hurries the end on: SIGKILL to every process at once, not after
+    the 2 s grace (each here ignores SIGTERM, so only the SIGKILL ends them). Raised as
+    an exception, one that came while the tree was listed left all of it running (a
+    launcher and its 300 workers, in a review); that window is too narrow to hit here,
+    and a handler that only sets a flag leaves none."""
+    out, pid_file = tmp_path / "m.csv", tmp_path / "pids"
+    script = ("import os, signal, subprocess, sys\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+              "kids = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']) for _ in range(3)]\n"
+              f"open({str(pid_file)!r}, 'w').write(' '.join(str(p) for p in [os.getpid(), *(k.pid for k in kids)]))\n"
+              "[k.wait() for k in kids]")
+    ctl = subprocess.Popen([sys.executable, "-m", "parlschedctl", "model", "measure", "--nsp", "1", "--out", str(out),
+                            "--powercap-root", str(tmp_path / "none"), "--", sys.executable, "-c", script],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert wait_for(lambda: pid_file.exists() and len(pid_file.read_text().split()) == 4, timeout=60)
+    pids = [int(p) for p in pid_file.read_text().split()]
+    ctl.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    ctl.send_signal(signal.SIGTERM)
+    asked = time.monotonic()
+    assert ctl.wait(timeout=60) == 1
+    assert time.monotonic() - asked < 1.5, "the grace of 2 s waited out"
+    assert wait_for(lambda: all(not os.path.exists(f"/proc/{p}") or _zombie(p) for p in pids)), "left running"
+
+
+def test_measure_whose_stderr_reader_left_still_writes_what_it_measured(tmp_path):
+    """Its progress lines, on stderr off a terminal too, failed on a pipe whose reader
+    had left (`2>&1 | head -1`), and that ended the measurement: nothing written."""
+    out = tmp_path / "m.csv"
+    command = shlex.join([sys.executable, "-m", "parlschedctl", "model", "measure", "--nsp", "1-3", "--out", str(out),
+                          "--powercap-root", str(tmp_path / "none"), "--", "sh", "-c", "sleep 0.2 # {nsp}"])
+    r = subprocess.run(f"{command} 2>&1 >/dev/null | head -1", shell=True, capture_output=True, text=True, timeout=60)
+    assert "no readable RAPL zones" in r.stdout, r.stdout  # the one line read before the reader left
+    assert [line.split(",")[0] for line in out.read_text().splitlines()[1:]] == ["1", "2", "3"]
+
+
 def test_measure_says_which_run_starts_and_what_it_measured_off_a_terminal_too(tmp_path):
     """A progress line updated in place on a terminal ran into the command's output
     ("run 0/4hello"), and off a terminal (a log file) a measurement of hours said
