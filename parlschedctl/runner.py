@@ -50,29 +50,42 @@ class _StopWaiting(BaseException):  # noqa: N818 -- not an error: a signal ended
 
 class _Relay:
     """Passes RELAYED signals on to CMD; one that comes before CMD exists is kept and
-    passed on as soon as it does (installed before the fork, so none is missed). A
-    signal run was started ignoring (nohup's SIGHUP, a shell's background job) stays
+    passed on as soon as it does (installed before the fork, so none is missed). The
+    keyboard's are passed on to CMD's process group when CMD leads one of its own (out
+    of the terminal's reach, as a terminal would send them), to no CMD in run's group.
+    A signal run was started ignoring (nohup's SIGHUP, a background job's SIGINT) stays
     ignored, and CMD inherits that, as it would without run. Once CMD has ended, a
-    signal of either kind ends run's wait on the daemon (``waiting``)."""
+    signal of either kind ends run's wait on the daemon (``waiting``). Signals go
+    through a pidfd where the kernel has them: CMD is reaped by another thread, and a
+    pid alone may name another process by then."""
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
         self.ended: _Ended | None = None
+        self.pidfd: int | None = None
         self.waiting = False  # on the daemon, for CMD's summary: what a signal after CMD's end cuts short
         self.pending: list[int] = []
-        for sig in RELAYED:
-            if signal.getsignal(sig) != signal.SIG_IGN:
-                signal.signal(sig, self._on_signal)
+        self.ignored = {sig for sig in (*RELAYED, *FROM_KEYBOARD) if signal.getsignal(sig) == signal.SIG_IGN}
+        for sig in set(RELAYED) - self.ignored:
+            signal.signal(sig, self._on_signal)
 
     def _on_signal(self, signum: int, frame: object) -> None:
         if self.proc is None:
             self.pending.append(signum)
         elif not self._stop_waiting():
-            self.proc.send_signal(signum)
+            self._send(signum)
 
     def _on_keyboard(self, signum: int, frame: object) -> None:
-        if self.proc is not None and not self._stop_waiting() and not _in_our_group(self.proc.pid):
+        if self.proc is not None and not self._stop_waiting() and _leads_a_group(self.proc.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signum)
+
+    def _send(self, signum: int) -> None:
+        if self.pidfd is None:
             self.proc.send_signal(signum)
+            return
+        with contextlib.suppress(ProcessLookupError):  # it has ended
+            signal.pidfd_send_signal(self.pidfd, signum)
 
     def _stop_waiting(self) -> bool:
         """False while CMD runs; else raises _StopWaiting while run waits on the daemon,
@@ -86,21 +99,27 @@ class _Relay:
 
     def started(self, proc: subprocess.Popen) -> None:
         """CMD is running: the pending signals passed on, its end waited for, and the
-        keyboard's signals handled (after the fork: CMD must not inherit them ignored)."""
+        keyboard's signals handled (after the fork: CMD must not inherit a handler
+        that a signal before its exec would run in it)."""
+        try:
+            self.pidfd = os.pidfd_open(proc.pid)  # before the waiter thread: CMD not yet reaped
+        except OSError:  # Linux before 5.3
+            self.pidfd = None
         self.proc, self.ended = proc, _Ended(proc)
         while self.pending:
-            proc.send_signal(self.pending.pop(0))
-        for sig in FROM_KEYBOARD:
+            self._send(self.pending.pop(0))
+        for sig in set(FROM_KEYBOARD) - self.ignored:
             signal.signal(sig, self._on_keyboard)
 
 
-def _in_our_group(pid: int) -> bool:
-    """Whether process ``pid`` is in run's process group, where the terminal's signals
-    reach it (True when it is gone: nothing to pass on)."""
+def _leads_a_group(pid: int) -> bool:
+    """Whether process ``pid`` leads a process group of its own (timeout, setsid), which
+    the terminal's signals to run's group do not reach. False when it is gone, or in
+    another's group (sent nothing: that group is not CMD's to speak for)."""
     try:
-        return os.getpgid(pid) == os.getpgrp()
+        return os.getpgid(pid) == pid != os.getpgrp()
     except ProcessLookupError:
-        return True
+        return False
 
 
 class _Ended:
@@ -141,6 +160,7 @@ class Watched(Enum):
     TO_THE_END = ""  # attached until CMD ended: the count, and when managed the last placements
     DETACHED = "detached before the end"  # a client detached CMD while it ran: the count and this
     DAEMON_STOPPED = "the daemon stopped before the end"  # it went away (before the attach or after): the same
+    STOPPED_WAITING = "run stopped waiting for the daemon"  # a signal after CMD's end cut short a wait on it
     NEVER_ATTACHED = None  # the daemon refused the attach (or CMD could not start): nothing to count
 
 
@@ -172,9 +192,10 @@ def run(sock: str, observe: bool, as_json: bool, plot_to: str | None, cmd: tuple
         _finish(end, as_json, summary=False)
     relay.started(proc)
     end.pid = proc.pid
+    line = _LiveLine(_draws_live(live))
     relay.waiting = True
     try:
-        polled = _follow(sock, proc, relay.ended, end, started, _draws_live(live))
+        polled = _follow(sock, proc, relay.ended, end, started, line)
         if end.watched is Watched.TO_THE_END:
             relay.ended.event.wait()
             end.after_last_poll = _threads_after(sock, proc.pid, end.last, polled, end.period)
@@ -182,14 +203,15 @@ def run(sock: str, observe: bool, as_json: bool, plot_to: str | None, cmd: tuple
             relay.ended.event.wait()
             _plot_run(sock, end, plot_to)
     except _StopWaiting:
-        _say(("\r\033[K" if _is_terminal(sys.stderr) else "") + "parlschedctl: stopped waiting for the daemon")
+        end.watched = Watched.STOPPED_WAITING if end.watched is Watched.TO_THE_END else end.watched
+        _say(line.end() + "parlschedctl: stopped waiting for the daemon")
     relay.waiting = False
     relay.ended.event.wait()
     end.returncode, end.seconds = proc.wait(), relay.ended.at - started
     _finish(end, as_json)
 
 
-def _follow(sock: str, proc: subprocess.Popen, ended: _Ended, end: RunEnd, started: float, live: bool) -> float:
+def _follow(sock: str, proc: subprocess.Popen, ended: _Ended, end: RunEnd, started: float, line: _LiveLine) -> float:
     """Attach CMD and poll its status until it ends (or is detached, or the daemon
     goes for good), noting in ``end`` what the summary says; when the daemon made
     run's last view of CMD (monotonic time)."""
@@ -207,11 +229,11 @@ def _follow(sock: str, proc: subprocess.Popen, ended: _Ended, end: RunEnd, start
             except client.Refused:
                 if not ended.event.wait(ENDED_WAIT_S):  # it runs, and is not attached: a client detached it
                     end.watched = Watched.DETACHED
-                    _say(("\r\033[K" if live else "") + f"parlschedctl: {end.cmd[0]} was detached; waiting for it")
+                    _say(line.end() + f"parlschedctl: {end.cmd[0]} was detached; waiting for it")
                     break
                 continue  # it ended, and the daemon dropped it: the loop's end
             except client.Unreachable as exc:  # a restart (systemctl restart) attaches CMD again from its state
-                _say(("\r\033[K" if live else "") + f"parlschedctl: lost the daemon ({exc}); waiting for "
+                _say(line.end() + f"parlschedctl: lost the daemon ({exc}); waiting for "
                      f"{end.cmd[0]}, and for the daemon to come back")
                 if not _back(sock, proc):
                     end.watched = Watched.DAEMON_STOPPED
@@ -220,11 +242,10 @@ def _follow(sock: str, proc: subprocess.Popen, ended: _Ended, end: RunEnd, start
                 _say(f"parlschedctl: the daemon is back and manages {end.cmd[0]} again")
                 continue
             end.managed.update(t["tid"] for t in end.last.get("threads", []))
-            if live and end.last and _in_foreground(sys.stderr):
-                _say("\r\033[K" + _live_status(end.last, time.monotonic() - started), nl=False)
+            if end.last:
+                line.draw(end.last, time.monotonic() - started)
             ended.event.wait(POLL_S)
-        if live:
-            _say("\r\033[K", nl=False)
+        _say(line.end(), nl=False)
     except client.Refused as exc:
         gone = exc.code == "no_such_process" and ended.event.wait(ENDED_WAIT_S)
         end.not_managed = f"{end.cmd[0]} ended before it could be attached" if gone else str(exc)
@@ -232,30 +253,56 @@ def _follow(sock: str, proc: subprocess.Popen, ended: _Ended, end: RunEnd, start
         end.watched = Watched.NEVER_ATTACHED
     except client.Unreachable as exc:
         end.watched = Watched.DAEMON_STOPPED
-        _say(("\r\033[K" if live else "") + f"parlschedctl: lost the daemon ({exc}); waiting for {end.cmd[0]}")
+        _say(line.end() + f"parlschedctl: lost the daemon ({exc}); waiting for {end.cmd[0]}")
     return polled
 
 
 def _draws_live(asked: bool | None) -> bool:
     """Whether run draws its live line on stderr: on a terminal only; there as asked
-    (--live, --no-live), else when CMD's standard output is not that terminal. Redrawn
-    in place every POLL_S, it wrote over what CMD wrote to it (a prompt, a REPL's, a
-    pager's last line); with CMD's output sent elsewhere, CMD's stderr alone shares it."""
+    (--live, --no-live), else when CMD's standard output goes to a file or a device
+    (``> out.log``, ``> /dev/null``), not to a terminal nor a pipe: redrawn in place
+    every POLL_S, the line wrote over what CMD wrote to its terminal (a prompt, a
+    REPL's), and over what a pipe's reader did with it there (``| less``, ``| tee``)."""
     if not _is_terminal(sys.stderr):
         return False
     if asked is not None:
         return asked
-    return not (_is_terminal(sys.stdout) and _same_file(sys.stdout.fileno(), sys.stderr.fileno()))
+    if sys.stdout is None:  # closed (>&-): CMD writes nothing there
+        return True
+    mode = os.fstat(sys.stdout.fileno()).st_mode
+    return stat.S_ISREG(mode) or stat.S_ISCHR(mode) and not _is_terminal(sys.stdout)
+
+
+class _LiveLine:
+    """run's live status on stderr, drawn only from the foreground of run's controlling
+    terminal: a job put in the background, or a run with no controlling terminal
+    (setsid), drew over the shell's prompt and what was being typed. ``end`` is what
+    to write before another message: the line erased where it is still ours, ended
+    where run is no longer in the foreground, nothing where none is drawn."""
+
+    def __init__(self, on: bool) -> None:
+        self.on = on
+        self.drawn = False
+
+    def draw(self, target: dict, elapsed: float) -> None:
+        if self.on and _in_foreground(sys.stderr):
+            _say("\r\033[K" + _live_status(target, elapsed), nl=False)
+            self.drawn = True
+
+    def end(self) -> str:
+        if not self.drawn:
+            return ""
+        self.drawn = False
+        return "\r\033[K" if _in_foreground(sys.stderr) else "\n"
 
 
 def _in_foreground(terminal: Any) -> bool:
-    """Whether run is in the foreground process group of ``terminal`` (a job put in the
-    background drew over the shell's prompt and what was being typed); True when it
-    is not run's controlling terminal, where no job control applies."""
+    """Whether run is in the foreground process group of ``terminal``, its controlling
+    terminal (False for another: where run has no job control, it cannot tell)."""
     try:
         return os.tcgetpgrp(terminal.fileno()) == os.getpgrp()
     except OSError:
-        return True
+        return False
 
 
 def _same_file(a: int, b: int) -> bool:
@@ -396,7 +443,21 @@ def _finish(end: RunEnd, as_json: bool, summary: bool = True) -> NoReturn:
     if as_json:  # one line: CMD's output shares stdout, and a script takes the last line
         start = _new_line(summary_said=summary) if end.pid is not None else ""  # a CMD never started wrote nothing
         _say(start + json.dumps(end.as_json(), separators=(",", ":")), err=False)
+    if end.returncode == -signal.SIGINT and signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN, None):
+        _die_of_sigint()
     sys.exit(end.exit_code)
+
+
+def _die_of_sigint() -> None:
+    """End run as CMD ended, by SIGINT: a shell stops a loop (``for ...; do run -- CMD;
+    done``) at Ctrl-C only when its child died of SIGINT, not when it exited 130
+    (bash's wait and cooperative exit); the shell's $? is 130 either way. Not when run
+    was started ignoring SIGINT (a background job): then it exits 130."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, AttributeError):  # AttributeError: a stream closed at start is None
+            stream.flush()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
 
 
 def _new_line(summary_said: bool) -> str:
@@ -444,7 +505,7 @@ def _run_summary(end: RunEnd) -> str:
     if end.watched is Watched.NEVER_ATTACHED:
         return ""
     said = f"; {'observed' if end.observe else 'managed'} {n_threads(end.threads_managed)}"
-    if end.watched in (Watched.DETACHED, Watched.DAEMON_STOPPED):
+    if end.watched in (Watched.DETACHED, Watched.DAEMON_STOPPED, Watched.STOPPED_WAITING):
         return f"{said} ({end.watched.value})"
     if end.observe:
         return said

@@ -15,6 +15,7 @@ import struct
 import subprocess
 import sys
 import time
+from pathlib import Path
 import termios
 import threading
 
@@ -866,6 +867,53 @@ def test_the_keyboards_signals_reach_a_cmd_in_a_group_of_its_own_once(daemon, si
 
 
 @needs_root
+def test_ctrl_c_reaches_the_whole_group_a_cmd_leads(daemon):
+    """Passed on to CMD's pid alone, Ctrl-C reached a `setsid` launcher and not the
+    worker it waits for (`setsid sh -c 'sleep 8'` ran its 8 s): it goes to the group
+    CMD leads, as the terminal sends it. Here the launcher ignores SIGINT, its worker
+    does not, and it exits 3 when the worker died of SIGINT."""
+    code = ("import os, signal, subprocess, sys; os.setsid(); signal.signal(signal.SIGINT, signal.SIG_IGN); "
+            "c = subprocess.Popen(['sleep', '8'], preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)); "
+            "print('ready', flush=True); sys.exit(3 if c.wait() == -signal.SIGINT else 0)")
+    proc = subprocess.Popen([*CTL, "run", "--", sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "PARLSCHED_SOCKET": daemon.socket}, start_new_session=True)
+    assert proc.stdout.readline() == "ready\n"
+    os.killpg(proc.pid, signal.SIGINT)
+    asked = time.monotonic()
+    _, err = proc.communicate(timeout=30)
+    assert time.monotonic() - asked < 5, err
+    assert proc.returncode == 3, err
+
+
+@needs_root
+def test_a_ctrl_c_run_was_started_ignoring_stays_ignored(daemon):
+    """A shell script's background job starts with SIGINT ignored: run passed Ctrl-C on
+    to a CMD in a group of its own all the same (which then handled it)."""
+    code = ("import os, signal, time; os.setpgid(0, 0); got = []; signal.signal(signal.SIGINT, lambda *a: got.append(1)); "
+            "print('ready', flush=True); time.sleep(1.5); print(len(got))")
+    proc = subprocess.Popen([*CTL, "run", "--", sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "PARLSCHED_SOCKET": daemon.socket}, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert proc.stdout.readline() == "ready\n"
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert (proc.returncode, out) == (0, "0\n"), err
+
+
+@needs_root
+def test_run_dies_of_sigint_as_cmd_did_so_that_a_shell_loop_stops(daemon):
+    """run exited 130 when CMD died of SIGINT: bash stops `for ...; do run -- CMD; done`
+    at Ctrl-C only when its child died of the signal (its $? is 130 either way)."""
+    code = "import os, signal; signal.signal(signal.SIGINT, signal.SIG_DFL); os.kill(os.getpid(), signal.SIGINT)"
+    r = ctl("run", "--json", "--", sys.executable, "-c", code, socket=daemon.socket)
+    assert r.returncode == -signal.SIGINT and "was killed by SIGINT" in r.stderr, r.stderr
+    assert json.loads(r.stdout.splitlines()[-1])["exit_code"] == 130
+    r = ctl("run", "--", sys.executable, "-c", code, socket=daemon.socket,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert r.returncode == 130, "started ignoring SIGINT (a background job): an exit, not a death"
+
+
+@needs_root
 def test_a_hung_daemon_holds_run_neither_past_a_ctrl_c_nor_in_its_time(daemon, tmp_path):
     """CMD's end was seen only between two status requests: a daemon stopped (SIGSTOP,
     a debugger) held run 10 s after CMD's end, Ctrl-C and SIGTERM lost, and "exited 0
@@ -891,6 +939,7 @@ def test_a_hung_daemon_holds_run_neither_past_a_ctrl_c_nor_in_its_time(daemon, t
     assert proc.returncode == 0 and "stopped waiting for the daemon" in err, err
     assert waited < 5, f"run ended {waited:.1f} s after Ctrl-C"
     assert 1 <= facts["seconds"] < 5, facts
+    assert facts["watched"] == "stopped_waiting" and facts["threads"] is None, "not watched to the end"
 
 
 @needs_root
@@ -1039,18 +1088,23 @@ def test_run_of_a_command_that_cannot_start_exits_as_a_shell_would(daemon, tmp_p
 
 
 
-def live_lines(daemon, code: str, columns: int, options: tuple[str, ...] = (), stdout_too: bool = False) -> list[str]:
+def live_lines(daemon, code: str, columns: int, options: tuple[str, ...] = (), stdout: str = "file",
+               tmp_path: Path | None = None) -> list[str]:
     """The live status lines ``run OPTIONS -- python -c CODE`` wrote to a terminal of
-    ``columns`` columns (its stderr, and its stdout too if ``stdout_too``), once CMD
-    ended with 0."""
+    ``columns`` columns, its stderr and its controlling terminal (run in its foreground,
+    as a shell starts it), once CMD ended with 0; its stdout ``stdout``: "file" (in
+    ``tmp_path``), "pipe" or "terminal" (that terminal)."""
     main, terminal = pty.openpty()
     fcntl.ioctl(main, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    out = {"pipe": subprocess.PIPE, "terminal": terminal}.get(stdout) or open(tmp_path / "out", "w")
     try:
-        proc = subprocess.Popen([*CTL, "run", *options, "--", sys.executable, "-c", code],
-                                stdout=terminal if stdout_too else subprocess.PIPE, stderr=terminal,
-                                env={**os.environ, "PARLSCHED_SOCKET": daemon.socket})
+        proc = subprocess.Popen([*CTL, "run", *options, "--", sys.executable, "-c", code], stdout=out, stderr=terminal,
+                                env={**os.environ, "PARLSCHED_SOCKET": daemon.socket}, start_new_session=True,
+                                preexec_fn=lambda: fcntl.ioctl(2, termios.TIOCSCTTY, 0))
     finally:
         os.close(terminal)
+        if stdout == "file":
+            out.close()
     seen = read_terminal(main)
     assert proc.wait(timeout=30) == 0, seen
     return [part.decode() for part in seen.split(b"\r\033[K") if re.match(rb" *\d+\.\d s ", part)]
@@ -1058,36 +1112,39 @@ def live_lines(daemon, code: str, columns: int, options: tuple[str, ...] = (), s
 
 @needs_root
 @pytest.mark.timeout(60)
-def test_runs_live_line_does_not_write_over_cmds_output_on_its_terminal(daemon):
+def test_runs_live_line_does_not_write_over_cmds_output_on_its_terminal(daemon, tmp_path):
     """Redrawn every 0.2 s, the live line erased what CMD wrote to the same terminal (a
-    prompt, a REPL's, a pager's last line). With CMD's stdout on that terminal it is
-    drawn only when asked for (--live); with its stdout elsewhere, by default."""
+    prompt, a REPL's), or a pipe's reader (`| less`, `| tee`): with CMD's stdout on a
+    terminal or a pipe it is drawn only when asked for (--live); with its stdout in a
+    file, by default."""
     code = "import time; print('Continue? ', end='', flush=True); time.sleep(1.5); print()"
-    assert live_lines(daemon, code, columns=80, stdout_too=True) == []
-    assert live_lines(daemon, code, columns=80, options=("--live",), stdout_too=True)
-    assert live_lines(daemon, code, columns=80)
-    assert live_lines(daemon, code, columns=80, options=("--no-live",)) == []
+    assert live_lines(daemon, code, columns=80, stdout="terminal") == []
+    assert live_lines(daemon, code, columns=80, stdout="pipe") == []
+    assert live_lines(daemon, code, columns=80, options=("--live",), stdout="terminal")
+    assert live_lines(daemon, code, columns=80, tmp_path=tmp_path)
+    assert live_lines(daemon, code, columns=80, options=("--no-live",), tmp_path=tmp_path) == []
+
 
 @needs_root
 @pytest.mark.timeout(60)
-def test_runs_live_status_fits_the_terminals_width(daemon):
+def test_runs_live_status_fits_the_terminals_width(daemon, tmp_path):
     """run's one-line status on stderr was ~88 characters for 9 threads and never cut:
     on an 80-column terminal each refresh wrapped and left a stale row behind. It is
     cut to the terminal's columns but one, as top's lines are."""
     code = "import threading,time; [threading.Thread(target=time.sleep,args=(2,)).start() for _ in range(8)]; time.sleep(2)"
-    live = live_lines(daemon, code, columns=40)
+    live = live_lines(daemon, code, columns=40, tmp_path=tmp_path)
     assert live and all(len(line) <= 39 for line in live), live
     assert any("threads" in line for line in live), live
 
 
 @needs_root
 @pytest.mark.timeout(60)
-def test_runs_live_status_in_observe_mode_says_no_placements(daemon):
+def test_runs_live_status_in_observe_mode_says_no_placements(daemon, tmp_path):
     """run --observe's live line on a terminal said "3 threads (0 on one CPU, 0 free in
     their domain, 3 not placed), 0 moves": read as three pins that failed, where observe
     mode places nothing (its summary says only "observed 3 threads")."""
     code = "import threading,time; [threading.Thread(target=time.sleep,args=(1.5,)).start() for _ in range(2)]; time.sleep(1.5)"
-    live = live_lines(daemon, code, columns=200, options=("--observe",))
+    live = live_lines(daemon, code, columns=200, options=("--observe",), tmp_path=tmp_path)
     assert live and any("3 threads observed" in line for line in live), live
     assert not any("placed" in line or "on one CPU" in line or "move" in line for line in live), live
 

@@ -319,14 +319,14 @@ def test_only_a_terminal_is_a_terminal(tmp_path):
 
 def test_a_run_in_the_background_of_its_terminal_is_not_in_its_foreground():
     """run -- CMD & drew its live line over the shell's prompt and what was being typed:
-    it is drawn only from the terminal's foreground process group. A terminal that is
-    not run's controlling one has no job control: drawn there. (In a child, which makes
-    a pty its controlling terminal.)"""
+    it is drawn only from the foreground process group of run's controlling terminal.
+    On another terminal (run started with setsid) it cannot tell: not drawn either. (In
+    a child, which makes a pty its controlling terminal.)"""
     code = textwrap.dedent("""
         import fcntl, os, sys, termios
         from parlschedctl import runner
         other_main, other = os.openpty()
-        said = [runner._in_foreground(os.fdopen(other, "w"))]  # not our controlling terminal
+        said = [runner._in_foreground(os.fdopen(other, "w"))]  # not a controlling terminal of ours
         main, terminal = os.openpty()
         os.setsid()
         fcntl.ioctl(terminal, termios.TIOCSCTTY, 0)
@@ -344,7 +344,7 @@ def test_a_run_in_the_background_of_its_terminal_is_not_in_its_foreground():
     """)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30,
                        env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert r.stdout.strip() == "[True, True, False]", r.stderr
+    assert r.stdout.strip() == "[False, True, False]", r.stderr
 
 
 # -- with a daemon --------------------------------------------------------------------
