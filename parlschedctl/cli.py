@@ -333,7 +333,8 @@ def _figure_to(ctx: click.Context, param: click.Parameter, path: str | None) -> 
                    "still exits with CMD's code.")
 @click.option("--live/--no-live", default=None,
               help="A one-line status on stderr, redrawn in place while CMD runs, when stderr is a terminal. "
-                   "Default: only when stdout is not that terminal (redrawn, it would write over CMD's output).")
+                   "Default: only when stdout goes to a file or a device (redrawn, it would write over CMD's output "
+                   "on a terminal, or a pipe reader's there); never from the background.")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_obj
 @talks_to_daemon
