@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from parlschedd.energy.estimator import EnergyTimeModel, parameter_names
-from parlschedd.energy.fitting import (PENALTY, DESettings, GASettings, Problem, _seeds, energy_bounds, energy_cost,
-                                       feasible, fit_once, fit_repeated, from_ratio, leave_one_out, predict,
+from parlschedd.energy.fitting import (PENALTY, DESettings, Fit, GASettings, Problem, _seeds, best_of, energy_bounds,
+                                       energy_cost, feasible, fit_once, fit_repeated, from_ratio, leave_one_out, predict,
                                        project_time, ratio_bounds, time_bounds)
 from parlschedd.energy.model import EnergyParams, TimeParams, timing
 
@@ -147,3 +147,11 @@ def test_projection_solves_scale_and_overhead_exactly(problem):
     assert err[0] == pytest.approx(0.0, abs=1e-6)
     np.testing.assert_allclose(x[0, :6], truth[:6], rtol=1e-6)
     assert x[0, 6] + x[0, 7] == pytest.approx(2.5) and x[0, 6] == pytest.approx(0.4 * 2.5)
+
+
+def test_the_best_of_the_repetitions_is_the_one_nearest_the_origin_not_the_first():
+    """Fits at (NRMSE_T, NRMSE_E) (0.5, 0.5), (0.1, 0.2), (0.3, 0.05): the second is the
+    nearest to (0, 0) (0.224; 0.707, 0.304), and no test saw --repeat keep the first."""
+    params = TimeParams(np.array([1.0, 2.0]), np.array(0.1), np.array(0.2))
+    fits = [Fit(params, None, t, e) for t, e in [(0.5, 0.5), (0.1, 0.2), (0.3, 0.05)]]
+    assert best_of(fits).best == 1

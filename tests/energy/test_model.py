@@ -23,10 +23,12 @@ EP = EnergyParams(np.array([100.0, 50.0]), np.array([10.0, 5.0]), np.array(80.0)
 
 
 def test_subpopulation_size_rounding(tiny):
-    nsp = np.array([5])
-    assert subpopulation_size(tiny.run, nsp, "floor").tolist() == [3.0]
-    assert subpopulation_size(tiny.run, nsp, "exact").tolist() == [3.2]
-    assert subpopulation_size(tiny.run, nsp, "ceil").tolist() == [4.0]
+    """N = 16: NSp 9 gives 1.78, where floor, round and ceil all differ (16 / 5 = 3.2
+    alone let a floor changed to round pass)."""
+    nsp = np.array([5, 9])
+    assert subpopulation_size(tiny.run, nsp, "floor").tolist() == [3.0, 1.0]
+    assert subpopulation_size(tiny.run, nsp, "exact").tolist() == pytest.approx([3.2, 16 / 9])
+    assert subpopulation_size(tiny.run, nsp, "ceil").tolist() == [4.0, 2.0]
     with pytest.raises(ValueError, match="rounding"):
         subpopulation_size(tiny.run, nsp, "round")
 

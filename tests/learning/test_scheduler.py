@@ -432,3 +432,51 @@ def test_level2_draws_from_sigma_uniform_over_the_threads_own_domain():
     assert (p.domains == 1).all() and np.allclose(s.x.max(axis=1), 1.0)
     np.testing.assert_allclose(np.bincount(p.cpus, minlength=4)[1:] / keys.size, [1 / 3] * 3, atol=0.03)
     assert abs((p.cpus == s.domain_cpus[1, s.x.argmax(axis=1)]).mean() - 1 / 3) < 0.03
+
+
+# -- found by a mutation review: each fails under a change of the code that no test saw --
+
+def test_an_unknown_ran_on_does_not_make_a_pinned_thread_free() -> None:
+    """-1 is both "not known" in ran_on (the engine passes it for a pinned thread that
+    ran where placed) and the FREE column: matched, it freed every pinned thread
+    whenever a thread joined or a pin was refused (free action on, as shipped)."""
+    s = TwoLevelScheduler([[0, 1]], LearningParams(seed=0, free=True, free_prior=0.0, lam=0.0), domain_every=10**6)
+    p = s.step(np.array([7]), np.array([np.nan]))
+    assert p.cpus[0] in (0, 1)
+    for _ in range(20):
+        p = s.step(np.array([7]), np.array([1.0]), ran_on=np.array([-1]))
+        assert p.cpus[0] != FREE
+
+
+def test_target_reward_is_the_total_over_the_peak_total_not_saturated() -> None:
+    """reward: target, eq. (4) on the target's total: totals 1.0 then 0.5 give the second
+    period a reward of 0.5 / (0.999 * 1.0), half a step; every reward read as 1 (the
+    scale fed the thread's own utility) passed the test of this mode before."""
+    s = TwoLevelScheduler([[0, 1, 2, 3]], LearningParams(reward="target", eps=0.5, lam=0.0, seed=4), domain_every=1000)
+    s.step(np.arange(2), np.full(2, np.nan))
+    s.step(np.arange(2), np.array([0.25, 0.75]))  # the peak total, 1.0
+    beta, x = s.beta.copy(), s.x.copy()
+    s.step(np.arange(2), np.array([0.25, 0.25]))  # total 0.5
+    rows, r = np.arange(2), 0.5 / 0.999
+    np.testing.assert_allclose(s.x[rows, beta], x[rows, beta] + 0.5 * r * (1 - x[rows, beta]))
+
+
+def test_target_reward_is_the_total_of_the_threads_that_learn() -> None:
+    """A thread not measured this period (NaN) is left out of the total, not the whole
+    target's reward (a NaN sum taught no thread anything)."""
+    s = TwoLevelScheduler([[0, 1]], LearningParams(seed=0, reward="target", lam=0.0, eps=0.5), domain_every=10**6)
+    s.step(np.array([1, 2]), np.array([np.nan, np.nan]))
+    for _ in range(3):
+        s.step(np.array([1, 2]), np.array([1.0, 1.0]))
+    before = s.x.copy()
+    s.step(np.array([1, 2]), np.array([1.0, np.nan]))
+    assert not np.allclose(s.x[0], before[0])
+
+
+def test_level_1_learns_each_threads_own_utility_in_target_mode() -> None:
+    """The target total is Level 2's reward only: Level 1 (aspiration, per thread) is fed
+    each thread's own utility (the total made every thread's domain look alike)."""
+    s = TwoLevelScheduler([[0], [1]], LearningParams(reward="target", seed=0, zeta=0.0), domain_every=1)
+    s.step(np.array([1, 2]), np.array([np.nan, np.nan]))
+    s.step(np.array([1, 2]), np.array([1.0, 3.0]))
+    assert s.rho.tolist() == [1.0, 3.0]
