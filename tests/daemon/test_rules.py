@@ -87,6 +87,34 @@ def test_a_name_rule_matches_a_process_by_its_comm_alone(kill_after):
         assert other.pid not in engine.targets
 
 
+def test_the_first_rule_that_matches_a_process_says_how_it_is_managed(kill_after):
+    """Two rules match: the first one's settings (here observe) are the process's, and
+    its index is the target's rule (no test saw the last one win)."""
+    comm = f"psr-{uuid.uuid4().hex[:8]}"
+    named = kill_after(named_by_comm(comm))
+    rules = (TargetRule(name=f"^{comm}$", observe=True), TargetRule(name=f"^{comm}$", observe=False))
+    with _released(*_engine()) as engine:
+        matcher().rescan(engine, rules, time.monotonic())
+        assert engine.targets[named.pid].rule == 0 and engine.targets[named.pid].observe
+
+
+def test_a_rule_that_matches_the_daemon_itself_does_not_attach_it():
+    """The daemon would pin its own loop: only the attach by hand refused it in a test.
+    (This process stands for the daemon, under a name of its own for the test.)"""
+    comm, mine = f"psr-{uuid.uuid4().hex[:8]}", procfs.comm(os.getpid())
+    with open("/proc/self/comm", "w") as f:
+        f.write(comm)
+    try:
+        rule = TargetRule(name=f"^{comm}$", descendants=False)
+        assert matcher().matching(rule) == {os.getpid()}
+        with _released(*_engine()) as engine:
+            matcher().rescan(engine, (rule,), time.monotonic())
+            assert os.getpid() not in engine.targets
+    finally:
+        with open("/proc/self/comm", "w") as f:
+            f.write(mine)
+
+
 @pytest.mark.parametrize("mount, prefix", CGROUP_MOUNTS, ids=["v2", "v1 cpuset"])
 def test_a_rule_with_a_cgroup_and_a_name_matches_only_the_named_in_the_cgroup(tmp_path, mount, prefix):
     """Both a cgroup and a name: a process must be in the cgroup (or below it) and have

@@ -181,6 +181,42 @@ def test_a_stop_whose_save_fails_removes_the_older_file_and_writes_again_in_the_
             filler.unlink()
 
 
+def test_a_stop_on_a_full_disk_with_threads_left_pinned_keeps_the_older_file(tmp_path, engine, proc) -> None:
+    """With restore_on_exit false the threads stay pinned and the older file holds their
+    originals: it is not removed to make room (no test saw it removed; its too small a
+    file freed too little room, and the originals were lost for good)."""
+    from tests.daemon.test_daemon import fill, small_tmpfs
+
+    tid = tids_of(proc.pid)[1]
+    engine.pinner.adopt(tid, procfs.thread_start_time(tid))  # a record: what restore_on_exit false keeps
+    with small_tmpfs(tmp_path / "disk") as disk:
+        sf = StateFile(disk)
+        sf.save(engine, [])
+        filler = fill(disk)
+        try:
+            sf.save_at_stop(engine, [{"pid": 1234, "observe": False, "threads": None, "descendants": False}] * 200)
+            assert sf.error is not None and str(tid) in json.loads(sf.path.read_text())["pinner"]["threads"]
+        finally:
+            filler.unlink()
+
+
+def test_a_saved_process_whose_pid_is_another_process_now_is_left_alone(tmp_path, engine, proc) -> None:
+    """After a crash a saved pid may name another process (its start time differs): its
+    threads are not the last run's, and none is given the dead process's original as
+    one born while no daemon ran (no test saw the start time unchecked)."""
+    dead = 4194000  # the recorded thread of the process that had the pid: gone
+    assert not os.path.exists(f"/proc/{dead}")
+    start = procfs.process_start_time(proc.pid)
+    sf = StateFile(tmp_path)
+    _write(sf, {dead: {"start_time": 5, "original": format_cpulist(frozenset({min(ALL)})),
+                       "current": format_cpulist(PIN)}},
+           processes=[[proc.pid, start - 1, [dead]]], saved_at=1,
+           placements=sorted({format_cpulist(ALL), *map(str, sorted(ALL))}))
+    before = masks(tids_of(proc.pid))
+    sf.recover(engine)
+    assert masks(tids_of(proc.pid)) == before
+
+
 def test_no_state_file_recovers_nothing(tmp_path, engine) -> None:
     sf = StateFile(tmp_path)
     assert sf.recover(engine) == [] and os.listdir(tmp_path) == []
