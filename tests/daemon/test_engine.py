@@ -1288,6 +1288,7 @@ def test_a_period_without_a_reading_does_not_double_the_next_utility(kill_after)
             engine.tick(times[-1])
             ran.append(procfs.thread_schedstat(spinner.pid).run_ns)  # the kernel's own account
         r = target.current()
+        assert engine.read_errors == 1, "the period not measured counted (parlsched_counter_read_errors_total)"
         assert r.since[0] == times[2] and np.isfinite(r.utility[0])
         assert r.utility[0] <= 1.05e9, "more than one CPU-second a second"
         assert r.utility[0] == pytest.approx((ran[2] - ran[0]) / (times[2] - times[0]), rel=0.25)
@@ -1295,6 +1296,7 @@ def test_a_period_without_a_reading_does_not_double_the_next_utility(kill_after)
         engine.tick(times[2] + 0.05)
         assert np.isnan(target.current().utility[0]) and target.current().since[0] == times[2], \
             "the last reading's time, kept with its value"
+        assert engine.read_errors == 2
 
 
 @needs_root
