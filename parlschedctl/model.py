@@ -509,24 +509,26 @@ def recommend(params_path: str, goal: str, nsp: tuple[int, ...] | None, as_json:
           text)
 
 
+def _tell(line: str) -> None:
+    """A line of measure's on stderr; one that cannot be written (stderr a pipe whose
+    reader left, ``|& less`` quit) is lost, not the measurement."""
+    with contextlib.suppress(OSError):
+        click.echo(line, err=True)
+
+
 class RunLines:
     """A line on stderr as each run starts and as it ends, on a terminal or not: the
     command's own output comes in between (a line updated in place ran into it), and a
-    measurement of hours logged to a file said nothing of where it was. A line that
-    cannot be written (stderr a pipe whose reader left) is lost, not the measurement."""
+    measurement of hours logged to a file said nothing of where it was."""
 
     def started(self, run: Run) -> None:
         repeat = f", {run.repeat} of {run.repeats}" if run.repeats > 1 else ""
-        self._say(f"run {run.number}/{run.total} (nsp {run.nsp}{repeat}): {shlex.join(run.cmd)}")
+        _tell(f"run {run.number}/{run.total} (nsp {run.nsp}{repeat}): {shlex.join(run.cmd)}")
 
     def ended(self, run: Run, seconds: float, wh: float) -> None:
         energy = f", {wh:.4g} Wh" if np.isfinite(wh) else ""
-        self._say(f"run {run.number}/{run.total}: {seconds:.3f} s{energy}")
+        _tell(f"run {run.number}/{run.total}: {seconds:.3f} s{energy}")
 
-    @staticmethod
-    def _say(line: str) -> None:
-        with contextlib.suppress(OSError):
-            click.echo(line, err=True)
 
 
 MAX_REPEAT = 1000  # runs per configuration; a mistyped 999999999999 asked numpy for 7 TiB (a traceback)
@@ -552,16 +554,15 @@ def _stop_on_sigterm(signum: int, frame: object) -> None:
 def measure_cmd(nsp: tuple[int, ...], repeat: int, out_path: str, powercap_root: str, cmd: tuple[str, ...]) -> None:
     """Run CMD for every NSp ({nsp} in CMD is replaced) and record time and energy."""
     if not any("{nsp}" in a for a in cmd):
-        click.echo("parlschedctl model: note: CMD has no {nsp}; every configuration runs the same command",
-                   err=True)
+        _tell("parlschedctl model: note: CMD has no {nsp}; every configuration runs the same command")
     zones, unread = package_zones(Path(powercap_root))
     why = f" ({'; '.join(f'{name}: {reason}' for name, reason in unread.items())})" if unread else ""
     if not zones:
-        click.echo(f"parlschedctl model: no readable RAPL zones under {powercap_root}{why}; energy left empty "
-                   "(time-only fitting still works)", err=True)
+        _tell(f"parlschedctl model: no readable RAPL zones under {powercap_root}{why}; energy left empty "
+              "(time-only fitting still works)")
     elif unread:
-        click.echo(f"parlschedctl model: warning: RAPL zones not read under {powercap_root}{why}: their packages' "
-                   "energy is not counted", err=True)
+        _tell(f"parlschedctl model: warning: RAPL zones not read under {powercap_root}{why}: their packages' "
+              "energy is not counted")
     check_writable(out_path)
     # an earlier file is replaced only by a whole measurement: till then the configurations measured go to a
     # file of our own beside it (a FIFO or a device, not regular, is written as it goes, as before)
@@ -577,10 +578,9 @@ def measure_cmd(nsp: tuple[int, ...], repeat: int, out_path: str, powercap_root:
             times.append(t)
             energies.append(e)
             for run in np.flatnonzero(np.isnan(e)) if zones else ():
-                click.echo(f"parlschedctl model: warning: nsp {nsp[len(times) - 1]}, run {run + 1}: the RAPL "
-                           f"energy counters under {powercap_root} did not move, so nothing was measured (a run "
-                           "shorter than their update, or counters not updated here); its energy is left empty",
-                           err=True)
+                _tell(f"parlschedctl model: warning: nsp {nsp[len(times) - 1]}, run {run + 1}: the RAPL energy "
+                      f"counters under {powercap_root} did not move, so nothing was measured (a run shorter than "
+                      "their update, or counters not updated here); its energy is left empty")
             with writing(progress_path):
                 write_measurements(progress_path, np.array(nsp[:len(times)]), np.array(times), np.array(energies))
             kept = len(times)
