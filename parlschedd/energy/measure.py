@@ -11,9 +11,9 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import psutil
@@ -61,11 +61,17 @@ def run_once(template: Sequence[str], nsp: int, zones: Sequence[Zone], run: int 
     cmd = command_for(template, nsp)
     with RaplCounter(zones) as energy:
         started = time.monotonic()
+        came: list[int] = []  # an interrupt raised inside Popen, after the fork, left the command running on
+        kept = _hold_interrupts(came.append)
         try:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
         except OSError as exc:
+            _restore(kept)
             raise MeasureError(f"cannot start {cmd[0]}: {exc.strerror}") from exc
         try:
+            _restore(kept)
+            if came:
+                raise KeyboardInterrupt
             returncode = proc.wait()
         except BaseException:
             _end(proc)
@@ -86,7 +92,7 @@ def _end(proc: subprocess.Popen) -> None:
     left the tree before (a daemon), is missed. A second interrupt only hurries this on:
     raised as an exception, one that came while the tree was listed left it all running."""
     hurry = threading.Event()
-    kept = {sig: signal.signal(sig, lambda *_: hurry.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    kept = _hold_interrupts(lambda _: hurry.set())
     try:
         procs = _tree(proc)
         for p in procs:
@@ -102,8 +108,21 @@ def _end(proc: subprocess.Popen) -> None:
             proc.kill()
         proc.wait()
     finally:
-        for sig, handler in kept.items():
-            signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # None: set from C
+        _restore(kept)
+
+
+INTERRUPTS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _hold_interrupts(told: Callable[[int], object]) -> dict[int, Any]:
+    """Ctrl-C and SIGTERM only told to ``told`` (by number) till ``_restore``, not raised
+    where they land; returns the handlers they had."""
+    return {sig: signal.signal(sig, lambda signum, _: told(signum)) for sig in INTERRUPTS}
+
+
+def _restore(kept: dict[int, Any]) -> None:
+    for sig, handler in kept.items():
+        signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # None: set from C
 
 
 def _running(p: psutil.Process, proc: subprocess.Popen) -> bool:

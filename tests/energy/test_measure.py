@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
 
 import numpy as np
@@ -63,3 +66,23 @@ def test_a_counter_that_wraps_many_times_during_a_run_is_counted_whole(tmp_path)
     command[2] += f"\n{bump_other}\n"
     seconds, wh = run_once(command, 1, zones)
     assert seconds > 0.9 and wh == pytest.approx((4_500_000 + 10) / 3.6e9)
+
+
+def test_an_interrupt_as_the_command_starts_ends_it_too(monkeypatch):
+    """Ctrl-C landing inside Popen, after the fork, was raised there: the command ran on
+    with no one to end it (a test's pipes held open a minute). Such a moment cannot be
+    hit on demand, so Popen here sends the interrupt itself as it returns."""
+    started = []
+
+    def interrupted_as_it_returns(*args, **kwargs):
+        proc = real_popen(*args, **kwargs)
+        started.append(proc.pid)
+        os.kill(os.getpid(), signal.SIGINT)
+        return proc
+
+    real_popen = subprocess.Popen
+    monkeypatch.setattr(subprocess, "Popen", interrupted_as_it_returns)
+    with pytest.raises(KeyboardInterrupt):
+        run_once(["sleep", "60"], 1, ())
+    monkeypatch.undo()
+    assert not os.path.exists(f"/proc/{started[0]}") or open(f"/proc/{started[0]}/stat").read().split()[2] == "Z"
