@@ -229,6 +229,9 @@ def test_restore_after_the_cpuset_shrank(spawn: Callable[..., Worker], cpuset: C
     report = pinner.restore_all()
     assert report.restored == (tid,)
     assert os.sched_getaffinity(tid) == {1}  # widened to the whole cpuset
+    if affinity.running_kernel_keeps_asked_mask():  # Linux 6.2+: the mask asked for is kept across cpuset changes
+        cpuset.set_cpus("0-1")
+        assert os.sched_getaffinity(tid) == {0, 1}, "the original asked for too, back once the cpuset allows it"
 
 
 def test_a_defect_in_one_threads_restore_leaves_no_other_pinned(spawn: Callable[..., Worker]) -> None:
