@@ -25,7 +25,7 @@ import pytest
 from parlschedd.config import TargetRule
 from parlschedd.daemon.rules import CMDLINE_MATCHED, RuleMatcher
 from parlschedd.host import cgroups, procfs
-from tests.daemon.test_engine import _engine, _released
+from tests.daemon.test_engine import _engine, _pin_engine, _released
 from tests.conftest import (CGROUP_MOUNTS, NOBODY, needs_root, own_cgroup, start_daemon, tagged_sleeper, target_pids,
                             wait_for)
 
@@ -96,6 +96,28 @@ def test_the_first_rule_that_matches_a_process_says_how_it_is_managed(kill_after
     with _released(*_engine()) as engine:
         matcher().rescan(engine, rules, time.monotonic())
         assert engine.targets[named.pid].rule == 0 and engine.targets[named.pid].observe
+
+
+def test_a_reload_that_changes_a_rule_leaves_a_thread_handed_over_theirs(kill_after):
+    """A reload that changes a rule's settings detaches its processes and attaches them
+    again at once: a thread someone else had re-pinned stays theirs, not taken back
+    (no test saw the hand-over forgotten there)."""
+    comm = f"psr-{uuid.uuid4().hex[:8]}"
+    named = kill_after(named_by_comm(comm))
+    with _released(*_pin_engine()) as engine:
+        matcher().rescan(engine, (TargetRule(name=f"^{comm}$"),), time.monotonic())
+        engine.tick(time.monotonic())
+        [pinned] = os.sched_getaffinity(named.pid)
+        theirs = sorted(os.sched_getaffinity(0) - {pinned})[0]
+        os.sched_setaffinity(named.pid, {theirs})
+        engine.resync(time.monotonic())
+        assert named.pid in engine.handed_over
+        matcher().rescan(engine, (TargetRule(name=f"^{comm}$", threads=".*"),), time.monotonic())
+        target = engine.targets[named.pid]
+        assert target.thread_filter is not None, "attached again as the changed rule says"
+        engine.tick(time.monotonic())
+        assert named.pid in target.ignored and named.pid not in target.threads
+        assert os.sched_getaffinity(named.pid) == {theirs}
 
 
 def test_a_rule_that_matches_the_daemon_itself_does_not_attach_it():
