@@ -530,7 +530,6 @@ class RunLines:
         _tell(f"run {run.number}/{run.total}: {seconds:.3f} s{energy}")
 
 
-
 MAX_REPEAT = 1000  # runs per configuration; a mistyped 999999999999 asked numpy for 7 TiB (a traceback)
 
 

@@ -305,10 +305,6 @@ def _in_foreground(terminal: Any) -> bool:
         return False
 
 
-def _same_file(a: int, b: int) -> bool:
-    return os.path.samestat(os.fstat(a), os.fstat(b))
-
-
 def _threads_after(sock: str, pid: int, seen: dict[str, Any], polled: float, period: float | None) -> set[int]:
     """The tids of CMD's threads in the daemon's history after run's last view of it,
     ``seen`` (the history of an exited target is kept): a thread CMD started after it,
@@ -474,7 +470,7 @@ def _new_line(summary_said: bool) -> str:
     with contextlib.suppress(OSError):
         sys.stdout.flush()
         if os.isatty(out):
-            if summary_said and os.isatty(2) and _same_file(out, 2):
+            if summary_said and os.isatty(2) and os.path.samestat(os.fstat(out), os.fstat(2)):
                 return ""
         elif stat.S_ISREG(os.fstat(out).st_mode):
             return "" if _byte_before_write(out) in (b"", b"\n") else "\n"
