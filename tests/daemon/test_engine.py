@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 import structlog.testing
 
@@ -624,6 +625,33 @@ def test_a_descendant_that_stops_being_managed_alive_gets_its_masks_back(how: st
         assert not set(original) & set(engine.pinner.records)
 
 
+@needs_root
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_a_release_leaves_the_pins_of_a_descendant_another_target_manages() -> None:
+    """A descendant attached by hand is its own target's (the first to reach a thread
+    manages it): a release of the tree's target, which lists its descendants again for
+    threads born with its pins, leaves those of the other target as they are, even
+    when one is pinned to a core the released target also used."""
+    engine, counters = _pin_engine()
+    tree = Tree()
+    with contextlib.closing(tree), _released(engine, counters):
+        engine.attach(tree.grandchild, time.monotonic())
+        engine.attach(tree.parent.pid, time.monotonic(), descendants=True)
+        theirs = tids_of(tree.grandchild)
+        tree_target = engine.targets[tree.parent.pid]
+
+        def sharing_a_core() -> bool:
+            mine = {frozenset(rec.current) for tid, rec in engine.pinner.records.items() if tid in tree_target.threads}
+            return bool(tree_target.threads) and any(len(m) == 1 and m in mine for m in masks(theirs).values())
+
+        _ticks_until(engine, sharing_a_core, "a grandchild's thread pinned where one of the tree's is")
+        assert not set(theirs) & set(tree_target.threads)
+        pinned = masks(theirs)
+        engine.detach(tree.parent.pid)
+        assert masks(theirs) == pinned
+        assert {tid: engine.pinner.records[tid].current for tid in theirs} == pinned
+
+
 def _listings(engine: Engine) -> list[int]:
     """Counts the engine's listings of its targets (``_refresh``) from now on."""
     calls: list[int] = []
@@ -699,6 +727,32 @@ def test_a_descendant_in_a_cpuset_of_its_own_is_judged_by_its_own(cpuset) -> Non
         target = engine.targets[tree.parent.pid]
         _ticks_until(engine, lambda: set(theirs) <= set(target.threads), "the grandchild's threads adopted")
         assert {engine.pinner.records[tid].original for tid in theirs} == {possible_cpus()}
+
+
+@needs_root
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_a_descendant_that_pinned_itself_to_the_targets_cpuset_keeps_its_own_pin(cpuset) -> None:
+    """The attached process runs in a cpuset of {1}; a descendant in the wider root
+    cpuset asked for {1} itself. Its mask is its request, not its cpuset followed
+    (which would restore every CPU): the target's cpuset is its own process's, and a
+    descendant's mask is judged by the descendant's own cpuset."""
+    engine, counters = _pin_engine()
+    tree = Tree()
+    with contextlib.closing(tree), _released(engine, counters):
+        (cpuset / "cpuset.cpus").write_text("1")
+        for proc in (psutil.Process(tree.parent.pid), *psutil.Process(tree.parent.pid).children()):
+            if proc.pid != tree.grandchild:
+                (cpuset / "cgroup.procs").write_text(str(proc.pid))
+        theirs = tids_of(tree.grandchild)
+        for tid in theirs:
+            os.sched_setaffinity(tid, {1})
+        engine.attach(tree.parent.pid, time.monotonic(), descendants=True)
+        target = engine.targets[tree.parent.pid]
+        assert target.cpuset == frozenset({1})
+        _ticks_until(engine, lambda: set(theirs) <= set(target.threads), "the grandchild's threads adopted")
+        assert {engine.pinner.records[tid].original for tid in theirs} == {frozenset({1})}
+        engine.detach(tree.parent.pid)
+        assert set(masks(theirs).values()) == {frozenset({1})}
 
 
 @needs_root
