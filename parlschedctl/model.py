@@ -32,7 +32,7 @@ from parlschedd.energy.cluster import (MAX_NSP, ClusterError, NspError, check_me
 from parlschedd.energy.estimator import EnergyTimeModel
 from parlschedd.energy.fit_report import FitSummary, Nrmse, check_fittable, fit_notes, summarise_fit
 from parlschedd.energy.fitting import METHODS, Problem, leave_one_out
-from parlschedd.energy.measure import MeasureError, Run, measure
+from parlschedd.energy.measure import Measured, MeasureError, Run, measure
 from parlschedd.energy.measurements import Measurements, MeasurementsError, load_measurements, write_measurements
 from parlschedd.energy.metrics import OBJECTIVES
 from parlschedd.energy.model import MASTER_POWER, PAPERS_MASTER_POWER, SUBPOP_SIZES
@@ -519,15 +519,29 @@ def _tell(line: str) -> None:
 class RunLines:
     """A line on stderr as each run starts and as it ends, on a terminal or not: the
     command's own output comes in between (a line updated in place ran into it), and a
-    measurement of hours logged to a file said nothing of where it was."""
+    measurement of hours logged to a file said nothing of where it was. With RAPL zones
+    under ``powercap_root`` (None: none), a run whose energy was not measured says why."""
+
+    def __init__(self, powercap_root: str | None) -> None:
+        self.powercap_root = powercap_root
 
     def started(self, run: Run) -> None:
         repeat = f", {run.repeat} of {run.repeats}" if run.repeats > 1 else ""
         _tell(f"run {run.number}/{run.total} (nsp {run.nsp}{repeat}): {shlex.join(run.cmd)}")
 
-    def ended(self, run: Run, seconds: float, wh: float) -> None:
-        energy = f", {wh:.4g} Wh" if np.isfinite(wh) else ""
-        _tell(f"run {run.number}/{run.total}: {seconds:.3f} s{energy}")
+    def ended(self, run: Run, measured: Measured) -> None:
+        energy = f", {measured.wh:.4g} Wh" if np.isfinite(measured.wh) else ""
+        _tell(f"run {run.number}/{run.total}: {measured.seconds:.3f} s{energy}")
+        if self.powercap_root is None or np.isfinite(measured.wh):
+            return
+        which = f"parlschedctl model: warning: nsp {run.nsp}, run {run.repeat}: the RAPL energy counters under " \
+                f"{self.powercap_root}"
+        if measured.energy_error is not None:
+            _tell(f"{which} could not be read ({measured.energy_error}), so nothing was measured; its energy is "
+                  "left empty")
+        else:
+            _tell(f"{which} did not move, so nothing was measured (a run shorter than their update, or counters "
+                  "not updated here); its energy is left empty")
 
 
 MAX_REPEAT = 1000  # runs per configuration; a mistyped 999999999999 asked numpy for 7 TiB (a traceback)
@@ -573,13 +587,9 @@ def measure_cmd(nsp: tuple[int, ...], repeat: int, out_path: str, powercap_root:
     times, energies, kept = [], [], 0  # kept: the configurations in progress_path
     interrupted_by = signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
-        for t, e in measure(cmd, nsp, repeat, zones, RunLines()):
+        for t, e in measure(cmd, nsp, repeat, zones, RunLines(powercap_root if zones else None)):
             times.append(t)
             energies.append(e)
-            for run in np.flatnonzero(np.isnan(e)) if zones else ():
-                _tell(f"parlschedctl model: warning: nsp {nsp[len(times) - 1]}, run {run + 1}: the RAPL energy "
-                      f"counters under {powercap_root} did not move, so nothing was measured (a run shorter than "
-                      "their update, or counters not updated here); its energy is left empty")
             with writing(progress_path):
                 write_measurements(progress_path, np.array(nsp[:len(times)]), np.array(times), np.array(energies))
             kept = len(times)

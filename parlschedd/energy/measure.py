@@ -1,7 +1,7 @@
 """Measuring a user's command per configuration: wall time, and energy from RAPL
-(``host/rapl.py``). Without readable zones, or when a counter did not move during a
-run, the energy is NaN and only the runtime is recorded, which is enough for a
-time-only fit.
+(``host/rapl.py``). Without readable zones, when a counter did not move during a run,
+or when a zone could not be read, the energy is NaN and only the runtime is recorded,
+which is enough for a time-only fit.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import psutil
@@ -45,17 +45,26 @@ class Run:
     cmd: list[str]
 
 
+class Measured(NamedTuple):
+    """One run's figures: its wall time, its energy (NaN: not measured) and, when a
+    RAPL zone could not be read during it, why (its time is still good)."""
+
+    seconds: float
+    wh: float
+    energy_error: str | None = None
+
+
 class Progress(Protocol):
     """Told of each run as it starts and as it ends, so that a long measurement says
     where it is (the command's own output comes in between)."""
 
     def started(self, run: Run) -> None: ...
 
-    def ended(self, run: Run, seconds: float, wh: float) -> None: ...
+    def ended(self, run: Run, measured: Measured) -> None: ...
 
 
-def run_once(template: Sequence[str], nsp: int, zones: Sequence[Zone], run: int = 1) -> tuple[float, float]:
-    """Run the command for one configuration: (wall seconds, Wh or NaN). Interrupted
+def run_once(template: Sequence[str], nsp: int, zones: Sequence[Zone], run: int = 1) -> Measured:
+    """Run the command for one configuration and measure it. Interrupted
     (Ctrl-C, or SIGTERM, which the CLI turns into a KeyboardInterrupt), it ends the
     command too: SIGTERM reached parlschedctl alone, and the command ran on."""
     cmd = command_for(template, nsp)
@@ -80,7 +89,7 @@ def run_once(template: Sequence[str], nsp: int, zones: Sequence[Zone], run: int 
     if returncode != 0:
         how = f"was killed by {signal.Signals(-returncode).name}" if returncode < 0 else f"exited {returncode}"
         raise MeasureError(f"`{shlex.join(cmd)}` {how} (nsp={nsp}, run {run})")
-    return seconds, energy.wh
+    return Measured(seconds, energy.wh, energy.error)
 
 
 def _end(proc: subprocess.Popen) -> None:
@@ -168,7 +177,8 @@ def measure(template: Sequence[str], nsps: Sequence[int], repeat: int = 1, zones
             run = Run(number, total, nsp, r + 1, repeat, command_for(template, nsp))
             if progress:
                 progress.started(run)
-            times[r], energies[r] = run_once(template, nsp, zones, r + 1)
+            measured = run_once(template, nsp, zones, r + 1)
+            times[r], energies[r] = measured.seconds, measured.wh
             if progress:
-                progress.ended(run, times[r], energies[r])
+                progress.ended(run, measured)
         yield times, energies

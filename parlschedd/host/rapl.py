@@ -116,47 +116,62 @@ class RaplCounter:
     """The energy of ``zones`` while a block runs: read on entry, every
     ``poll_interval_s`` by a thread, and on a normal exit, the deltas summed (so that a
     counter that wraps many times in a long run is counted whole). A thread rather than
-    a polling wait, which would time the command to the poll's resolution."""
+    a polling wait, which would time the command to the poll's resolution.
+
+    A read that fails (a zone gone, as when the driver is unloaded, or a file that is
+    not a number) ends the counting: ``error`` says why and the energy is NaN, nothing
+    measured, while the block runs on (its time is still good)."""
 
     def __init__(self, zones: Sequence[Zone]) -> None:
         self.zones = tuple(zones)
         self.moved = [0] * len(self.zones)
+        self.error: str | None = None
         self._last: list[int] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
 
-    def _read(self) -> None:
-        now = read_uj(self.zones)
+    def _read(self) -> list[int] | None:
+        """Every zone's counter; None (``error`` set) when a zone cannot be read."""
+        try:
+            return read_uj(self.zones)
+        except OSError as exc:
+            self.error = f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc)
+        except ValueError:
+            self.error = "an energy_uj that is not a number of microjoules"
+        return None
+
+    def _add(self) -> bool:
+        """Adds what each zone moved since the last read; False after a failed read."""
+        now = self._read()
+        if now is None:
+            return False
         self.moved = [m + d for m, d in zip(self.moved, moved_uj(self.zones, self._last, now), strict=True)]
         self._last = now
+        return True
 
     def _poll(self, interval: float) -> None:
-        while not self._stop.wait(interval):
-            try:
-                self._read()
-            except (OSError, ValueError) as exc:  # raised in the caller's thread on exit
-                self._error = exc
-                return
+        while not self._stop.wait(interval) and self._add():
+            pass
 
     def __enter__(self) -> RaplCounter:
-        self._last = read_uj(self.zones)
+        first = self._read()
         interval = poll_interval_s(self.zones)
-        if interval is not None:
-            self._thread = threading.Thread(target=self._poll, args=(interval,), name="rapl-poll", daemon=True)
-            self._thread.start()
+        if first is not None:
+            self._last = first
+            if interval is not None:
+                self._thread = threading.Thread(target=self._poll, args=(interval,), name="rapl-poll", daemon=True)
+                self._thread.start()
         return self
 
     def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        if kind is None:
-            if self._error is not None:
-                raise self._error
-            self._read()
+        if kind is None and self.error is None:
+            self._add()
 
     @property
     def wh(self) -> float:
-        """The energy counted (``energy_wh``), once the block is done."""
-        return energy_wh(self.zones, self.moved)
+        """The energy counted (``energy_wh``), once the block is done; NaN after a
+        failed read."""
+        return math.nan if self.error is not None else energy_wh(self.zones, self.moved)

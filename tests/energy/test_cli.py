@@ -429,6 +429,31 @@ def test_a_rapl_counter_that_did_not_move_leaves_the_energy_empty_and_says_which
     assert m.nsp.tolist() == [1, 2] and not m.has_energy
 
 
+def test_a_rapl_zone_gone_during_a_measurement_leaves_the_energy_empty_from_then_on(tmp_path):
+    """The read error ended the measurement with a one-line error and left its
+    .partial file behind, unsaid; the runs go on now, timed, with the energy empty
+    from that run on and each such run saying why."""
+    root = fake_powercap(tmp_path / "powercap", {"intel-rapl:0": (0, 10**12)})
+    counter = root / "intel-rapl:0" / "energy_uj"
+    step = ("import os, sys; p = sys.argv[1]\n"
+            "if sys.argv[2] == '2': os.unlink(p)\n"
+            "elif os.path.exists(p): v = int(open(p).read()); open(p, 'w').write(str(v + 36_000_000))\n")
+    out = tmp_path / "m.csv"
+    out.write_text("kept until the measurement is whole\n")
+    r = CliRunner().invoke(cli, ["model", "measure", "--nsp", "1-3", "--out", str(out), "--powercap-root",
+                                 str(root), "--", sys.executable, "-c", step, str(counter), "{nsp}"])
+    assert r.exit_code == 0, r.output
+    for nsp in (2, 3):
+        assert (f"warning: nsp {nsp}, run 1: the RAPL energy counters under {root} could not be read ({counter}: "
+                "No such file or directory), so nothing was measured" in r.stderr), r.stderr
+    assert "did not move" not in r.stderr and "warning: nsp 1" not in r.stderr
+    m = load_measurements(out)
+    assert m.nsp.tolist() == [1, 2, 3] and np.all(m.time_s > 0)
+    assert out.read_text().splitlines()[1].split(",")[-1] == "0.01"
+    assert [row.split(",")[-1] for row in out.read_text().splitlines()[2:]] == ["", ""]
+    assert not list(tmp_path.glob("m.csv.*"))
+
+
 def test_a_fit_without_a_seed_says_the_one_drawn_and_keeps_it(tmp_path):
     """Without --seed a fit could not be made again: random_state null in the file,
     no seed said. The seed drawn is said and kept; --seed with it fits the same."""

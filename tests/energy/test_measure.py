@@ -21,8 +21,8 @@ def test_run_a_real_command_with_energy(tmp_path):
     zones = rapl_zones(fake_powercap(tmp_path, {"intel-rapl:0": (3_600_000, 10**12)}))
     bump = [sys.executable, "-c",
             f"p = {str(zones[0].energy)!r}; v = int(open(p).read()); open(p, 'w').write(str(v + 7_200_000))"]
-    seconds, wh = run_once(bump, 1, zones)
-    assert seconds > 0 and wh == pytest.approx(0.002)
+    seconds, wh, error = run_once(bump, 1, zones)
+    assert seconds > 0 and wh == pytest.approx(0.002) and error is None
 
 
 def test_measure_times_each_configuration():
@@ -64,8 +64,21 @@ def test_a_counter_that_wraps_many_times_during_a_run_is_counted_whole(tmp_path)
     bump_other = f"p = {str(zones[1].energy)!r}; open(p, 'w').write('20')"  # the other zone moves, by 10 uJ
     command = stepper(zones[0].energy, 450_000, 10, 0.1)
     command[2] += f"\n{bump_other}\n"
-    seconds, wh = run_once(command, 1, zones)
+    seconds, wh, _ = run_once(command, 1, zones)
     assert seconds > 0.9 and wh == pytest.approx((4_500_000 + 10) / 3.6e9)
+
+
+def test_a_zone_that_cannot_be_read_during_a_run_leaves_its_energy_empty_and_its_time(tmp_path):
+    """A zone gone during a run (its driver unloaded) raised out of the run: the run's
+    time was lost with the energy, and the whole measurement stopped. The time is
+    kept, the energy is NaN, and why is said."""
+    zones = rapl_zones(fake_powercap(tmp_path, {"intel-rapl:0": (5, 10**12)}))
+    gone = [sys.executable, "-c", f"import os, time; time.sleep(0.2); os.unlink({str(zones[0].energy)!r})"]
+    seconds, wh, error = run_once(gone, 1, zones)
+    assert seconds >= 0.2 and np.isnan(wh)
+    assert error == f"{zones[0].energy}: No such file or directory"
+    seconds, wh, error = run_once(SLEEP, 1, zones)  # gone before the run
+    assert seconds > 0 and np.isnan(wh) and error == f"{zones[0].energy}: No such file or directory"
 
 
 def test_an_interrupt_as_the_command_starts_ends_it_too(monkeypatch):

@@ -94,3 +94,20 @@ def test_a_counter_polled_during_a_block_is_counted_whole_through_many_wraps(tmp
         writer.join()
     assert energy.wh == pytest.approx(4_500_000 / 3.6e9)
 
+
+
+@pytest.mark.parametrize("fault", ["removed", "not a number"])
+def test_a_zone_that_fails_while_polled_ends_the_counting_and_says_why(tmp_path, fault):
+    """The poll thread's failed read was raised at the block's end, out of a run whose
+    time was good: the energy is NaN now, the block ends as it would, and ``error``
+    says why. The poll stops at the failure (a fake range of 10 uJ polls every 10 ms)."""
+    zones = rapl_zones(fake_powercap(tmp_path, {"intel-rapl:0": (0, 10)}))
+    counter = zones[0].energy
+    with RaplCounter(zones) as energy:
+        assert energy._thread is not None
+        counter.unlink() if fault == "removed" else counter.write_text("x\n")
+        energy._thread.join(timeout=5)
+        assert not energy._thread.is_alive()
+    assert np.isnan(energy.wh)
+    assert energy.error == (f"{counter}: No such file or directory" if fault == "removed"
+                            else "an energy_uj that is not a number of microjoules")
