@@ -367,10 +367,11 @@ def _give_back_born_while_down(pinner: Pinner, restored: Sequence[int], records:
         born: list[tuple[int, int, frozenset[int]]] = []
         born_since = min(since, known_before.get(pid, since))
         for tid in tids:
-            if tid in records:
-                continue
             try:
-                start, mask = procfs.thread_start_time(tid, proc_root), pinner.mask_of(tid)
+                start = procfs.thread_start_time(tid, proc_root)
+                if (record := records.get(tid)) is not None and record.start_time == start:
+                    continue  # the thread recorded: restored above, or someone else's; not one that took its tid
+                mask = pinner.mask_of(tid)
             except (HostError, ValueError):
                 continue  # gone
             if start < born_since:

@@ -469,6 +469,32 @@ def test_a_thread_born_after_the_last_listing_but_before_the_save_is_given_back_
     assert _events(logs, "recovered from previous run")[0]["born_while_down"] == 2
 
 
+@two_cpus
+def test_a_thread_born_while_down_with_a_recorded_threads_tid_is_given_back(tmp_path, engine, workload) -> None:
+    """A recorded thread ended while no daemon ran and a thread a pinned one made took
+    its tid: known by its tid alone, it was taken for the recorded thread (whose
+    restore found it gone) and kept the inherited pin for good (review: a tid reused
+    while down). The record's start time tells them apart."""
+    w = workload(1)
+    [worker] = w.tids
+    os.sched_setaffinity(w.pid, PIN)  # as the last run pinned it
+    saved_at = procfs.start_time_now()
+    time.sleep(0.02)  # two clock ticks: the start time of a thread born now is after it
+    [born] = set(w.command("spawn")) - {worker}
+    assert os.sched_getaffinity(born) == PIN
+    records = {t: _record(t, ALL, PIN) for t in (w.pid, worker, born)}
+    records[born]["start_time"] = saved_at - 100  # the thread the tid named at the save, ended since
+    state = {"placements": ["0", "1", format_cpulist(ALL)], "saved_at": saved_at,
+             "processes": [[w.pid, procfs.process_start_time(w.pid), [w.pid, worker, born]]]}
+    sf = StateFile(tmp_path)
+    _write(sf, records, **state)
+    with structlog.testing.capture_logs() as logs:
+        sf.recover(engine)
+    assert masks([w.pid, worker, born]) == {w.pid: ALL, worker: ALL, born: ALL}
+    [told] = _events(logs, "recovered from previous run")
+    assert (told["restored"], told["gone"], told["born_while_down"]) == (2, 1, 1)
+
+
 def test_only_handed_over_threads_that_still_run_are_kept_after_a_restart() -> None:
     """The state file's [tid, start time] pairs: a thread that still runs with that
     start time is kept; one whose tid now names another thread, or that exited, is not;
