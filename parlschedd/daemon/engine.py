@@ -479,6 +479,7 @@ class Engine:
         if tid not in target.ignored:  # else someone else's mask, found at the restore: theirs
             target.ignored.add(tid)
             log.info("thread renamed out of the thread filter, left out", pid=target.pid, tid=tid)
+        self._note_left_main(target, tid)
 
     def _step(self, target: Target, now: float) -> None:
         """counters -> rates -> scheduler -> pins, for one target's period."""
@@ -880,7 +881,20 @@ class Engine:
         self._unsaved.discard(tid)
         target.stale = True
         self._theirs(target, tid, None if th is None else th.start_time)
+        self._note_left_main(target, tid)
         self.on_change()
+
+    def _note_left_main(self, target: Target, tid: int) -> None:
+        """A process's main thread left to itself since the last listing (handed over,
+        or renamed out of the filter): its mask now, as a listing notes those of the
+        main threads left out (``ignored_masks``), so that an exec from a thread we
+        pinned, which carries our pin onto the main tid, is told by a change of it
+        (``_after_the_others_went``); until the next listing there was none to compare."""
+        if tid in target.others and not target.observe:
+            try:
+                target.ignored_masks[tid] = self.pinner.mask_of(tid)
+            except HostError:
+                pass  # gone: the next listing drops it
 
     def _theirs(self, target: Target, tid: int, start: int | None) -> None:
         """The thread's mask is someone else's: counted as ignored, and kept (by

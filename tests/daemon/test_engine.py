@@ -936,9 +936,13 @@ name("main")
 threading.Thread(target=other, daemon=True).start()
 named.wait()  # a thread filter matches it only once it is named
 print(threading.get_native_id(), flush=True)
-while not select.select([sys.stdin], [], [], 0.01)[0]:
-    pass
-sys.stdin.readline()
+while True:
+    while not select.select([sys.stdin], [], [], 0.01)[0]:
+        pass
+    if sys.stdin.readline().strip() != "rename":
+        break
+    name("renamed")
+    print("renamed", flush=True)
 go.set()
 if sys.argv[1] == "main":
     run()
@@ -961,6 +965,12 @@ class Execs:
         self.top = self.proc.pid
         self.pid = int(self.proc.stdout.readline())
         self.other = next(t for t in tids_of(self.pid) if t != self.pid)
+
+    def rename_main(self) -> None:
+        """The main thread names itself "renamed"."""
+        self.proc.stdin.write("rename\n")
+        self.proc.stdin.flush()
+        assert self.proc.stdout.readline() == "renamed\n"
 
     def go(self) -> None:
         self.proc.stdin.write("go\n")
@@ -1176,6 +1186,33 @@ def test_an_exec_from_a_thread_we_pinned_gives_the_main_tid_its_original_when_ma
         target = engine.attach(p.pid, time.monotonic(), threads="^other$")
         _ticks(engine, 3)
         assert target.ignored == {p.pid} and len(os.sched_getaffinity(p.other)) == 1
+        p.go()
+        _ticks(engine)
+        assert os.sched_getaffinity(p.pid) == original
+        engine.detach(p.pid)
+        assert os.sched_getaffinity(p.pid) == original
+
+
+@needs_root
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+@pytest.mark.parametrize("how", ["handed over", "renamed out of the filter"])
+def test_an_exec_from_a_thread_we_pinned_gives_its_original_to_a_main_thread_left_out_since_the_listing(how) -> None:
+    """The main thread stops being ours between two listings (the program sets its own
+    mask, or renames it out of the filter), then the other thread, pinned, execs: the
+    main tid carries our pin. Its mask before was noted at listings alone, and without
+    one it kept the pin for good, and so did the new program's threads (review of
+    crash recovery, found on a running daemon)."""
+    with _exec_case("other") as (p, engine):
+        original = os.sched_getaffinity(p.other)
+        target = engine.attach(p.pid, time.monotonic(), threads=None if how == "handed over" else "^(main|other)$")
+        _pinned_apart(engine, p)
+        if how == "handed over":
+            os.sched_setaffinity(p.pid, original)
+            engine.resync(time.monotonic())
+        else:
+            p.rename_main()
+            engine.refilter(time.monotonic())
+        assert p.pid in target.ignored and os.sched_getaffinity(p.pid) == original
         p.go()
         _ticks(engine)
         assert os.sched_getaffinity(p.pid) == original
