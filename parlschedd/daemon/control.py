@@ -223,12 +223,18 @@ class ControlSocket:
         """Serve what the selector found ready on the listener or a client."""
         if key.data == "accept":
             self._accept()
-        else:
-            client: Client = key.data
+            return
+        client: Client = key.data
+        if client.sock.fileno() < 0:  # closed since the selector found it ready: evicted by an accept before it
+            return
+        try:
             if events & selectors.EVENT_READ:
                 self._read(client)
             if events & selectors.EVENT_WRITE and client.sock.fileno() >= 0:
                 self._flush(client)
+        except Exception:  # a defect of ours in one connection's bytes must not end the daemon and its pins
+            log.exception("control connection failed, closed", uid=client.uid)
+            self._close(client)
 
     def _accept(self) -> None:
         try:

@@ -500,6 +500,36 @@ def test_when_every_slot_is_taken_the_idlest_connection_makes_room(served):
             c.close()
 
 
+def test_a_connection_closed_for_a_newer_one_is_not_served_in_the_same_turn(served, monkeypatch):
+    """The selector finds the listener and the idlest connection ready at once: the
+    accept closes that connection for the newcomer, and its read then came to the
+    closed socket, whose ValueError ended the daemon (review: any client allowed on the
+    socket could stop it, 256 connections at a time)."""
+    monkeypatch.setattr(control, "MAX_CLIENTS", 2)
+    first, second = served.connect(), served.connect()
+    for n, s in enumerate((first, second), 1):  # an unfinished line each, the first's the older
+        s.sendall(b"{")
+        served.pump(lambda n=n: sum(c.inbuf == b"{" for c in served.control.clients.values()) == n)
+    third = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    served.peers.append(third)
+    third.connect(served.control.path)
+    third.setblocking(False)
+    first.sendall(b"late\n")
+    ready: list = []
+    deadline = time.monotonic() + 5
+    while len(ready) < 2 and time.monotonic() < deadline:
+        ready = served.selector.select(0.1)
+    assert len(ready) == 2
+    ready.sort(key=lambda found: found[0].data != "accept")  # as the daemon's loop meets them: the accept first
+    for key, events in ready:
+        served.control.dispatch(key, events)
+    assert closed_by_peer(first) and not served.asked
+    third.sendall(b"in\n")
+    assert json.loads(served.replies(third, 1)[0])["line"] == "in"
+    second.sendall(b"still\n")
+    assert json.loads(served.replies(second, 1)[0])["line"] == "{still"
+
+
 def test_a_failed_accept_pauses_the_listener_which_resumes_and_accepts(served):
     """accept() failing with EMFILE (every descriptor taken: the limit lowered here to
     the next free one) stops watching the listener for ACCEPT_PAUSE_S rather than
