@@ -12,6 +12,8 @@ from parlschedd.patterns import PatternError, compile_pattern
     ("\ud800", "lone surrogate"),               # valid JSON (\ud800), not encodable text
     ("(?=w)", "no back-references or look-arounds"),
     ("(a", "missing ), unterminated subpattern"),
+    ("(" * 500 + ")" * 500, "groups nested too deeply"),  # Python's parser's RecursionError: an internal error
+    ("x" * 1025, "1025 characters long; at most 1024"),  # a client's 63 KB pattern held the loop up to 1.8 s
 ])
 def test_a_pattern_that_cannot_be_compiled_is_refused_quietly(text: str, reason: str, capfd) -> None:
     with pytest.raises(PatternError, match=reason.replace("(", r"\(").replace(")", r"\)")):
@@ -22,3 +24,12 @@ def test_a_pattern_that_cannot_be_compiled_is_refused_quietly(text: str, reason:
 
 def test_a_pattern_matches_in_linear_time() -> None:
     assert compile_pattern(r"^(a+)+$").search("a" * 100_000 + "b") is None
+
+
+def test_re2s_unicode_classes_are_patterns_python_would_refuse() -> None:
+    """The README says patterns are RE2: \\p{L} was refused with Python's "bad escape"."""
+    assert compile_pattern(r"^\p{L}+$").search("héllo") and not compile_pattern(r"^\p{L}+$").search("h3")
+    assert compile_pattern(r"[\pN\P{Greek}]").search("7")
+    assert compile_pattern(r"\\p").search("\\p")  # an escaped backslash, then p: no class
+    with pytest.raises(PatternError, match="redefinition of group name"):  # the shape still checked around one
+        compile_pattern(r"(?P<a>\pL)(?P<a>x)")
