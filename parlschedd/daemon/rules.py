@@ -16,6 +16,9 @@ from parlschedd.patterns import Pattern, compile_pattern
 
 log = structlog.get_logger("parlschedd")
 CMDLINE_MATCHED = 4096  # characters of a command line (its arguments joined by spaces) that name rules look at
+# bytes of it read, enough for those characters (UTF-8: 4 bytes at most each); a user's
+# command lines of 6 MB each, read whole, held every rescan for seconds
+CMDLINE_READ = 4 * CMDLINE_MATCHED
 
 
 class RuleMatcher:
@@ -120,17 +123,19 @@ class RuleMatcher:
 
     def first_matching(self, rules: tuple[config_mod.TargetRule, ...], pid: int) -> int | None:
         """The index of the first of ``rules`` that matches process ``pid``, or None (a
-        detach's question, seldom asked: each rule's matches are listed whole)."""
-        return next((i for i, rule in enumerate(rules) if pid in self.matching(rule)), None)
+        detach's question: ``pid``'s names read alone, not every process's)."""
+        return next((i for i, rule in enumerate(rules) if self.matching(rule, among={pid})), None)
 
-    def matching(self, rule: config_mod.TargetRule) -> set[int]:
-        pids: set[int] | None = None
+    def matching(self, rule: config_mod.TargetRule, among: set[int] | None = None) -> set[int]:
+        """The processes ``rule`` matches: of ``among`` alone when given, else of all."""
+        pids = among
         if rule.cgroup is not None:
             controllers, path = config_mod.split_cgroup(rule.cgroup)
             try:
-                pids = set(cgroups.cgroup_procs(path, controllers, self.cgroup_root))
+                members = set(cgroups.cgroup_procs(path, controllers, self.cgroup_root))
             except HostError:
-                pids = set()
+                members = set()
+            pids = members if pids is None else pids & members
         if rule.name is not None:
             pattern = compile_pattern(rule.name)
             candidates = pids if pids is not None else _all_pids(self.proc_root)
@@ -152,6 +157,7 @@ def _name_matches(pattern: Pattern, pid: int, proc_root: str) -> bool:
     try:
         if pattern.search(procfs.comm(pid, proc_root)):
             return True
-        return bool(pattern.search(" ".join(procfs.cmdline(pid, proc_root))[:CMDLINE_MATCHED]))
+        argv = procfs.cmdline(pid, proc_root, limit=CMDLINE_READ)
+        return bool(pattern.search(" ".join(argv)[:CMDLINE_MATCHED]))
     except HostError:
         return False

@@ -23,7 +23,8 @@ from collections.abc import Iterator
 import pytest
 
 from parlschedd.config import TargetRule
-from parlschedd.daemon.rules import CMDLINE_MATCHED, RuleMatcher
+from parlschedd.daemon import rules as rules_module
+from parlschedd.daemon.rules import CMDLINE_MATCHED, CMDLINE_READ, RuleMatcher
 from parlschedd.host import cgroups, procfs
 from tests.daemon.test_engine import _engine, _pin_engine, _released
 from tests.conftest import (CGROUP_MOUNTS, NOBODY, needs_root, own_cgroup, start_daemon, tagged_sleeper, target_pids,
@@ -342,6 +343,32 @@ def test_a_name_rule_looks_at_the_first_4096_characters_of_a_command_line(kill_a
     early = kill_after(tagged_sleeper(f"{tag} {padding}"))
     assert matcher().matching(TargetRule(name=tag)) == {early.pid}
     assert tag.encode() in open(f"/proc/{late.pid}/cmdline", "rb").read()
+
+
+def test_a_name_rule_reads_a_command_line_no_further_than_it_looks(kill_after, monkeypatch):
+    """Command lines were read whole at each rescan, then cut: 20 of a user's idle
+    processes with 6 MB of arguments each held the daemon's loop for seconds (review).
+    No more is read than the characters a rule looks at can take."""
+    tag = f"parlsched-long-{uuid.uuid4().hex[:8]}"
+    long = kill_after(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", tag,
+                                        *["x" * 100_000] * 10]))  # 1 MB (128 KiB an argument at most)
+    wait_for(lambda: tag in procfs.cmdline(long.pid), timeout=10)
+    limits = []
+    real = procfs.cmdline
+    monkeypatch.setattr(procfs, "cmdline", lambda pid, root, limit=None: limits.append(limit) or real(pid, root, limit))
+    assert matcher().matching(TargetRule(name=f"{tag} x+$")) == {long.pid}  # $: the end of what is read
+    assert set(limits) == {CMDLINE_READ} and CMDLINE_READ >= 4 * CMDLINE_MATCHED
+
+
+def test_a_detachs_question_reads_the_names_of_that_process_alone(kill_after, monkeypatch):
+    """Which rule matches a process detached by hand was found by listing every
+    process's names for each rule."""
+    comm = f"psr-{uuid.uuid4().hex[:8]}"
+    named = kill_after(named_by_comm(comm))
+    monkeypatch.setattr(rules_module, "_all_pids", lambda root: pytest.fail("every process listed"))
+    rules = (TargetRule(name="^parlsched-no-such-name$"), TargetRule(name=f"^{comm}$"))
+    assert matcher().first_matching(rules, named.pid) == 1
+    assert matcher().first_matching(rules[:1], named.pid) is None
 
 
 def test_a_rule_without_descendants_keeps_the_children_of_a_job_detached_by_hand(kill_after):

@@ -333,6 +333,22 @@ def test_process_handle_sees_exit_through_the_pidfd() -> None:
     assert handle.pidfd is None
 
 
+def test_a_command_line_is_read_whole_or_to_its_limit() -> None:
+    """A read of /proc goes on to the file's end (more than one read(2) here), or stops
+    at ``limit`` bytes: a command line can be hundreds of megabytes."""
+    argv = [sys.executable, "-c", "import time; time.sleep(60)", "y" * 100_000, "z" * 100_000, "\xe9t\xe9"]
+    p = subprocess.Popen(argv)
+    try:
+        wait_for(lambda: len(procfs.cmdline(p.pid)) == len(argv), timeout=10)  # exec'd: its own command line
+        assert procfs.cmdline(p.pid) == argv
+        head = len(os.fsencode(sys.executable)) + len(b"\0-c\0im")
+        assert procfs.cmdline(p.pid, limit=head) == [sys.executable, "-c", "im"]
+        assert procfs.cmdline(p.pid, limit=0) == []
+    finally:
+        p.kill()
+        p.wait()
+
+
 def test_process_handle_lists_threads_until_the_process_exits() -> None:
     code = "import threading, time\nfor _ in range(3): threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\nprint(flush=True); time.sleep(30)"
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
