@@ -8,6 +8,7 @@ import json
 import os
 import socket
 import stat
+import struct
 import time
 from typing import Any
 
@@ -98,6 +99,11 @@ class Connection:
         except OSError as exc:  # a path through a file, too long for a socket address, ...
             self.close()
             raise Unreachable(f"cannot connect to {path}: {exc.strerror or exc}") from None
+        if (owner := _listener_uid(self.sock)) not in (0, os.geteuid()):
+            self.close()
+            raise Unreachable(f"what listens on {path} runs as uid {owner}, not root: not parlschedd, nothing sent "
+                              "(a socket path in a directory others may write can be taken; give the daemon's "
+                              "--socket or PARLSCHED_SOCKET)")
 
     def _connect(self, deadline: float) -> None:
         """Connect, waiting while the daemon's listen queue is full (a burst of clients):
@@ -162,6 +168,14 @@ def request(path: str, cmd: str, timeout: float = 10.0, **args: Any) -> dict[str
     """Send one request on a connection of its own; raise Unreachable or Refused."""
     with Connection(path, timeout) as conn:
         return conn.request(cmd, **args)
+
+
+def _listener_uid(sock: socket.socket) -> int:
+    """The uid of the process that listens at the other end (SO_PEERCRED, as it was
+    when it listened): parlschedd is root's, so a request, which may name a pid or
+    carry a regex, is never sent to another user's listener at the daemon's path."""
+    _, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    return uid
 
 
 def _is_part(reply: dict[str, Any]) -> bool:

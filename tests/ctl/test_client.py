@@ -12,6 +12,7 @@ import grp
 import json
 import os
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -199,3 +200,49 @@ def test_a_socket_the_user_may_not_use_is_said_with_whom_it_lets_in(open_dir, mo
         listener.close()
     group = grp.getgrgid(NOBODY).gr_name if gid == NOBODY else None
     assert reply == {"unreachable": f"no permission to use {path} {said.format(group=group)}"}
+
+
+@needs_root
+def test_a_listener_of_another_user_at_the_path_is_sent_nothing():
+    """A user who binds the daemon's socket path first (in a directory others may
+    write, such as /tmp) got root's requests, and answered what it liked: parlschedd
+    is root's, so what listens as another user is refused before anything is sent
+    (review: a squatter received root's attach of pid 1)."""
+    with tempfile.TemporaryDirectory(dir="/tmp") as where:  # tmp_path's parents are closed to nobody
+        os.chmod(where, 0o777)
+        _squatted(os.path.join(where, "squat.sock"))
+
+
+def _squatted(path: str) -> None:
+    ready_r, ready_w = os.pipe()
+    got_r, got_w = os.pipe()
+    child = os.fork()
+    if child == 0:  # the squatter, as nobody
+        try:
+            os.close(ready_r)
+            os.close(got_r)
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            listener.bind(path)
+            listener.listen(1)
+            os.write(ready_w, b"x")
+            conn, _ = listener.accept()
+            conn.settimeout(2)
+            try:
+                os.write(got_w, conn.recv(100) or b"nothing")
+            except OSError:
+                os.write(got_w, b"nothing")
+        finally:
+            os._exit(0)
+    os.close(ready_w)
+    os.close(got_w)
+    try:
+        assert os.read(ready_r, 1) == b"x"
+        with pytest.raises(client.Unreachable, match=f"what listens on {path} runs as uid {NOBODY}, not root"):
+            client.request(path, "attach", pid=1)
+        assert os.read(got_r, 100) == b"nothing"
+    finally:
+        os.waitpid(child, 0)
+        os.close(ready_r)
+        os.close(got_r)
