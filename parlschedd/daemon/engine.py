@@ -738,6 +738,9 @@ class Engine:
             if self.handed_over.get(tid) == start:  # theirs since before a restart
                 target.ignored.add(tid)
                 return
+            if target.caller is not None and procfs.process_uids(tid, self.proc_root).owner != target.caller:
+                target.ignored.add(tid)  # another user's thread in the caller's process (setresuid(2) is per thread)
+                return
             if target.thread_filter and not target.thread_filter.search(name):
                 target.ignored.add(tid)
                 original = None if target.observe else self._inherited_original(target, tid)

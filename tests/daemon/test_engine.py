@@ -34,7 +34,7 @@ from parlschedd.host.base import CounterSource
 from parlschedd.host.errors import HostError
 from parlschedd.host.perf import CounterSet
 from parlschedd.topology import read_topology
-from tests.conftest import fake_cpus, needs_root, start_daemon, wait_for
+from tests.conftest import NOBODY, fake_cpus, needs_root, start_daemon, wait_for
 from tests.reliability.helpers import NS_LAST_PID, masks, sleepy, spawn_with_pid, tids_of
 
 
@@ -417,6 +417,37 @@ def test_a_target_that_exited_is_named_as_such_only_to_its_owner_and_root(kill_a
         told = {uid: str(engine.not_attached(proc.pid, uid)) for uid in (0, owner, owner + 4242)}
         assert "it exited, and parlschedd dropped it (3 threads managed at most)" in told[0] and told[owner] == told[0]
         assert told[owner + 4242] == f"process {proc.pid} is not attached: there is no such process"  # not who was managed
+
+
+MIXED_OWNERS = f"""
+import ctypes, os, sys, threading, time
+for _ in range(2):
+    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+setresuid = {{"x86_64": 117, "aarch64": 147}}[os.uname().machine]
+assert ctypes.CDLL(None, use_errno=True).syscall(setresuid, {NOBODY}, {NOBODY}, {NOBODY}) == 0  # this thread alone
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+@needs_root
+@pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64"), reason="setresuid's syscall number")
+def test_a_users_target_leaves_out_the_threads_of_another_user_in_its_process(kill_after) -> None:
+    """A root process whose main thread alone became nobody's (the raw syscall: libc
+    changes every thread) is nobody's to attach, by its main thread; its two root
+    threads, which nobody may not set the affinity of, were adopted and pinned too
+    (security review). They are left out."""
+    proc = kill_after(subprocess.Popen([sys.executable, "-c", MIXED_OWNERS], stdout=subprocess.PIPE, text=True))
+    assert proc.stdout.readline() == "ready\n"
+    roots = [t for t in tids_of(proc.pid) if t != proc.pid]
+    assert len(roots) == 2 and {procfs.process_uids(t).owner for t in roots} == {0}
+    before = masks(roots)
+    engine, counters = _pin_engine()
+    with _released(engine, counters):
+        target = engine.attach(proc.pid, time.monotonic(), uid=NOBODY)
+        assert set(target.threads) == {proc.pid} and target.ignored == set(roots)
+        _ticks(engine, 5)
+        assert set(target.threads) == {proc.pid} and masks(roots) == before
 
 
 @needs_root
