@@ -36,6 +36,9 @@ MAX_CLIENTS = 256
 MAX_LINES_PER_TURN = 64  # requests of one client handled before others get a turn
 ACCEPT_PAUSE_S = 0.1  # after accept() fails (EMFILE), stop listening this long
 MAX_PENDING = 4 * 1024 * 1024  # reply bytes a client may leave unread, request bytes it may have waiting
+# those bytes of all clients together: past it, the connection holding the most is closed
+# (256 clients at MAX_PENDING each way held 2 GB of the daemon's memory, for good)
+MAX_BUFFERED = 64 * 1024 * 1024
 PARTS_TTL_S = 30.0  # the rest of a long reply is dropped when its client is idle this long
 
 # (request line, the client's uid, what is left of its last reply) -> (the reply line,
@@ -296,6 +299,8 @@ class ControlSocket:
             self._close(client)
             return
         client.inbuf += data
+        if self._closed_for_room(client):
+            return
         if client.discarding:
             nl = client.inbuf.find(b"\n")
             if nl < 0:
@@ -331,6 +336,24 @@ class ControlSocket:
             reply, client.parts = self.serve(line, client.uid, left)
             client.outbuf += reply
 
+    def _closed_for_room(self, client: Client) -> bool:
+        """While the clients' buffers hold more than MAX_BUFFERED together, the
+        connection holding the most is closed; True when that was ``client``."""
+        total = sum(len(c.inbuf) + len(c.outbuf) for c in self.clients.values())
+        if total <= MAX_BUFFERED:
+            return False
+        by_size = sorted(self.clients.values(), key=lambda c: len(c.inbuf) + len(c.outbuf))
+        closed = False
+        while total > MAX_BUFFERED:
+            hog = by_size.pop()
+            held = len(hog.inbuf) + len(hog.outbuf)
+            log.warning("control clients hold too much unread, closing the largest", uid=hog.uid, bytes=held,
+                        most=MAX_BUFFERED)
+            total -= held
+            self._close(hog)
+            closed = closed or hog is client
+        return closed
+
     def _flush(self, client: Client) -> None:
         try:
             sent = client.sock.send(client.outbuf) if client.outbuf else 0
@@ -341,6 +364,8 @@ class ControlSocket:
             return
         del client.outbuf[:sent]
         if b"\n" in client.inbuf and len(client.outbuf) <= MAX_PENDING:
+            if self._closed_for_room(client):
+                return
             self._serve_lines(client)  # the next turn of a pipelined burst
         more = bool(client.outbuf) or b"\n" in client.inbuf
         if client.eof and not more:

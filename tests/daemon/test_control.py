@@ -500,6 +500,24 @@ def test_when_every_slot_is_taken_the_idlest_connection_makes_room(served):
             c.close()
 
 
+def test_the_clients_together_hold_no_more_than_max_buffered(served, monkeypatch):
+    """Each client may leave MAX_PENDING unread each way, and 256 of them held 2 GB of
+    the daemon's memory (review). Past MAX_BUFFERED together (1 MB here), the
+    connection holding the most is closed, and the others are served on."""
+    monkeypatch.setattr(control, "MAX_BUFFERED", 1_000_000)
+    hogs = [served.connect(), served.connect()]
+    for hog in hogs:  # replies they do not read: most stays in the daemon's buffers
+        hog.sendall(b"big 900000\n")
+        served.pump(lambda hog=hog: len(served.asked) == hogs.index(hog) + 1)
+    held = sorted(len(c.outbuf) for c in served.control.clients.values())
+    assert sum(held) > 1_000_000, held
+    other = served.connect()
+    other.sendall(b"ping\n")
+    assert json.loads(served.replies(other, 1)[0])["line"] == "ping"
+    assert len(served.control.clients) == 2, "one of the two closed"
+    assert sum(len(c.inbuf) + len(c.outbuf) for c in served.control.clients.values()) <= 1_000_000
+
+
 def test_a_connection_closed_for_a_newer_one_is_not_served_in_the_same_turn(served, monkeypatch):
     """The selector finds the listener and the idlest connection ready at once: the
     accept closes that connection for the newcomer, and its read then came to the
