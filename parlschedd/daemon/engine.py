@@ -49,6 +49,9 @@ log = structlog.get_logger("parlschedd.engine")
 GONE_KEPT = 64  # exited targets remembered, to say why a later request finds them gone
 HISTORIES_KEPT = 4  # the last exited targets whose history is kept, for a plot of a run that ended
 RELEASE_LISTINGS = 3  # listings at a release for threads born with our mask (_give_back_born)
+# targets a non-root user may have attached at once: 600 of one user's processes took
+# three quarters of the daemon's periods (root and the config rules have no bound)
+USER_TARGETS = 64
 OBSERVED_PER_PERIOD = 128  # observe mode: the threads whose CPU is read each period, in turns (_ran_elsewhere)
 
 
@@ -134,6 +137,9 @@ class Engine:
             if pid in self.targets:
                 raise EngineError("already_attached", f"process {pid} is already attached; to change its mode, "
                                                       f"thread filter or descendants, detach it and attach it again")
+            if uid not in (None, 0) and sum(t.caller == uid for t in self.targets.values()) >= USER_TARGETS:
+                raise EngineError("too_many_targets", f"uid {uid} has {USER_TARGETS} targets attached, the most a "
+                                                      "user may: detach one first")
             if stat.exited:
                 raise EngineError("no_such_process", f"process {pid} has exited (a zombie its parent has not reaped)")
             if stat.kernel_thread:

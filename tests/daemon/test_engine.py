@@ -419,6 +419,28 @@ def test_a_target_that_exited_is_named_as_such_only_to_its_owner_and_root(kill_a
         assert told[owner + 4242] == f"process {proc.pid} is not attached: there is no such process"  # not who was managed
 
 
+@needs_root
+def test_a_user_may_have_so_many_targets_and_root_more(kill_after, monkeypatch) -> None:
+    """600 of one user's processes attached took three quarters of the daemon's periods
+    (security review): a non-root user has USER_TARGETS at most (2 here); root and
+    the rules have no such bound."""
+    monkeypatch.setattr(engine_module, "USER_TARGETS", 2)
+    procs = [kill_after(sleepy(1, user=NOBODY)) for _ in range(4)]
+    engine, counters = _pin_engine()
+    with _released(engine, counters):
+        for proc in procs[:2]:
+            engine.attach(proc.pid, time.monotonic(), uid=NOBODY)
+        with pytest.raises(engine_module.EngineError, match=f"uid {NOBODY} has 2 targets attached, the most a user "
+                                                            "may: detach one first") as refused:
+            engine.attach(procs[2].pid, time.monotonic(), uid=NOBODY)
+        assert refused.value.code == "too_many_targets"
+        engine.attach(procs[2].pid, time.monotonic(), uid=0)
+        engine.attach(procs[3].pid, time.monotonic())  # a rule's
+        engine.detach(procs[0].pid, uid=NOBODY)
+        engine.attach(procs[0].pid, time.monotonic(), uid=NOBODY)
+        assert len(engine.targets) == 4
+
+
 MIXED_OWNERS = f"""
 import ctypes, os, sys, threading, time
 for _ in range(2):
