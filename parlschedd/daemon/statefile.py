@@ -156,6 +156,7 @@ class StateFile:
         judges the records) and the processes of the threads recorded (``processes``)."""
         state = {"version": STATE_VERSION, "pinner": engine.pinner.to_json(),
                  "processes": processes(engine), "known_before": known_before(engine),
+                 "left_mains": left_mains(engine),
                  "targets": by_hand(engine) if targets is None else targets,
                  "handed_over": sorted([tid, start] for tid, start in engine.handed_over.items()),
                  "left_alone": sorted([pid, start] for pid, start in engine.left_alone.items()),
@@ -236,7 +237,7 @@ class StateFile:
                                                 procfs.thread_start_time, "tid", engine.proc_root))
         born = _give_back_born_while_down(old, report.restored, records, engine.handed_over, placements,
                                           state.get("saved_at"), _saved_processes(state), _saved_known_before(state),
-                                          engine.proc_root)
+                                          _saved_left_mains(state), engine.proc_root)
         if report.restored or report.gone or report.failed or report.kept or born:
             log.info("recovered from previous run", restored=len(report.restored), gone=len(report.gone),
                      failed=len(report.failed), left_as_set_by_someone_else=len(report.kept), born_while_down=born)
@@ -294,6 +295,28 @@ def known_before(engine: Engine) -> list[list[int]]:
                   for pid in {target.pid, *(th.process for th in target.threads.values() if th.process)})
 
 
+def left_mains(engine: Engine) -> list[list]:
+    """The main threads left to themselves (a thread filter leaves them out, or someone
+    else set their mask), as [pid, their mask when last noted]: after a crash, one
+    found with one of our pins instead, every other thread of its process born since,
+    is the pinned thread that exec'd while no daemon ran (the kernel gave it the main
+    tid and start time), and gets that thread's original back."""
+    return sorted([main, format_cpulist(mask)] for target in engine.targets.values()
+                  for main, mask in target.ignored_masks.items())
+
+
+def _saved_left_mains(state: dict) -> dict[int, frozenset[int]]:
+    """The state's ``left_mains`` as written ({} from a file written before it)."""
+    found = {}
+    for entry in state.get("left_mains") if isinstance(state.get("left_mains"), list) else ():
+        if isinstance(entry, list) and len(entry) == 2 and is_integer(entry[0]) and isinstance(entry[1], str):
+            try:
+                found[entry[0]] = parse_cpulist(entry[1])
+            except ValueError:
+                continue
+    return found
+
+
 def _saved_processes(state: dict) -> list[tuple[int, int, list[int]]]:
     """The state's ``processes`` as written; what is not (a file written before it
     kept them, or damaged) is left out: its threads' processes are found from the
@@ -315,9 +338,10 @@ def _saved_known_before(state: dict) -> dict[int, int]:
 
 
 def _give_back_born_while_down(pinner: Pinner, restored: Sequence[int], records: Mapping[int, PinRecord],
-                               theirs: Mapping[int, int], placements: frozenset[frozenset[int]] | None,
+                               theirs: dict[int, int], placements: frozenset[frozenset[int]] | None,
                                since: object, saved: Sequence[tuple[int, int, list[int]]],
-                               known_before: Mapping[int, int], proc_root: str) -> int:
+                               known_before: Mapping[int, int], left: Mapping[int, frozenset[int]],
+                               proc_root: str) -> int:
     """Threads created while no daemon ran by a thread the last run had pinned carry
     its pin, and the state file knows nothing of them; adopted with it, they would
     keep it for good. So each process of a thread just ``restored``, and each process
@@ -338,7 +362,13 @@ def _give_back_born_while_down(pinner: Pinner, restored: Sequence[int], records:
     (``Target.known_before``) counts its births from then: one born after its target's
     last listing or count but before the save was not recorded, and with ``since`` it
     counted as a thread the last run left alone, its inherited pin keeping every
-    thread born while down with that pin from being given back (on 2 CPUs, all)."""
+    thread born while down with that pin from being given back (on 2 CPUs, all).
+
+    A main thread the last run left to itself, with the mask ``left`` says it had then,
+    found with another, one of the last run's pins, while every other thread of its
+    process was born since: a pinned thread exec'd while no daemon ran, and the main
+    tid is that thread now (an exec ends every other thread). It gets the process's
+    own mask back too, and is no longer taken for someone else's (``theirs``)."""
     if not isinstance(since, int) or placements is None:
         return 0
     recorded_in: dict[int, set[int]] = {}
@@ -366,19 +396,30 @@ def _give_back_born_while_down(pinner: Pinner, restored: Sequence[int], records:
         unmanaged: set[frozenset[int]] = set()  # the masks of threads the last run did not manage
         born: list[tuple[int, int, frozenset[int]]] = []
         born_since = min(since, known_before.get(pid, since))
+        carried: tuple[int, frozenset[int]] | None = None  # the main thread's, when it may be one that exec'd
+        older = False  # a thread other than main that ran before ``born_since``: no exec since
         for tid in tids:
             try:
                 start = procfs.thread_start_time(tid, proc_root)
                 if (record := records.get(tid)) is not None and record.start_time == start:
+                    older = older or tid != pid
                     continue  # the thread recorded: restored above, or someone else's; not one that took its tid
                 mask = pinner.mask_of(tid)
             except (HostError, ValueError):
                 continue  # gone
             if start < born_since:
-                if theirs.get(tid) != start:  # one handed over may have our pin's mask: no creator to go by
+                older = older or tid != pid
+                if tid == pid and pid in left and mask != left[pid] and pinner.pinned_by_last_run(pid, mask):
+                    carried = (start, mask)
+                elif theirs.get(tid) != start:  # one handed over may have our pin's mask: no creator to go by
                     unmanaged.add(mask)
             elif theirs.get(tid) != start and pinner.pinned_by_last_run(tid, mask):
                 born.append((tid, start, mask))
+        if carried is not None and not older:
+            born.append((pid, *carried))
+            theirs.pop(pid, None)
+        elif carried is not None and theirs.get(pid) != carried[0]:  # set so by someone, not an exec
+            unmanaged.add(carried[1])
         for tid, start, mask in born:
             if mask in unmanaged:
                 continue

@@ -109,7 +109,7 @@ def test_a_save_writes_the_engines_state_in_a_file_of_its_own(tmp_path, engine, 
     assert saved == {"version": 1, "pinner": {"version": 1, "threads": {str(tid): _record(tid, ALL, ALL)}},
                      "targets": [{"pid": 1}], "handed_over": [[3, 1], [9, 2]], "left_alone": [[4, 6], [8, 5]],
                      "placements": sorted(format_cpulist(p) for p in engine.placements),
-                     "processes": [], "known_before": []}  # of the targets' threads recorded: none here
+                     "processes": [], "known_before": [], "left_mains": []}  # of the targets: none here
     assert stat.S_IMODE(sf.path.stat().st_mode) == 0o600 and os.listdir(tmp_path) == ["state.json"]
     assert not sf.dirty
 
@@ -129,6 +129,16 @@ def test_a_save_names_the_processes_of_the_threads_recorded(tmp_path, engine, pr
     assert saved["processes"] == [[proc.pid, procfs.process_start_time(proc.pid), recorded]]  # as a daemon before read it
     [[pid, known_before]] = saved["known_before"]
     assert pid == proc.pid and checked <= known_before <= procfs.start_time_now()
+
+
+def test_a_save_notes_the_masks_of_the_main_threads_left_alone(tmp_path, engine, proc) -> None:
+    """A main thread a thread filter leaves out: its mask as the listing noted it (an
+    exec while no daemon runs is told by a change of it)."""
+    os.sched_setaffinity(proc.pid, PIN)
+    engine.attach(proc.pid, time.monotonic(), threads="^no-thread-has-this-name$")
+    sf = StateFile(tmp_path)
+    sf.save(engine)
+    assert json.loads(sf.path.read_text())["left_mains"] == [[proc.pid, format_cpulist(PIN)]]
 
 
 def test_a_state_dir_removed_under_the_daemon_is_made_again_by_the_next_save(tmp_path, engine) -> None:
@@ -493,6 +503,47 @@ def test_a_thread_born_while_down_with_a_recorded_threads_tid_is_given_back(tmp_
     assert masks([w.pid, worker, born]) == {w.pid: ALL, worker: ALL, born: ALL}
     [told] = _events(logs, "recovered from previous run")
     assert (told["restored"], told["gone"], told["born_while_down"]) == (2, 1, 1)
+
+
+@two_cpus
+@pytest.mark.parametrize("case", ["left out", "handed over", "its other thread ran on", "its mask was not noted",
+                                  "its mask is not a pin"])
+def test_a_main_thread_left_alone_that_a_pinned_thread_became_by_an_exec_while_down_gets_its_original(
+        tmp_path, engine, workload, case) -> None:
+    """The last run left the main thread alone (a thread filter, or someone set its
+    mask: ``left_mains`` notes the mask it had) and pinned a worker, which exec'd while
+    no daemon ran: the main tid is that thread now, with its start time the old main
+    thread's and our pin, and the new program's threads inherit it. Taken for the
+    main thread the last run left alone, its pin held every one of them pinned for good
+    (review of crash recovery). The exec is told by a main thread whose mask changed to
+    a pin while every other thread of its process was born since the save (an exec
+    ends the others); with one that ran on, the main thread's new mask is someone's."""
+    w = workload(1)
+    [worker] = w.tids  # stands for the worker that exec'd: recorded, gone by the restart
+    if case != "its other thread ran on":
+        w.command("stop")
+    os.sched_setaffinity(w.pid, PIN)  # the main tid, now the thread that exec'd, with its pin
+    saved_at = procfs.start_time_now()
+    time.sleep(0.02)  # two clock ticks: the start time of a thread born now is after it
+    [born] = set(w.command("spawn")) - {worker}  # a thread of the new program, with the pin
+    assert os.sched_getaffinity(born) == PIN
+    records = {worker: _record(worker, ALL, PIN) if case == "its other thread ran on"
+               else {"start_time": 1, "original": format_cpulist(ALL), "current": format_cpulist(PIN)}}
+    state = {"placements": ["0", "1", format_cpulist(ALL)], "saved_at": saved_at,
+             "processes": [[w.pid, procfs.process_start_time(w.pid), [worker]]],
+             "left_mains": [[w.pid, format_cpulist(ALL)]]}
+    if case == "handed over":
+        state["handed_over"] = [[w.pid, procfs.thread_start_time(w.pid)]]
+    elif case == "its mask was not noted":
+        del state["left_mains"]
+    elif case == "its mask is not a pin":
+        state["placements"] = [format_cpulist(ALL)]
+    sf = StateFile(tmp_path)
+    _write(sf, records, **state)
+    sf.recover(engine)
+    exec_told = case in ("left out", "handed over")
+    assert masks([w.pid, born]) == ({w.pid: ALL, born: ALL} if exec_told else {w.pid: PIN, born: PIN})
+    assert (w.pid in engine.handed_over) == (case == "handed over" and not exec_told)
 
 
 def test_only_handed_over_threads_that_still_run_are_kept_after_a_restart() -> None:
