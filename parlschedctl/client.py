@@ -99,11 +99,11 @@ class Connection:
         except OSError as exc:  # a path through a file, too long for a socket address, ...
             self.close()
             raise Unreachable(f"cannot connect to {path}: {exc.strerror or exc}") from None
-        if (owner := _listener_uid(self.sock)) not in (0, os.geteuid()):
+        if (owner := _listener_uid(self.sock)) not in _trusted_uids(path):
             self.close()
-            raise Unreachable(f"what listens on {path} runs as uid {owner}, not root: not parlschedd, nothing sent "
-                              "(a socket path in a directory others may write can be taken; give the daemon's "
-                              "--socket or PARLSCHED_SOCKET)")
+            raise Unreachable(f"what listens on {path} runs as uid {owner}, neither root nor the owner of its "
+                              "directory: not parlschedd, nothing sent (a socket path in a directory others may "
+                              "write can be taken; give the daemon's --socket or PARLSCHED_SOCKET)")
 
     def _connect(self, deadline: float) -> None:
         """Connect, waiting while the daemon's listen queue is full (a burst of clients):
@@ -170,10 +170,25 @@ def request(path: str, cmd: str, timeout: float = 10.0, **args: Any) -> dict[str
         return conn.request(cmd, **args)
 
 
+def _trusted_uids(path: str) -> set[int]:
+    """Whose listener at ``path`` may be parlschedd: root, the caller, and the owner of
+    the socket's directory where no one else may write it (a daemon run as a user with
+    CAP_SYS_NICE, its socket in its state dir). Not /tmp's root-owned owner for a user's
+    socket there: others may write /tmp."""
+    uids = {0, os.geteuid()}
+    try:
+        st = os.stat(os.path.dirname(os.path.abspath(path)))
+    except OSError:
+        return uids
+    if not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        uids.add(st.st_uid)
+    return uids
+
+
 def _listener_uid(sock: socket.socket) -> int:
     """The uid of the process that listens at the other end (SO_PEERCRED, as it was
-    when it listened): parlschedd is root's, so a request, which may name a pid or
-    carry a regex, is never sent to another user's listener at the daemon's path."""
+    when it listened): a request, which may name a pid or carry a regex, is sent only
+    to a listener of ``_trusted_uids``, not to another user's at the daemon's path."""
     _, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
     return uid
 

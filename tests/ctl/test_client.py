@@ -239,7 +239,8 @@ def _squatted(path: str) -> None:
     os.close(got_w)
     try:
         assert os.read(ready_r, 1) == b"x"
-        with pytest.raises(client.Unreachable, match=f"what listens on {path} runs as uid {NOBODY}, not root"):
+        with pytest.raises(client.Unreachable, match=f"what listens on {path} runs as uid {NOBODY}, neither root "
+                                                     "nor the owner of its directory"):
             client.request(path, "attach", pid=1)
         assert os.read(got_r, 100) == b"nothing"
     finally:
