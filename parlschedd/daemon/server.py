@@ -335,14 +335,17 @@ class Daemon:
             if now < deadline:
                 continue
             started = time.perf_counter()
-            if now >= next_rescan:
+            try:
+                self.engine.tick(now)
+            except Exception as exc:  # out of fds, a bug: log, keep serving
+                log.error("period failed", error=f"{type(exc).__name__}: {exc}")
+            if now >= next_rescan:  # after the tick: a name rule reads every process's names, and no period waits on it
                 next_rescan = now + self.config.rescan_s
                 self._rescan(now)
             try:
-                self.engine.tick(now)
-                if self.statefile.dirty:
+                if self.statefile.dirty:  # what the tick and the rescan changed, before the next tick pins by it
                     self.statefile.save(self.engine)
-            except Exception as exc:  # out of fds, a full disk, a bug: log, keep serving
+            except Exception as exc:  # a bug: log, keep serving
                 log.error("period failed", error=f"{type(exc).__name__}: {exc}")
             self.control.resume_listening(now)
             elapsed = time.perf_counter() - started
