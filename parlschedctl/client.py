@@ -172,15 +172,24 @@ def request(path: str, cmd: str, timeout: float = 10.0, **args: Any) -> dict[str
 
 def _trusted_uids(path: str) -> set[int]:
     """Whose listener at ``path`` may be parlschedd: root, the caller, and the owner of
-    the socket's directory where no one else may write it (a daemon run as a user with
-    CAP_SYS_NICE, its socket in its state dir). Not /tmp's root-owned owner for a user's
-    socket there: others may write /tmp."""
+    the socket's directory where no one else may write it nor any directory above it,
+    each of those root's (a daemon run as a user with CAP_SYS_NICE, its socket in its
+    state dir). Not the owner of a directory made in /tmp or another directory others
+    may write, sticky or not: anyone may have made it before the daemon's start."""
     uids = {0, os.geteuid()}
+    where = os.path.dirname(os.path.realpath(path))
+    writable = stat.S_IWGRP | stat.S_IWOTH
     try:
-        st = os.stat(os.path.dirname(os.path.abspath(path)))
+        st = os.stat(where)
+        up = where
+        while up != "/":
+            up = os.path.dirname(up)
+            above = os.stat(up)
+            if above.st_uid != 0 or above.st_mode & writable:
+                return uids
     except OSError:
         return uids
-    if not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+    if not st.st_mode & writable:
         uids.add(st.st_uid)
     return uids
 

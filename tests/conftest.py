@@ -130,8 +130,9 @@ def slow(tmp_path):
 @pytest.fixture
 def open_dir():
     """A temp dir other uids can traverse (pytest's tmp dirs are 0700), for a daemon
-    whose socket a test user must reach."""
-    tmp = Path(tempfile.mkdtemp(prefix="parlsched-open-"))
+    whose socket a test user must reach; under /run, where only root may write, so
+    that a daemon run as a test user in it is one the client believes."""
+    tmp = Path(tempfile.mkdtemp(prefix="parlsched-open-", dir="/run"))
     tmp.chmod(0o755)
     yield tmp
     shutil.rmtree(tmp, ignore_errors=True)

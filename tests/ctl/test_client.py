@@ -211,6 +211,10 @@ def test_a_listener_of_another_user_at_the_path_is_sent_nothing():
     with tempfile.TemporaryDirectory(dir="/tmp") as where:  # tmp_path's parents are closed to nobody
         os.chmod(where, 0o777)
         _squatted(os.path.join(where, "squat.sock"))
+        own = os.path.join(where, "own")  # a directory of nobody's own, made in one others may write
+        os.mkdir(own, 0o755)
+        os.chown(own, NOBODY, NOBODY)
+        _squatted(os.path.join(own, "parlschedd.sock"))
 
 
 def _squatted(path: str) -> None:
