@@ -117,7 +117,7 @@ class RuleMatcher:
         """A parlschedctl process, which a rescan may see before its first request
         makes it one of ``clients`` (still importing, for a tenth of a second)."""
         try:
-            return procfs.runs(procfs.cmdline(pid, self.proc_root), "parlschedctl")
+            return procfs.runs(procfs.cmdline(pid, self.proc_root, limit=CMDLINE_READ), "parlschedctl")
         except HostError:
             return False
 

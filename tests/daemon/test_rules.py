@@ -356,8 +356,12 @@ def test_a_name_rule_reads_a_command_line_no_further_than_it_looks(kill_after, m
     limits = []
     real = procfs.cmdline
     monkeypatch.setattr(procfs, "cmdline", lambda pid, root, limit=None: limits.append(limit) or real(pid, root, limit))
-    assert matcher().matching(TargetRule(name=f"{tag} x+$")) == {long.pid}  # $: the end of what is read
-    assert set(limits) == {CMDLINE_READ} and CMDLINE_READ >= 4 * CMDLINE_MATCHED
+    rule = TargetRule(name=f"{tag} x+$")  # $: the end of what is read
+    assert matcher().matching(rule) == {long.pid}
+    with _released(*_engine()) as engine:  # the rescan asks too whether it is a client of the socket
+        matcher().rescan(engine, (rule,), time.monotonic())
+        assert set(engine.targets) == {long.pid}
+    assert len(limits) >= 3 and set(limits) == {CMDLINE_READ} and CMDLINE_READ >= 4 * CMDLINE_MATCHED
 
 
 def test_a_detachs_question_reads_the_names_of_that_process_alone(kill_after, monkeypatch):
