@@ -9,6 +9,7 @@ the daemon. RE2 has no backtracking (and so no back-references or look-arounds).
 from __future__ import annotations
 
 import re
+import warnings
 
 import re2
 
@@ -44,11 +45,15 @@ def compile_pattern(text: str) -> Pattern:
     if len(text) > MAX_PATTERN:
         raise PatternError(f"{len(text)} characters long; at most {MAX_PATTERN}")
     try:
-        re.compile(_ESCAPE.sub(lambda m: "." if m.group(1) else m.group(0), text))
+        with warnings.catch_warnings():  # "possible nested set" of RE2's [[:alpha:]], on stderr
+            warnings.simplefilter("ignore")
+            re.compile(_ESCAPE.sub(lambda m: "." if m.group(1) else m.group(0), text))
     except re.error as exc:
         raise PatternError(str(exc)) from None
     except RecursionError:  # Python's parser recurses per group: "(" * 900
         raise PatternError("groups nested too deeply") from None
+    except OverflowError:  # a{4294967296}
+        raise PatternError("a repeat count too large") from None
     try:
         return re2.compile(text, _QUIET)
     except re2.error as exc:

@@ -3,6 +3,8 @@ error, and RE2 says nothing on stderr (the daemon's JSON logs go there)."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
 from parlschedd.patterns import PatternError, compile_pattern
@@ -14,6 +16,7 @@ from parlschedd.patterns import PatternError, compile_pattern
     ("(a", "missing ), unterminated subpattern"),
     ("(" * 500 + ")" * 500, "groups nested too deeply"),  # Python's parser's RecursionError: an internal error
     ("x" * 1025, "1025 characters long; at most 1024"),  # a client's 63 KB pattern held the loop up to 1.8 s
+    ("a{4294967296}", "a repeat count too large"),  # Python's OverflowError: an internal error
 ])
 def test_a_pattern_that_cannot_be_compiled_is_refused_quietly(text: str, reason: str, capfd) -> None:
     with pytest.raises(PatternError, match=reason.replace("(", r"\(").replace(")", r"\)")):
@@ -33,3 +36,12 @@ def test_re2s_unicode_classes_are_patterns_python_would_refuse() -> None:
     assert compile_pattern(r"\\p").search("\\p")  # an escaped backslash, then p: no class
     with pytest.raises(PatternError, match="redefinition of group name"):  # the shape still checked around one
         compile_pattern(r"(?P<a>\pL)(?P<a>x)")
+
+
+def test_a_posix_class_is_taken_without_a_warning() -> None:
+    """RE2 has [[:alpha:]]; Python's parser took it with a FutureWarning, printed on
+    stderr, where the daemon's JSON logs go."""
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        assert compile_pattern("^[[:alpha:]]+$").search("abc")
+    assert not warned
