@@ -4,9 +4,12 @@ config check's words before it makes anything."""
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -454,10 +457,20 @@ def test_a_state_dir_link_of_nobodys_in_nobodys_directory_is_refused(open_dir):
                                             "or choose another --state-dir"
 
 
+@pytest.fixture
+def in_tmp() -> Iterator[Path]:
+    """A directory of root's, 0755, in /tmp (root's, 1777), removed after."""
+    made = Path(tempfile.mkdtemp(prefix="parlsched-in-tmp-", dir="/tmp"))
+    made.chmod(0o755)
+    yield made
+    shutil.rmtree(made, ignore_errors=True)
+
+
 @needs_root
-def test_under_a_sticky_root_dir_or_root_dirs_a_config_and_state_dir_are_believed(open_dir, tmp_path):
+def test_under_a_sticky_root_dir_or_root_dirs_a_config_and_state_dir_are_believed(in_tmp, tmp_path):
     """/tmp (root's, 1777) holds them: others cannot replace what they do not own there.
     But a link others own in it is theirs to point elsewhere: refused, naming it."""
+    open_dir = in_tmp
     assert os.stat("/tmp").st_mode & 0o1777 == 0o1777 and open_dir.parent == Path("/tmp")
     path = _made(open_dir / "c.yaml", 0o644, text="period_s: 0.05\n")
     assert config_file_problem(load(path)) is None
