@@ -61,7 +61,8 @@ def test_a_counter_that_wraps_many_times_during_a_run_is_counted_whole(tmp_path)
     unwraps once at most, and a package's 262 kJ range wraps every half hour at 150 W."""
     root = fake_powercap(tmp_path, {"intel-rapl:0": (0, 1_000_000), "intel-rapl:1": (10, 10**12)})
     zones = rapl_zones(root)
-    bump_other = f"p = {str(zones[1].energy)!r}; open(p, 'w').write('20')"  # the other zone moves, by 10 uJ
+    # the other zone moves, by 10 uJ, its file replaced whole (a write in place showed a poll an empty file)
+    bump_other = f"import os; p = {str(zones[1].energy)!r}; open(p + '.new', 'w').write('20'); os.replace(p + '.new', p)"
     command = stepper(zones[0].energy, 450_000, 10, 0.1)
     command[2] += f"\n{bump_other}\n"
     seconds, wh, _ = run_once(command, 1, zones)
