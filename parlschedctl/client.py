@@ -8,11 +8,10 @@ import json
 import os
 import socket
 import stat
-import struct
 import time
 from typing import Any
 
-from parlschedd.daemon.protocol import DEFAULT_SOCKET, MAX_LINE
+from parlschedd.daemon.protocol import DEFAULT_SOCKET, MAX_LINE, peer
 
 
 class Unreachable(Exception):
@@ -99,7 +98,7 @@ class Connection:
         except OSError as exc:  # a path through a file, too long for a socket address, ...
             self.close()
             raise Unreachable(f"cannot connect to {path}: {exc.strerror or exc}") from None
-        if (owner := _listener_uid(self.sock)) not in _trusted_uids(path):
+        if (owner := peer(self.sock)[1]) not in _trusted_uids(path):  # SO_PEERCRED: who listens, not what it says
             self.close()
             raise Unreachable(f"what listens on {path} runs as uid {owner}, neither root nor the owner of its "
                               "directory: not parlschedd, nothing sent (a socket path in a directory others may "
@@ -192,14 +191,6 @@ def _trusted_uids(path: str) -> set[int]:
     if not st.st_mode & writable:
         uids.add(st.st_uid)
     return uids
-
-
-def _listener_uid(sock: socket.socket) -> int:
-    """The uid of the process that listens at the other end (SO_PEERCRED, as it was
-    when it listened): a request, which may name a pid or carry a regex, is sent only
-    to a listener of ``_trusted_uids``, not to another user's at the daemon's path."""
-    _, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
-    return uid
 
 
 def _is_part(reply: dict[str, Any]) -> bool:

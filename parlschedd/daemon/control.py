@@ -18,7 +18,6 @@ import os
 import selectors
 import socket
 import stat
-import struct
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -125,7 +124,7 @@ class ControlSocket:
             except OSError:
                 os.unlink(path)  # stale socket of a dead daemon
             else:
-                pid, _ = _peer(probe)
+                pid, _ = protocol.peer(probe)
                 raise SocketUnusable(f"another daemon is listening on {path} (pid {pid}): stop it, or give this "
                                      "one another --socket and --state-dir")
             finally:
@@ -254,7 +253,7 @@ class ControlSocket:
         if len(self.clients) >= MAX_CLIENTS:
             self._evict_idlest()
         sock.setblocking(False)
-        pid, uid = _peer(sock)
+        pid, uid = protocol.peer(sock)
         self.on_connect(pid)
         client = Client(sock, uid, last_active=time.monotonic())
         self.clients[sock.fileno()] = client
@@ -385,13 +384,6 @@ class ControlSocket:
 
 def _too_long() -> bytes:
     return protocol.error("bad_request", f"request line longer than {protocol.MAX_LINE} bytes")
-
-
-def _peer(sock: socket.socket) -> tuple[int, int]:
-    """(pid, uid) of the process at the other end of a Unix socket (SO_PEERCRED's
-    ``struct ucred``), as it was when it connected."""
-    pid, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
-    return pid, uid
 
 
 def _file_id(path: str) -> tuple[int, int] | None:

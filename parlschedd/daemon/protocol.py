@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import socket
+import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -216,3 +218,11 @@ def _escape(text: bytes) -> bytes:
 
 def _part(escaped: bytes, more: bool) -> bytes:
     return b'{"ok":true,"part":"%s","more":%s}\n' % (escaped, b"true" if more else b"false")
+
+
+def peer(sock: socket.socket) -> tuple[int, int]:
+    """(pid, uid) of the process at the other end of a connected Unix socket
+    (SO_PEERCRED's ``struct ucred``), as it was when it connected or listened: what
+    the daemon judges a request by, and the client a listener."""
+    pid, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    return pid, uid
