@@ -196,11 +196,10 @@ def run(sock: str, observe: bool, as_json: bool, plot_to: str | None, cmd: tuple
     relay.waiting = True
     try:
         polled = _follow(sock, proc, relay.ended, end, started, line)
-        if end.watched is Watched.TO_THE_END:
-            relay.ended.event.wait()
+        if end.watched is Watched.TO_THE_END:  # _follow watched CMD to its end
             end.after_last_poll = _threads_after(sock, proc.pid, end.last, polled, end.period)
         if plot_to is not None:
-            relay.ended.event.wait()
+            relay.ended.event.wait()  # detached, or the daemon gone: CMD may run on
             _plot_run(sock, end, plot_to)
     except _StopWaiting:
         end.watched = Watched.STOPPED_WAITING if end.watched is Watched.TO_THE_END else end.watched
