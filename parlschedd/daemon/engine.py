@@ -224,12 +224,17 @@ class Engine:
         """Stop managing ``pid`` and restore its threads; returns how many were restored.
         ``again``: it is attached again at once (a rule's settings changed), so the
         threads handed over to someone else stay theirs. ``reason``: said in the log."""
+        restored = self._release(self.target_of(pid, uid), keep_hand_overs=again)
+        log.info("detached", pid=pid, restored=restored, reason=reason)
+        return restored
+
+    def target_of(self, pid: int, uid: int | None) -> Target:
+        """The target ``pid`` when ``uid`` (None, 0: anyone) may detach it, else the
+        refusal (``not_attached``)."""
         target = self.targets.get(pid)
         if target is None or (uid not in (None, 0) and uid != target.uid):
             raise self.not_attached(pid, uid)
-        restored = self._release(target, keep_hand_overs=again)
-        log.info("detached", pid=pid, restored=restored, reason=reason)
-        return restored
+        return target
 
     def not_attached(self, pid: int, uid: int | None) -> EngineError:
         """The refusal for a request about ``pid``, which no target of ``uid``'s is,

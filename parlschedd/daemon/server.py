@@ -652,19 +652,23 @@ class Daemon:
             self.statefile.save(self.engine)
             return {"target": self.engine.describe(target)}
         if request.cmd == "detach":
-            target = self.engine.targets.get(a["pid"])
-            threads = 0 if target is None else len(target.threads)
-            restored = self.engine.detach(a["pid"], uid=uid)
-            rule = None if target is None else target.rule
-            if target is not None and rule is None:  # attached by hand, but a rule may match it too
+            target = self.engine.target_of(a["pid"], uid)
+            threads = len(target.threads)
+            rule = target.rule
+            if rule is None:  # attached by hand, but a rule may match it too
                 rule = self.rules.first_matching(self.config.targets, target.pid)
             if rule is not None:  # else the next rescan attaches it again
                 self.engine.left_alone[target.pid] = target.handle.start_time
+            # written before a mask is put back, the originals still in: a daemon killed inside the
+            # detach left a file that attached the target again at the next start
+            self.statefile.save(self.engine, [t for t in by_hand(self.engine) if t["pid"] != target.pid])
+            restored = self.engine.detach(target.pid, uid=uid)
+            if rule is not None:
                 log.info("detached by hand: the config rules leave it alone until it exits", pid=target.pid,
                          rule=f"targets[{rule}]")
             self.statefile.save(self.engine)
             return {"pid": a["pid"], "restored": restored, "rule": rule,  # rule: the one now leaving it alone
-                    "mode": None if target is None else target.mode, "threads": threads,  # threads: let go
+                    "mode": target.mode, "threads": threads,  # threads: let go
                     "state_file_error": self.statefile.error}  # not written: a start after a crash attaches it again
         if request.cmd == "reload":
             if uid != 0:

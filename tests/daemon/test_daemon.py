@@ -1046,6 +1046,55 @@ def test_a_rule_target_detached_by_hand_stays_detached_until_it_exits(tmp_path, 
         assert d.request("attach", pid=proc.pid)["target"]["pid"] == proc.pid
 
 
+KILLED_IN_A_DETACH = """
+import os, signal
+from parlschedd.host import affinity
+restore = affinity.Pinner.restore
+def restore_then_die(self, tid):  # fault injection: SIGKILL after a detach's first restore, before any save
+    done = restore(self, tid)
+    if os.path.exists(os.environ["PARLSCHED_TEST_DIE"]):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return done
+affinity.Pinner.restore = restore_then_die
+"""
+
+
+@pytest.mark.parametrize("by", ["hand", "rule"])
+def test_a_daemon_killed_inside_a_detach_does_not_attach_it_again_at_its_next_start(tmp_path, kill_after, monkeypatch,
+                                                                                   by):
+    """SIGKILL in a detach once a thread had its mask back and before the state file
+    was written: the file still listed the target attached by hand, or not yet the
+    rule match as detached by hand, and the next start attached it again (the crash
+    recovery review, timed at 1-15 ms). The detach is written first now. Fault
+    injection (a sitecustomize in the daemon) lands the SIGKILL in that window."""
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(KILLED_IN_A_DETACH)
+    die = tmp_path / "die-in-the-next-restore"
+    monkeypatch.setenv("PARLSCHED_TEST_DIE", str(die))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(inject), os.environ.get("PYTHONPATH", "")]))
+    tag = f"parlsched-killed-in-detach-{os.getpid()}"
+    proc = kill_after(tagged_sleeper(tag))
+    before = os.sched_getaffinity(proc.pid)
+    start = (lambda: start_rule_daemon(tmp_path, tag)) if by == "rule" else (lambda: start_daemon(tmp_path))
+    d = start()
+    if by == "hand":
+        d.request("attach", pid=proc.pid)
+    wait_for(lambda: all_pinned(d, proc.pid, 1))
+    die.touch()
+    with pytest.raises((client.Unreachable, ConnectionError, ValueError)):
+        d.request("detach", pid=proc.pid)
+    assert d.proc.wait(10) == -signal.SIGKILL
+    die.unlink()
+    d = start()
+    try:
+        time.sleep(0.5)  # five rescans of the rule
+        assert proc.pid not in target_pids(d) and os.sched_getaffinity(proc.pid) == before
+    finally:
+        assert d.stop() == 0
+    assert os.sched_getaffinity(proc.pid) == before
+
+
 def test_config_rule_adopts_by_name_and_releases_when_gone(tmp_path, workload, kill_after):
     """A rule adopts what it matches and nothing else; a match that exits is dropped,
     and one the rule stops matching (after a reload) is released with its masks back."""
