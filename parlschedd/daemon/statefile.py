@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
@@ -156,7 +157,7 @@ class StateFile:
         judges the records) and the processes of the threads recorded (``processes``)."""
         state = {"version": STATE_VERSION, "pinner": engine.pinner.to_json(),
                  "processes": processes(engine), "known_before": known_before(engine),
-                 "left_mains": left_mains(engine),
+                 "left_mains": left_mains(engine), "trees": trees(engine),
                  "targets": by_hand(engine) if targets is None else targets,
                  "handed_over": sorted([tid, start] for tid, start in engine.handed_over.items()),
                  "left_alone": sorted([pid, start] for pid, start in engine.left_alone.items()),
@@ -235,9 +236,8 @@ class StateFile:
         engine.handed_over.update(still_running([*(saved if isinstance(saved, list) else ()),
                                                  *([t, records[t].start_time] for t in report.kept)],
                                                 procfs.thread_start_time, "tid", engine.proc_root))
-        born = _give_back_born_while_down(old, report.restored, records, engine.handed_over, placements,
-                                          state.get("saved_at"), _saved_processes(state), _saved_known_before(state),
-                                          _saved_left_mains(state), engine.proc_root)
+        born = _give_back_born_while_down(old, report.restored, LastRun.of(state, records, placements),
+                                          engine.handed_over, engine.proc_root)
         if report.restored or report.gone or report.failed or report.kept or born:
             log.info("recovered from previous run", restored=len(report.restored), gone=len(report.gone),
                      failed=len(report.failed), left_as_set_by_someone_else=len(report.kept), born_while_down=born)
@@ -305,6 +305,21 @@ def left_mains(engine: Engine) -> list[list]:
                   for main, mask in target.ignored_masks.items())
 
 
+def trees(engine: Engine) -> list[int]:
+    """The processes of the targets with descendants: after a crash, the threads of
+    the child processes they forked while no daemon ran, born with one of the last
+    run's pins, are given back the process's own mask, as the running daemon gives a
+    new descendant's."""
+    return sorted({pid for target in engine.targets.values() if target.descendants
+                   for pid in {target.pid, *(th.process for th in target.threads.values() if th.process)}})
+
+
+def _saved_trees(state: dict) -> frozenset[int]:
+    """The state's ``trees`` as written (none from a file written before it)."""
+    saved = state.get("trees")
+    return frozenset(p for p in saved if is_integer(p)) if isinstance(saved, list) else frozenset()
+
+
 def _saved_left_mains(state: dict) -> dict[int, frozenset[int]]:
     """The state's ``left_mains`` as written ({} from a file written before it)."""
     found = {}
@@ -337,89 +352,76 @@ def _saved_known_before(state: dict) -> dict[int, int]:
             if is_integer(pid) and is_integer(ticks)}
 
 
-def _give_back_born_while_down(pinner: Pinner, restored: Sequence[int], records: Mapping[int, PinRecord],
-                               theirs: dict[int, int], placements: frozenset[frozenset[int]] | None,
-                               since: object, saved: Sequence[tuple[int, int, list[int]]],
-                               known_before: Mapping[int, int], left: Mapping[int, frozenset[int]],
+@dataclass(frozen=True)
+class LastRun:
+    """What a state file says of the run that wrote it, by which the threads born while
+    no daemon ran are told: its thread ``records``, when it was written (``saved_at``,
+    not an int in a file that does not say), the masks it pinned to (``placements``,
+    None where the file does not say), the ``processes`` of its records (pid, start
+    time, tids), when each process's threads were last known whole (``known_before``),
+    the masks of the main threads it left to themselves (``left_mains``) and the
+    processes of its targets with descendants (``trees``)."""
+
+    records: Mapping[int, PinRecord]
+    saved_at: object
+    placements: frozenset[frozenset[int]] | None
+    processes: Sequence[tuple[int, int, list[int]]]
+    known_before: Mapping[int, int]
+    left_mains: Mapping[int, frozenset[int]]
+    trees: frozenset[int]
+
+    @classmethod
+    def of(cls, state: dict, records: Mapping[int, PinRecord],
+           placements: frozenset[frozenset[int]] | None) -> LastRun:
+        return cls(records, state.get("saved_at"), placements, _saved_processes(state), _saved_known_before(state),
+                   _saved_left_mains(state), _saved_trees(state))
+
+
+Born = tuple[int, int, frozenset[int]]  # a thread born while no daemon ran: tid, start time, the mask it has
+
+
+def _give_back_born_while_down(pinner: Pinner, restored: Sequence[int], last: LastRun, theirs: dict[int, int],
                                proc_root: str) -> int:
     """Threads created while no daemon ran by a thread the last run had pinned carry
     its pin, and the state file knows nothing of them; adopted with it, they would
     keep it for good. So each process of a thread just ``restored``, and each process
-    ``saved`` (pid, start time, its recorded tids) that still runs, whose recorded
-    threads may all have ended, is listed, and its threads born since the state was
-    saved (``since``, its ``saved_at``) with a mask the last run pinned to
-    (``placements``) get the process's own mask back: its main thread's original
-    (``records``: the last run's), else the one original all its recorded threads
-    share. Left as they are: one with the mask of a thread of its process the last
-    run did not manage (born before ``since`` and not recorded: left out by a thread
-    filter, or someone else's), which may have made it (on one domain, a free thread's
-    mask is every CPU, as an unmanaged thread's is; not one handed over to someone
-    else, whose mask may be a pin's); those handed over to someone else
+    of ``last.processes`` that still runs, whose recorded threads may all have ended,
+    is listed, and its threads born since the state was saved (``last.saved_at``) with
+    a mask the last run pinned to (``last.placements``) get the process's own mask
+    back: its main thread's original (``last.records``), else the one original all its
+    recorded threads share. Left as they are: one with the mask of a thread of its
+    process the last run did not manage (born before the save and not recorded: left
+    out by a thread filter, or someone else's), which may have made it (on one domain,
+    a free thread's mask is every CPU, as an unmanaged thread's is; not one handed over
+    to someone else, whose mask may be a pin's); those handed over to someone else
     (``theirs``: tid -> start time). Returns how many were given back: none from a file
     that does not say when it was saved or what it pinned to.
 
-    A process ``known_before`` says when its threads were last known whole
+    A process ``last.known_before`` says when its threads were last known whole
     (``Target.known_before``) counts its births from then: one born after its target's
-    last listing or count but before the save was not recorded, and with ``since`` it
-    counted as a thread the last run left alone, its inherited pin keeping every
+    last listing or count but before the save was not recorded, and with the save's
+    time it counted as a thread the last run left alone, its inherited pin keeping every
     thread born while down with that pin from being given back (on 2 CPUs, all).
 
-    A main thread the last run left to itself, with the mask ``left`` says it had then,
-    found with another, one of the last run's pins, while every other thread of its
-    process was born since: a pinned thread exec'd while no daemon ran, and the main
-    tid is that thread now (an exec ends every other thread). It gets the process's
-    own mask back too, and is no longer taken for someone else's (``theirs``)."""
-    if not isinstance(since, int) or placements is None:
+    A process of a target with descendants (``last.trees``) counts as its own the
+    threads of the child processes forked since (and theirs): the running daemon gives
+    a thread of a new descendant born with one of its pins the target's own mask.
+    Without descendants a child is not the target's, and keeps what it was born with."""
+    if not isinstance(last.saved_at, int) or last.placements is None:
         return 0
-    recorded_in: dict[int, set[int]] = {}
-    for tid in restored:
-        try:
-            recorded_in.setdefault(procfs.thread_group(tid, proc_root), set()).add(tid)
-        except (HostError, ValueError):
-            continue  # gone since
-    for pid, start, tids in saved:
-        try:
-            if procfs.process_start_time(pid, proc_root) == start:
-                recorded_in.setdefault(pid, set()).update(t for t in tids if t in records)
-        except HostError:
-            continue  # exited, its threads with it
     given = 0
+    recorded_in = _recorded_processes(restored, last, proc_root)
     for pid, recorded in recorded_in.items():
-        shared = {records[t].original for t in recorded}
-        base = records[pid].original if pid in records else next(iter(shared)) if len(shared) == 1 else None
+        base = _own_mask(pid, recorded, last.records)
         if base is None:
             continue  # no one mask is the process's own
+        born_since = min(last.saved_at, last.known_before.get(pid, last.saved_at))
         try:
-            tids = procfs.list_tids(pid, proc_root)
+            born, unmanaged = _born_in(pinner, pid, born_since, last, theirs, proc_root)
         except HostError:
-            continue
-        unmanaged: set[frozenset[int]] = set()  # the masks of threads the last run did not manage
-        born: list[tuple[int, int, frozenset[int]]] = []
-        born_since = min(since, known_before.get(pid, since))
-        carried: tuple[int, frozenset[int]] | None = None  # the main thread's, when it may be one that exec'd
-        older = False  # a thread other than main that ran before ``born_since``: no exec since
-        for tid in tids:
-            try:
-                start = procfs.thread_start_time(tid, proc_root)
-                if (record := records.get(tid)) is not None and record.start_time == start:
-                    older = older or tid != pid
-                    continue  # the thread recorded: restored above, or someone else's; not one that took its tid
-                mask = pinner.mask_of(tid)
-            except (HostError, ValueError):
-                continue  # gone
-            if start < born_since:
-                older = older or tid != pid
-                if tid == pid and pid in left and mask != left[pid] and pinner.pinned_by_last_run(pid, mask):
-                    carried = (start, mask)
-                elif theirs.get(tid) != start:  # one handed over may have our pin's mask: no creator to go by
-                    unmanaged.add(mask)
-            elif theirs.get(tid) != start and pinner.pinned_by_last_run(tid, mask):
-                born.append((tid, start, mask))
-        if carried is not None and not older:
-            born.append((pid, *carried))
-            theirs.pop(pid, None)
-        elif carried is not None and theirs.get(pid) != carried[0]:  # set so by someone, not an exec
-            unmanaged.add(carried[1])
+            continue  # exited
+        if pid in last.trees:
+            born += _born_below(pinner, pid, born_since, recorded_in, proc_root)
         for tid, start, mask in born:
             if mask in unmanaged:
                 continue
@@ -429,6 +431,110 @@ def _give_back_born_while_down(pinner: Pinner, restored: Sequence[int], records:
                 continue  # gone, or refused: the re-attach adopts what is left
             given += 1
     return given
+
+
+def _recorded_processes(restored: Sequence[int], last: LastRun, proc_root: str) -> dict[int, set[int]]:
+    """Each process of a thread just ``restored``, and each of ``last.processes`` that
+    still runs: {pid: its recorded tids}."""
+    recorded_in: dict[int, set[int]] = {}
+    for tid in restored:
+        try:
+            recorded_in.setdefault(procfs.thread_group(tid, proc_root), set()).add(tid)
+        except (HostError, ValueError):
+            continue  # gone since
+    for pid, start, tids in last.processes:
+        try:
+            if procfs.process_start_time(pid, proc_root) == start:
+                recorded_in.setdefault(pid, set()).update(t for t in tids if t in last.records)
+        except HostError:
+            continue  # exited, its threads with it
+    return recorded_in
+
+
+def _own_mask(pid: int, recorded: set[int], records: Mapping[int, PinRecord]) -> frozenset[int] | None:
+    """The process's own mask: its main thread's original, else the one original its
+    ``recorded`` threads share; None where they had several."""
+    if pid in records:
+        return records[pid].original
+    shared = {records[t].original for t in recorded}
+    return next(iter(shared)) if len(shared) == 1 else None
+
+
+def _born_in(pinner: Pinner, pid: int, born_since: int, last: LastRun, theirs: dict[int, int],
+             proc_root: str) -> tuple[list[Born], set[frozenset[int]]]:
+    """The threads of process ``pid`` born since ``born_since`` with one of the last
+    run's pins, and the masks of its threads the last run did not manage (which may
+    have made them). A main thread the last run left to itself (``last.left_mains``)
+    found with one of its pins, every other thread born since, is one that exec'd and
+    counts as born (and no longer as someone else's, ``theirs``). HostError: ``pid``
+    exited."""
+    unmanaged: set[frozenset[int]] = set()
+    born: list[Born] = []
+    carried: tuple[int, frozenset[int]] | None = None  # the main thread's, when it may be one that exec'd
+    older = False  # a thread other than main that ran before ``born_since``: no exec since
+    for tid in procfs.list_tids(pid, proc_root):
+        try:
+            start = procfs.thread_start_time(tid, proc_root)
+            if (record := last.records.get(tid)) is not None and record.start_time == start:
+                older = older or tid != pid
+                continue  # the thread recorded: restored above, or someone else's; not one that took its tid
+            mask = pinner.mask_of(tid)
+        except (HostError, ValueError):
+            continue  # gone
+        if start < born_since:
+            older = older or tid != pid
+            left = last.left_mains.get(pid)
+            if tid == pid and left is not None and mask != left and pinner.pinned_by_last_run(pid, mask):
+                carried = (start, mask)
+            elif theirs.get(tid) != start:  # one handed over may have our pin's mask: no creator to go by
+                unmanaged.add(mask)
+        elif theirs.get(tid) != start and pinner.pinned_by_last_run(tid, mask):
+            born.append((tid, start, mask))
+    if carried is not None and not older:
+        born.append((pid, *carried))
+        theirs.pop(pid, None)
+    elif carried is not None and theirs.get(pid) != carried[0]:  # set so by someone, not an exec
+        unmanaged.add(carried[1])
+    return born, unmanaged
+
+
+def _born_below(pinner: Pinner, pid: int, born_since: int, recorded: Collection[int], proc_root: str) -> list[Born]:
+    """The threads with one of the last run's pins of the processes forked below
+    ``pid`` since ``born_since``, and below those: each child of ``pid`` or of such a
+    process that started since and is not one the last run ``recorded`` (whose own
+    listing gives its births)."""
+    try:
+        below = procfs.descendants(pid, proc_root)
+    except HostError:
+        return []
+    stats = []
+    for child in below:
+        try:
+            stats.append(procfs.process_stat(child, proc_root))
+        except HostError:
+            continue  # exited
+    new = {pid}
+    born: list[Born] = []
+    for stat in sorted(stats, key=lambda st: (st.start_time, st.pid)):  # parents first, where pids wrapped too
+        if stat.ppid not in new or stat.start_time < born_since or stat.pid in recorded:
+            continue
+        new.add(stat.pid)
+        for tid in _tids(stat.pid, proc_root):
+            try:
+                start, mask = procfs.thread_start_time(tid, proc_root), pinner.mask_of(tid)
+            except (HostError, ValueError):
+                continue  # gone
+            if pinner.pinned_by_last_run(tid, mask):
+                born.append((tid, start, mask))
+    return born
+
+
+def _tids(pid: int, proc_root: str) -> list[int]:
+    """The process's threads; none once it exited."""
+    try:
+        return procfs.list_tids(pid, proc_root)
+    except HostError:
+        return []
 
 
 def still_running(saved: object, start_time: Callable[[int, str], int], what: str, proc_root: str) -> dict[int, int]:

@@ -420,6 +420,51 @@ def test_threads_born_while_no_daemon_ran_get_the_targets_own_mask_back(tmp_path
         assert d2.stop() == 0
 
 
+FORKER = """
+import os, sys, time
+for line in sys.stdin:  # each line: one child forked from the main thread, its pid said
+    child = os.fork()
+    if child == 0:
+        time.sleep(60)
+        os._exit(0)
+    print(child, flush=True)
+"""
+
+
+@pytest.mark.skipif(len(ALL) < 2, reason="a pin must differ from the original mask")
+@pytest.mark.parametrize("descendants", [True, False], ids=["with descendants", "without"])
+def test_a_child_process_forked_while_no_daemon_ran_gets_the_targets_own_mask_back(tmp_path, kill_after, descendants):
+    """A child a pinned thread forked while the daemon was down inherits its pin. With
+    --descendants the next start took that pin for the child's own mask: it adopted it
+    with it as the original, and the child kept our pin for good. Without, the child is
+    not the target's, as while a daemon runs, and keeps the mask it was born with."""
+    parent = kill_after(subprocess.Popen([sys.executable, "-c", FORKER], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, text=True))
+    d = start_daemon(tmp_path)
+    d.request("attach", pid=parent.pid, descendants=descendants)
+    wait_for(lambda: all_pinned(d, parent.pid, 1))
+    d.stop(signal.SIGKILL)
+    pin = os.sched_getaffinity(parent.pid)
+    assert pin != ALL
+    parent.stdin.write("fork\n")
+    parent.stdin.flush()
+    child = int(parent.stdout.readline())
+    try:
+        assert os.sched_getaffinity(child) == pin, "inherited"
+        d2 = start_daemon(tmp_path)
+        try:
+            wait_for(lambda: all_pinned(d2, parent.pid, 2 if descendants else 1))
+            d2.request("detach", pid=parent.pid)
+            assert os.sched_getaffinity(parent.pid) == ALL
+            assert os.sched_getaffinity(child) == (ALL if descendants else pin)
+            recovered = [r for r in d2.log_records() if r["event"] == "recovered from previous run"]
+            assert recovered[0]["born_while_down"] == int(descendants)
+        finally:
+            assert d2.stop() == 0
+    finally:
+        os.kill(child, signal.SIGKILL)
+
+
 @pytest.mark.skipif(len(ALL) < 2, reason="a pin must differ from the original mask")
 def test_a_thread_pinned_by_its_owner_before_the_crash_keeps_its_mask(tmp_path, workload):
     """A thread the filter left out, pinned by its owner to one CPU (the shape of our

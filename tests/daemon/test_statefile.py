@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import stat
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -30,7 +32,7 @@ from parlschedd.host.affinity import Pinner
 from parlschedd.host.base import CounterSource
 from parlschedd.host.perf import CounterSet
 from parlschedd.topology import read_topology
-from tests.conftest import needs_root
+from tests.conftest import needs_root, wait_for
 from tests.reliability.helpers import masks, sleepy, tids_of
 
 pytestmark = needs_root
@@ -109,7 +111,7 @@ def test_a_save_writes_the_engines_state_in_a_file_of_its_own(tmp_path, engine, 
     assert saved == {"version": 1, "pinner": {"version": 1, "threads": {str(tid): _record(tid, ALL, ALL)}},
                      "targets": [{"pid": 1}], "handed_over": [[3, 1], [9, 2]], "left_alone": [[4, 6], [8, 5]],
                      "placements": sorted(format_cpulist(p) for p in engine.placements),
-                     "processes": [], "known_before": [], "left_mains": []}  # of the targets: none here
+                     "processes": [], "known_before": [], "left_mains": [], "trees": []}  # of the targets: none here
     assert stat.S_IMODE(sf.path.stat().st_mode) == 0o600 and os.listdir(tmp_path) == ["state.json"]
     assert not sf.dirty
 
@@ -139,6 +141,25 @@ def test_a_save_notes_the_masks_of_the_main_threads_left_alone(tmp_path, engine,
     sf = StateFile(tmp_path)
     sf.save(engine)
     assert json.loads(sf.path.read_text())["left_mains"] == [[proc.pid, format_cpulist(PIN)]]
+
+
+def test_a_save_names_the_processes_of_the_targets_with_descendants(tmp_path, engine, proc) -> None:
+    """Every process of a target with descendants, the child it forked as its own:
+    the children such processes fork while no daemon runs are given back, not those
+    of a target without."""
+    forker = subprocess.Popen([sys.executable, "-c", "import os, time; os.fork(); time.sleep(60)"],
+                              start_new_session=True)
+    try:
+        [child] = wait_for(lambda: procfs.descendants(forker.pid))
+        engine.attach(forker.pid, time.monotonic(), descendants=True)
+        engine.attach(proc.pid, time.monotonic())
+        engine.tick(time.monotonic())
+        sf = StateFile(tmp_path)
+        sf.save(engine)
+        assert json.loads(sf.path.read_text())["trees"] == [forker.pid, child]
+    finally:
+        os.killpg(forker.pid, signal.SIGKILL)
+        forker.wait()
 
 
 def test_a_state_dir_removed_under_the_daemon_is_made_again_by_the_next_save(tmp_path, engine) -> None:
@@ -544,6 +565,71 @@ def test_a_main_thread_left_alone_that_a_pinned_thread_became_by_an_exec_while_d
     exec_told = case in ("left out", "handed over")
     assert masks([w.pid, born]) == ({w.pid: ALL, born: ALL} if exec_told else {w.pid: PIN, born: PIN})
     assert (w.pid in engine.handed_over) == (case == "handed over" and not exec_told)
+
+
+FORKS = """
+import os, sys, threading, time
+threading.Thread(target=time.sleep, args=(600,), daemon=True).start()  # a worker, for a last run to pin
+def fork(then):
+    child = os.fork()
+    if child == 0:
+        then()
+        time.sleep(60)
+        os._exit(0)
+    return child
+def grandchild():
+    print(fork(lambda: None), flush=True)
+for line in sys.stdin:  # each line: the main thread forks a child, and it a grandchild
+    print(fork(grandchild), flush=True)
+"""
+
+
+@two_cpus
+@pytest.mark.parametrize("case", ["forked since", "the tree's not said", "forked before the save",
+                                  "forked by a thread left alone"])
+def test_child_processes_forked_while_down_get_the_processs_own_mask(tmp_path, engine, case) -> None:
+    """A process of a target with descendants (``trees``): the child a pinned thread
+    forked since the save, and the grandchild it forked, inherit the pin and get the
+    process's own mask (its main thread's original). Left as they are: those of a file
+    that does not name the process as one with descendants (a daemon without
+    descendants, or one before ``trees``), those forked before the save (the last run
+    knew of them), those forked by a thread the last run left alone (here the main
+    thread, pinned by its owner; the last run pinned the worker), whose mask they have."""
+    forks = subprocess.Popen([sys.executable, "-c", FORKS], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    try:
+        def fork() -> list[int]:
+            forks.stdin.write("fork\n")
+            forks.stdin.flush()
+            child = int(forks.stdout.readline())
+            return [child, int(forks.stdout.readline())]
+
+        [worker] = wait_for(lambda: [t for t in tids_of(forks.pid) if t != forks.pid])
+        os.sched_setaffinity(forks.pid, PIN)  # the last run's pin, or its owner's
+        os.sched_setaffinity(worker, PIN)
+        if case == "forked before the save":
+            children = fork()
+            time.sleep(0.02)  # a tick of its own: one born in the save's tick counts as born since
+        saved_at = procfs.start_time_now()
+        time.sleep(0.02)  # two clock ticks: the start time of a process forked now is after the save
+        if case != "forked before the save":
+            children = fork()
+        assert masks(children) == {c: PIN for c in children}
+        recorded = [worker] if case == "forked by a thread left alone" else [forks.pid, worker]
+        state = {"placements": ["0", "1", format_cpulist(ALL)], "saved_at": saved_at,
+                 "processes": [[forks.pid, procfs.process_start_time(forks.pid), recorded]]}
+        if case != "the tree's not said":
+            state["trees"] = [forks.pid]
+        sf = StateFile(tmp_path)
+        _write(sf, {t: _record(t, ALL, PIN) for t in recorded}, **state)
+        with structlog.testing.capture_logs() as logs:
+            sf.recover(engine)
+        given = case == "forked since"
+        assert masks(children) == {c: ALL if given else PIN for c in children}
+        assert _events(logs, "recovered from previous run")[0]["born_while_down"] == (2 if given else 0)
+    finally:
+        os.killpg(forks.pid, signal.SIGKILL)
+        forks.wait()
 
 
 def test_only_handed_over_threads_that_still_run_are_kept_after_a_restart() -> None:
