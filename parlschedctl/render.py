@@ -7,6 +7,7 @@ import sys
 import unicodedata
 from typing import Any
 
+from parlschedd import __version__
 from parlschedd.cpulist import format_cpulist
 from parlschedd.daemon.protocol import clip as clip_value
 from parlschedd.units import unit_of
@@ -39,6 +40,9 @@ def _status_rows(reply: dict[str, Any]) -> list[tuple[str, int | None]]:
         (f"domains {d['domains']}; utility in {unit_of(d['counter_source']).per_second};"
          " pinned: the mask we set holds its cpu, or its domain (cpu free: the kernel places it there); no: its own mask", None),
     ]
+    if d["version"] != __version__:
+        rows.append((f"warning: the daemon runs parlschedd {d['version']}, and {__version__} is installed: restart it "
+                     "(systemctl restart parlschedd) to run what is installed", None))
     if d.get("state_file_error"):
         rows.append((f"warning: the state file could not be written ({d['state_file_error']}): a start after a crash "
                      "would act on an older state (see the daemon's log)", None))

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from parlschedctl.render import clip, printable, progress_line, status_screen, status_table
+from parlschedd import __version__
 
 
 def _reply(process: str, thread: str) -> dict:
-    daemon = {"version": "x", "pid": 1, "uptime_s": 1.0, "counter_source": "perf:task-clock", "period_s": 0.1,
+    daemon = {"version": __version__, "pid": 1, "uptime_s": 1.0, "counter_source": "perf:task-clock", "period_s": 0.1,
               "domain_period_s": 4.0, "loop": {"mean_ms": 0.5, "max_ms": 1.0}, "domains": [[0, 1]], "cpus": [0, 1]}
     thread_row = {"tid": 12, "name": thread, "cpu": 1, "domain": 0, "utility": 0.5, "pinned": True}
     return {"daemon": daemon, "targets": [{"pid": 11, "name": process, "mode": "pin", "threads": [thread_row]}]}
@@ -20,6 +21,16 @@ def test_names_reach_the_terminal_without_control_characters() -> None:
     assert len(table.splitlines()) == 6  # two header lines, a blank, the target, its header, one thread
     assert "11 evil\\x1b]0;owned\\x07 (pin, 1 thread)" in table
     assert "\\x1b[31mRED\\x1b" in table
+
+
+def test_a_daemon_of_another_version_than_the_one_installed_is_said() -> None:
+    """The package upgraded under a running daemon: it runs the old code until it is
+    restarted, and status said only its version, which no one compares by eye."""
+    reply = _reply("app", "worker")
+    assert "warning" not in status_table(reply)
+    reply["daemon"]["version"] = "0.0.1"
+    assert (f"warning: the daemon runs parlschedd 0.0.1, and {__version__} is installed: restart it (systemctl restart "
+            "parlschedd) to run what is installed") in status_table(reply).splitlines()
 
 
 def test_printable_names_are_left_as_they_are() -> None:
@@ -95,7 +106,7 @@ def test_a_screen_keeps_the_header_and_counts_what_it_left_out() -> None:
     table = status_table(reply).splitlines()
     assert status_screen(reply, len(table), 1000) == table  # it fits: as status shows it
     rows = status_screen(reply, 7, 40)
-    assert len(rows) == 7 and all(len(row) <= 39 for row in rows) and rows[0].startswith("parlschedd x pid 1")
+    assert len(rows) == 7 and all(len(row) <= 39 for row in rows) and rows[0].startswith(f"parlschedd {__version__} pid 1")
     assert rows[-1].startswith("... 9 more threads (1 more target); ")
     assert status_screen(reply, 3, 40)[-1].startswith("... 10 more threads (2 more targets)")
     assert clip("ab线程cd", 5) == "ab线" and clip("e\u0301x", 2) == "e\u0301x"  # wide: two columns; combining: none
