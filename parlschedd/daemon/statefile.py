@@ -305,19 +305,22 @@ def left_mains(engine: Engine) -> list[list]:
                   for main, mask in target.ignored_masks.items())
 
 
-def trees(engine: Engine) -> list[int]:
-    """The processes of the targets with descendants: after a crash, the threads of
-    the child processes they forked while no daemon ran, born with one of the last
-    run's pins, are given back the process's own mask, as the running daemon gives a
-    new descendant's."""
-    return sorted({pid for target in engine.targets.values() if target.descendants
-                   for pid in {target.pid, *(th.process for th in target.threads.values() if th.process)}})
+def trees(engine: Engine) -> list[list]:
+    """The processes of the targets with descendants, as [pid, the user whose target
+    it is, null for root's]: after a crash, the threads of the child processes they
+    forked while no daemon ran, born with one of the last run's pins, are given back
+    the process's own mask, as the running daemon gives a new descendant's (of a
+    user's target, only the children that user owns)."""
+    return sorted(([pid, target.caller] for target in engine.targets.values() if target.descendants
+                   for pid in {target.pid, *(th.process for th in target.threads.values() if th.process)}),
+                  key=lambda entry: entry[0])
 
 
-def _saved_trees(state: dict) -> frozenset[int]:
+def _saved_trees(state: dict) -> dict[int, int | None]:
     """The state's ``trees`` as written (none from a file written before it)."""
     saved = state.get("trees")
-    return frozenset(p for p in saved if is_integer(p)) if isinstance(saved, list) else frozenset()
+    return {pid: caller for pid, caller in (e for e in saved if isinstance(e, list) and len(e) == 2)
+            if is_integer(pid) and (caller is None or is_integer(caller))} if isinstance(saved, list) else {}
 
 
 def _saved_left_mains(state: dict) -> dict[int, frozenset[int]]:
@@ -360,7 +363,8 @@ class LastRun:
     None where the file does not say), the ``processes`` of its records (pid, start
     time, tids), when each process's threads were last known whole (``known_before``),
     the masks of the main threads it left to themselves (``left_mains``) and the
-    processes of its targets with descendants (``trees``)."""
+    processes of its targets with descendants (``trees``: pid -> the user whose
+    target it is, None for root's)."""
 
     records: Mapping[int, PinRecord]
     saved_at: object
@@ -368,7 +372,7 @@ class LastRun:
     processes: Sequence[tuple[int, int, list[int]]]
     known_before: Mapping[int, int]
     left_mains: Mapping[int, frozenset[int]]
-    trees: frozenset[int]
+    trees: Mapping[int, int | None]
 
     @classmethod
     def of(cls, state: dict, records: Mapping[int, PinRecord],
@@ -416,12 +420,9 @@ def _give_back_born_while_down(pinner: Pinner, restored: Sequence[int], last: La
         if base is None:
             continue  # no one mask is the process's own
         born_since = min(last.saved_at, last.known_before.get(pid, last.saved_at))
-        try:
-            born, unmanaged = _born_in(pinner, pid, born_since, last, theirs, proc_root)
-        except HostError:
-            continue  # exited
+        born, unmanaged = _born_in(pinner, pid, born_since, last, theirs, proc_root)
         if pid in last.trees:
-            born += _born_below(pinner, pid, born_since, recorded_in, proc_root)
+            born += _born_below(pinner, pid, born_since, last.trees[pid], recorded_in, proc_root)
         for tid, start, mask in born:
             if mask in unmanaged:
                 continue
@@ -466,30 +467,30 @@ def _born_in(pinner: Pinner, pid: int, born_since: int, last: LastRun, theirs: d
     run's pins, and the masks of its threads the last run did not manage (which may
     have made them). A main thread the last run left to itself (``last.left_mains``)
     found with one of its pins, every other thread born since, is one that exec'd and
-    counts as born (and no longer as someone else's, ``theirs``). HostError: ``pid``
-    exited."""
+    counts as born (and no longer as someone else's, ``theirs``)."""
     unmanaged: set[frozenset[int]] = set()
     born: list[Born] = []
     carried: tuple[int, frozenset[int]] | None = None  # the main thread's, when it may be one that exec'd
     older = False  # a thread other than main that ran before ``born_since``: no exec since
-    for tid in procfs.list_tids(pid, proc_root):
+    for tid in _tids(pid, proc_root):
         try:
             start = procfs.thread_start_time(tid, proc_root)
             if (record := last.records.get(tid)) is not None and record.start_time == start:
                 older = older or tid != pid
                 continue  # the thread recorded: restored above, or someone else's; not one that took its tid
             mask = pinner.mask_of(tid)
-        except (HostError, ValueError):
-            continue  # gone
-        if start < born_since:
+            if start >= born_since:
+                if theirs.get(tid) != start and pinner.pinned_by_last_run(tid, mask):
+                    born.append((tid, start, mask))
+                continue
             older = older or tid != pid
             left = last.left_mains.get(pid)
             if tid == pid and left is not None and mask != left and pinner.pinned_by_last_run(pid, mask):
                 carried = (start, mask)
             elif theirs.get(tid) != start:  # one handed over may have our pin's mask: no creator to go by
                 unmanaged.add(mask)
-        elif theirs.get(tid) != start and pinner.pinned_by_last_run(tid, mask):
-            born.append((tid, start, mask))
+        except (HostError, ValueError):
+            continue  # gone (its cgroup too, read for a mask that is not a pin's)
     if carried is not None and not older:
         born.append((pid, *carried))
         theirs.pop(pid, None)
@@ -498,11 +499,13 @@ def _born_in(pinner: Pinner, pid: int, born_since: int, last: LastRun, theirs: d
     return born, unmanaged
 
 
-def _born_below(pinner: Pinner, pid: int, born_since: int, recorded: Collection[int], proc_root: str) -> list[Born]:
+def _born_below(pinner: Pinner, pid: int, born_since: int, caller: int | None, recorded: Collection[int],
+                proc_root: str) -> list[Born]:
     """The threads with one of the last run's pins of the processes forked below
     ``pid`` since ``born_since``, and below those: each child of ``pid`` or of such a
     process that started since and is not one the last run ``recorded`` (whose own
-    listing gives its births)."""
+    listing gives its births); for a target of a user (``caller``: not None), only
+    the children that user owns, as the running daemon manages only those."""
     try:
         below = procfs.descendants(pid, proc_root)
     except HostError:
@@ -510,7 +513,8 @@ def _born_below(pinner: Pinner, pid: int, born_since: int, recorded: Collection[
     stats = []
     for child in below:
         try:
-            stats.append(procfs.process_stat(child, proc_root))
+            if caller is None or procfs.process_uids(child, proc_root).owner == caller:
+                stats.append(procfs.process_stat(child, proc_root))
         except HostError:
             continue  # exited
     new = {pid}
@@ -522,10 +526,10 @@ def _born_below(pinner: Pinner, pid: int, born_since: int, recorded: Collection[
         for tid in _tids(stat.pid, proc_root):
             try:
                 start, mask = procfs.thread_start_time(tid, proc_root), pinner.mask_of(tid)
+                if pinner.pinned_by_last_run(tid, mask):
+                    born.append((tid, start, mask))
             except (HostError, ValueError):
-                continue  # gone
-            if pinner.pinned_by_last_run(tid, mask):
-                born.append((tid, start, mask))
+                continue  # gone (its cgroup too, read for a mask that is not a pin's)
     return born
 
 
