@@ -662,14 +662,23 @@ class Daemon:
             # written before a mask is put back, the originals still in: a daemon killed inside the
             # detach left a file that attached the target again at the next start
             self.statefile.save(self.engine, [t for t in by_hand(self.engine) if t["pid"] != target.pid])
-            restored = self.engine.detach(target.pid, uid=uid)
+            detach_unsaved = self.statefile.error is not None
+            try:
+                restored = self.engine.detach(target.pid, uid=uid)
+            except BaseException:  # a bug: what the file holds is what the daemon still does
+                if target.pid in self.engine.targets:
+                    self.engine.left_alone.pop(target.pid, None)
+                self.statefile.save(self.engine)
+                raise
             if rule is not None:
                 log.info("detached by hand: the config rules leave it alone until it exits", pid=target.pid,
                          rule=f"targets[{rule}]")
             self.statefile.save(self.engine)
+            # not written, before the detach nor after: a start after a crash attaches it again
+            unsaved = self.statefile.error if detach_unsaved else None
             return {"pid": a["pid"], "restored": restored, "rule": rule,  # rule: the one now leaving it alone
                     "mode": target.mode, "threads": threads,  # threads: let go
-                    "state_file_error": self.statefile.error}  # not written: a start after a crash attaches it again
+                    "state_file_error": unsaved}
         if request.cmd == "reload":
             if uid != 0:
                 raise EngineError("permission_denied", "only root may reload the daemon")

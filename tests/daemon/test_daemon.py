@@ -1112,14 +1112,14 @@ def test_a_daemon_killed_inside_a_detach_does_not_attach_it_again_at_its_next_st
     rule match as detached by hand, and the next start attached it again (the crash
     recovery review, timed at 1-15 ms). The detach is written first now. Fault
     injection (a sitecustomize in the daemon) lands the SIGKILL in that window."""
+    tag = f"parlsched-killed-in-detach-{os.getpid()}"
+    proc = kill_after(tagged_sleeper(tag))  # first: the injection is the daemon's alone
     inject = tmp_path / "inject"
     inject.mkdir()
     (inject / "sitecustomize.py").write_text(KILLED_IN_A_DETACH)
     die = tmp_path / "die-in-the-next-restore"
     monkeypatch.setenv("PARLSCHED_TEST_DIE", str(die))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(inject), os.environ.get("PYTHONPATH", "")]))
-    tag = f"parlsched-killed-in-detach-{os.getpid()}"
-    proc = kill_after(tagged_sleeper(tag))
     before = os.sched_getaffinity(proc.pid)
     start = (lambda: start_rule_daemon(tmp_path, tag)) if by == "rule" else (lambda: start_daemon(tmp_path))
     d = start()
@@ -1138,6 +1138,89 @@ def test_a_daemon_killed_inside_a_detach_does_not_attach_it_again_at_its_next_st
     finally:
         assert d.stop() == 0
     assert os.sched_getaffinity(proc.pid) == before
+
+
+FAILING_DETACH = """
+import os
+from parlschedd.daemon import engine
+detach = engine.Engine.detach
+def failing_detach(self, *args, **kwargs):  # fault injection: a bug in the detach, before it changed anything
+    if os.path.exists(os.environ["PARLSCHED_TEST_FAIL"]):
+        raise RuntimeError("injected")
+    return detach(self, *args, **kwargs)
+engine.Engine.detach = failing_detach
+"""
+
+
+@pytest.mark.parametrize("by", ["hand", "rule"])
+def test_a_detach_that_fails_leaves_the_state_file_saying_the_target_is_attached(tmp_path, kill_after, monkeypatch,
+                                                                                 by):
+    """The detach is written to the state file before it restores anything; when it then
+    fails on a bug, the target is still attached and pinned, and the file said it was
+    not (left alone by the rules, or no longer attached by hand): a crash then would
+    have left it unmanaged (review). The file is written again as the daemon stands."""
+    tag = f"parlsched-failing-detach-{os.getpid()}"
+    proc = kill_after(tagged_sleeper(tag))  # first: the injection is the daemon's alone
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(FAILING_DETACH)
+    fail = tmp_path / "fail-the-next-detach"
+    monkeypatch.setenv("PARLSCHED_TEST_FAIL", str(fail))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(inject), os.environ.get("PYTHONPATH", "")]))
+    d = start_rule_daemon(tmp_path, tag) if by == "rule" else start_daemon(tmp_path)
+    try:
+        if by == "hand":
+            d.request("attach", pid=proc.pid)
+        wait_for(lambda: all_pinned(d, proc.pid, 1))
+        fail.touch()
+        with pytest.raises(client.Refused, match="internal"):
+            d.request("detach", pid=proc.pid)
+        assert proc.pid in target_pids(d)
+        state = json.loads((tmp_path / "state" / "state.json").read_text())
+        assert [t["pid"] for t in state["targets"]] == ([proc.pid] if by == "hand" else [])
+        assert state["left_alone"] == []
+    finally:
+        assert d.stop() == 0
+
+
+FULL_AFTER_ONE_WRITE = """
+import errno, os
+from parlschedd.daemon import statefile
+write_state = statefile.write_state
+def write_then_fail(path, state):  # fault injection: the disk fills after the next write
+    armed = os.environ["PARLSCHED_TEST_FULL"]
+    if os.path.exists(armed + ".full"):
+        raise OSError(errno.ENOSPC, "No space left on device (injected)")
+    write_state(path, state)
+    if os.path.exists(armed):
+        os.rename(armed, armed + ".full")
+statefile.write_state = write_then_fail
+"""
+
+
+def test_a_detach_written_before_the_disk_filled_is_not_said_to_be_undone(tmp_path, kill_after, monkeypatch):
+    """The detach is on disk (the first save), the save after the restore failed: the
+    reply said a crash would attach the target again, which the file on disk no longer
+    does (review). Said only when the detach itself is not on disk; status still says
+    the file is not written."""
+    proc = kill_after(tagged_sleeper(f"parlsched-full-after-detach-{os.getpid()}"))
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(FULL_AFTER_ONE_WRITE)
+    armed = tmp_path / "full-after-the-next-write"
+    monkeypatch.setenv("PARLSCHED_TEST_FULL", str(armed))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(inject), os.environ.get("PYTHONPATH", "")]))
+    d = start_daemon(tmp_path)
+    try:
+        d.request("attach", pid=proc.pid)
+        wait_for(lambda: all_pinned(d, proc.pid, 1))
+        armed.touch()
+        assert d.request("detach", pid=proc.pid)["state_file_error"] is None
+        assert "No space left on device (injected)" in d.request("status")["daemon"]["state_file_error"]
+        assert json.loads((tmp_path / "state" / "state.json").read_text())["targets"] == []
+    finally:
+        Path(f"{armed}.full").unlink(missing_ok=True)
+        assert d.stop() == 0
 
 
 def test_config_rule_adopts_by_name_and_releases_when_gone(tmp_path, workload, kill_after):
