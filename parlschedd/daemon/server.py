@@ -652,33 +652,7 @@ class Daemon:
             self.statefile.save(self.engine)
             return {"target": self.engine.describe(target)}
         if request.cmd == "detach":
-            target = self.engine.target_of(a["pid"], uid)
-            threads = len(target.threads)
-            rule = target.rule
-            if rule is None:  # attached by hand, but a rule may match it too
-                rule = self.rules.first_matching(self.config.targets, target.pid)
-            if rule is not None:  # else the next rescan attaches it again
-                self.engine.left_alone[target.pid] = target.handle.start_time
-            # written before a mask is put back, the originals still in: a daemon killed inside the
-            # detach left a file that attached the target again at the next start
-            self.statefile.save(self.engine, [t for t in by_hand(self.engine) if t["pid"] != target.pid])
-            detach_unsaved = self.statefile.error is not None
-            try:
-                restored = self.engine.detach(target.pid, uid=uid)
-            except BaseException:  # a bug: what the file holds is what the daemon still does
-                if target.pid in self.engine.targets:
-                    self.engine.left_alone.pop(target.pid, None)
-                self.statefile.save(self.engine)
-                raise
-            if rule is not None:
-                log.info("detached by hand: the config rules leave it alone until it exits", pid=target.pid,
-                         rule=f"targets[{rule}]")
-            self.statefile.save(self.engine)
-            # not written, before the detach nor after: a start after a crash attaches it again
-            unsaved = self.statefile.error if detach_unsaved else None
-            return {"pid": a["pid"], "restored": restored, "rule": rule,  # rule: the one now leaving it alone
-                    "mode": target.mode, "threads": threads,  # threads: let go
-                    "state_file_error": unsaved}
+            return self._detach(a["pid"], uid)
         if request.cmd == "reload":
             if uid != 0:
                 raise EngineError("permission_denied", "only root may reload the daemon")
@@ -687,6 +661,37 @@ class Daemon:
                 raise EngineError("bad_config", f"the new config was not applied, the old one stays: {'; '.join(errors)}")
             return {"restart_pending": self.restart_pending, "warnings": self.reload_warnings}
         raise EngineError("bad_request", f"unhandled command {request.cmd}")
+
+    def _detach(self, pid: int, uid: int) -> dict:
+        """A client's detach: the rules leave alone a process one of them matches, until
+        it exits; the state file says so before any mask is put back."""
+        target = self.engine.target_of(pid, uid)
+        threads = len(target.threads)
+        rule = target.rule
+        if rule is None:  # attached by hand, but a rule may match it too
+            rule = self.rules.first_matching(self.config.targets, target.pid)
+        if rule is not None:  # else the next rescan attaches it again
+            self.engine.left_alone[target.pid] = target.handle.start_time
+        # written before a mask is put back, the originals still in: a daemon killed inside the
+        # detach left a file that attached the target again at the next start
+        self.statefile.save(self.engine, [t for t in by_hand(self.engine) if t["pid"] != target.pid])
+        detach_unsaved = self.statefile.error is not None
+        try:
+            restored = self.engine.detach(target.pid, uid=uid)
+        except BaseException:  # a bug: what the file holds is what the daemon still does
+            if target.pid in self.engine.targets:
+                self.engine.left_alone.pop(target.pid, None)
+            self.statefile.save(self.engine)
+            raise
+        if rule is not None:
+            log.info("detached by hand: the config rules leave it alone until it exits", pid=target.pid,
+                     rule=f"targets[{rule}]")
+        self.statefile.save(self.engine)
+        # not written, before the detach nor after: a start after a crash attaches it again
+        unsaved = self.statefile.error if detach_unsaved else None
+        return {"pid": pid, "restored": restored, "rule": rule,  # rule: the one now leaving it alone
+                "mode": target.mode, "threads": threads,  # threads: let go
+                "state_file_error": unsaved}
 
     def status(self, uid: int, pid: int | None = None) -> dict:
         """What ``status`` shows ``uid``: the daemon, and the targets that uid may see
