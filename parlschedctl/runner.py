@@ -65,6 +65,7 @@ class _Relay:
         self.pidfd: int | None = None
         self.waiting = False  # on the daemon, for CMD's summary: what a signal after CMD's end cuts short
         self.pending: list[int] = []
+        self.got: set[int] = set()  # the signals run got while CMD ran
         self.ignored = {sig for sig in (*RELAYED, *FROM_KEYBOARD) if signal.getsignal(sig) == signal.SIG_IGN}
         for sig in set(RELAYED) - self.ignored:
             signal.signal(sig, self._on_signal)
@@ -72,11 +73,11 @@ class _Relay:
     def _on_signal(self, signum: int, frame: object) -> None:
         if self.proc is None:
             self.pending.append(signum)
-        elif not self._stop_waiting():
+        elif not self._stop_waiting(signum):
             self._send(signum)
 
     def _on_keyboard(self, signum: int, frame: object) -> None:
-        if self.proc is not None and not self._stop_waiting() and _leads_a_group(self.proc.pid):
+        if self.proc is not None and not self._stop_waiting(signum) and _leads_a_group(self.proc.pid):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signum)
 
@@ -87,11 +88,19 @@ class _Relay:
         with contextlib.suppress(ProcessLookupError):  # it has ended
             signal.pidfd_send_signal(self.pidfd, signum)
 
-    def _stop_waiting(self) -> bool:
+    def _stop_waiting(self, signum: int) -> bool:
         """False while CMD runs; else raises _StopWaiting while run waits on the daemon,
-        True (the signal is spent) after."""
+        True (the signal is spent) after. Not for the signal that killed CMD, the first
+        time run gets it after CMD's end: sent to run's whole group (a Ctrl-C, a kill of
+        the group), it reached run too, and its handler may run after the thread that
+        waits for CMD saw CMD die of it (1 time in 4 a Ctrl-C said "stopped waiting for
+        the daemon", its summary without the placements and its figure)."""
         if self.ended is None or not self.ended.event.is_set():
+            self.got.add(signum)
             return False
+        if self.proc.returncode == -signum and signum not in self.got:
+            self.got.add(signum)
+            return True
         if self.waiting:
             self.waiting = False
             raise _StopWaiting
@@ -184,9 +193,9 @@ def run(sock: str, observe: bool, as_json: bool, plot_to: str | None, cmd: tuple
     try:
         proc = subprocess.Popen(cmd)
     except OSError as exc:  # the shell's and env(1)'s codes: 127 not found, 126 not runnable
-        end.not_managed = f"cannot start {cmd[0]}: {_why_not_started(cmd[0], exc)}"
+        end.not_managed = f"cannot start {cmd[0] or repr('')}: {_why_not_started(cmd[0], exc)}"
         end.watched = Watched.NEVER_ATTACHED
-        end.returncode = 127 if isinstance(exc, FileNotFoundError) else 126
+        end.returncode = 127 if isinstance(exc, FileNotFoundError) or not cmd[0] else 126  # "": no such command
         end.seconds = time.monotonic() - started
         _say(f"parlschedctl: {end.not_managed}")
         _finish(end, as_json, summary=False)
@@ -225,10 +234,12 @@ def _follow(sock: str, proc: subprocess.Popen, ended: _Ended, end: RunEnd, start
                 # the view's own time (the same clock as the daemon's): a tick between the request and
                 # the view's making is in the view, and a thread of that tick in no sample read after it
                 polled = time.monotonic() - status["daemon"].get("snapshot_age_ms", 0.0) / 1e3
-            except client.Refused:
+            except client.Refused as exc:
                 if not ended.event.wait(ENDED_WAIT_S):  # it runs, and is not attached: a client detached it
                     end.watched = Watched.DETACHED
-                    _say(line.end() + f"parlschedctl: {end.cmd[0]} was detached; waiting for it")
+                    # or it is no longer run's user's (a setuid program), which the daemon lets go
+                    why = "" if exc.code == "not_attached" else f" ({exc})"
+                    _say(line.end() + f"parlschedctl: {end.cmd[0]} was detached{why}; waiting for it")
                     break
                 continue  # it ended, and the daemon dropped it: the loop's end
             except client.Unreachable as exc:  # a restart (systemctl restart) attaches CMD again from its state
@@ -343,7 +354,10 @@ def _back(sock: str, proc: subprocess.Popen) -> bool:
 def _why_not_started(program: str, exc: OSError) -> str:
     """Why exec failed, in words that fit the file: ENOENT of a file that is there
     means its #! interpreter (or, of a binary, its loader) is missing, EACCES of a
-    directory that it is one; else the system's words."""
+    directory that it is one; else the system's words (exec of "" tries each PATH
+    directory: EACCES, where the shell and env(1) say "not found")."""
+    if not program:
+        return "no command has an empty name"
     found = program if "/" in program else shutil.which(program)
     if isinstance(exc, FileNotFoundError) and found and os.path.isfile(found):
         try:

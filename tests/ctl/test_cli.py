@@ -9,6 +9,7 @@ import json
 import os
 import pty
 import re
+import shutil
 import signal
 import socket
 import struct
@@ -823,6 +824,34 @@ def test_run_says_cmd_was_detached_before_its_end(daemon, tmp_path):
     assert proc.returncode == 3, err
     assert re.search(r"sh exited 3 after [\d.]+ s; managed \d+ threads? \(detached before the end\)\n", err), err
     assert "parlschedctl: no plot: sh was detached before its end, and its history with it\n" in err and not figure.exists()
+
+
+@needs_root
+def test_run_says_why_the_daemon_let_go_of_cmd_that_became_another_users(open_dir):
+    """A user's CMD that execs a setuid program is root's from then on, and the daemon
+    lets it go: run said "sh was detached", as if a client had (review); it says the
+    daemon's reason. The setuid program is a copy of sleep(1), owned by root, mode 4755."""
+    (open_dir / "parlschedd.yaml").write_text("period_s: 0.05\nrescan_s: 0.1\nsocket: {mode: '0666'}\n")
+    suid = open_dir / "suid-sleep"
+    shutil.copy("/bin/sleep", suid)
+    suid.chmod(0o4755)
+    from click.testing import CliRunner
+
+    from parlschedctl.cli import cli
+
+    d = start_daemon(open_dir)
+
+    def run() -> list:  # as nobody, who may not read this checkout: in a forked child of this process
+        result = CliRunner().invoke(cli, ["--socket", d.socket, "run", "--", "sh", "-c", f"sleep 0.5; exec {suid} 2"])
+        return [result.exit_code, result.output]
+
+    try:
+        code, output = in_child_as(NOBODY, run)
+    finally:
+        d.stop()
+    assert code == 0, output
+    assert output.startswith("parlschedctl: sh was detached (process "), output
+    assert "belongs to uid 0, not to you (uid 65534)); waiting for it\n" in output, output
 
 
 @needs_root

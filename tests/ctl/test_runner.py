@@ -78,6 +78,35 @@ def test_a_signal_run_was_started_ignoring_stays_ignored_and_cmd_inherits_that(o
     assert signal.SIGHUP in ignored_by(cmd.pid) and signal.SIGTERM not in ignored_by(cmd.pid)
 
 
+@pytest.mark.parametrize("killer", [signal.SIGINT, signal.SIGTERM], ids=["a Ctrl-C", "a kill of the group"])
+def test_the_signal_that_killed_cmd_does_not_also_end_runs_wait(own_signals, kill_after, killer):
+    """A signal to run's whole group kills CMD, and reaches run too: where run's handler
+    ran after the thread that waits for CMD saw it die, it was taken for a second signal,
+    after CMD's end: "stopped waiting for the daemon", the summary without placements
+    (the review: 4 Ctrl-Cs in 15). The handler is called here as late as it ran then.
+    The next such signal ends the wait, as one run got while CMD ran does after it."""
+    handler = runner._Relay._on_keyboard if killer in FROM_KEYBOARD else runner._Relay._on_signal
+    relay = _Relay()
+    cmd = kill_after(subprocess.Popen(["sleep", "30"]))
+    relay.started(cmd)
+    relay.waiting = True
+    cmd.send_signal(killer)
+    assert relay.ended.event.wait(10) and cmd.returncode == -killer
+    handler(relay, killer, None)  # the group's signal, handled late: spent
+    assert relay.waiting
+    with pytest.raises(runner._StopWaiting):
+        handler(relay, killer, None)  # a second one: the user stops waiting
+    relay = _Relay()
+    cmd = kill_after(subprocess.Popen(["sleep", "30"]))
+    relay.started(cmd)
+    relay.waiting = True
+    handler(relay, killer, None)  # handled while CMD ran: the killing signal is accounted for
+    cmd.send_signal(killer)  # a no-op where the handler sent it already
+    assert relay.ended.event.wait(10)
+    with pytest.raises(runner._StopWaiting):
+        handler(relay, killer, None)
+
+
 # -- why CMD could not start ------------------------------------------------------------
 
 def start_error(program: str) -> OSError:
@@ -450,6 +479,9 @@ def test_run_of_a_command_that_cannot_start_exits_127_or_126_with_json(daemon, t
     with pytest.raises(SystemExit) as e:
         runner.run(daemon.socket, False, False, None, (str(tmp_path),))
     assert e.value.code == 126 and "it is a directory" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:  # exec of "" is EACCES (each PATH directory tried): env(1) says 127
+        runner.run(daemon.socket, False, False, None, ("",))
+    assert e.value.code == 127 and capsys.readouterr().err == "parlschedctl: cannot start '': no command has an empty name\n"
 
 
 @needs_root
