@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -107,8 +107,18 @@ class Commands(click.Group):
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in self.lazy:
             module, attr = self.lazy[name]
-            return getattr(importlib.import_module(module), attr)
+            try:
+                return getattr(importlib.import_module(module), attr)
+            except KeyboardInterrupt:  # in the second the import takes: as the command says it a moment later
+                self._interrupted(name, ctx.find_root().meta.get(self.ARGV, []))
         return super().get_command(ctx, name)
+
+    def _interrupted(self, name: str, words: list[str]) -> NoReturn:
+        if _asks_for_json(self, words):
+            with contextlib.suppress(OSError):
+                click.echo(json.dumps({"error": {"code": "interrupted", "message": "interrupted"}}))
+        click.echo(f"parlschedctl {name}: interrupted", err=True)
+        sys.exit(1)
 
 
 def _asks_for_json(group: click.Group, words: list[str]) -> bool:

@@ -45,6 +45,8 @@ from parlschedctl.outputs import (FILE, OUT_FILE, CannotWrite, check_figure, che
 FAILURES = (ClusterError, MeasurementsError, ParamsError, MeasureError, ValueError, OSError)
 # Files are replaced whole (atomicfile), so Ctrl-C leaves none half-written.
 INTERRUPTED = "interrupted; an --out file is as it was, or written whole"
+MAX_FITS = 1000  # fit --repeat: 2**63 was a traceback, 10**9 filled memory with seeds before the first fit
+_progress = {"open": False}  # a progress line on stderr not ended: a message after it starts a line of its own
 
 
 _NSP_PART = re.compile(r"([0-9]+)(?:-([0-9]+))?")
@@ -160,6 +162,9 @@ def fails_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
         except (*FAILURES, KeyboardInterrupt) as exc:
             said = INTERRUPTED if isinstance(exc, KeyboardInterrupt) else _said(exc)
+            if _progress["open"]:  # it was written on the line of "fit 3/20"
+                click.echo(err=True)
+                _progress["open"] = False
             if kwargs.get("as_json"):
                 try:
                     print_json({"error": {"code": code(exc), "message": said}})
@@ -195,6 +200,7 @@ def progress_printer(label: str, total: int) -> Callable[[int, int], None] | Non
 
     def show(done: int, total: int) -> None:
         click.echo(f"\r{label} {done}/{total}", err=True, nl=done == total)
+        _progress["open"] = done != total
 
     show(0, total)
     return show
@@ -236,7 +242,7 @@ def model() -> None:
 @click.option("--data", "data_path", required=True, type=FILE, help="Measurements (CSV).")
 @click.option("--method", type=click.Choice(METHODS), default="de", show_default=True,
               help="de: differential evolution (fast); ga: the paper's two-phase GA.")
-@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--repeat", type=click.IntRange(min=1, max=MAX_FITS), default=1, show_default=True,
               help="Independent fits; the best is kept (the paper uses 20).")
 @click.option("--seed", type=click.IntRange(min=0), default=None,
               help="Seed for reproducible fits (default: one drawn, said on stderr and kept in the params file).")
@@ -337,6 +343,18 @@ def _variant_line(est: EnergyTimeModel) -> list[str]:
     return [f"energy model: the {variant}: master and switch charged for the whole run, not the paper's"] if variant else []
 
 
+def _finite_predictions(fitted: Fitted, ks: np.ndarray, params_path: str) -> tuple[np.ndarray, np.ndarray]:
+    """The model's predictions at ``ks``; ValueError where its parameters (edited by
+    hand) overflow one: n/a, as for an energy never fitted, looked like no answer
+    rather than a wrong file, and validate gave a false reason for it."""
+    t, e = fitted.model.predict(ks)
+    overflown = ~np.isfinite(t) | (~np.isfinite(e) if fitted.model.energy_params_ is not None else False)
+    if overflown.any():
+        raise ValueError(f"{params_path}: its parameters overflow the predictions at nsp "
+                         f"{format_cpulist(ks[overflown].tolist())} (fit again)")
+    return t, e
+
+
 @model.command()
 @click.option("--params", "params_path", required=True, type=FILE)
 @click.option("--nsp", type=NSP, default=None, help="NSp values (default: the cluster's run.subpopulations).")
@@ -346,11 +364,7 @@ def predict(params_path: str, nsp: tuple[int, ...] | None, as_json: bool) -> Non
     """Predicted runtime and energy per NSp."""
     fitted = load_params(params_path)
     ks = _candidates(fitted, nsp, params_path)
-    t, e = fitted.model.predict(ks)
-    overflown = ~np.isfinite(t) | (~np.isfinite(e) if fitted.model.energy_params_ is not None else False)
-    if overflown.any():  # n/a, as for an energy never fitted, looked like no answer rather than a wrong file
-        raise ValueError(f"{params_path}: its parameters overflow the predictions at nsp "
-                         f"{format_cpulist(ks[overflown].tolist())} (fit again)")
+    t, e = _finite_predictions(fitted, ks, params_path)
     outside = _extrapolated(fitted, ks, params_path)
     if outside is None:  # not known
         outside = [None] * len(ks)
@@ -393,6 +407,7 @@ def _fitting(x: float, width: int, spec: str) -> str:
 def validate(params_path: str, data_path: str, as_json: bool) -> None:
     """NRMSE of time and energy against measurements, and per-NSp relative errors."""
     fitted, m = load_params(params_path), load_measurements(data_path)
+    _finite_predictions(fitted, m.nsp, params_path)
     report = validation.validate(fitted, m, data_path)
     outside = _measured_outside(fitted, m, params_path)
     lines = [f"{'model':<16} {'NRMSE time':>11} {'NRMSE energy':>13}"]

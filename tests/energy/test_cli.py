@@ -172,6 +172,10 @@ def test_predictions_that_overflow_are_refused(params, tmp_path):
     assert f"{huge}: its parameters overflow the predictions at nsp 1-2 (fit again)" in r.stderr
     r = run("model", "recommend", "--params", str(huge), "--objective", "energy")
     assert r.exit_code == 1 and "no candidate's predicted energy is a finite number" in r.output  # not "inf Wh"
+    # validate showed "undefined: ... the measured runtimes ... have none [no spread]", and n/a for the energy
+    r = run("model", "validate", "--params", str(huge), "--data", str(MEASUREMENTS_CSV), "--json")
+    assert r.exit_code == 1 and json.loads(r.stdout)["error"]["code"] == "invalid_input"
+    assert f"{huge}: its parameters overflow the predictions at nsp " in r.stderr
 
 
 def test_inputs_nested_without_end_are_refused_in_a_line(tmp_path):
@@ -718,6 +722,51 @@ def test_measure_says_which_rapl_zones_it_could_not_read(tmp_path):
                                  str(root), "--", "true"])
     assert r.exit_code == 0 and ("warning: RAPL zones not read under " f"{root} (intel-rapl:1: Is a directory): their "
                                  "packages' energy is not counted") in r.output, r.output
+
+
+@pytest.mark.parametrize("repeat", ["1001", str(2**63)])
+def test_fit_repeat_is_bounded(repeat):
+    """--repeat 2**63 ended in numpy's OverflowError traceback, nothing on stdout under
+    --json; 10**9 filled memory with seeds before the first fit (review)."""
+    r = run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(MEASUREMENTS_CSV), "--repeat", repeat,
+            "--json")
+    assert r.exit_code == 2 and "1<=x<=1000" in r.stderr
+    assert json.loads(r.stdout)["error"]["code"] == "usage"
+
+
+def test_an_interrupt_while_the_model_commands_load_gives_json_too(monkeypatch):
+    """The model commands are imported when asked for (numpy and scipy, a second): a
+    Ctrl-C in that second was click's "Aborted!" with nothing on stdout, where one a
+    moment later gave --json's error object (review). The import is made to raise it."""
+    import_module = importlib.import_module
+    interrupted = []
+
+    def interrupt_once(name: str, *args):
+        if name == "parlschedctl.model" and not interrupted:
+            interrupted.append(name)
+            raise KeyboardInterrupt
+        return import_module(name, *args)
+
+    monkeypatch.setattr(importlib, "import_module", interrupt_once)
+    r = CliRunner().invoke(cli, ["model", "predict", "--params", "p.json", "--json"])
+    assert interrupted and r.exit_code == 1, r.output
+    assert json.loads(r.stdout) == {"error": {"code": "interrupted", "message": "interrupted"}}
+    assert r.stderr == "parlschedctl model: interrupted\n"
+
+
+def test_an_interrupt_during_a_fits_progress_is_said_on_a_line_of_its_own(tmp_path):
+    """On a terminal the progress line is redrawn in place and not ended: the message
+    ran on after it, "fit 0/50parlschedctl model: interrupted" (review)."""
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "parlschedctl", "model", "fit", "--cluster", str(CLUSTER_YAML),
+                             "--data", str(MEASUREMENTS_CSV), "--repeat", "50"], stdout=subprocess.DEVNULL,
+                            stderr=terminal, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    os.close(terminal)
+    time.sleep(3)  # importing and reading done, fitting
+    proc.send_signal(signal.SIGINT)
+    shown = read_terminal(controller).decode()
+    assert proc.wait(timeout=60) == 1
+    assert "\r\nparlschedctl model: interrupted; " in shown and "0/50parlschedctl" not in shown, shown
 
 
 def test_fit_interrupted_gives_json_and_leaves_no_file(tmp_path):

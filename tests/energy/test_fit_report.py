@@ -143,6 +143,18 @@ def test_a_poor_fit_s_warning_names_what_its_evidence_shows():
                                 "find a better fit")
 
 
+def test_powers_at_their_bound_after_an_underdetermined_time_fit_name_it_first():
+    """Two runs of real data: the time fit gave most of each migration to the master and
+    the switch, which draw a few watts, so the powers sat at 1.5 x TDP, and the warning
+    blamed the units, which the mean power's own check had found right (review)."""
+    evidence = Evidence(at_upper=("Pow[n1.a]",), at_zero=(), underdetermined=(("time", 2, 11),), budget=None)
+    poor = FitSummary("m.csv", Nrmse(0.5, 19.4), Nrmse(0.5, 19.4), Nrmse(0.5, 0.5), 1.0, evidence=evidence)
+    energy_note = poor.poor_fit_notes()[-1]
+    assert ("Pow[n1.a] sit at their bound, 1.5 x TDP: the energies are more than the cluster's TDPs can give over "
+            "the fitted times (the time fit, underdetermined, may have given the runtimes to the master and the "
+            "switch, which draw little; or energies in J, not Wh?)") in energy_note
+
+
 def test_a_mean_power_far_outside_the_cluster_s_is_a_unit_warning(tiny):
     """tiny: 1.5 x (100 + 50 + 60 + 4) W = 321 W at most; energies in J or runtimes in
     ms were fitted without a word, to powers pinned at a bound."""
