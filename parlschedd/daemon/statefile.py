@@ -311,16 +311,23 @@ def trees(engine: Engine) -> list[list]:
     forked while no daemon ran, born with one of the last run's pins, are given back
     the process's own mask, as the running daemon gives a new descendant's (of a
     user's target, only the children that user owns)."""
-    return sorted(([pid, target.caller] for target in engine.targets.values() if target.descendants
-                   for pid in {target.pid, *(th.process for th in target.threads.values() if th.process)}),
-                  key=lambda entry: entry[0])
+    callers: dict[int, int | None] = {}
+    for target in (t for t in engine.targets.values() if t.descendants):
+        for pid in {target.pid, *(th.process for th in target.threads.values() if th.process)}:
+            callers[pid] = None if pid in callers and callers[pid] is None else target.caller  # root's: all
+    return sorted([pid, caller] for pid, caller in callers.items())
 
 
 def _saved_trees(state: dict) -> dict[int, int | None]:
     """The state's ``trees`` as written (none from a file written before it)."""
     saved = state.get("trees")
-    return {pid: caller for pid, caller in (e for e in saved if isinstance(e, list) and len(e) == 2)
-            if is_integer(pid) and (caller is None or is_integer(caller))} if isinstance(saved, list) else {}
+    callers: dict[int, int | None] = {}
+    for entry in saved if isinstance(saved, list) else ():
+        if isinstance(entry, list) and len(entry) == 2 and is_integer(entry[0]) and \
+                (entry[1] is None or is_integer(entry[1])):
+            pid, caller = entry
+            callers[pid] = None if pid in callers and callers[pid] is None else caller  # root's: all its children
+    return callers
 
 
 def _saved_left_mains(state: dict) -> dict[int, frozenset[int]]:
@@ -513,8 +520,7 @@ def _born_below(pinner: Pinner, pid: int, born_since: int, caller: int | None, r
     stats = []
     for child in below:
         try:
-            if caller is None or procfs.process_uids(child, proc_root).owner == caller:
-                stats.append(procfs.process_stat(child, proc_root))
+            stats.append(procfs.process_stat(child, proc_root))
         except HostError:
             continue  # exited
     new = {pid}
@@ -522,7 +528,9 @@ def _born_below(pinner: Pinner, pid: int, born_since: int, caller: int | None, r
     for stat in sorted(stats, key=lambda st: (st.start_time, st.pid)):  # parents first, where pids wrapped too
         if stat.ppid not in new or stat.start_time < born_since or stat.pid in recorded:
             continue
-        new.add(stat.pid)
+        new.add(stat.pid)  # the user's own processes below another's are theirs still, as Engine._pids has them
+        if caller is not None and _owner(stat.pid, proc_root) != caller:
+            continue
         for tid in _tids(stat.pid, proc_root):
             try:
                 start, mask = procfs.thread_start_time(tid, proc_root), pinner.mask_of(tid)
@@ -531,6 +539,14 @@ def _born_below(pinner: Pinner, pid: int, born_since: int, caller: int | None, r
             except (HostError, ValueError):
                 continue  # gone (its cgroup too, read for a mask that is not a pin's)
     return born
+
+
+def _owner(pid: int, proc_root: str) -> int | None:
+    """The process's owner; None once it exited."""
+    try:
+        return procfs.process_uids(pid, proc_root).owner
+    except HostError:
+        return None
 
 
 def _tids(pid: int, proc_root: str) -> list[int]:

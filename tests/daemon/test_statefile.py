@@ -26,7 +26,7 @@ import structlog.testing
 from parlschedd.config import Config
 from parlschedd.cpulist import format_cpulist
 from parlschedd.daemon.engine import Engine
-from parlschedd.daemon.statefile import StateDirUnusable, StateFile, by_hand, reattach, still_running
+from parlschedd.daemon.statefile import StateDirUnusable, StateFile, _saved_trees, by_hand, reattach, still_running
 from parlschedd.host import procfs
 from parlschedd.host.affinity import Pinner
 from parlschedd.host.base import CounterSource
@@ -161,6 +161,14 @@ def test_a_save_names_the_processes_of_the_targets_with_descendants(tmp_path, en
     finally:
         os.killpg(forker.pid, signal.SIGKILL)
         forker.wait()
+
+
+@pytest.mark.parametrize("entries", [[[200, None], [200, NOBODY]], [[200, NOBODY], [200, None]]])
+def test_a_process_in_roots_tree_and_a_users_is_roots_whole(entries) -> None:
+    """A process in two targets' trees (a thread of it in each): root's gives back all
+    its children, and it was the last entry read that counted (review)."""
+    assert _saved_trees({"trees": entries}) == {200: None}
+    assert _saved_trees({"trees": [[200, NOBODY], [7, True], ["8", None], [9]]}) == {200: NOBODY}  # the bad skipped
 
 
 def test_a_state_dir_removed_under_the_daemon_is_made_again_by_the_next_save(tmp_path, engine) -> None:
@@ -594,8 +602,8 @@ def fork(then):
         time.sleep(60)
         os._exit(0)
     return child
-def grandchild():
-    print(fork(lambda: None), flush=True)
+def grandchild():  # with a uid as argument: the grandchild drops to it
+    print(fork(lambda: len(sys.argv) > 1 and os.setresuid(*[int(sys.argv[1])] * 3)), flush=True)
 for line in sys.stdin:  # each line: the main thread forks a child, and it a grandchild
     print(fork(grandchild), flush=True)
 """
@@ -612,13 +620,15 @@ def test_child_processes_forked_while_down_get_the_processs_own_mask(tmp_path, e
     descendants, or one before ``trees``), those forked before the save (the last run
     knew of them), those forked by a thread the last run left alone (here the main
     thread, pinned by its owner; the last run pinned the worker), whose mask they have,
-    and, in a user's target, those another user owns (here root), as the running
-    daemon leaves them (a setuid program's). A child that ends in the middle of it
+    and, in a user's target, those another user owns (here the child, root's), as the
+    running daemon leaves them (a setuid program's), but not the user's own below
+    them (here the grandchild, dropped to the user). A child that ends in the middle of it
     costs only itself: a mask not a pin's is judged by the thread's cpuset, which read
     of a thread gone raised out of the daemon's start (review; here the read is made to
     fail for the child alone)."""
-    forks = subprocess.Popen([sys.executable, "-c", FORKS], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                             start_new_session=True)
+    drop = [str(NOBODY)] if case == "another user's tree" else []
+    forks = subprocess.Popen([sys.executable, "-c", FORKS, *drop], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, start_new_session=True)
     try:
         def fork() -> list[int]:
             forks.stdin.write("fork\n")
@@ -636,6 +646,8 @@ def test_child_processes_forked_while_down_get_the_processs_own_mask(tmp_path, e
         time.sleep(0.02)  # two clock ticks: the start time of a process forked now is after the save
         if case != "forked before the save":
             children = fork()
+        if drop:  # the grandchild dropped to the user (it printed its pid at its fork)
+            wait_for(lambda: procfs.process_uids(children[1]).owner == NOBODY)
         assert masks(children) == {c: PIN for c in children}
         recorded = [worker] if case == "forked by a thread left alone" else [forks.pid, worker]
         state = {"placements": ["0", "1", format_cpulist(ALL)], "saved_at": saved_at,
@@ -648,7 +660,8 @@ def test_child_processes_forked_while_down_get_the_processs_own_mask(tmp_path, e
         _write(sf, {t: _record(t, ALL, PIN) for t in recorded}, **state)
         with structlog.testing.capture_logs() as logs:
             sf.recover(engine)
-        given = {c for c in children if case == "forked since" or case == "the child ends meanwhile" and c != children[0]}
+        given = {c for c in children if case == "forked since" or case == "the child ends meanwhile" and c != children[0]
+                 or case == "another user's tree" and c == children[1]}
         assert masks(children) == {c: ALL if c in given else PIN for c in children}
         assert _events(logs, "recovered from previous run")[0]["born_while_down"] == len(given)
     finally:
