@@ -109,7 +109,10 @@ class Commands(click.Group):
             module, attr = self.lazy[name]
             try:
                 return getattr(importlib.import_module(module), attr)
-            except KeyboardInterrupt:  # in the second the import takes: as the command says it a moment later
+            except (KeyboardInterrupt, ImportError) as exc:  # in the second the import takes: as the command
+                # says it a moment later; inside an extension module's init it comes as its ImportError's cause
+                if not isinstance(exc, KeyboardInterrupt) and not isinstance(exc.__cause__, KeyboardInterrupt):
+                    raise
                 self._interrupted(name, ctx.find_root().meta.get(self.ARGV, []))
         return super().get_command(ctx, name)
 

@@ -41,6 +41,7 @@ FROM_KEYBOARD = (signal.SIGINT, signal.SIGQUIT)
 HISTORY_AFTER_TIMEOUT_S = 5.0  # the few periods since the last poll, asked for once CMD ended: not worth a long wait
 POLL_S = 0.2  # between two status requests while CMD runs
 ENDED_WAIT_S = 1.0  # for the thread that waits for CMD to reap it, when the daemon says it is gone
+SAME_SIGNAL_S = 0.25  # a signal run handles this soon after CMD's end came with the one that ended it
 
 
 class _StopWaiting(BaseException):  # noqa: N818 -- not an error: a signal ended run's wait on the daemon
@@ -65,7 +66,7 @@ class _Relay:
         self.pidfd: int | None = None
         self.waiting = False  # on the daemon, for CMD's summary: what a signal after CMD's end cuts short
         self.pending: list[int] = []
-        self.got: set[int] = set()  # the signals run got while CMD ran
+        self.came_with_the_end = False  # a signal handled just after CMD's end was spent (``_stop_waiting``)
         self.ignored = {sig for sig in (*RELAYED, *FROM_KEYBOARD) if signal.getsignal(sig) == signal.SIG_IGN}
         for sig in set(RELAYED) - self.ignored:
             signal.signal(sig, self._on_signal)
@@ -73,11 +74,11 @@ class _Relay:
     def _on_signal(self, signum: int, frame: object) -> None:
         if self.proc is None:
             self.pending.append(signum)
-        elif not self._stop_waiting(signum):
+        elif not self._stop_waiting():
             self._send(signum)
 
     def _on_keyboard(self, signum: int, frame: object) -> None:
-        if self.proc is not None and not self._stop_waiting(signum) and _leads_a_group(self.proc.pid):
+        if self.proc is not None and not self._stop_waiting() and _leads_a_group(self.proc.pid):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signum)
 
@@ -88,18 +89,19 @@ class _Relay:
         with contextlib.suppress(ProcessLookupError):  # it has ended
             signal.pidfd_send_signal(self.pidfd, signum)
 
-    def _stop_waiting(self, signum: int) -> bool:
+    def _stop_waiting(self) -> bool:
         """False while CMD runs; else raises _StopWaiting while run waits on the daemon,
-        True (the signal is spent) after. Not for the signal that killed CMD, the first
-        time run gets it after CMD's end: sent to run's whole group (a Ctrl-C, a kill of
-        the group), it reached run too, and its handler may run after the thread that
-        waits for CMD saw CMD die of it (1 time in 4 a Ctrl-C said "stopped waiting for
-        the daemon", its summary without the placements and its figure)."""
+        True (the signal is spent) after. Not the first signal handled within
+        SAME_SIGNAL_S of CMD's end: sent to run's whole group (a Ctrl-C, a kill of the
+        group), it ended CMD (died of it, or exited on it) and reached run too, whose
+        handler may run after the thread that waits for CMD saw the end (1 time in 4 a
+        Ctrl-C said "stopped waiting for the daemon", its summary without the
+        placements and its figure). Told by the time, not by CMD's exit status: a
+        signal that went to CMD alone leaves run's next one to stop the wait."""
         if self.ended is None or not self.ended.event.is_set():
-            self.got.add(signum)
             return False
-        if self.proc.returncode == -signum and signum not in self.got:
-            self.got.add(signum)
+        if not self.came_with_the_end and time.monotonic() - self.ended.at < SAME_SIGNAL_S:
+            self.came_with_the_end = True
             return True
         if self.waiting:
             self.waiting = False

@@ -78,33 +78,35 @@ def test_a_signal_run_was_started_ignoring_stays_ignored_and_cmd_inherits_that(o
     assert signal.SIGHUP in ignored_by(cmd.pid) and signal.SIGTERM not in ignored_by(cmd.pid)
 
 
+ENDS_ON = {"dies of it": ["sleep", "30"],
+           "exits 130 on it": ["sh", "-c", "trap 'exit 130' INT TERM; while :; do sleep 0.01; done"]}
+
+
+@pytest.mark.parametrize("cmd", ENDS_ON)
 @pytest.mark.parametrize("killer", [signal.SIGINT, signal.SIGTERM], ids=["a Ctrl-C", "a kill of the group"])
-def test_the_signal_that_killed_cmd_does_not_also_end_runs_wait(own_signals, kill_after, killer):
-    """A signal to run's whole group kills CMD, and reaches run too: where run's handler
-    ran after the thread that waits for CMD saw it die, it was taken for a second signal,
-    after CMD's end: "stopped waiting for the daemon", the summary without placements
-    (the review: 4 Ctrl-Cs in 15). The handler is called here as late as it ran then.
-    The next such signal ends the wait, as one run got while CMD ran does after it."""
+def test_the_signal_that_ended_cmd_does_not_also_end_runs_wait(own_signals, kill_after, killer, cmd):
+    """A signal to run's whole group ends CMD and reaches run too: where run's handler
+    ran after the thread that waits for CMD saw the end, it was taken for a second
+    signal, after CMD's end: "stopped waiting for the daemon", the summary without
+    placements (the review: 4 Ctrl-Cs in 15). The handler is called here as late as it
+    ran then: spent; the next one ends the wait. One handled later than SAME_SIGNAL_S
+    after the end (the signal went to CMD alone) ends it at once."""
     handler = runner._Relay._on_keyboard if killer in FROM_KEYBOARD else runner._Relay._on_signal
-    relay = _Relay()
-    cmd = kill_after(subprocess.Popen(["sleep", "30"]))
-    relay.started(cmd)
-    relay.waiting = True
-    cmd.send_signal(killer)
-    assert relay.ended.event.wait(10) and cmd.returncode == -killer
-    handler(relay, killer, None)  # the group's signal, handled late: spent
-    assert relay.waiting
-    with pytest.raises(runner._StopWaiting):
-        handler(relay, killer, None)  # a second one: the user stops waiting
-    relay = _Relay()
-    cmd = kill_after(subprocess.Popen(["sleep", "30"]))
-    relay.started(cmd)
-    relay.waiting = True
-    handler(relay, killer, None)  # handled while CMD ran: the killing signal is accounted for
-    cmd.send_signal(killer)  # a no-op where the handler sent it already
-    assert relay.ended.event.wait(10)
-    with pytest.raises(runner._StopWaiting):
-        handler(relay, killer, None)
+    for late in (False, True):
+        relay = _Relay()
+        proc = kill_after(subprocess.Popen(ENDS_ON[cmd]))
+        relay.started(proc)
+        relay.waiting = True
+        time.sleep(0.2)  # the shell's trap set
+        proc.send_signal(killer)
+        assert relay.ended.event.wait(10) and proc.returncode in (-killer, 130)
+        if late:
+            time.sleep(runner.SAME_SIGNAL_S)
+        else:
+            handler(relay, killer, None)  # the group's signal, handled just after the end: spent
+            assert relay.waiting
+        with pytest.raises(runner._StopWaiting):
+            handler(relay, killer, None)
 
 
 # -- why CMD could not start ------------------------------------------------------------

@@ -734,17 +734,31 @@ def test_fit_repeat_is_bounded(repeat):
     assert json.loads(r.stdout)["error"]["code"] == "usage"
 
 
-def test_an_interrupt_while_the_model_commands_load_gives_json_too(monkeypatch):
+def _raised_in_an_extensions_init() -> ImportError:
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            raise ImportError("initialization failed") from exc
+    except ImportError as exc:
+        return exc
+
+
+@pytest.mark.parametrize("raised", [KeyboardInterrupt, _raised_in_an_extensions_init],
+                         ids=["in Python code", "in an extension's init"])
+def test_an_interrupt_while_the_model_commands_load_gives_json_too(monkeypatch, raised):
     """The model commands are imported when asked for (numpy and scipy, a second): a
     Ctrl-C in that second was click's "Aborted!" with nothing on stdout, where one a
-    moment later gave --json's error object (review). The import is made to raise it."""
+    moment later gave --json's error object (review); in an extension module's init
+    (scipy's) it comes as an ImportError it caused, which was a traceback. The import
+    is made to raise each."""
     import_module = importlib.import_module
     interrupted = []
 
     def interrupt_once(name: str, *args):
         if name == "parlschedctl.model" and not interrupted:
             interrupted.append(name)
-            raise KeyboardInterrupt
+            raise raised()
         return import_module(name, *args)
 
     monkeypatch.setattr(importlib, "import_module", interrupt_once)
@@ -762,9 +776,11 @@ def test_an_interrupt_during_a_fits_progress_is_said_on_a_line_of_its_own(tmp_pa
                              "--data", str(MEASUREMENTS_CSV), "--repeat", "50"], stdout=subprocess.DEVNULL,
                             stderr=terminal, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     os.close(terminal)
-    time.sleep(3)  # importing and reading done, fitting
+    first = b""
+    while b"fit 0/50" not in first:  # fitting
+        first += os.read(controller, 1 << 16)
     proc.send_signal(signal.SIGINT)
-    shown = read_terminal(controller).decode()
+    shown = (first + read_terminal(controller)).decode()
     assert proc.wait(timeout=60) == 1
     assert "\r\nparlschedctl model: interrupted; " in shown and "0/50parlschedctl" not in shown, shown
 
