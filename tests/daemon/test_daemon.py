@@ -1091,6 +1091,16 @@ def test_a_rule_target_detached_by_hand_stays_detached_until_it_exits(tmp_path, 
         assert d.request("attach", pid=proc.pid)["target"]["pid"] == proc.pid
 
 
+def inject_into_pythons(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: str) -> None:
+    """Fault injection: ``code`` run by every Python this test starts from now on (its
+    sitecustomize), the daemons among them; so a test starts its own Python programs
+    first, where the injection is the daemon's alone."""
+    where = tmp_path / "inject"
+    where.mkdir()
+    (where / "sitecustomize.py").write_text(code)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(where), os.environ.get("PYTHONPATH", "")]))
+
+
 KILLED_IN_A_DETACH = """
 import os, signal
 from parlschedd.host import affinity
@@ -1114,12 +1124,9 @@ def test_a_daemon_killed_inside_a_detach_does_not_attach_it_again_at_its_next_st
     injection (a sitecustomize in the daemon) lands the SIGKILL in that window."""
     tag = f"parlsched-killed-in-detach-{os.getpid()}"
     proc = kill_after(tagged_sleeper(tag))  # first: the injection is the daemon's alone
-    inject = tmp_path / "inject"
-    inject.mkdir()
-    (inject / "sitecustomize.py").write_text(KILLED_IN_A_DETACH)
     die = tmp_path / "die-in-the-next-restore"
     monkeypatch.setenv("PARLSCHED_TEST_DIE", str(die))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(inject), os.environ.get("PYTHONPATH", "")]))
+    inject_into_pythons(tmp_path, monkeypatch, KILLED_IN_A_DETACH)
     before = os.sched_getaffinity(proc.pid)
     start = (lambda: start_rule_daemon(tmp_path, tag)) if by == "rule" else (lambda: start_daemon(tmp_path))
     d = start()
@@ -1161,12 +1168,9 @@ def test_a_detach_that_fails_leaves_the_state_file_saying_the_target_is_attached
     have left it unmanaged (review). The file is written again as the daemon stands."""
     tag = f"parlsched-failing-detach-{os.getpid()}"
     proc = kill_after(tagged_sleeper(tag))  # first: the injection is the daemon's alone
-    inject = tmp_path / "inject"
-    inject.mkdir()
-    (inject / "sitecustomize.py").write_text(FAILING_DETACH)
     fail = tmp_path / "fail-the-next-detach"
     monkeypatch.setenv("PARLSCHED_TEST_FAIL", str(fail))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(inject), os.environ.get("PYTHONPATH", "")]))
+    inject_into_pythons(tmp_path, monkeypatch, FAILING_DETACH)
     d = start_rule_daemon(tmp_path, tag) if by == "rule" else start_daemon(tmp_path)
     try:
         if by == "hand":
@@ -1204,12 +1208,9 @@ def test_a_detach_written_before_the_disk_filled_is_not_said_to_be_undone(tmp_pa
     does (review). Said only when the detach itself is not on disk; status still says
     the file is not written."""
     proc = kill_after(tagged_sleeper(f"parlsched-full-after-detach-{os.getpid()}"))
-    inject = tmp_path / "inject"
-    inject.mkdir()
-    (inject / "sitecustomize.py").write_text(FULL_AFTER_ONE_WRITE)
     armed = tmp_path / "full-after-the-next-write"
     monkeypatch.setenv("PARLSCHED_TEST_FULL", str(armed))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(inject), os.environ.get("PYTHONPATH", "")]))
+    inject_into_pythons(tmp_path, monkeypatch, FULL_AFTER_ONE_WRITE)
     d = start_daemon(tmp_path)
     try:
         d.request("attach", pid=proc.pid)
@@ -1299,12 +1300,9 @@ def test_a_rule_match_whose_attach_hits_a_bug_is_left_alone_and_the_rest_attache
     retried at each rescan it logged a traceback every rescan_s and held up the rest.
     A restart without the bug (an upgrade) attaches it: only what was detached by hand
     stays left alone across a restart."""
-    inject = tmp_path / "inject"
-    inject.mkdir()
-    (inject / "sitecustomize.py").write_text(FAULT)
     tag = f"parlsched-fault-{os.getpid()}"
     buggy, fine = kill_after(tagged_sleeper(tag)), kill_after(tagged_sleeper(tag))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(inject), os.environ.get("PYTHONPATH", "")]))
+    inject_into_pythons(tmp_path, monkeypatch, FAULT)
     monkeypatch.setenv("PARLSCHED_FAULT_PID", str(buggy.pid))
     with rule_daemon(tmp_path, tag) as d:
         wait_for(lambda: fine.pid in {t["pid"] for t in d.request("status")["targets"]})
@@ -1333,11 +1331,8 @@ def test_a_request_that_hits_a_bug_is_answered_internal_and_the_daemon_goes_on(t
     """Fault injection (a sitecustomize in the daemon): serving detach raises. The
     client gets the structured ``internal`` error (exit 1 from parlschedctl), the
     traceback goes to the log, and the next requests are served."""
-    inject = tmp_path / "inject"
-    inject.mkdir()
-    (inject / "sitecustomize.py").write_text(REQUEST_FAULT)
     w = workload(2)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(inject), os.environ.get("PYTHONPATH", "")]))
+    inject_into_pythons(tmp_path, monkeypatch, REQUEST_FAULT)
     monkeypatch.setenv("PARLSCHED_FAULT_PID", str(w.pid))
     d = start_daemon(tmp_path)
     try:
@@ -1372,10 +1367,7 @@ def test_bugs_in_the_loops_work_are_logged_and_the_daemon_goes_on(tmp_path, work
     """Fault injection (a sitecustomize in the daemon): the period, the rules' rescan,
     the socket's check and a reload all raise, every time. Each is logged, the daemon
     goes on answering requests, and SIGTERM still stops it cleanly."""
-    inject = tmp_path / "inject"
-    inject.mkdir()
-    (inject / "sitecustomize.py").write_text(LOOP_FAULTS)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(inject), os.environ.get("PYTHONPATH", "")]))
+    inject_into_pythons(tmp_path, monkeypatch, LOOP_FAULTS)
     w = workload(2)
     d = start_daemon(tmp_path, "period_s: 0.05\nrescan_s: 0.1\n")
     try:
