@@ -30,7 +30,8 @@ from parlschedd.energy.baseline import BaselineModel
 from parlschedd.energy.cluster import (MAX_NSP, ClusterError, NspError, check_measured, load_cluster,
                                       nsp_candidates)
 from parlschedd.energy.estimator import EnergyTimeModel
-from parlschedd.energy.fit_report import FitSummary, Nrmse, check_fittable, fit_notes, summarise_fit
+from parlschedd.energy.fit_report import (FitSummary, Nrmse, check_fittable, fit_notes, implausible_power,
+                                         summarise_fit)
 from parlschedd.energy.fitting import METHODS, Problem, leave_one_out
 from parlschedd.energy.measure import Measured, MeasureError, Run, measure
 from parlschedd.energy.measurements import Measurements, MeasurementsError, load_measurements, write_measurements
@@ -409,6 +410,8 @@ def validate(params_path: str, data_path: str, as_json: bool) -> None:
     fitted, m = load_params(params_path), load_measurements(data_path)
     _finite_predictions(fitted, m.nsp, params_path)
     report = validation.validate(fitted, m, data_path)
+    for note in implausible_power(fitted.cluster, m, data_path):
+        click.echo(f"parlschedctl model: {note}", err=True)
     outside = _measured_outside(fitted, m, params_path)
     lines = [f"{'model':<16} {'NRMSE time':>11} {'NRMSE energy':>13}"]
     for name, r in report.models.items():

@@ -35,7 +35,7 @@ def fit_notes(cluster: Cluster, m: Measurements, source: str) -> list[str]:
     """What a user should know of ``m`` (read from ``source``) before a fit: energies
     missing, mean powers that suggest a unit mistake, and phases with no more
     configurations than parameters. A warning begins with "warning: "."""
-    return [*_energy_notes(m, source), *_implausible_power(cluster, m, source), *_underdetermined(cluster, m, source)]
+    return [*_energy_notes(m, source), *implausible_power(cluster, m, source), *_underdetermined(cluster, m, source)]
 
 
 # How far outside the powers the model can fit a measured mean power is a unit mistake,
@@ -47,13 +47,14 @@ FAR = 10
 POWER_FLOOR = 100
 
 
-def _implausible_power(cluster: Cluster, m: Measurements, source: str) -> list[str]:
+def implausible_power(cluster: Cluster, m: Measurements, source: str) -> list[str]:
     """A warning naming the configurations whose mean power (energy_wh x 3600 / time_s)
     is far outside what the model can fit, with the unit mistake each side suggests:
     energies in J (x 3600) or TDPs in kW (/ 1000), runtimes in ms, energies in kWh or
     TDPs in mW (x 1000). A cluster file's wrong unit puts every configuration past one
     side: told of the data alone, a user whose measurements were right was sent to
-    check them."""
+    check them. Said by fit and by validate (whose NRMSE of runtimes in ms came
+    without a word of why)."""
     most = TDP_MARGIN * (cluster.tdp_w.sum() + cluster.master_tdp_w + cluster.switch_tdp_w)
     with np.errstate(invalid="ignore"):
         power = m.energy_wh * 3600 / m.time_s  # NaN where no energy: neither side

@@ -1394,6 +1394,22 @@ def test_an_out_that_cannot_be_written_is_an_io_error_in_json(tmp_path):
     assert r.exit_code == 1 and json.loads(r.stdout)["error"]["code"] == "invalid_input"
 
 
+def test_validate_says_a_units_mistake_as_fit_does(params, tmp_path):
+    """Runtimes in ms: validate printed an NRMSE of 2.661 and a runtime error of -99.9%
+    without a word of why, where fit on the same file warns of the units (review)."""
+    lines = MEASUREMENTS_CSV.read_text().splitlines()
+    header = lines[0].split(",")
+    ms = tmp_path / "ms.csv"
+    rows = [",".join(f"{float(cell) * 1000:g}" if name.startswith("time_s") and cell else cell
+                     for name, cell in zip(header, line.split(","), strict=True)) for line in lines[1:]]
+    ms.write_text("\n".join([lines[0], *rows]) + "\n")
+    r = run("model", "validate", "--params", str(params), "--data", str(ms), "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["models"]["proposed"]["nrmse_time"] > 1
+    assert f"parlschedctl model: warning: {ms}: nsp 1-" in r.stderr
+    assert "runtimes in ms rather than s" in r.stderr
+    assert "warning" not in run("model", "validate", "--params", str(params), "--data", str(MEASUREMENTS_CSV)).stderr
+
+
 def test_a_poor_fit_s_warning_gives_the_cause_its_parameters_show(tmp_path):
     """Energies in joules (x 3600) were told to "check that the cluster description ...
     is the machine that was measured", though every power sat at its bound, 1.5 x TDP."""
