@@ -97,7 +97,8 @@ class Execs:
         self.proc.stdin.write("go\n")
         self.proc.stdin.flush()
         assert self.proc.stdout.readline() == "after\n"
-        assert tids_of(self.pid) == [self.pid]
+        # the other thread's end: Python's join returns before the kernel has let its thread go (seen in CI)
+        wait_for(lambda: tids_of(self.pid) == [self.pid])
 
     def kill(self) -> None:
         self.proc.kill()
