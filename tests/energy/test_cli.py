@@ -1394,15 +1394,21 @@ def test_an_out_that_cannot_be_written_is_an_io_error_in_json(tmp_path):
     assert r.exit_code == 1 and json.loads(r.stdout)["error"]["code"] == "invalid_input"
 
 
+def scaled_measurements(out: Path, columns: str, factor: float) -> Path:
+    """The measured data with the columns whose names start with ``columns`` times
+    ``factor`` (a unit mistake), written to ``out``."""
+    lines = MEASUREMENTS_CSV.read_text().splitlines()
+    header = lines[0].split(",")
+    rows = [",".join(f"{float(cell) * factor:g}" if name.startswith(columns) and cell else cell
+                     for name, cell in zip(header, line.split(","), strict=True)) for line in lines[1:]]
+    out.write_text("\n".join([lines[0], *rows]) + "\n")
+    return out
+
+
 def test_validate_says_a_units_mistake_as_fit_does(params, tmp_path):
     """Runtimes in ms: validate printed an NRMSE of 2.661 and a runtime error of -99.9%
     without a word of why, where fit on the same file warns of the units (review)."""
-    lines = MEASUREMENTS_CSV.read_text().splitlines()
-    header = lines[0].split(",")
-    ms = tmp_path / "ms.csv"
-    rows = [",".join(f"{float(cell) * 1000:g}" if name.startswith("time_s") and cell else cell
-                     for name, cell in zip(header, line.split(","), strict=True)) for line in lines[1:]]
-    ms.write_text("\n".join([lines[0], *rows]) + "\n")
+    ms = scaled_measurements(tmp_path / "ms.csv", "time_s", 1000)
     r = run("model", "validate", "--params", str(params), "--data", str(ms), "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["models"]["proposed"]["nrmse_time"] > 1
     assert f"parlschedctl model: warning: {ms}: nsp 1-" in r.stderr
@@ -1413,12 +1419,7 @@ def test_validate_says_a_units_mistake_as_fit_does(params, tmp_path):
 def test_a_poor_fit_s_warning_gives_the_cause_its_parameters_show(tmp_path):
     """Energies in joules (x 3600) were told to "check that the cluster description ...
     is the machine that was measured", though every power sat at its bound, 1.5 x TDP."""
-    lines = MEASUREMENTS_CSV.read_text().splitlines()
-    header = lines[0].split(",")
-    joules = tmp_path / "joules.csv"
-    rows = [",".join(f"{float(cell) * 3600:g}" if name.startswith("energy") and cell else cell
-                     for name, cell in zip(header, line.split(","), strict=True)) for line in lines[1:]]
-    joules.write_text("\n".join([lines[0], *rows]) + "\n")
+    joules = scaled_measurements(tmp_path / "joules.csv", "energy", 3600)
     r = run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(joules), "--json", *QUICK)
     assert r.exit_code == 0, r.output
     warning = next(line for line in r.stderr.splitlines() if "NRMSE of energy" in line)
