@@ -266,7 +266,11 @@ def test_a_cpu_that_goes_offline_and_comes_back(daemon, hotplug):
     daemon goes on, its target learns on the CPUs left (its cpuset's effective CPUs,
     read every rescan_s), then on all of them again and pins threads to the returned
     CPU; detach restores the exact originals, and nothing is logged as an error."""
-    target = sleepy(6, wake=False)  # a thread that never wakes keeps its pin to the CPU gone: read as an empty mask
+    # A thread that never wakes keeps its pin to the CPU gone (read as an empty mask). It
+    # never runs either, so it draws its core once, when it joins a scheduler (the attach,
+    # and the fresh one when the CPU comes back), and keeps it: with n threads, none on the
+    # last CPU has odds 2**-n at each of the two waits below (6 threads: 1 run in 32, seen in CI).
+    target = sleepy(16, wake=False)
     try:
         tids = tids_of(target.pid)
         before = masks(tids)
