@@ -200,6 +200,7 @@ def progress_printer(label: str, total: int) -> Callable[[int, int], None] | Non
         return None
 
     def show(done: int, total: int) -> None:
+        _progress["open"] = True  # before the write: a Ctrl-C landing right after it starts a line of its own
         click.echo(f"\r{label} {done}/{total}", err=True, nl=done == total)
         _progress["open"] = done != total
 
