@@ -1,5 +1,24 @@
-"""python -m parlschedctl: the same as the installed parlschedctl command."""
+"""The parlschedctl command (and ``python -m parlschedctl``)."""
 
-from parlschedctl.cli import main
+import signal
+import sys
 
-main()
+
+def main() -> None:
+    """Load the CLI, then run it. A Ctrl-C in the third of a second the loading takes
+    (click, the client, the renderer) is held until the CLI is there and then answered
+    as one during a command is; Python's own handler printed a traceback of whichever
+    import it fell in. Ignored when the shell started us with SIGINT ignored."""
+    held: list[int] = []
+    before = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        from parlschedctl.cli import cli, main as run
+    finally:
+        signal.signal(signal.SIGINT, before)
+    if held and before is not signal.SIG_IGN:
+        cli.interrupted(sys.argv[1:])
+    run()
+
+
+if __name__ == "__main__":
+    main()

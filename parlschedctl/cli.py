@@ -113,14 +113,16 @@ class Commands(click.Group):
                 # says it a moment later; inside an extension module's init it comes as its ImportError's cause
                 if not isinstance(exc, KeyboardInterrupt) and not isinstance(exc.__cause__, KeyboardInterrupt):
                     raise
-                self._interrupted(name, ctx.find_root().meta.get(self.ARGV, []))
+                self.interrupted(ctx.find_root().meta.get(self.ARGV, []), name)
         return super().get_command(ctx, name)
 
-    def _interrupted(self, name: str, words: list[str]) -> NoReturn:
+    def interrupted(self, words: list[str], name: str | None = None) -> NoReturn:
+        """A Ctrl-C while a command's code loads (``name``'s, or the CLI's own when
+        None), said as one while it runs: exit 1, and --json's error object."""
         if _asks_for_json(self, words):
             with contextlib.suppress(OSError):
                 click.echo(json.dumps({"error": {"code": "interrupted", "message": "interrupted"}}))
-        click.echo(f"parlschedctl {name}: interrupted", err=True)
+        click.echo(f"parlschedctl{'' if name is None else ' ' + name}: interrupted", err=True)
         sys.exit(1)
 
 

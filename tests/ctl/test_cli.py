@@ -28,7 +28,7 @@ from parlschedd.host.perf import detect_source
 from parlschedd import __version__
 from tests.conftest import NOBODY, PINNING, as_user, in_child_as, needs_root, read_terminal, start_daemon, wait_for
 
-CTL = [sys.executable, "-c", "from parlschedctl.cli import main; main()"]
+CTL = [sys.executable, "-m", "parlschedctl"]  # the installed command's entry point
 
 
 def ctl(*args: str, socket: str | None = None, **kw) -> subprocess.CompletedProcess:
@@ -221,6 +221,34 @@ def test_daemon_commands_do_not_load_the_models_libraries(tmp_path):
 def test_python_m_parlschedctl_is_the_cli():
     r = subprocess.run([sys.executable, "-m", "parlschedctl", "--version"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.startswith("parlschedctl")
+
+
+# Loaded by every Python of the test through PYTHONPATH: SIGINT to itself when the CLI
+# imports click, as a Ctrl-C pressed while parlschedctl starts lands.
+INTERRUPT_AT_CLICK = """
+import importlib.abc, os, signal, sys
+class Interrupt(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "click":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+sys.meta_path.insert(0, Interrupt())
+"""
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_ctrl_c_while_parlschedctl_loads_is_no_traceback(tmp_path, as_json):
+    """A Ctrl-C in the third of a second parlschedctl takes to load printed a
+    KeyboardInterrupt traceback of whichever import it fell in (review); it is held
+    until the CLI has loaded and said as one during a command is, --json's error object
+    too. The interrupt is sent by the process itself at the import of click."""
+    (tmp_path / "sitecustomize.py").write_text(INTERRUPT_AT_CLICK)
+    r = ctl("status", *(["--json"] if as_json else []), socket=str(tmp_path / "none.sock"),
+            env={"PYTHONPATH": str(tmp_path)})
+    assert r.returncode == 1 and r.stderr == "parlschedctl: interrupted\n", r.stderr
+    assert (json.loads(r.stdout) if as_json else r.stdout) == \
+        ({"error": {"code": "interrupted", "message": "interrupted"}} if as_json else "")
 
 
 def test_config_check(tmp_path):
