@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from parlschedd.config import Config, socket_path_too_long, split_cgroup
+from parlschedd.config import Config, TargetRule, socket_path_too_long, split_cgroup
 from parlschedd.cpulist import format_cpulist
 from parlschedd.host.base import CounterSource
 from parlschedd.host.cgroups import CGROUP_ROOT, cgroup_dir, hierarchy_dir
@@ -173,11 +173,13 @@ def narrowings(cfg: Config, sysfs: str = "/sys", cgroup_root: str = CGROUP_ROOT,
 EVERYDAY = ("systemd", "sshd", "bash", "cron", "python3")
 
 
-def sweeping_rules(cfg: Config) -> list[Finding]:
+def sweeping_rules(cfg: Config, proc_root: str = PROC_ROOT, cgroup_root: str = CGROUP_ROOT) -> list[Finding]:
     """A rule that attaches nearly every process on the host: a name that matches
     EVERYDAY alike ('', '.') where it is not narrowed by a cgroup, a cgroup that is
     a whole hierarchy ('/') where it is not narrowed by a name. Valid, and the
-    administrator's choice, but rarely what was meant."""
+    administrator's choice, but rarely what was meant. And one with descendants
+    that matches PID 1 now, whose tree is the host's: the daemon never attaches it
+    (rules.RuleMatcher, as any process it runs under)."""
     found = []
     for i, rule in enumerate(cfg.targets):
         whole = None if rule.cgroup is None or split_cgroup(rule.cgroup)[1].strip("/") else \
@@ -188,7 +190,25 @@ def sweeping_rules(cfg: Config) -> list[Finding]:
             why = " and ".join(w for w in (whole, broad) if w)
             found.append(Finding(f"targets[{i}]", f"{why}: the rule attaches nearly every process on the host; narrow "
                                                   "it (a name such as '^myapp$', or a job's cgroup)"))
+        elif rule.descendants and (init := _matched_init(rule, proc_root, cgroup_root)):
+            found.append(Finding(f"targets[{i}]", f"matches PID 1 ({init}), which every process descends from: with "
+                                                  "descendants it would take in the whole host, and parlschedd leaves "
+                                                  "it alone; narrow the rule, or set descendants: false"))
     return found
+
+
+def _matched_init(rule: TargetRule, proc_root: str, cgroup_root: str) -> str | None:
+    """PID 1's name when ``rule`` matches it now (a word found only in its command
+    line, such as a container runtime's), else None."""
+    from parlschedd.daemon.rules import RuleMatcher  # the engine's numpy: only for a rule with descendants
+    from parlschedd.host.procfs import comm
+
+    if not RuleMatcher(proc_root, cgroup_root).matching(rule, among={1}):
+        return None
+    try:
+        return comm(1, proc_root)
+    except HostError:
+        return "its name unread"
 
 
 def _cpus(cfg: Config, sysfs: str) -> list[Finding]:

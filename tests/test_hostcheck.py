@@ -4,6 +4,7 @@ config check's words before it makes anything."""
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -18,6 +19,7 @@ import pytest
 from parlschedd.__main__ import REFUSED
 from parlschedd.config import from_mapping, load
 from parlschedd.daemon.prometheus import port_taken
+from parlschedd.host import procfs
 from parlschedd.hostcheck import (Finding, check_host, config_file_problem, one_line, refusals, socket_path_problem,
                                   state_dir_problem)
 from tests.conftest import CGROUP_MOUNTS, NOBODY, fake_cpus, in_child_as, needs_root, own_cgroup, refused_start, start_daemon, wait_for
@@ -533,6 +535,20 @@ def test_a_rule_that_matches_nearly_every_process_is_a_warning(rule, why):
     assert [f.key for f in report.warnings] == ["targets[1]"]
     assert report.warnings[0].message == (f"{why}: the rule attaches nearly every process on the host; narrow it "
                                           "(a name such as '^myapp$', or a job's cgroup)")
+
+
+def test_a_rule_with_descendants_that_matches_pid_1_is_a_warning():
+    """A name found only in PID 1's command line (a container runtime's word) passed
+    config check as "ok", and the daemon took in every process on the host (review):
+    the daemon now leaves such a match alone, and config check says so; without
+    descendants the rule attaches PID 1's own threads alone, no warning."""
+    init = re.escape(procfs.comm(1))
+    report = check_host(from_mapping({"targets": [{"name": f"^{init}$"}, {"name": f"^{init}$", "descendants": False},
+                                                  {"name": "^myapp$"}]}))
+    assert report.warnings == [Finding("targets[0]", f"matches PID 1 ({procfs.comm(1)}), which every process descends "
+                                                     "from: with descendants it would take in the whole host, and "
+                                                     "parlschedd leaves it alone; narrow the rule, or set descendants: "
+                                                     "false")]
 
 
 @pytest.mark.parametrize("rule", [{"name": "^python3$"}, {"cgroup": "/", "name": "^myapp$"},

@@ -18,6 +18,7 @@ and the target as ``status`` shows it (``target_status.py``).
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
@@ -600,13 +601,16 @@ class Engine:
     def _pids(self, target: Target) -> list[int]:
         """The target's process and, with descendants, theirs: for a non-root caller
         only those it owns, as it may attach only its own (a setuid child, or one a
-        root service started, is not the caller's to place)."""
+        root service started, is not the caller's to place). Never the daemon's own,
+        which a target it was started under holds (pinning its own loop helps no one;
+        attaching it by pid is refused)."""
         if not target.descendants:
             return [target.pid]
         try:
             found = procfs.descendants(target.pid, self.proc_root)
         except ThreadGone:
             return [target.pid]
+        found = [p for p in found if p != os.getpid()]
         if target.caller is not None:
             found = [p for p in found if self._owner(p) == target.caller]
         return [target.pid, *found]

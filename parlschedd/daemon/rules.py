@@ -37,6 +37,10 @@ class RuleMatcher:
         # line holds its CMD's, which a name rule meant for CMD would match too (nor is
         # a parlschedctl process, before its first request: ``_is_client``).
         self.clients: dict[int, int] = {}
+        # the daemon's ancestors a rule with descendants matched (pid -> start time), said
+        # once while they live and never attached: the tree of one holds the daemon, and
+        # of PID 1 (a name found only in its command line) every process on the host
+        self.ancestors_matched: dict[int, int] = {}
 
     def note_client(self, pid: int, engine: Engine) -> None:
         """Remember a peer of the control socket (SO_PEERCRED's pid; 0 from another
@@ -48,9 +52,10 @@ class RuleMatcher:
         """Attach the processes the rules match, but while they live those detached by
         hand (``engine.left_alone``), those whose attach failed on a bug (``failed``)
         and the control socket's clients (``clients``)."""
-        for pid, started in list(self.clients.items()):
-            if engine.start_time(pid) != started:
-                del self.clients[pid]  # exited: its pid may come back as a workload
+        for seen in (self.clients, self.ancestors_matched):
+            for pid, started in list(seen.items()):
+                if engine.start_time(pid) != started:
+                    del seen[pid]  # exited: its pid may come back as a workload
         if not rules and not any(t.rule is not None for t in engine.targets.values()):
             return
         wanted: dict[int, int] = {}
@@ -75,8 +80,12 @@ class RuleMatcher:
                 target.rule = wanted[pid]  # the same settings, perhaps at another place in a reloaded config
         new = [pid for pid in wanted if pid not in engine.targets and pid not in engine.left_alone
                and pid not in self.failed and pid != os.getpid()]
+        ancestors = self._daemons_ancestors() if any(rules[wanted[p]].descendants for p in new) else set()
         for pid in sorted(new, key=lambda p: (engine.start_time(p) or 0, p)):  # oldest first: a job before its children
             if self._is_client(pid) or self._claimed_by_ancestor(pid, engine, rules, wanted):
+                continue
+            if rules[wanted[pid]].descendants and pid in ancestors:
+                self._ancestor_matched(pid, wanted[pid], engine)
                 continue
             rule = rules[wanted[pid]]
             try:
@@ -112,6 +121,29 @@ class RuleMatcher:
             if pid in holders:
                 return True
         return False
+
+    def _daemons_ancestors(self) -> set[int]:
+        """The processes the daemon runs under, up to PID 1 (read each rescan: an
+        ancestor that exits hands the daemon to another)."""
+        found: set[int] = set()
+        pid = os.getpid()
+        while pid > 1 and pid not in found:
+            try:
+                pid = procfs.process_stat(pid, self.proc_root).ppid
+            except HostError:
+                break
+            found.add(pid)
+        return found - {0}
+
+    def _ancestor_matched(self, pid: int, rule: int, engine: Engine) -> None:
+        if pid in self.ancestors_matched:
+            return
+        self.ancestors_matched[pid] = engine.start_time(pid) or 0
+        log.warning("config rule matches a process parlschedd runs under, left alone while it lives: with "
+                    "descendants it would take in the daemon"
+                    + (" and every process on the host" if pid == 1 else "")
+                    + f"; narrow targets[{rule}] or set its descendants: false",
+                    pid=pid, rule=f"targets[{rule}]")
 
     def _is_client(self, pid: int) -> bool:
         """A parlschedctl process, which a rescan may see before its first request

@@ -27,8 +27,8 @@ from parlschedd.daemon import rules as rules_module
 from parlschedd.daemon.rules import CMDLINE_MATCHED, CMDLINE_READ, RuleMatcher
 from parlschedd.host import cgroups, procfs
 from tests.daemon.test_engine import _engine, _pin_engine, _released
-from tests.conftest import (CGROUP_MOUNTS, NOBODY, needs_root, own_cgroup, start_daemon, tagged_sleeper, target_pids,
-                            wait_for)
+from tests.conftest import (CGROUP_MOUNTS, NOBODY, PINNING, needs_root, own_cgroup, start_daemon, tagged_sleeper,
+                            target_pids, threads_of, wait_for)
 
 pytestmark = needs_root
 
@@ -427,6 +427,46 @@ def test_a_child_matched_before_its_job_goes_to_the_job_once_the_job_is_matched(
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(kid, 9)
+
+
+# The daemon's parent in the tests below: a process a rule can name (its command line
+# holds the tag), with a child of its own beside the daemon; SIGTERM is passed on.
+UNDER = """
+import signal, subprocess, sys
+other = subprocess.Popen(["sleep", "120"])
+daemon = subprocess.Popen(sys.argv[2:])
+signal.signal(signal.SIGTERM, lambda *_: daemon.terminate())
+code = daemon.wait()
+other.kill()
+sys.exit(code)
+"""
+
+
+def test_the_daemon_never_manages_a_tree_it_runs_in(tmp_path):
+    """A rule with descendants that matched a process the daemon ran under attached it
+    and the daemon's own threads with it, pinning its loop; one that matched PID 1 (a
+    word found only in its command line) took in every process on the host (review).
+    Such a match is left alone while it lives, said once in the log naming the rule;
+    attached by hand with --descendants, its tree is managed without the daemon."""
+    tag = f"psr-under-{uuid.uuid4().hex[:8]}"
+    d = start_daemon(tmp_path, f"period_s: 0.05\nrescan_s: 0.05\ntargets:\n  - name: '{tag}'\n" + PINNING,
+                     prefix=[sys.executable, "-c", UNDER, tag])
+    try:
+        parent, daemon = d.proc.pid, d.request("status")["daemon"]["pid"]
+        assert procfs.process_stat(daemon).ppid == parent
+        said = wait_for(lambda: [r for r in d.log_records() if "parlschedd runs under" in r["event"]])
+        time.sleep(0.3)  # rescans after the first
+        assert d.request("status")["targets"] == []
+        assert [(r["pid"], r["rule"]) for r in d.log_records() if "parlschedd runs under" in r["event"]] == \
+            [(parent, "targets[0]")] and "narrow targets[0]" in said[0]["event"]
+        everything = os.sched_getaffinity(daemon)
+        d.request("attach", pid=parent, descendants=True)
+        managed = wait_for(lambda: (t := threads_of(d, parent)) and len(t) >= 2 and t)
+        assert set(managed).isdisjoint(procfs.list_tids(daemon))  # the other child's and the parent's
+        time.sleep(0.3)  # periods that would have pinned the daemon's threads
+        assert all(os.sched_getaffinity(tid) == everything for tid in procfs.list_tids(daemon))
+    finally:
+        assert d.stop() == 0
 
 
 def test_a_rule_never_matches_a_client_of_the_control_socket(tmp_path):
