@@ -304,8 +304,8 @@ def from_mapping(raw: Any, source: str = "<config>") -> Config:
 
     domains: str | tuple[tuple[int, ...], ...] = "auto"
     raw_domains = top.get("domains", "auto")
-    if isinstance(raw_domains, str):
-        domains = c.choice(top, "domains", "domains", "auto", DOMAIN_MODES)
+    if isinstance(raw_domains, str) and raw_domains in DOMAIN_MODES:
+        domains = raw_domains
     elif isinstance(raw_domains, list) and raw_domains:
         lists = [c.cpu_list(d, f"domains[{i}]") for i, d in enumerate(raw_domains)]
         domains = tuple(d for d in lists if d is not None)

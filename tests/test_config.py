@@ -406,6 +406,7 @@ def test_cpus_may_be_a_cpu_list_as_the_kernel_writes_it(tmp_path):
 
 @pytest.mark.parametrize("raw, key, said", [
     ({"domains": 3}, "domains", "must be one of"),
+    ({"domains": "bogus"}, "domains", "package or a list of CPU lists, got 'bogus'"),  # the list named too (review)
     ({"domains": []}, "domains", "or a list of CPU lists, got []"),
     ({"targets": [{"name": 5}]}, "targets[0].name", "must be a regular expression string, got 5"),
     ({"targets": [{"name": "x", "threads": ["w"]}]}, "targets[0].threads", "must be a regular expression string, got [w]"),

@@ -57,7 +57,8 @@ OBSERVED_PER_PERIOD = 128  # observe mode: the threads whose CPU is read each pe
 
 
 def _not_yours(pid: int, owner: int, uid: int) -> EngineError:
-    return EngineError("permission_denied", f"process {pid} belongs to uid {owner}, not to you (uid {uid})")
+    return EngineError("permission_denied", f"process {pid} belongs to uid {owner}, not to you (uid {uid}); "
+                                            "only its owner or root may manage it")
 
 
 @dataclass(frozen=True)

@@ -176,7 +176,9 @@ def parse_measurements(rows: list[dict[str, str]], header: list[str], source: st
     seen: dict[int, int] = {}
     for line, row in zip(lines, rows, strict=True):
         if (cells := _cells(row, len(header))) != len(header):  # after the header's checks: theirs say more
-            raise MeasurementsError(source, line, f"{cells} cells for {len(header)} columns")
+            more = " (a decimal comma, such as 293,8? write 293.8; a cell holding a comma is quoted)" \
+                if cells > len(header) else ""
+            raise MeasurementsError(source, line, f"{cells} cells for {len(header)} columns{more}")
         raw = (row.get("nsp") or "").strip()
         k = _count(raw)
         if k is None or k < 1:

@@ -879,7 +879,7 @@ def test_run_says_why_the_daemon_let_go_of_cmd_that_became_another_users(open_di
         d.stop()
     assert code == 0, output
     assert output.startswith("parlschedctl: sh was detached (process "), output
-    assert "belongs to uid 0, not to you (uid 65534)); waiting for it\n" in output, output
+    assert "belongs to uid 0, not to you (uid 65534); only its owner or root may manage it); waiting for it\n" in output, output
 
 
 @needs_root

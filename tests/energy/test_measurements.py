@@ -58,7 +58,8 @@ def refusal(tmp_path, text):
     # read as measured, it overflowed the fit to NaN parameters and a fit that exited 0
     ("nsp,time_s_mean\n1,10\n2,1e308\n", ":3:", "column time_s_mean: '1e308' is more than any run measures"),
     ("nsp,time_s_mean,energy_wh_r1\n1,10,1e400\n", ":2:", "column energy_wh_r1: '1e400' is more than any run"),
-    ("nsp,time_s_mean\n1,10,4\n", ":2:", "3 cells for 2 columns"),
+    ("nsp,time_s_mean\n1,10,4\n", ":2:", "3 cells for 2 columns (a decimal comma, such as 293,8? write 293.8; "
+                                        "a cell holding a comma is quoted)"),  # one said no more (review)
     ("nsp,time_s_r1,time_s_r2,time_s_mean\n1,10,12,11\n2,5,6\n", ":3:", "3 cells for 4 columns"),
     ("nsp,time_s_mean,colour\n1,10,red\n", ":1:", "unknown column(s) colour; expected nsp"),
     ("nsp,time_s_mean,colour\n1,10,red\n", ":1:", "baseline_*: remove them, or rename them to one of those"),
