@@ -292,7 +292,7 @@ def known_before(engine: Engine) -> list[list[int]]:
     file cannot name, are counted as born while no daemon ran. A key of its own: a
     daemon of before it reads ``processes`` as it wrote them."""
     return sorted([pid, target.known_before] for target in engine.targets.values() if target.known_before is not None
-                  for pid in {target.pid, *(th.process for th in target.threads.values() if th.process)})
+                  for pid in target.processes())
 
 
 def left_mains(engine: Engine) -> list[list]:
@@ -313,7 +313,7 @@ def trees(engine: Engine) -> list[list]:
     user's target, only the children that user owns)."""
     callers: dict[int, int | None] = {}
     for target in (t for t in engine.targets.values() if t.descendants):
-        for pid in {target.pid, *(th.process for th in target.threads.values() if th.process)}:
+        for pid in target.processes():
             callers[pid] = None if pid in callers and callers[pid] is None else target.caller  # root's: all
     return sorted([pid, caller] for pid, caller in callers.items())
 

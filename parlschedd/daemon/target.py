@@ -171,6 +171,11 @@ class Target:
     def mode(self) -> str:
         return "observe" if self.observe else "pin"
 
+    def processes(self) -> set[int]:
+        """Its process and those of its threads (with descendants, its tree's that have
+        threads it manages)."""
+        return {self.pid, *(th.process for th in self.threads.values() if th.process)}
+
     def current(self) -> Roster:
         """The roster, realigned first if threads joined or left."""
         if self.stale:
