@@ -46,12 +46,23 @@ AS_JSON = click.option("--json", "as_json", is_flag=True,
 def talks_to_daemon(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Map the client's errors to the contract's exit codes and one-line messages; with
     --json a refusal is also the daemon's error object on stdout, so that a script
-    reading stdout gets an object either way (an unreachable daemon sent none: exit 3)."""
+    reading stdout gets an object either way (an unreachable daemon sent none: exit 3).
+    A reply without what this parlschedctl reads, from a daemon of another version (an
+    upgrade it was not restarted after), says so; it was a KeyError's traceback. From
+    a daemon of this version it is a bug, shown as one."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
+        except (KeyError, TypeError, IndexError):
+            theirs = _daemon_version(args[0])
+            if theirs in (None, __version__):
+                raise
+            click.echo(f"parlschedctl: the daemon runs parlschedd {printable(str(theirs))} and this parlschedctl is "
+                       f"{__version__}: its reply lacks what this one reads; restart it (systemctl restart "
+                       "parlschedd)", err=True)
+            sys.exit(1)
         except client.Unreachable as exc:
             click.echo(f"parlschedctl: {exc}", err=True)
             sys.exit(3)
@@ -62,6 +73,14 @@ def talks_to_daemon(fn: Callable[..., Any]) -> Callable[..., Any]:
             sys.exit(1)
 
     return wrapper
+
+
+def _daemon_version(sock: str) -> object:
+    """The version the daemon at ``sock`` says it runs; None when it cannot be asked."""
+    try:
+        return client.request(sock, "ping").get("version")
+    except (client.Unreachable, client.Refused):
+        return None
 
 
 class Commands(click.Group):

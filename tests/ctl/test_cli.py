@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import grp
 import importlib
@@ -16,6 +17,7 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 import termios
 import threading
@@ -155,6 +157,51 @@ def test_a_socket_that_is_no_daemons_exits_3_with_a_message(tmp_path):
         assert "Traceback" not in r.stderr
     r = ctl("--socket", "", "status")
     assert r.returncode == 2 and "--socket" in r.stderr
+
+
+@contextlib.contextmanager
+def another_daemon(path: Path, version: str, replies: dict[str, dict]) -> Iterator[None]:
+    """A stand-in for a parlschedd of another version (one cannot be installed here
+    beside this one): on each connection, one request line answered from ``replies``
+    by its cmd, ping with ``version``."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(8)
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:  # closed: the test is over
+                return
+            with conn:
+                cmd = json.loads(conn.makefile().readline())["cmd"]
+                reply = {"version": version} if cmd == "ping" else replies[cmd]
+                conn.sendall(json.dumps({"ok": True, **reply}).encode() + b"\n")
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield
+    finally:
+        listener.close()
+
+
+def test_a_reply_of_a_daemon_of_another_version_is_said_so(tmp_path):
+    """A daemon not restarted after an upgrade may answer without a field this
+    parlschedctl reads: attach ended in a KeyError's traceback (review). It says which
+    versions run and what to do; from a daemon of this version such a reply is a bug,
+    and its traceback is kept."""
+    sock = tmp_path / "old.sock"
+    with another_daemon(sock, "0.0.1", {"attach": {}, "status": {"targets": []}}):
+        for args in (("attach", "4194303"), ("status",)):
+            r = ctl(*args, socket=str(sock))
+            assert r.returncode == 1 and r.stderr == (
+                f"parlschedctl: the daemon runs parlschedd 0.0.1 and this parlschedctl is {__version__}: its reply "
+                "lacks what this one reads; restart it (systemctl restart parlschedd)\n"), r.stderr
+    sock.unlink()
+    with another_daemon(sock, __version__, {"attach": {}}):
+        r = ctl("attach", "4194303", socket=str(sock))
+        assert r.returncode == 1 and "KeyError: 'target'" in r.stderr
 
 
 def _answer_once(listener: socket.socket, answer: bytes) -> None:
