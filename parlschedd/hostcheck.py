@@ -17,14 +17,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from parlschedd.config import Config, TargetRule, socket_path_too_long, split_cgroup
+from parlschedd.config import Config, socket_path_too_long, split_cgroup
 from parlschedd.cpulist import format_cpulist
+from parlschedd.daemon.matching import matched
 from parlschedd.host.base import CounterSource
 from parlschedd.host.cgroups import CGROUP_ROOT, cgroup_dir, hierarchy_dir
 from parlschedd.host.errors import HostError
 from parlschedd.host.perf import detect_source
 from parlschedd.host.privileges import group_id
-from parlschedd.host.procfs import PROC_ROOT
+from parlschedd.host.procfs import PROC_ROOT, comm
 from parlschedd.patterns import compile_pattern
 from parlschedd.topology import TopologyError, read_topology
 from parlschedd.trust import OnPath, fix, trusted_owners, untrusted, untrusted_on_path
@@ -181,6 +182,8 @@ def sweeping_rules(cfg: Config, proc_root: str = PROC_ROOT, cgroup_root: str = C
     that matches PID 1 now, whose tree is the host's: the daemon never attaches it
     (rules.RuleMatcher, as any process it runs under)."""
     found = []
+    descendants = any(rule.descendants for rule in cfg.targets)
+    init = _name_of_init(proc_root) if descendants else None
     for i, rule in enumerate(cfg.targets):
         whole = None if rule.cgroup is None or split_cgroup(rule.cgroup)[1].strip("/") else \
             f"cgroup {rule.cgroup!r} is the whole hierarchy"
@@ -190,25 +193,22 @@ def sweeping_rules(cfg: Config, proc_root: str = PROC_ROOT, cgroup_root: str = C
             why = " and ".join(w for w in (whole, broad) if w)
             found.append(Finding(f"targets[{i}]", f"{why}: the rule attaches nearly every process on the host; narrow "
                                                   "it (a name such as '^myapp$', or a job's cgroup)"))
-        elif rule.descendants and (init := _matched_init(rule, proc_root, cgroup_root)):
+        elif rule.descendants and init is not None and matched(rule, proc_root, cgroup_root, among={1}):
             found.append(Finding(f"targets[{i}]", f"matches PID 1 ({init}), which every process descends from: with "
                                                   "descendants it would take in the whole host, and parlschedd leaves "
                                                   "it alone; narrow the rule, or set descendants: false"))
+    if descendants and init is None:
+        found.append(Finding("(host)", "PID 1 is hidden from this user (/proc mounted with hidepid): whether a rule "
+                                       "with descendants matches it is not checked; run config check as root"))
     return found
 
 
-def _matched_init(rule: TargetRule, proc_root: str, cgroup_root: str) -> str | None:
-    """PID 1's name when ``rule`` matches it now (a word found only in its command
-    line, such as a container runtime's), else None."""
-    from parlschedd.daemon.rules import RuleMatcher  # the engine's numpy: only for a rule with descendants
-    from parlschedd.host.procfs import comm
-
-    if not RuleMatcher(proc_root, cgroup_root).matching(rule, among={1}):
-        return None
+def _name_of_init(proc_root: str) -> str | None:
+    """PID 1's name, or None when this user may not see it."""
     try:
         return comm(1, proc_root)
     except HostError:
-        return "its name unread"
+        return None
 
 
 def _cpus(cfg: Config, sysfs: str) -> list[Finding]:

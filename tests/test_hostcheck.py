@@ -21,7 +21,7 @@ from parlschedd.config import from_mapping, load
 from parlschedd.daemon.prometheus import port_taken
 from parlschedd.host import procfs
 from parlschedd.hostcheck import (Finding, check_host, config_file_problem, one_line, refusals, socket_path_problem,
-                                  state_dir_problem)
+                                  state_dir_problem, sweeping_rules)
 from tests.conftest import CGROUP_MOUNTS, NOBODY, fake_cpus, in_child_as, needs_root, own_cgroup, refused_start, start_daemon, wait_for
 
 GROUP_ADVICE = "create it (systemd-sysusers parlsched.sysusers.conf) or set socket.group: null"
@@ -549,6 +549,17 @@ def test_a_rule_with_descendants_that_matches_pid_1_is_a_warning():
                                                      "from: with descendants it would take in the whole host, and "
                                                      "parlschedd leaves it alone; narrow the rule, or set descendants: "
                                                      "false")]
+
+
+def test_pid_1_hidden_from_the_user_is_said_not_checked(tmp_path):
+    """Under hidepid a user's config check cannot read PID 1: it said "ok" as if the
+    rules had been checked against it (review). A /proc without PID 1 stands for it."""
+    rules = from_mapping({"targets": [{"name": "^myapp$"}]})
+    assert sweeping_rules(rules, proc_root=str(tmp_path)) == [Finding(
+        "(host)", "PID 1 is hidden from this user (/proc mounted with hidepid): whether a rule with descendants "
+                  "matches it is not checked; run config check as root")]
+    assert sweeping_rules(from_mapping({"targets": [{"name": "^myapp$", "descendants": False}]}),
+                          proc_root=str(tmp_path)) == []
 
 
 @pytest.mark.parametrize("rule", [{"name": "^python3$"}, {"cgroup": "/", "name": "^myapp$"},

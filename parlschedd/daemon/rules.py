@@ -9,16 +9,12 @@ import os
 import structlog
 
 from parlschedd import config as config_mod
+from parlschedd.daemon.matching import CMDLINE_READ, matched
 from parlschedd.daemon.engine import Engine, EngineError, Target
-from parlschedd.host import cgroups, procfs
+from parlschedd.host import procfs
 from parlschedd.host.errors import HostError
-from parlschedd.patterns import Pattern, compile_pattern
 
 log = structlog.get_logger("parlschedd")
-CMDLINE_MATCHED = 4096  # characters of a command line (its arguments joined by spaces) that name rules look at
-# bytes of it read, enough for those characters (UTF-8: 4 bytes at most each); a user's
-# command lines of 6 MB each, read whole, held every rescan for seconds
-CMDLINE_READ = 4 * CMDLINE_MATCHED
 
 
 class RuleMatcher:
@@ -37,10 +33,11 @@ class RuleMatcher:
         # line holds its CMD's, which a name rule meant for CMD would match too (nor is
         # a parlschedctl process, before its first request: ``_is_client``).
         self.clients: dict[int, int] = {}
-        # the daemon's ancestors a rule with descendants matched (pid -> start time), said
-        # once while they live and never attached: the tree of one holds the daemon, and
-        # of PID 1 (a name found only in its command line) every process on the host
-        self.ancestors_matched: dict[int, int] = {}
+        # the daemon's ancestors a rule with descendants matches, never attached: the tree
+        # of one holds the daemon, and of PID 1 (a name found only in its command line)
+        # every process on the host. pid -> (start time, the rule's index): said once
+        # while that rule matches it, again when another does (a reload).
+        self.ancestors_matched: dict[int, tuple[int, int]] = {}
 
     def note_client(self, pid: int, engine: Engine) -> None:
         """Remember a peer of the control socket (SO_PEERCRED's pid; 0 from another
@@ -52,16 +49,18 @@ class RuleMatcher:
         """Attach the processes the rules match, but while they live those detached by
         hand (``engine.left_alone``), those whose attach failed on a bug (``failed``)
         and the control socket's clients (``clients``)."""
-        for seen in (self.clients, self.ancestors_matched):
-            for pid, started in list(seen.items()):
-                if engine.start_time(pid) != started:
-                    del seen[pid]  # exited: its pid may come back as a workload
+        for pid, started in list(self.clients.items()):
+            if engine.start_time(pid) != started:
+                del self.clients[pid]  # exited: its pid may come back as a workload
         if not rules and not any(t.rule is not None for t in engine.targets.values()):
+            self.ancestors_matched.clear()
             return
         wanted: dict[int, int] = {}
         for i, rule in enumerate(rules):
             for pid in self.matching(rule) - self.clients.keys():
                 wanted.setdefault(pid, i)
+        for pid in [p for p in self.ancestors_matched if p not in wanted]:
+            del self.ancestors_matched[pid]  # no rule matches it now: a match again is said again
         for left_alone in (engine.left_alone, self.failed):  # first: a pid that exited names no holder
             for pid, started in list(left_alone.items()):
                 if engine.start_time(pid) != started:
@@ -124,21 +123,26 @@ class RuleMatcher:
 
     def _daemons_ancestors(self) -> set[int]:
         """The processes the daemon runs under, up to PID 1 (read each rescan: an
-        ancestor that exits hands the daemon to another)."""
-        found: set[int] = set()
+        ancestor that exits hands the daemon to another). PID 1 always: the ancestor of
+        every process of its namespace, also of a daemon entered into it from outside
+        (nsenter), whose parent is then none (ppid 0)."""
+        found = {1}
         pid = os.getpid()
-        while pid > 1 and pid not in found:
+        while pid > 1:
             try:
                 pid = procfs.process_stat(pid, self.proc_root).ppid
             except HostError:
+                break
+            if pid in found:
                 break
             found.add(pid)
         return found - {0}
 
     def _ancestor_matched(self, pid: int, rule: int, engine: Engine) -> None:
-        if pid in self.ancestors_matched:
+        said = (engine.start_time(pid) or 0, rule)
+        if self.ancestors_matched.get(pid) == said:
             return
-        self.ancestors_matched[pid] = engine.start_time(pid) or 0
+        self.ancestors_matched[pid] = said
         log.warning("config rule matches a process parlschedd runs under, left alone while it lives: with "
                     "descendants it would take in the daemon"
                     + (" and every process on the host" if pid == 1 else "")
@@ -160,19 +164,7 @@ class RuleMatcher:
 
     def matching(self, rule: config_mod.TargetRule, among: set[int] | None = None) -> set[int]:
         """The processes ``rule`` matches: of ``among`` alone when given, else of all."""
-        pids = among
-        if rule.cgroup is not None:
-            controllers, path = config_mod.split_cgroup(rule.cgroup)
-            try:
-                members = set(cgroups.cgroup_procs(path, controllers, self.cgroup_root))
-            except HostError:
-                members = set()
-            pids = members if pids is None else pids & members
-        if rule.name is not None:
-            pattern = compile_pattern(rule.name)
-            candidates = pids if pids is not None else _all_pids(self.proc_root)
-            pids = {p for p in candidates if _name_matches(pattern, p, self.proc_root)}
-        return pids or set()
+        return matched(rule, self.proc_root, self.cgroup_root, among)
 
 
 def _as_rule_says(target: Target, rule: config_mod.TargetRule) -> bool:
@@ -180,16 +172,3 @@ def _as_rule_says(target: Target, rule: config_mod.TargetRule) -> bool:
     threads = target.thread_filter.pattern if target.thread_filter else None
     return (target.observe, threads, target.descendants) == (rule.observe, rule.threads, rule.descendants)
 
-
-def _all_pids(proc_root: str) -> set[int]:
-    return {int(p) for p in os.listdir(proc_root) if p.isdigit()}
-
-
-def _name_matches(pattern: Pattern, pid: int, proc_root: str) -> bool:
-    try:
-        if pattern.search(procfs.comm(pid, proc_root)):
-            return True
-        argv = procfs.cmdline(pid, proc_root, limit=CMDLINE_READ)
-        return bool(pattern.search(" ".join(argv)[:CMDLINE_MATCHED]))
-    except HostError:
-        return False

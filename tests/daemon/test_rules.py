@@ -13,6 +13,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -21,10 +22,12 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+import structlog
 
 from parlschedd.config import TargetRule
-from parlschedd.daemon import rules as rules_module
-from parlschedd.daemon.rules import CMDLINE_MATCHED, CMDLINE_READ, RuleMatcher
+from parlschedd.daemon import matching as matching_module
+from parlschedd.daemon.matching import CMDLINE_MATCHED, CMDLINE_READ
+from parlschedd.daemon.rules import RuleMatcher
 from parlschedd.host import cgroups, procfs
 from tests.daemon.test_engine import _engine, _pin_engine, _released
 from tests.conftest import (CGROUP_MOUNTS, NOBODY, PINNING, needs_root, own_cgroup, start_daemon, tagged_sleeper,
@@ -369,7 +372,7 @@ def test_a_detachs_question_reads_the_names_of_that_process_alone(kill_after, mo
     process's names for each rule."""
     comm = f"psr-{uuid.uuid4().hex[:8]}"
     named = kill_after(named_by_comm(comm))
-    monkeypatch.setattr(rules_module, "_all_pids", lambda root: pytest.fail("every process listed"))
+    monkeypatch.setattr(matching_module, "_all_pids", lambda root: pytest.fail("every process listed"))
     rules = (TargetRule(name="^parlsched-no-such-name$"), TargetRule(name=f"^{comm}$"))
     assert matcher().first_matching(rules, named.pid) == 1
     assert matcher().first_matching(rules[:1], named.pid) is None
@@ -429,14 +432,14 @@ def test_a_child_matched_before_its_job_goes_to_the_job_once_the_job_is_matched(
             os.kill(kid, 9)
 
 
-# The daemon's parent in the tests below: a process a rule can name (its command line
-# holds the tag), with a child of its own beside the daemon; SIGTERM is passed on.
+# A process a rule can name (its command line holds the tag) that runs the rest of its
+# command line as a child, with a child of its own beside it; SIGTERM is passed on.
 UNDER = """
 import signal, subprocess, sys
 other = subprocess.Popen(["sleep", "120"])
-daemon = subprocess.Popen(sys.argv[2:])
-signal.signal(signal.SIGTERM, lambda *_: daemon.terminate())
-code = daemon.wait()
+child = subprocess.Popen(sys.argv[2:])
+signal.signal(signal.SIGTERM, lambda *_: child.terminate())
+code = child.wait()
 other.kill()
 sys.exit(code)
 """
@@ -447,13 +450,14 @@ def test_the_daemon_never_manages_a_tree_it_runs_in(tmp_path):
     and the daemon's own threads with it, pinning its loop; one that matched PID 1 (a
     word found only in its command line) took in every process on the host (review).
     Such a match is left alone while it lives, said once in the log naming the rule;
-    attached by hand with --descendants, its tree is managed without the daemon."""
+    attached by hand with --descendants, its tree is managed without the daemon. The
+    tagged process is the daemon's grandparent (a first fix looked at the parent alone)."""
     tag = f"psr-under-{uuid.uuid4().hex[:8]}"
     d = start_daemon(tmp_path, f"period_s: 0.05\nrescan_s: 0.05\ntargets:\n  - name: '{tag}'\n" + PINNING,
-                     prefix=[sys.executable, "-c", UNDER, tag])
+                     prefix=[sys.executable, "-c", UNDER, tag, sys.executable, "-c", UNDER, "untagged"])
     try:
         parent, daemon = d.proc.pid, d.request("status")["daemon"]["pid"]
-        assert procfs.process_stat(daemon).ppid == parent
+        assert procfs.process_stat(procfs.process_stat(daemon).ppid).ppid == parent
         said = wait_for(lambda: [r for r in d.log_records() if "parlschedd runs under" in r["event"]])
         time.sleep(0.3)  # rescans after the first
         assert d.request("status")["targets"] == []
@@ -461,12 +465,29 @@ def test_the_daemon_never_manages_a_tree_it_runs_in(tmp_path):
             [(parent, "targets[0]")] and "narrow targets[0]" in said[0]["event"]
         everything = os.sched_getaffinity(daemon)
         d.request("attach", pid=parent, descendants=True)
-        managed = wait_for(lambda: (t := threads_of(d, parent)) and len(t) >= 2 and t)
-        assert set(managed).isdisjoint(procfs.list_tids(daemon))  # the other child's and the parent's
+        managed = wait_for(lambda: (t := threads_of(d, parent)) and len(t) >= 4 and t)
+        assert set(managed).isdisjoint(procfs.list_tids(daemon))  # the others' of the tree
         time.sleep(0.3)  # periods that would have pinned the daemon's threads
         assert all(os.sched_getaffinity(tid) == everything for tid in procfs.list_tids(daemon))
     finally:
         assert d.stop() == 0
+
+
+def test_pid_1_is_never_attached_by_a_rule_with_descendants_and_said_again_for_another_rule():
+    """PID 1 is the ancestor of every process, also of a daemon whose parent is none
+    (ppid 0: entered into a PID namespace by nsenter), which a first fix missed. Said
+    once while a rule matches it, again when another rule does (a reload moved it), or
+    when it matched none in between. (This process stands for the daemon.)"""
+    init = TargetRule(name=f"^{re.escape(procfs.comm(1))}$")
+    other = TargetRule(name="^parlsched-no-such-name$")
+    rules = matcher()
+    with _released(*_engine()) as engine, structlog.testing.capture_logs() as logs:
+        for config in ((init,), (init,), (other, init), (other, init), (other,), (other, init)):
+            rules.rescan(engine, config, time.monotonic())
+        assert 1 not in engine.targets
+    said = [(e["pid"], e["rule"]) for e in logs if "parlschedd runs under" in e["event"]]
+    assert said == [(1, "targets[0]"), (1, "targets[1]"), (1, "targets[1]")]
+    assert "and every process on the host" in next(e["event"] for e in logs if "runs under" in e["event"])
 
 
 def test_a_rule_never_matches_a_client_of_the_control_socket(tmp_path):
