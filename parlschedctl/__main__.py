@@ -6,9 +6,10 @@ import sys
 
 def main() -> None:
     """Load the CLI, then run it. A Ctrl-C in the third of a second the loading takes
-    (click, the client, the renderer) is held until the CLI is there and then answered
-    as one during a command is; Python's own handler printed a traceback of whichever
-    import it fell in. Ignored when the shell started us with SIGINT ignored."""
+    (click, the client, the renderer) is held until the CLI is there and then said as
+    one while the model commands load is (exit 1, "interrupted", --json's error
+    object); Python's own handler printed a traceback of whichever import it fell in.
+    Ignored when we were started with SIGINT ignored, as Python's handler would be."""
     held: list[int] = []
     before = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
     try:

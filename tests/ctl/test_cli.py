@@ -288,14 +288,24 @@ sys.meta_path.insert(0, Interrupt())
 def test_a_ctrl_c_while_parlschedctl_loads_is_no_traceback(tmp_path, as_json):
     """A Ctrl-C in the third of a second parlschedctl takes to load printed a
     KeyboardInterrupt traceback of whichever import it fell in (review); it is held
-    until the CLI has loaded and said as one during a command is, --json's error object
-    too. The interrupt is sent by the process itself at the import of click."""
+    until the CLI has loaded and said as an interrupt while the model commands load
+    is, --json's error object too. The interrupt is sent by the process itself at the
+    import of click, with SIGINT's default action (whatever this test inherited)."""
     (tmp_path / "sitecustomize.py").write_text(INTERRUPT_AT_CLICK)
     r = ctl("status", *(["--json"] if as_json else []), socket=str(tmp_path / "none.sock"),
-            env={"PYTHONPATH": str(tmp_path)})
+            env={"PYTHONPATH": str(tmp_path)}, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert r.returncode == 1 and r.stderr == "parlschedctl: interrupted\n", r.stderr
     assert (json.loads(r.stdout) if as_json else r.stdout) == \
         ({"error": {"code": "interrupted", "message": "interrupted"}} if as_json else "")
+
+
+def test_a_ctrl_c_while_parlschedctl_loads_is_ignored_where_sigint_is(tmp_path):
+    """Started with SIGINT ignored (a background job of a script), parlschedctl goes on
+    as Python's own handler would."""
+    (tmp_path / "sitecustomize.py").write_text(INTERRUPT_AT_CLICK)
+    r = ctl("status", socket=str(tmp_path / "none.sock"), env={"PYTHONPATH": str(tmp_path)},
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert r.returncode == 3 and "the daemon is not running" in r.stderr, r.stderr
 
 
 def test_config_check(tmp_path):
