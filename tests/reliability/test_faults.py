@@ -268,9 +268,10 @@ def test_a_cpu_that_goes_offline_and_comes_back(daemon, hotplug):
     CPU; detach restores the exact originals, and nothing is logged as an error."""
     # A thread that never wakes keeps its pin to the CPU gone (read as an empty mask). It
     # never runs either, so it draws its core once, when it joins a scheduler (the attach,
-    # and the fresh one when the CPU comes back), and keeps it: with n threads, none on the
-    # last CPU has odds 2**-n at each of the two waits below (6 threads: 1 run in 32, seen in CI).
-    target = sleepy(16, wake=False)
+    # and the fresh one when the CPU comes back), and keeps it: with n threads on k CPUs,
+    # none on the last has odds ((k-1)/k)**n < exp(-n/k) at each of the two waits below
+    # (6 threads on 2 CPUs: 1 run in 32, seen in CI). 16 a CPU: below exp(-16).
+    target = sleepy(16 * len(ALL), wake=False)
     try:
         tids = tids_of(target.pid)
         before = masks(tids)
