@@ -619,7 +619,7 @@ class Engine:
     def _refresh(self, target: Target, now: float) -> None:
         """Adopt the target's new threads and drop those gone: one directory listing
         per process; a thread's name is read once, when it is new."""
-        births = self._birth_mark() if target.descendants and target.caller is None else None
+        births = self._birth_mark() if target.descendants else None
         seen: set[int] = set()
         listed: dict[int, set[int]] = {}  # each process's threads listed now
         exited = target.exits.exited()  # before the listing: a tid both exited and listed was reused
@@ -703,15 +703,19 @@ class Engine:
         namespace (which holds every task it can see) since the last listing and no
         task was added to or released from the host's count (``procfs.birth_mark``),
         none of the target's threads exited, and that listing saw no thread the
-        target does not watch (one another target manages; a non-root caller's tree,
-        where processes not its own are not listed, is listed every period as before;
-        so is a tree holding an exited process its parent has not reaped, whose pidfd
-        polls readable). What the mark can miss, a full listing every
+        target does not watch (one another target manages; a tree holding an exited
+        process its parent has not reaped, whose pidfd polls readable, is listed
+        every period). What the mark can miss, a full listing every
         rescan_s catches: a task whose pid was taken before the mark was read but that
         showed in /proc only after the listing, while a release elsewhere evened out
         the count before the next read; a pid given by clone3's set_tid (a checkpoint
         restore) or after a write to ns_last_pid; a process reparented into the tree
-        from outside it (a pid namespace's init below the target adopting orphans)."""
+        from outside it (a pid namespace's init below the target adopting orphans);
+        in a non-root caller's tree, where only its own processes are listed, one that
+        changed owner without a birth (a setuid exec: let go; another's that became its
+        own: adopted), as the target's own owner is read again every rescan_s. (Listed
+        every period, a user's tree of 300 sleeping processes cost the daemon 42% of a
+        core against 8% for root's, on the 2-vCPU VM.)"""
         known = len(target.threads) + len(target.ignored)
         if not known or target.went:  # went: dropped since the listing, see _refresh
             return False
