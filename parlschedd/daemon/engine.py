@@ -404,6 +404,8 @@ class Engine:
     def _resync(self, target: Target, now: float) -> None:
         if not self._owned_as_before(target):
             return
+        if target.caller is not None:
+            self._let_go_of_others_threads(target)
         try:
             target.name = procfs.comm(target.pid, self.proc_root)
         except HostError:
@@ -441,6 +443,21 @@ class Engine:
         target.uid = owner
         self.on_change()
         return True
+
+    def _let_go_of_others_threads(self, target: Target) -> None:
+        """A user's target keeps only that user's threads, as its adoption took them: a
+        thread that changed its uid since (setresuid(2) is per thread; a descendant
+        that exec'd a setuid program between two listings) is restored and let go,
+        then left out by the next listing, which adoption's check makes an ignored
+        thread. It stayed pinned, and shown to the user, for good (review)."""
+        for tid in list(target.threads):
+            try:
+                owner = procfs.process_uids(tid, self.proc_root).owner
+            except HostError:
+                continue  # gone: the period drops it
+            if owner != target.caller:
+                log.info("thread's owner changed, let go", pid=target.pid, tid=tid, uid=owner)
+                self._drop_thread(target, tid)
 
     def refilter(self, now: float) -> None:
         """Adopt the threads a thread filter left out whose name matches it now: a

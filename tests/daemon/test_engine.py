@@ -496,6 +496,32 @@ def test_a_users_target_whose_process_becomes_roots_is_let_go(kill_after, monkey
 
 
 @needs_root
+def test_a_thread_of_a_users_target_that_becomes_roots_is_let_go(kill_after, monkeypatch) -> None:
+    """A thread's uid was checked when it was adopted alone: one that became root's
+    after (setresuid(2) is per thread) stayed pinned and shown to the user for good
+    (review). At the next rescan it is restored and let go, then left out; the
+    process's other threads stay managed. The change of uid is put into the reading of
+    /proc/TID/status, as in the test above; the threads and their masks are real."""
+    user = 65534
+    proc = kill_after(sleepy(3, user=user))
+    real, now_reads = procfs.process_uids, {}
+    monkeypatch.setattr(procfs, "process_uids", lambda pid, root=procfs.PROC_ROOT: now_reads.get(pid) or real(pid, root))
+    engine, counters = _pin_engine()
+    with _released(engine, counters):
+        tids = tids_of(proc.pid)
+        before = masks(tids)
+        target = engine.attach(proc.pid, time.monotonic(), uid=user)
+        _ticks(engine, 3)
+        root_now = max(tids)  # not the main thread
+        assert root_now in target.threads and masks([root_now]) != {root_now: before[root_now]}, "pinned"
+        now_reads[root_now] = procfs.Uids(real=0, effective=0, saved=0, fs=0)
+        engine.resync(time.monotonic())
+        assert root_now not in target.threads and masks([root_now]) == {root_now: before[root_now]}
+        _ticks(engine, 2)
+        assert root_now in target.ignored and set(target.threads) == set(tids) - {root_now}
+
+
+@needs_root
 def test_a_roots_target_whose_process_becomes_a_users_is_that_users(kill_after, monkeypatch) -> None:
     """A process root attached that dropped to a user (setuid(2)): its owner could not
     see or detach it, and was told it was "managed as a descendant of another user's
