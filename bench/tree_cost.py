@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -47,19 +48,24 @@ if uid:
     os.setresuid(uid, uid, uid)
 for _ in range(int(sys.argv[1])):
     if os.fork() == 0:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # the pipe's end is the parent's "ready" alone
         signal.pause()
         os._exit(0)
 print("ready", flush=True)
 signal.pause()
 """
+START_S = 60.0  # for the tree to say it is ready (a fork refused, RLIMIT_NPROC, ends it sooner)
 
 
 def start_tree(n: int, uid: int) -> subprocess.Popen:
-    """The tree, in a process group of its own (killed whole by ``stop_tree``)."""
+    """The tree, in a process group of its own (killed whole by ``stop_tree``, and here
+    when it does not start)."""
     proc = subprocess.Popen([sys.executable, "-c", TREE, str(n), str(uid)], stdout=subprocess.PIPE, text=True,
                             start_new_session=True)
-    if proc.stdout.readline().strip() != "ready":
-        raise RuntimeError("the tree did not start")
+    ready, _, _ = select.select([proc.stdout], [], [], START_S)
+    if not ready or proc.stdout.readline().strip() != "ready":
+        stop_tree(proc)
+        raise RuntimeError(f"the tree of {n} processes as uid {uid} did not start")
     return proc
 
 

@@ -730,9 +730,10 @@ class Engine:
         from outside it (a pid namespace's init below the target adopting orphans);
         in a non-root caller's tree, where only its own processes are listed, one that
         changed owner without a birth (a setuid exec: let go; another's that became its
-        own: adopted), as the target's own owner is read again every rescan_s. (Listed
-        every period, a user's tree of 300 sleeping processes cost the daemon 42% of a
-        core against 8% for root's, on the 2-vCPU VM.)"""
+        own: adopted), as the target's own owner is read again every rescan_s (and its
+        threads' owners, ``_let_go_of_others_threads``). Listed every period, a user's
+        tree of 300 sleeping processes cost the daemon 39.9% of a core against 4.0% for
+        root's (bench/results/tree_cost-before.json)."""
         known = len(target.threads) + len(target.ignored)
         if not known or target.went:  # went: dropped since the listing, see _refresh
             return False
