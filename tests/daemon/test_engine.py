@@ -472,6 +472,14 @@ def test_a_users_target_leaves_out_the_threads_of_another_user_in_its_process(ki
         assert set(target.threads) == {proc.pid} and masks(roots) == before
 
 
+def _uids_read_as_told(monkeypatch) -> dict[int, procfs.Uids]:
+    """The uids /proc/ID/status is read to have: those put in the returned dict by id,
+    the real ones of the others."""
+    real, told = procfs.process_uids, {}
+    monkeypatch.setattr(procfs, "process_uids", lambda pid, root=procfs.PROC_ROOT: told.get(pid) or real(pid, root))
+    return told
+
+
 @needs_root
 def test_a_users_target_whose_process_becomes_roots_is_let_go(kill_after, monkeypatch) -> None:
     """The owner was read at attach alone: a process a user attached that became root's
@@ -482,8 +490,7 @@ def test_a_users_target_whose_process_becomes_roots_is_let_go(kill_after, monkey
     process, its threads and their masks are real."""
     user = 65534
     proc = kill_after(sleepy(3, user=user))
-    real, now_reads = procfs.process_uids, {}
-    monkeypatch.setattr(procfs, "process_uids", lambda pid, root=procfs.PROC_ROOT: now_reads.get(pid) or real(pid, root))
+    now_reads = _uids_read_as_told(monkeypatch)
     engine, counters = _pin_engine()
     with _released(engine, counters):
         before = masks(tids_of(proc.pid))
@@ -504,8 +511,7 @@ def test_a_thread_of_a_users_target_that_becomes_roots_is_let_go(kill_after, mon
     /proc/TID/status, as in the test above; the threads and their masks are real."""
     user = 65534
     proc = kill_after(sleepy(3, user=user))
-    real, now_reads = procfs.process_uids, {}
-    monkeypatch.setattr(procfs, "process_uids", lambda pid, root=procfs.PROC_ROOT: now_reads.get(pid) or real(pid, root))
+    now_reads = _uids_read_as_told(monkeypatch)
     engine, counters = _pin_engine()
     with _released(engine, counters):
         tids = tids_of(proc.pid)
@@ -528,8 +534,7 @@ def test_a_roots_target_whose_process_becomes_a_users_is_that_users(kill_after, 
     target". From the next rescan it is that user's (the uid read faked as above)."""
     user = 65534
     proc = kill_after(sleepy(2))
-    real, now_reads = procfs.process_uids, {}
-    monkeypatch.setattr(procfs, "process_uids", lambda pid, root=procfs.PROC_ROOT: now_reads.get(pid) or real(pid, root))
+    now_reads = _uids_read_as_told(monkeypatch)
     engine, counters = _pin_engine()
     with _released(engine, counters):
         engine.attach(proc.pid, time.monotonic(), uid=0)
