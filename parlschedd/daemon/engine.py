@@ -746,12 +746,19 @@ class Engine:
             return False  # the listing reports what happened
         return count == known and not target.exits.any_exited()
 
-    def _birth_mark(self) -> tuple[int, int] | None:
-        """``procfs.birth_mark``, or None where it cannot be trusted (a fake /proc
-        without it, a loadavg that is not the kernel's): then every period lists."""
+    @property
+    def births_seen(self) -> bool:
+        """Whether this /proc tells a birth on the host (``procfs.birth_mark``): not in a
+        fake /proc without it, nor where /proc/loadavg is hidden (a unit's
+        ProcSubset=pid) or is not the kernel's; every period then lists every
+        --descendants target's tree. Status says which."""
         if self._births_trusted is None:
             self._births_trusted = procfs.birth_mark_is_the_kernels(self.proc_root)
-        if not self._births_trusted:
+        return self._births_trusted
+
+    def _birth_mark(self) -> tuple[int, int] | None:
+        """``procfs.birth_mark``, or None where it cannot be trusted (``births_seen``)."""
+        if not self.births_seen:
             return None
         try:
             return procfs.birth_mark(self.proc_root)

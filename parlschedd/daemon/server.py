@@ -709,6 +709,7 @@ class Daemon:
                 "period_s": self.config.period_s, "domain_period_s": self.config.domain_period_s,
                 "domains": self.domains, "cpus": self.cpus, "loop": self.stats.as_json(self.config.period_s),
                 "state_file_error": self.statefile.error,  # null: written; else why not (StateFile.error)
+                "trees_listed": "after a birth" if self.engine.births_seen else "every period",
             },
             "targets": [self.engine.describe(t, time.monotonic()) for t in targets],
         }

@@ -100,6 +100,7 @@ def test_status_json_fields(daemon, workload):
     for key in ("pid", "version", "uptime_s", "counter_source", "period_s", "domain_period_s", "domains", "cpus", "loop"):
         assert key in d
     assert d["counter_source"] in ("perf:instructions", "perf:task-clock", "schedstat")
+    assert d["trees_listed"] == "after a birth"  # this /proc has the kernel's loadavg
     assert d["loop"]["periods"] > 0
     jitter = d["loop"]["jitter_ms"]
     assert 0 <= jitter["p50"] <= jitter["p99"] <= jitter["max"]

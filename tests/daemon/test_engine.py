@@ -832,6 +832,16 @@ def test_a_quiet_period_of_a_users_descendants_target_lists_nothing_either(kill_
         assert listings == [parent.pid] and child not in target.threads
 
 
+def test_a_proc_that_does_not_tell_births_lists_trees_every_period(tmp_path) -> None:
+    """Where /proc/loadavg is hidden (a unit's ProcSubset=pid) or not the kernel's, no
+    period may trust the birth mark, and status says so (a directory without it
+    stands for such a /proc); this host's own /proc tells them."""
+    config = Config()
+    blind = Engine(config, [[0]], CounterSet(CounterSource.TASK_CLOCK), Pinner(), proc_root=str(tmp_path))
+    assert not blind.births_seen and blind._birth_mark() is None
+    assert Engine(config, [[0]], CounterSet(CounterSource.TASK_CLOCK), Pinner()).births_seen
+
+
 @needs_root
 def test_a_thread_born_in_a_descendants_target_is_adopted_in_the_next_period(workload) -> None:
     """The same with the host's real mark: a thread started between two periods is

@@ -137,6 +137,9 @@ def test_attach_by_a_group_member_pins_every_thread(steps):
         assert (single_cpu(mask) and int(mask) in cpus) or mask in domains, (th, mask)
         assert th["cpu"] in cpus if not th["free"] else th["cpu"] is None
     assert at["status_daemon"]["counter_source"] == "perf:task-clock"
+    # The unit lets the daemon read /proc/loadavg: a quiet period lists no tree (its
+    # ProcSubset=pid hid it, and every --descendants tree was listed every period)
+    assert at["status_daemon"]["trees_listed"] == "after a birth"
     # A non-root caller sees its own target.
     assert [t["pid"] for t in at["user_status"]["targets"]] == [at["pid"]]
 
