@@ -628,7 +628,8 @@ class Engine:
             found = procfs.descendants(target.pid, self.proc_root)
         except ThreadGone:
             return [target.pid]
-        found = [p for p in found if p != os.getpid()]
+        me = os.getpid()
+        found = [p for p in found if p != me]
         if target.caller is not None:
             found = [p for p in found if self._owner(p) == target.caller]
         return [target.pid, *found]

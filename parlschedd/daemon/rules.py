@@ -108,35 +108,14 @@ class RuleMatcher:
         # a non-root user's descendants target holds only that user's processes: not these
         holders = {p for p, t in engine.targets.items() if t.descendants and t.caller is None}
         holders.update(p for p in engine.left_alone if p in wanted and rules[wanted[p]].descendants)
-        if not holders:
-            return False
-        seen: set[int] = set()
-        while pid > 1 and pid not in seen:  # a ppid loop is not the kernel's, but a fake tree's
-            seen.add(pid)
-            try:
-                pid = procfs.process_stat(pid, self.proc_root).ppid
-            except HostError:
-                return False
-            if pid in holders:
-                return True
-        return False
+        return bool(holders) and any(p in holders for p in procfs.ancestors(pid, self.proc_root))
 
     def _daemons_ancestors(self) -> set[int]:
         """The processes the daemon runs under, up to PID 1 (read each rescan: an
         ancestor that exits hands the daemon to another). PID 1 always: the ancestor of
         every process of its namespace, also of a daemon entered into it from outside
         (nsenter), whose parent is then none (ppid 0)."""
-        found = {1}
-        pid = os.getpid()
-        while pid > 1:
-            try:
-                pid = procfs.process_stat(pid, self.proc_root).ppid
-            except HostError:
-                break
-            if pid in found:
-                break
-            found.add(pid)
-        return found - {0}
+        return {1, *procfs.ancestors(os.getpid(), self.proc_root)} - {0}
 
     def _ancestor_matched(self, pid: int, rule: int, engine: Engine) -> None:
         said = (engine.start_time(pid) or 0, rule)

@@ -16,7 +16,7 @@ import errno
 import os
 import select
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -210,6 +210,20 @@ def thread_group(tid: int, root: str = PROC_ROOT) -> int:
     """The pid of the process that ``tid`` is a thread of (``Tgid:``; ``tid`` itself
     for a process's main thread). /proc/<tid> resolves for any thread, listed or not."""
     return int(status_field(_read(os.path.join(root, str(tid), "status"), tid=tid), "Tgid")[0])
+
+
+def ancestors(pid: int, root: str = PROC_ROOT) -> Iterator[int]:
+    """The parent of ``pid``, its parent, ... up to PID 1 (or 0, the parent of a
+    process whose parent is outside its pid namespace); the walk ends early where one
+    is gone, or at a ppid loop (a fake tree's, never the kernel's)."""
+    seen: set[int] = set()
+    while pid > 1 and pid not in seen:
+        seen.add(pid)
+        try:
+            pid = process_stat(pid, root).ppid
+        except HostError:
+            return
+        yield pid
 
 
 def descendants(pid: int, root: str = PROC_ROOT) -> list[int]:

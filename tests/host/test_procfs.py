@@ -153,6 +153,17 @@ def test_children_and_descendants(fake_proc: FakeProc, children_files: bool) -> 
     assert procfs.descendants(20, root) == []
 
 
+def test_ancestors_walk_up_to_pid_1_and_stop_where_one_is_gone_or_loops(fake_proc: FakeProc) -> None:
+    for pid, ppid in {1: 0, 10: 1, 11: 10, 12: 11, 30: 99, 40: 41, 41: 40}.items():  # 99: gone; 40-41: a loop
+        fake_proc.process(pid, ppid=ppid)
+    root = str(fake_proc.root)
+    assert list(procfs.ancestors(12, root)) == [11, 10, 1]
+    assert list(procfs.ancestors(1, root)) == []
+    assert list(procfs.ancestors(30, root)) == [99]
+    assert list(procfs.ancestors(40, root)) == [41, 40]
+    assert next(procfs.ancestors(os.getpid())) == os.getppid()  # the real /proc
+
+
 def test_real_threads_of_this_process(spawn: Callable[..., Worker]) -> None:
     worker = spawn(busy=False)
     Path(f"/proc/self/task/{worker.tid}/comm").write_text(NASTY)
