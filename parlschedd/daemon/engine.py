@@ -244,7 +244,7 @@ class Engine:
         the process exited and was dropped, or it is a descendant another target
         manages. That it was managed is said only to root and to its owner, as status
         shows it only to them; another user's process is refused as attach refuses it."""
-        owner = self._owner(pid)
+        owner = procfs.owner(pid, self.proc_root)
         if uid not in (None, 0) and owner not in (None, uid):  # not whether it is managed: no leak
             return _not_yours(pid, owner, uid)
         message = f"process {pid} is not attached"
@@ -287,12 +287,6 @@ class Engine:
             raise EngineError(refusal.code, f"{refusal}; its history is no longer kept "
                                             f"(the last {HISTORIES_KEPT} exited targets' are)")
         return gone, True
-
-    def _owner(self, pid: int) -> int | None:
-        try:
-            return procfs.process_uids(pid, self.proc_root).owner
-        except HostError:
-            return None
 
     def _thread_hint(self, pid: int) -> str:
         """'; PID is a thread of process P ...' when ``pid`` is a thread id, not a
@@ -432,7 +426,7 @@ class Engine:
         user attached that is no longer that user's is detached, its threads restored:
         the user went on placing (and seeing) a process that had become root's, and
         its new owner could neither see nor detach it. False when it was detached."""
-        owner = self._owner(target.pid)
+        owner = procfs.owner(target.pid, self.proc_root)
         if owner is None or owner == target.uid:
             return True  # exited: the period drops it
         if target.caller is not None and owner != target.caller:
@@ -451,11 +445,8 @@ class Engine:
         then left out by the next listing, which adoption's check makes an ignored
         thread. It stayed pinned, and shown to the user, for good (review)."""
         for tid in list(target.threads):
-            try:
-                owner = procfs.process_uids(tid, self.proc_root).owner
-            except HostError:
-                continue  # gone: the period drops it
-            if owner != target.caller:
+            owner = procfs.owner(tid, self.proc_root)
+            if owner not in (None, target.caller):  # None: gone, the period drops it
                 log.info("thread's owner changed, let go", pid=target.pid, tid=tid, uid=owner)
                 self._drop_thread(target, tid)
 
@@ -631,7 +622,7 @@ class Engine:
         me = os.getpid()
         found = [p for p in found if p != me]
         if target.caller is not None:
-            found = [p for p in found if self._owner(p) == target.caller]
+            found = [p for p in found if procfs.owner(p, self.proc_root) == target.caller]
         return [target.pid, *found]
 
     def _refresh(self, target: Target, now: float) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -311,22 +311,25 @@ def trees(engine: Engine) -> list[list]:
     forked while no daemon ran, born with one of the last run's pins, are given back
     the process's own mask, as the running daemon gives a new descendant's (of a
     user's target, only the children that user owns)."""
-    callers: dict[int, int | None] = {}
-    for target in (t for t in engine.targets.values() if t.descendants):
-        for pid in target.processes():
-            callers[pid] = None if pid in callers and callers[pid] is None else target.caller  # root's: all
+    callers = _root_first((pid, target.caller) for target in engine.targets.values() if target.descendants
+                          for pid in target.processes())
     return sorted([pid, caller] for pid, caller in callers.items())
 
 
 def _saved_trees(state: dict) -> dict[int, int | None]:
     """The state's ``trees`` as written (none from a file written before it)."""
     saved = state.get("trees")
+    return _root_first((entry[0], entry[1]) for entry in (saved if isinstance(saved, list) else ())
+                       if isinstance(entry, list) and len(entry) == 2 and is_integer(entry[0])
+                       and (entry[1] is None or is_integer(entry[1])))
+
+
+def _root_first(pairs: Iterable[tuple[int, int | None]]) -> dict[int, int | None]:
+    """Each process's caller (None: root's) of (pid, caller) pairs: a process in root's
+    tree and a user's is root's, whose children are all its own."""
     callers: dict[int, int | None] = {}
-    for entry in saved if isinstance(saved, list) else ():
-        if isinstance(entry, list) and len(entry) == 2 and is_integer(entry[0]) and \
-                (entry[1] is None or is_integer(entry[1])):
-            pid, caller = entry
-            callers[pid] = None if pid in callers and callers[pid] is None else caller  # root's: all its children
+    for pid, caller in pairs:
+        callers[pid] = None if pid in callers and callers[pid] is None else caller
     return callers
 
 
@@ -529,7 +532,7 @@ def _born_below(pinner: Pinner, pid: int, born_since: int, caller: int | None, r
         if stat.ppid not in new or stat.start_time < born_since or stat.pid in recorded:
             continue
         new.add(stat.pid)  # the user's own processes below another's are theirs still, as Engine._pids has them
-        if caller is not None and _owner(stat.pid, proc_root) != caller:
+        if caller is not None and procfs.owner(stat.pid, proc_root) != caller:
             continue
         for tid in _tids(stat.pid, proc_root):
             try:
@@ -541,12 +544,6 @@ def _born_below(pinner: Pinner, pid: int, born_since: int, caller: int | None, r
     return born
 
 
-def _owner(pid: int, proc_root: str) -> int | None:
-    """The process's owner; None once it exited."""
-    try:
-        return procfs.process_uids(pid, proc_root).owner
-    except HostError:
-        return None
 
 
 def _tids(pid: int, proc_root: str) -> list[int]:

@@ -206,6 +206,15 @@ def process_uids(pid: int, root: str = PROC_ROOT) -> Uids:
     return parse_uids(_read(os.path.join(root, str(pid), "status"), pid=pid))
 
 
+def owner(pid: int, root: str = PROC_ROOT) -> int | None:
+    """Whose the process (or thread: a uid is per thread) is, ``Uids.owner``; None once
+    it exited or cannot be read."""
+    try:
+        return process_uids(pid, root).owner
+    except HostError:
+        return None
+
+
 def thread_group(tid: int, root: str = PROC_ROOT) -> int:
     """The pid of the process that ``tid`` is a thread of (``Tgid:``; ``tid`` itself
     for a process's main thread). /proc/<tid> resolves for any thread, listed or not."""

@@ -807,12 +807,12 @@ time.sleep(60)
 
 
 @needs_root
-def test_a_quiet_period_of_a_users_descendants_target_lists_nothing_either(kill_after) -> None:
+def test_a_quiet_period_of_a_users_descendants_target_lists_nothing_either(kill_after, monkeypatch) -> None:
     """A non-root caller's tree was listed every period: 300 sleeping processes cost
     the daemon 39.9% of a core, against 4.0% for the same tree of root's
     (bench/results/tree_cost-before.json). It is listed when root's is. A process
-    of it that changed owner without a birth (a setuid exec; stood in for by the owner
-    the engine reads) is let go at the full listing rescan_s brings, as the target's
+    of it that changed owner without a birth (a setuid exec; stood in for by the uids
+    /proc is read to have) is let go at the full listing rescan_s brings, as the target's
     own owner is read again then. The birth mark is a stand-in, as in the test above."""
     parent = kill_after(subprocess.Popen([sys.executable, "-c", USER_TREE], stdout=subprocess.PIPE, text=True,
                                          start_new_session=True))
@@ -823,8 +823,7 @@ def test_a_quiet_period_of_a_users_descendants_target_lists_nothing_either(kill_
         target = engine.attach(parent.pid, time.monotonic(), descendants=True, uid=NOBODY)
         assert child in target.threads
         listings = _listings(engine)
-        owner = engine._owner
-        engine._owner = lambda pid: 0 if pid == child else owner(pid)  # it exec'd a setuid-root program
+        _uids_read_as_told(monkeypatch)[child] = procfs.Uids(0, 0, 0, 0)  # it exec'd a setuid-root program
         for _ in range(5):
             engine.tick(time.monotonic())
         assert listings == [] and child in target.threads
