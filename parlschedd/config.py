@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import yaml
 
 from parlschedd import textfile
-from parlschedd.cpulist import parse_cpulist
+from parlschedd.cpulist import MAX_CPUS, parse_cpulist
 from parlschedd.daemon.protocol import DEFAULT_SOCKET
 from parlschedd.keypaths import Collector, KeyPathError, Octal, load_yaml, yaml12_number, yaml_kind
 from parlschedd.kinds import finite, is_integer, is_number
@@ -260,6 +260,9 @@ class _Checker(Collector):
             return None
         if not isinstance(value, list) or not value or not all(is_integer(c) and c >= 0 for c in value):
             self.fail(path, f"must be a non-empty list of CPU numbers or a CPU list such as '0-3,8', got {_shown(value)}")
+            return None
+        if above := [int(c) for c in value if c >= MAX_CPUS]:
+            self.fail(path, f"CPU number {above[0]} is above any CPU ({MAX_CPUS})")
             return None
         return tuple(int(c) for c in value)
 

@@ -22,6 +22,9 @@ def parse_cpulist(text: str) -> frozenset[int]:
     if not body:
         return frozenset()
     for part in body.split(","):
+        if ":" in part:
+            raise ValueError(f"the stride form {part.strip()!r} in {text!r} is not read here; name the CPUs "
+                             "(a range such as '0-15', or each CPU: '0,2,4')")
         first, sep, last = part.strip().partition("-")
         lo = _cpu_number(first, text)
         hi = _cpu_number(last, text) if sep else lo
@@ -49,6 +52,7 @@ def _cpu_number(token: str, text: str) -> int:
     token = token.strip()
     if not (token.isascii() and token.isdigit()):
         raise ValueError(f"bad CPU number {token!r} in CPU list {text!r}")
-    if len(token) > 6 or int(token) >= MAX_CPUS:
+    digits = token.lstrip("0") or "0"  # leading zeros are the same CPU, and int() refuses 4300 digits
+    if len(digits) > 6 or int(digits) >= MAX_CPUS:
         raise ValueError(f"CPU number {token[:12]!r} in CPU list {text[:40]!r} is above any CPU ({MAX_CPUS})")
-    return int(token)
+    return int(digits)

@@ -402,6 +402,9 @@ def test_cpus_may_be_a_cpu_list_as_the_kernel_writes_it(tmp_path):
     assert errors_of({"cpus": ""})["cpus"].startswith("names no CPU, got ''")
     assert "domains[1]" in errors_of({"domains": ["0-1", "2-"]})
     assert "or a CPU list such as '0-3,8'" in errors_of({"cpus": 3})["cpus"]
+    # the list form had no bound where the text form has one ('70000' was refused, [0, 70000] taken)
+    assert errors_of({"cpus": [0, 70000]}) == {"cpus": "CPU number 70000 is above any CPU (65536)"}
+    assert errors_of({"domains": [[0], [65536]]})["domains[1]"].startswith("CPU number 65536 is above any CPU")
 
 
 @pytest.mark.parametrize("raw, key, said", [

@@ -19,16 +19,24 @@ from parlschedd.cpulist import format_cpulist, parse_cpulist
         (" 0 - 1 , 4 ", {0, 1, 4}),
         ("2-2", {2}),
         ("65535", {65535}),  # the last CPU number taken (MAX_CPUS)
+        ("00000001", {1}),  # leading zeros: was "above any CPU", by the length of its text
+        ("0" * 5000 + "1-02", {1, 2}),  # int() alone refuses 4300 digits
     ],
 )
 def test_parse(text: str, cpus: set[int]) -> None:
     assert parse_cpulist(text) == frozenset(cpus)
 
 
-@pytest.mark.parametrize("text", ["3-1", "a", "1,,2", "-1", "0-", "0-7:2/4", "١", "0-999999999999", "65536", "0" * 40 + "1"])
+@pytest.mark.parametrize("text", ["3-1", "a", "1,,2", "-1", "0-", "0-7:2/4", "١", "0-999999999999", "65536", "0065536"])
 def test_parse_rejects(text: str) -> None:
     with pytest.raises(ValueError):
         parse_cpulist(text)
+
+
+def test_the_stride_form_is_named():
+    """The kernel's write-only form ``a-b:u/g`` was "bad CPU number '15:2'"."""
+    with pytest.raises(ValueError, match="the stride form '0-15:2' in '0-15:2' is not read here; name the CPUs"):
+        parse_cpulist("0-15:2")
 
 
 def test_format_like_the_kernel() -> None:
