@@ -212,16 +212,23 @@ def _name_of_init(proc_root: str) -> str | None:
 
 
 def _cpus(cfg: Config, sysfs: str) -> list[Finding]:
-    """Some of ``cpus`` missing only narrows what the daemon uses (none usable is a
-    refusal)."""
+    """Some of ``cpus``, or of an explicit layout's ``domains``, missing only narrows
+    what the daemon uses (none usable is a refusal)."""
     try:
         topology = read_topology(sysfs, cpus=cfg.cpus)
+        topology.domains(cfg.domains)
     except TopologyError:
         return []
+    found = []
     if unusable := topology.unusable(cfg.cpus):
-        return [Finding("cpus", f"{format_cpulist(unusable)} not usable on this host (absent or offline); "
-                                f"parlschedd runs on {format_cpulist(topology.usable)}")]
-    return []
+        found.append(Finding("cpus", f"{format_cpulist(unusable)} not usable on this host (absent or offline); "
+                                     f"parlschedd runs on {format_cpulist(topology.usable)}"))
+    for i, lost in topology.absent(cfg.domains):
+        kept = set(cfg.domains[i]) - set(lost)
+        found.append(Finding(f"domains[{i}]", f"{format_cpulist(lost)} not usable on this host (absent or offline); "
+                                              + (f"the domain keeps {format_cpulist(kept)}" if kept else
+                                                 "the domain is left out")))
+    return found
 
 
 def _metrics(address: str | None) -> list[Finding]:

@@ -40,7 +40,7 @@ class TopologyError(ValueError):
 
     def finding(self) -> tuple[str, str]:
         """``of_config`` as (key path, message), as config errors are listed."""
-        return self.key, f"{self} on this host"
+        return self.key, str(self)
 
 
 class NoCpusFound(TopologyError):
@@ -97,20 +97,44 @@ class Topology:
         return [kept for g in groups if (kept := sorted(usable.intersection(g)))]
 
     def _explicit(self, layout: Sequence[Sequence[int]]) -> list[list[int]]:
+        """An explicit layout's domains, each its CPUs online. Those absent or offline
+        are left out, as the config's ``cpus`` leaves them (a layout copied from a
+        host's node lists outlives SMT turned off or a CPU taken offline; config check
+        and the daemon's start say so, ``absent``), and a domain left with none; an
+        online CPU the daemon may not use (isolated or nohz_full, or outside ``cpus``)
+        is refused, the layout asking for what the rest of the config keeps out."""
         seen: set[int] = set()
         out = []
         for i, group in enumerate(layout):
-            cpus = sorted(set(int(c) for c in group))
+            key = f"domains[{i}]"
+            cpus = {int(c) for c in group}
             if not cpus:
-                raise TopologyError("is empty", key=f"domains[{i}]")
-            if bad := set(cpus) - set(self.usable):
-                raise TopologyError(f"names CPUs {sorted(bad)} that are not usable (usable: {list(self.usable)})",
-                                    key=f"domains[{i}]")
+                raise TopologyError("is empty", key=key)
             if clash := seen.intersection(cpus):
-                raise TopologyError(f"repeats CPUs {sorted(clash)} of an earlier domain", key=f"domains[{i}]")
+                raise TopologyError(f"repeats CPUs {format_cpulist(clash)} of an earlier domain", key=key)
             seen.update(cpus)
-            out.append(cpus)
+            if barred := (cpus & self.online).difference(self.usable):
+                raise TopologyError(self._barred(barred), key=key)
+            if kept := sorted(cpus & self.online):
+                out.append(kept)
+        if not out:
+            raise TopologyError(f"names no CPU online on this host (online: {format_cpulist(self.online)})")
         return out
+
+    def absent(self, layout: str | Sequence[Sequence[int]]) -> list[tuple[int, list[int]]]:
+        """Each domain of an explicit layout that names CPUs absent or offline here, and
+        those CPUs, which the daemon leaves out (``_explicit``)."""
+        if isinstance(layout, str):
+            return []
+        return [(i, lost) for i, group in enumerate(layout) if (lost := sorted(set(group) - self.online))]
+
+    def _barred(self, cpus: set[int]) -> str:
+        """Why online CPUs named by a domain are not the daemon's to use, and the fix."""
+        if kept := self.excluded.intersection(cpus):
+            return (f"names CPUs {format_cpulist(kept)}, isolated or nohz_full on this host: their owners reserved "
+                    "them, so only the config's cpus may opt them in; name them in cpus too, or leave them out here")
+        return (f"names CPUs {format_cpulist(cpus)}, outside the config's cpus ({format_cpulist(self.usable)}); "
+                "add them to cpus, or leave them out here")
 
 
 def read_topology(sysfs: str | os.PathLike[str] = "/sys", cpus: Iterable[int] | None = None) -> Topology:

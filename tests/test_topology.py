@@ -119,15 +119,48 @@ def test_a_domain_left_without_usable_cpus_disappears(two_socket):
 def test_explicit_domains_are_checked(two_socket):
     t = read_topology(two_socket)
     assert t.domains([[0, 2], [1, 3]]) == [[0, 2], [1, 3]]
-    with pytest.raises(TopologyError, match=r"names CPUs \[9\]") as e:
-        t.domains([[0], [9]])
-    assert e.value.of_config() == "domains[1]: names CPUs [9] that are not usable (usable: [0, 1, 2, 3, 4, 5, 6, 7]) on this host"
-    with pytest.raises(TopologyError, match="repeats"):
+    with pytest.raises(TopologyError, match="repeats CPUs 1 of an earlier domain"):
         t.domains([[0, 1], [1]])
     with pytest.raises(TopologyError, match="empty"):
         t.domains([[]])
     with pytest.raises(TopologyError, match="unknown domains mode"):
         t.domains("socket")
+    with pytest.raises(TopologyError, match="names no CPU online on this host") as e:
+        t.domains([[9], [10, 11]])
+    assert e.value.key == "domains"
+
+
+def test_an_explicit_layout_outlives_cpus_taken_offline(two_socket):
+    """A layout copied from a server's node lists refused the daemon's start once SMT
+    was turned off or one CPU taken offline ("names CPUs [128, 129, ...] that are not
+    usable"), where ``cpus`` naming the same CPUs only narrows: left out alike, and a
+    domain with none left. What it leaves out is said (``absent``; config check and
+    the daemon's start warn of it, tests/test_hostcheck.py)."""
+    (two_socket / "devices/system/cpu/online").write_text("0-2,4-5\n")  # 3, 6 and 7 offline
+    t = read_topology(two_socket)
+    assert t.domains([[0, 1, 2, 3], [4, 5, 6, 7]]) == [[0, 1, 2], [4, 5]]
+    assert t.absent([[0, 1, 2, 3], [4, 5, 6, 7]]) == [(0, [3]), (1, [6, 7])]
+    assert t.domains([[0, 1], [6, 7], [4, 5, 9]]) == [[0, 1], [4, 5]]  # the second left out, 9 absent
+    assert t.absent("numa") == [] and t.absent([[0, 1]]) == []
+
+
+def test_an_explicit_layout_may_not_take_cpus_the_config_keeps_out(tmp_path):
+    """An online CPU the rest of the config keeps out (isolated or nohz_full, or outside
+    ``cpus``) is refused, and the refusal says which and why: it said "names CPUs [3]
+    that are not usable (usable: [0, 1, 2, 4, 5, ...])", every usable CPU in a Python
+    list (5101 characters on a 1024-CPU host)."""
+    root = fake_sysfs(tmp_path, ["0-511", "512-1023"], ["0-1023"] * 1024, [0] * 1024, isolated="3")
+    layout = [range(512), range(512, 1024)]
+    with pytest.raises(TopologyError) as e:
+        read_topology(root).domains(layout)
+    assert e.value.of_config() == ("domains[0]: names CPUs 3, isolated or nohz_full on this host: their owners "
+                                   "reserved them, so only the config's cpus may opt them in; name them in cpus too, "
+                                   "or leave them out here")
+    assert read_topology(root, cpus=range(1024)).domains(layout) == [list(range(512)), list(range(512, 1024))]
+    with pytest.raises(TopologyError) as e:
+        read_topology(root, cpus=range(600)).domains(layout)
+    assert e.value.of_config() == ("domains[1]: names CPUs 600-1023, outside the config's cpus (0-599); add them "
+                                   "to cpus, or leave them out here")
 
 
 def test_missing_sysfs_is_a_clear_error(tmp_path):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import selectors
 import signal
 import socket
@@ -200,7 +201,7 @@ class Daemon:
             raise
         except TopologyError as exc:  # a CPU gone since the check
             raise StartupError(f"{self._config_named()}: {exc.of_config()}") from None
-        self.cpus = list(topology.usable)
+        self.cpus = sorted(cpu for domain in self.domains for cpu in domain)  # an explicit layout's, not all usable
         self.online = topology.online
         self._warn_of(self.config)
         source = self._counter_source(caps)
@@ -448,7 +449,7 @@ class Daemon:
         fixed = [key for key in ("domains", "cpus", "utility") if getattr(new, key) != getattr(self.config, key)]
         pending = self._waiting_for_restart(new)
         refused = [f for f in refusals(new, self.socket_path, self.sysfs, self._state_dir, euid=os.geteuid())
-                   if f.key.split(".")[0] in [*pending, *fixed]] if pending or fixed else []
+                   if re.split(r"[.\[]", f.key)[0] in [*pending, *fixed]] if pending or fixed else []
         if refused:  # a restart, due one day or advised, would refuse it: config check's words, as at start
             errors = [one_line([finding], self._config_named()) for finding in refused]
             log.error("reload refused, keeping the old config: the next start would refuse it", errors=errors)
@@ -495,10 +496,11 @@ class Daemon:
         online = online_cpus(self.sysfs)
         if online == self.online:
             return
-        try:
-            usable = read_topology(self.sysfs, cpus=self.config.cpus).usable
+        try:  # what a restart would place threads on
+            usable = [cpu for domain in read_topology(self.sysfs, cpus=self.config.cpus).domains(self.config.domains)
+                      for cpu in domain]
         except TopologyError:  # none of the config's cpus online now: none new to use either
-            usable = ()
+            usable = []
         self.online = online
         unused = sorted(set(usable) - set(self.cpus))
         if unused:

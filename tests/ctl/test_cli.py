@@ -345,6 +345,11 @@ def test_config_check(tmp_path):
     r = ctl("config", "check", str(some))
     assert r.returncode == 0 and "ok" in r.stdout
     assert "warning: cpus: 4094-4095 not usable on this host" in r.stderr and "parlschedd runs on 0\n" in r.stderr
+    some.write_text("domains: [[0, 4094], [4095]]\n")  # as cpus: left out, said (it refused the layout)
+    r = ctl("config", "check", str(some))
+    assert r.returncode == 0 and r.stderr == (
+        f"{some}: warning: domains[0]: 4094 not usable on this host (absent or offline); the domain keeps 0\n"
+        f"{some}: warning: domains[1]: 4095 not usable on this host (absent or offline); the domain is left out\n"), r.stderr
 
 
 @needs_root
@@ -365,8 +370,8 @@ def test_config_check_warns_of_a_counter_source_this_host_lacks(tmp_path):
 
 REFUSED_HERE = {  # valid configs this host's daemon refuses to start with, and what it says
     "cpus: [4095]\n": "cpus: no usable CPUs: online, not isolated and in the config's cpus (online here: ",
-    "cpus: [0]\ndomains: [[0], [1]]\n": "domains[1]: names CPUs [1] that are not usable",
-    "domains: [[0, 4095]]\n": "domains[0]: names CPUs [4095] that are not usable",
+    "cpus: [0]\ndomains: [[0], [1]]\n": "domains[1]: names CPUs 1, outside the config's cpus (0); add them to cpus",
+    "domains: [[4094, 4095]]\n": "domains: names no CPU online on this host (online: ",
     "socket: {group: no-such-group-here}\n": "socket.group: no group 'no-such-group-here' on this host",
 }
 

@@ -921,6 +921,10 @@ def test_a_reload_to_cpus_the_next_start_would_refuse_says_so(daemon):
         daemon.request("reload")
     assert e.value.code == "bad_config" and "cpus:" in str(e.value), str(e.value)
     assert "takes effect at a restart" not in str(e.value) and "no usable CPU" in str(e.value), str(e.value)
+    daemon.config.write_text("period_s: 0.2\ncpus: [0]\ndomains: [[0], [1]]\n")  # a finding of domains[1], not domains
+    with pytest.raises(client.Refused) as e:
+        daemon.request("reload")
+    assert "domains[1]: names CPUs 1, outside the config's cpus (0)" in str(e.value), str(e.value)
 
 
 def test_schedstat_asked_for_is_no_refusal_to_warn_of(tmp_path):
@@ -941,6 +945,23 @@ def test_config_cpus_this_host_lacks_are_left_out_and_said(tmp_path):
                 if line["event"] == "config not all usable on this host"}
         assert said["cpus"].startswith("4095 not usable on this host") and said["cpus"].endswith("parlschedd runs on 0")
         assert "/parlsched-no-such-cgroup on this host (yet); the rule matches nothing until" in said["targets[0].cgroup"]
+    finally:
+        d.stop()
+
+
+def test_an_explicit_layouts_cpus_this_host_lacks_are_left_out_and_said(tmp_path):
+    """A layout naming CPUs absent here (as SMT turned off, or a CPU taken offline,
+    leaves a layout copied from the node lists) refused the start; now narrowed as
+    ``cpus`` is, in config check's words. The daemon's ``cpus`` are its domains' (they
+    were every usable CPU, those the layout leaves out too)."""
+    d = start_daemon(tmp_path, "period_s: 0.05\ndomains: [[0, 4094], [4095]]\n")
+    try:
+        daemon = d.request("status")["daemon"]
+        assert (daemon["domains"], daemon["cpus"]) == ([[0]], [0])
+        said = {line["key"]: line["problem"] for line in d.log_records()
+                if line["event"] == "config not all usable on this host"}
+        assert said == {"domains[0]": "4094 not usable on this host (absent or offline); the domain keeps 0",
+                        "domains[1]": "4095 not usable on this host (absent or offline); the domain is left out"}
     finally:
         d.stop()
 

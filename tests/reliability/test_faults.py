@@ -23,6 +23,7 @@ import pytest
 
 from parlschedctl import client
 from parlschedd.config import Config
+from parlschedd.cpulist import format_cpulist
 from parlschedd.daemon.engine import Engine
 from parlschedd.host import procfs
 from parlschedd.host.affinity import Pinner
@@ -322,6 +323,36 @@ def test_a_cpu_plugged_in_after_start_is_named_and_left_alone(tmp_path, hotplug)
         target.wait()
         stopped = d.stop()
     assert stopped == 0  # after the finally: a failure above is not replaced by this one
+
+
+@pytest.mark.slow
+@two_cpus
+@pytest.mark.parametrize("named", [True, False], ids=["layout names it", "layout leaves it out"])
+def test_an_explicit_layout_with_a_cpu_offline_at_start(tmp_path, hotplug, named):
+    """A layout naming the last CPU while it is offline (SMT turned off, a CPU taken
+    out) refused the start; now the daemon starts on the rest, says which domain lost
+    what, and when the CPU comes online says a restart would use it. A layout that
+    does not name it was told the same (a restart would not use it): now nothing."""
+    hotplug.write_text("0")
+    left = sorted(ALL - {LAST})
+    layout = [left, [LAST]] if named else [left]
+    d = start_daemon(tmp_path, f"period_s: 0.05\nrescan_s: 0.2\ndomains: {layout}\n")
+    try:
+        assert d.request("status")["daemon"]["cpus"] == left
+        narrowed = {r["key"]: r["problem"] for r in d.log_records() if r["event"] == "config not all usable on this host"}
+        assert narrowed == ({"domains[1]": f"{LAST} not usable on this host (absent or offline); the domain is left out"}
+                            if named else {})
+        hotplug.write_text("1")
+        if named:
+            warned = wait_for(lambda: [r for r in d.log_records() if r.get("event", "").startswith("CPUs came online")])
+            assert warned[0]["cpus"] == str(LAST) and warned[0]["using"] == format_cpulist(left)
+        else:
+            time.sleep(1)  # five rescans
+            assert not [r for r in d.log_records() if r.get("event", "").startswith("CPUs came online")]
+        assert not errors_in_log(d)
+    finally:
+        stopped = d.stop()
+    assert stopped == 0
 
 
 # -- perf_event_open failing -----------------------------------------------------------
