@@ -24,6 +24,7 @@ from typing import Any, NoReturn
 import click
 
 from parlschedd import __version__
+from parlschedd.build import build_id, other_build
 from parlschedctl import client, runner
 from parlschedd.daemon import protocol
 from parlschedctl.outputs import FILE, OUT_FILE, CannotWrite, check_figure, figure_suffix, print_json
@@ -47,21 +48,25 @@ def talks_to_daemon(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Map the client's errors to the contract's exit codes and one-line messages; with
     --json a refusal is also the daemon's error object on stdout, so that a script
     reading stdout gets an object either way (an unreachable daemon sent none: exit 3).
-    A reply without what this parlschedctl reads, from a daemon of another version (an
-    upgrade it was not restarted after), says so; it was a KeyError's traceback. From
-    a daemon of this version it is a bug, shown as one."""
+    A reply without what this parlschedctl reads, from a daemon of another version or
+    other code of this one (an upgrade it was not restarted after), says so; it was a
+    KeyError's traceback. From a daemon of this code it is a bug, shown as one."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except (KeyError, TypeError, IndexError):
-            theirs = _daemon_version(args[0])
-            if theirs in (None, __version__):
+            pong = _ping(args[0])
+            theirs = pong.get("version")
+            if theirs not in (None, __version__):
+                runs = f"parlschedd {printable(str(theirs))} and this parlschedctl is {__version__}"
+            elif other_build(pong.get("build")):
+                runs = f"other code (build {printable(pong['build'])}) than this parlschedctl (build {build_id()})"
+            else:
                 raise
-            click.echo(f"parlschedctl: the daemon runs parlschedd {printable(str(theirs))} and this parlschedctl is "
-                       f"{__version__}: its reply lacks what this one reads; restart it (systemctl restart "
-                       "parlschedd)", err=True)
+            click.echo(f"parlschedctl: the daemon runs {runs}: its reply lacks what this one reads; restart it "
+                       "(systemctl restart parlschedd)", err=True)
             sys.exit(1)
         except client.Unreachable as exc:
             click.echo(f"parlschedctl: {exc}", err=True)
@@ -75,12 +80,12 @@ def talks_to_daemon(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _daemon_version(sock: str) -> object:
-    """The version the daemon at ``sock`` says it runs; None when it cannot be asked."""
+def _ping(sock: str) -> dict[str, Any]:
+    """The daemon's answer to ping (its version and build); empty when it cannot be asked."""
     try:
-        return client.request(sock, "ping").get("version")
+        return client.request(sock, "ping")
     except (client.Unreachable, client.Refused):
-        return None
+        return {}
 
 
 class Commands(click.Group):

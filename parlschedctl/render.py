@@ -8,6 +8,7 @@ import unicodedata
 from typing import Any
 
 from parlschedd import __version__
+from parlschedd.build import build_id, other_build
 from parlschedd.cpulist import format_cpulist
 from parlschedd.daemon.protocol import clip as clip_value
 from parlschedd.units import unit_of
@@ -43,6 +44,10 @@ def _status_rows(reply: dict[str, Any]) -> list[tuple[str, int | None]]:
     if d["version"] != __version__:
         rows.append((f"warning: the daemon runs parlschedd {d['version']}, and {__version__} is installed: restart it "
                      "(systemctl restart parlschedd) to run what is installed", None))
+    elif other_build(d.get("build")):
+        rows.append((f"warning: the daemon runs other code (build {d['build']}) than this parlschedctl's (build "
+                     f"{build_id()}): if it was installed since the daemon started, restart it (systemctl restart "
+                     "parlschedd) to run it", None))
     if d.get("state_file_error"):
         rows.append((f"warning: the state file could not be written ({d['state_file_error']}): a start after a crash "
                      "would act on an older state (see the daemon's log)", None))

@@ -29,6 +29,7 @@ import numpy as np
 import structlog
 
 from parlschedd import __version__, config as config_mod
+from parlschedd.build import build_id
 from parlschedd.config import Config, ConfigError, ConfigUnreadable, ConfigUntrusted
 from parlschedd.daemon import notify, protocol
 from parlschedd.daemon.control import PARTS_TTL_S, ControlSocket, SocketUnusable
@@ -155,6 +156,7 @@ class Daemon:
     def __init__(self, config: Config, config_path: str | None, socket_path: str, state_dir: str,
                  sysfs: str = "/sys", proc_root: str = procfs.PROC_ROOT, cgroup_root: str = cgroups.CGROUP_ROOT) -> None:
         self.config, self.config_path = config, config_path
+        self.build = build_id()  # the code loaded now, not what an install puts there later
         self._started_with = config  # socket and metrics are set up from it, once
         self.restart_pending: list[str] = []  # keys of the config file that wait for a restart
         self.reload_warnings: list[str] = []  # what the last reload applied but cannot use here (a rule's cgroup not there)
@@ -231,7 +233,7 @@ class Daemon:
         self.rules.rescan(self.engine, self.config.targets, now)
         self.engine.forget_unclaimed_hand_overs()
         self.statefile.save(self.engine)
-        log.info("started", version=__version__, config=_read_from(self.config),
+        log.info("started", version=__version__, build=self.build, config=_read_from(self.config),
                  socket=os.path.abspath(self.socket_path), state_dir=os.path.abspath(self._state_dir),
                  domains=self.domains, counter_source=source.value, period_s=self.config.period_s)
         self._status_told = self._status_text()  # the targets attached again from the last run counted
@@ -642,7 +644,7 @@ class Daemon:
         a = request.args
         now = time.monotonic()
         if request.cmd == "ping":
-            return {"version": __version__}
+            return {"version": __version__, "build": self.build}
         if request.cmd == "attach":
             # as the rules skip it: pinning its own loop helps no one (others are refused
             # by the engine's ownership check first, which says no more than that)
@@ -705,7 +707,7 @@ class Daemon:
                 raise self.engine.not_attached(pid, uid)
         return {
             "daemon": {
-                "pid": os.getpid(), "version": __version__,
+                "pid": os.getpid(), "version": __version__, "build": self.build,
                 "uptime_s": round(time.monotonic() - self.started, 3),
                 "counter_source": self.counters.source.value,
                 "period_s": self.config.period_s, "domain_period_s": self.config.domain_period_s,

@@ -28,6 +28,7 @@ from parlschedd.host import cgroups
 from parlschedd.host.base import CounterSource
 from parlschedd.host.perf import detect_source
 from parlschedd import __version__
+from parlschedd.build import PACKAGE, build_id
 from tests.conftest import NOBODY, PINNING, as_user, in_child_as, needs_root, read_terminal, start_daemon, wait_for
 
 CTL = [sys.executable, "-m", "parlschedctl"]  # the installed command's entry point
@@ -160,10 +161,10 @@ def test_a_socket_that_is_no_daemons_exits_3_with_a_message(tmp_path):
 
 
 @contextlib.contextmanager
-def another_daemon(path: Path, version: str, replies: dict[str, dict]) -> Iterator[None]:
+def another_daemon(path: Path, version: str, replies: dict[str, dict], build: str | None = None) -> Iterator[None]:
     """A stand-in for a parlschedd of another version (one cannot be installed here
     beside this one): on each connection, one request line answered from ``replies``
-    by its cmd, ping with ``version``."""
+    by its cmd, ping with ``version`` and ``build``."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
     listener.listen(8)
@@ -176,7 +177,7 @@ def another_daemon(path: Path, version: str, replies: dict[str, dict]) -> Iterat
                 return
             with conn:
                 cmd = json.loads(conn.makefile().readline())["cmd"]
-                reply = {"version": version} if cmd == "ping" else replies[cmd]
+                reply = {"version": version, "build": build} if cmd == "ping" else replies[cmd]
                 conn.sendall(json.dumps({"ok": True, **reply}).encode() + b"\n")
 
     threading.Thread(target=serve, daemon=True).start()
@@ -202,6 +203,44 @@ def test_a_reply_of_a_daemon_of_another_version_is_said_so(tmp_path):
     with another_daemon(sock, __version__, {"attach": {}}):
         r = ctl("attach", "4194303", socket=str(sock))
         assert r.returncode == 1 and "KeyError: 'target'" in r.stderr
+
+
+def test_a_reply_of_other_code_of_this_version_is_said_so(tmp_path):
+    """The same for a daemon of this version running other code (an install of newer
+    code, version unchanged, that it was not restarted after): it was the traceback
+    of a bug."""
+    sock = tmp_path / "old.sock"
+    with another_daemon(sock, __version__, {"attach": {}}, build="0123456789ab"):
+        r = ctl("attach", "4194303", socket=str(sock))
+        assert r.returncode == 1 and r.stderr == (
+            f"parlschedctl: the daemon runs other code (build 0123456789ab) than this parlschedctl (build {build_id()}): "
+            "its reply lacks what this one reads; restart it (systemctl restart parlschedd)\n"), r.stderr
+
+
+@needs_root
+def test_status_says_the_daemon_runs_other_code_of_this_version(tmp_path):
+    """The README says that after a ``make install`` of newer code status tells the
+    running daemon's old code apart; it compared version strings alone, 0.1.0 in every
+    commit, so it never did. A real daemon started from a copy of the package with one
+    line changed (the code of an earlier install) is told apart by its build."""
+    old = tmp_path / "old"
+    shutil.copytree(PACKAGE, old / "parlschedd", ignore=shutil.ignore_patterns("__pycache__"))
+    with open(old / "parlschedd" / "daemon" / "engine.py", "a") as f:
+        f.write("# the code of an earlier install\n")
+    (tmp_path / "d").mkdir()
+    d = start_daemon(tmp_path / "d", prefix=("env", "-C", str(old)))  # python -m finds the package in its cwd first
+    same = start_daemon(tmp_path)
+    try:
+        theirs = build_id(old / "parlschedd")
+        assert json.loads(ctl("status", "--json", socket=d.socket).stdout)["daemon"]["build"] == theirs != build_id()
+        r = ctl("status", socket=d.socket)
+        assert r.returncode == 0 and (f"warning: the daemon runs other code (build {theirs}) than this parlschedctl's "
+                                      f"(build {build_id()}): if it was installed since the daemon started, restart "
+                                      "it (systemctl restart parlschedd) to run it") in r.stdout, r.stdout
+        assert "the daemon runs" not in ctl("status", socket=same.socket).stdout
+    finally:
+        d.stop()
+        same.stop()
 
 
 def _answer_once(listener: socket.socket, answer: bytes) -> None:
