@@ -21,6 +21,7 @@ import pytest
 import structlog.testing
 
 from parlschedctl import client
+from parlschedd.build import build_id
 from parlschedd.__main__ import REFUSED
 from parlschedd.host import procfs
 from parlschedd.config import config_file
@@ -101,6 +102,7 @@ def test_status_json_fields(daemon, workload):
         assert key in d
     assert d["counter_source"] in ("perf:instructions", "perf:task-clock", "schedstat")
     assert d["trees_listed"] == "after a birth"  # this /proc has the kernel's loadavg
+    assert d["build"] == daemon.request("ping")["build"] == build_id()  # the code of this checkout
     assert d["loop"]["periods"] > 0
     jitter = d["loop"]["jitter_ms"]
     assert 0 <= jitter["p50"] <= jitter["p99"] <= jitter["max"]
