@@ -68,7 +68,7 @@ def refusals(cfg: Config, socket_path: str | None = None, sysfs: str = "/sys",
     a daemon run as root, as it runs) may write, a socket group or path it cannot use
     (``socket_path``: the daemon's --socket, in place of socket.path; ``state_dir``:
     made before the socket), CPUs the host lacks, a metrics address that is not this
-    machine's."""
+    machine's or whose port another program holds."""
     found = []
     if problem := config_file_problem(cfg, euid):
         found.append(Finding("(file)", problem))
@@ -232,24 +232,30 @@ def _cpus(cfg: Config, sysfs: str) -> list[Finding]:
 
 
 def _metrics(address: str | None) -> list[Finding]:
-    """A listen address that does not resolve, or is not this machine's, stops the daemon."""
+    """A listen address that does not resolve, or is not this machine's, or whose port
+    a program other than a parlschedd listens on now, stops the daemon: ``config
+    check && systemctl restart`` restarted into that refusal, config check warning of
+    it and exiting 0."""
     if address is None:
         return []
-    from parlschedd.daemon.prometheus import cannot_listen  # numpy and prometheus_client: only for a metrics key
+    from parlschedd.daemon.prometheus import cannot_listen, port_taken  # numpy and prometheus_client: only for metrics
 
     problem = cannot_listen(address)
+    if problem is None and (taken := port_taken(address)) is not None and taken.seen:
+        problem = taken.message
     return [Finding("metrics", problem)] if problem else []
 
 
 def metrics_port_taken(address: str | None) -> list[Finding]:
-    """A metrics port another program listens on now: a warning, not a refusal (it
-    may be gone by the restart; the running parlschedd's own is not one)."""
+    """A metrics port held by a process this user cannot see: a warning, not a
+    refusal (it may be a parlschedd's, the running one's own; one held by a program
+    seen is a refusal, ``_metrics``)."""
     if address is None:
         return []
     from parlschedd.daemon.prometheus import port_taken
 
     taken = port_taken(address)
-    return [Finding("metrics", taken)] if taken else []
+    return [Finding("metrics", taken.message)] if taken and not taken.seen else []
 
 
 def _utility(wanted: str) -> list[Finding]:

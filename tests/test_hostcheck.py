@@ -189,22 +189,27 @@ def test_a_v1_rule_on_a_v2_only_host_is_told_its_v2_path(tmp_path):
 
 
 @needs_root
-def test_a_metrics_port_another_program_holds_is_a_warning(tmp_path):
+def test_a_metrics_port_another_program_holds_is_a_refusal(tmp_path):
     """config check passed a metrics port another program listened on, and the daemon
-    it vouched for refused to start ("Address already in use"). It warns now, naming
-    the holder; a running parlschedd's own listener is no warning (a restart frees it)."""
+    it vouched for refused to start ("Address already in use"); then it warned, naming
+    the holder, and still exited 0, so ``config check && systemctl restart`` restarted
+    into the refusal. A holder seen is a refusal, one hidden from the user a warning (it
+    may be the running parlschedd); a running parlschedd's own listener is neither (a
+    restart frees it)."""
     with socket.socket() as other:
         other.bind(("127.0.0.1", 0))
         other.listen()
         port = other.getsockname()[1]
         report = check_host(from_mapping({"socket": {"path": str(tmp_path / "d.sock")}, "metrics": f"127.0.0.1:{port}"}))
-        assert report.refused == [] and [f.key for f in report.warnings] == ["metrics"]
-        assert report.warnings[0].message == (f"port {port} on 127.0.0.1 is in use by pid {os.getpid()} "
-                                              f"({psutil.Process().name()}): parlschedd would not start while it is")
+        assert report.warnings == [] and [f.key for f in report.refused] == ["metrics"]
+        assert report.refused[0].message == (f"port {port} on 127.0.0.1 is in use by pid {os.getpid()} "
+                                             f"({psutil.Process().name()}): parlschedd cannot listen there while it "
+                                             "is; stop it, or choose another port")
 
         def asked_as_nobody() -> str | None:
             other.close()  # the forked child's copy: the socket is root's, this test's, alone
-            return port_taken(f"127.0.0.1:{port}")
+            taken = port_taken(f"127.0.0.1:{port}")
+            return None if taken is None or taken.seen else taken.message
 
         as_nobody = in_child_as(NOBODY, asked_as_nobody)  # root's socket: its owner is hidden from nobody
         assert as_nobody.startswith(f"port {port} on 127.0.0.1 is in use by a process this user cannot see"), as_nobody
@@ -212,16 +217,16 @@ def test_a_metrics_port_another_program_holds_is_a_warning(tmp_path):
         # root in a PID namespace of its own, with its own /proc: this test's socket is of
         # no process it sees (a container's root told to run as root to know)
         inside = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c",
-                                 f"from parlschedd.daemon.prometheus import port_taken; print(port_taken('127.0.0.1:{port}'))"],
+                                 f"from parlschedd.daemon.prometheus import port_taken; print(*port_taken('127.0.0.1:{port}'))"],
                                 capture_output=True, text=True, timeout=60)
         assert inside.stdout == (f"port {port} on 127.0.0.1 is in use by a process /proc does not show (another PID "
                                  "namespace's, or the kernel's) (the running parlschedd's own is no problem; another's "
-                                 "would stop it from starting)\n"), inside.stdout + inside.stderr
+                                 "would stop it from starting) False\n"), inside.stdout + inside.stderr  # a warning
     d = start_daemon(tmp_path, f"period_s: 0.05\nmetrics: 127.0.0.1:{port}\n")
     try:
         wait_for(lambda: "metrics listening" in d.log_text())
         report = check_host(from_mapping({"socket": {"path": str(tmp_path / "d.sock")}, "metrics": f"127.0.0.1:{port}"}))
-        assert report.warnings == []
+        assert report.warnings == [] and report.refused == []
     finally:
         d.stop()
 

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import psutil
@@ -284,10 +284,18 @@ def _host_port(address: str) -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
-def port_taken(address: str) -> str | None:
+class PortTaken(NamedTuple):
+    """A port held now: said in ``message``; ``seen``: by a process this user sees
+    (not a parlschedd), so that a start would be refused for sure."""
+
+    message: str
+    seen: bool
+
+
+def port_taken(address: str) -> PortTaken | None:
     """Who listens on ``address`` now, when that is not a parlschedd: its start would
-    fail to listen there (config check warns; the running daemon's own listener is
-    no problem, a restart frees it). None: free, or a host ``cannot_listen`` names."""
+    fail to listen there (the running daemon's own listener is no problem, a restart
+    frees it). None: free, or a host ``cannot_listen`` names."""
     host, port = _host_port(address)
     if port == 0:
         return None
@@ -302,11 +310,13 @@ def port_taken(address: str) -> str | None:
             return None
     names = listeners(port)
     if names is None:
-        return (f"port {port} on {host} is in use {_unseen()} (the running parlschedd's own is no problem; "
-                "another's would stop it from starting)" + ("" if os.geteuid() == 0 else ": run config check as root to know"))
+        return PortTaken(f"port {port} on {host} is in use {_unseen()} (the running parlschedd's own is no problem; "
+                         "another's would stop it from starting)"
+                         + ("" if os.geteuid() == 0 else ": run config check as root to know"), seen=False)
     if all(name == "parlschedd" for name in names.values()):
         return None
-    return f"port {port} on {host} is in use by {_listed(names)}: parlschedd would not start while it is"
+    return PortTaken(f"port {port} on {host} is in use by {_listed(names)}: parlschedd cannot listen there while it "
+                     "is; stop it, or choose another port", seen=True)
 
 
 def listeners(port: int) -> dict[int, str] | None:
