@@ -11,10 +11,13 @@ SYSDEPS_STAMP := $(VENV)/.sysdeps-stamp
 
 venv: $(STAMP)
 
-# systemd-python (the optional "systemd" extra) builds against libsystemd.
+# systemd-python (the optional "systemd" extra) has no wheel: pip compiles it against
+# libsystemd, with a C compiler and the headers of the Python that makes the venv.
 $(SYSDEPS_STAMP):
 	mkdir -p $(VENV)
-	pkg-config --exists libsystemd || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pkg-config libsystemd-dev; }
+	pkg-config --exists libsystemd && command -v cc >/dev/null \
+	  && $(PYTHON) -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+	  || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pkg-config libsystemd-dev gcc python3-dev; }
 	touch $@
 
 sysdeps: $(SYSDEPS_STAMP)
