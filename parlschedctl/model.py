@@ -345,15 +345,28 @@ def _variant_line(est: EnergyTimeModel) -> list[str]:
     return [f"energy model: the {variant}: master and switch charged for the whole run, not the paper's"] if variant else []
 
 
-def _finite_predictions(fitted: Fitted, ks: np.ndarray, params_path: str) -> tuple[np.ndarray, np.ndarray]:
+def _finite_predictions(fitted: Fitted, ks: np.ndarray, params_path: str,
+                        baseline: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """The model's predictions at ``ks``; ValueError where its parameters (edited by
     hand) overflow one: n/a, as for an energy never fitted, looked like no answer
-    rather than a wrong file, and validate gave a false reason for it."""
-    t, e = fitted.model.predict(ks)
-    overflown = ~np.isfinite(t) | (~np.isfinite(e) if fitted.model.energy_params_ is not None else False)
-    if overflown.any():
-        raise ValueError(f"{params_path}: its parameters overflow the predictions at nsp "
-                         f"{format_cpulist(ks[overflown].tolist())} (fit again)")
+    rather than a wrong file, and validate gave a false reason for it. ``baseline``:
+    the baseline's too, which validate and plot show (plot drew a figure without the
+    model's line, its title saying the runtimes had no spread; numpy's overflow
+    warnings were printed)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        t, e = fitted.model.predict(ks)
+        overflown = ~np.isfinite(t) | (~np.isfinite(e) if fitted.model.energy_params_ is not None else False)
+        if overflown.any():
+            raise ValueError(f"{params_path}: its parameters overflow the predictions at nsp "
+                             f"{format_cpulist(ks[overflown].tolist())} (fit again)")
+        if baseline:
+            bt, be = fitted.baseline.predict(ks)
+            p = fitted.baseline.params_
+            energy = np.isfinite(np.concatenate([p.pow, p.pow_idle, [p.overhead_j]])).all()
+            overflown = ~np.isfinite(bt) | (~np.isfinite(be) if energy else False)
+            if overflown.any():
+                raise ValueError(f"{params_path}: its baseline's parameters overflow the baseline's predictions at "
+                                 f"nsp {format_cpulist(ks[overflown].tolist())} (fit again)")
     return t, e
 
 
@@ -409,7 +422,7 @@ def _fitting(x: float, width: int, spec: str) -> str:
 def validate(params_path: str, data_path: str, as_json: bool) -> None:
     """NRMSE of time and energy against measurements, and per-NSp relative errors."""
     fitted, m = load_params(params_path), load_measurements(data_path)
-    _finite_predictions(fitted, m.nsp, params_path)
+    _finite_predictions(fitted, m.nsp, params_path, baseline=True)
     report = validation.validate(fitted, m, data_path)
     for note in implausible_power(fitted.cluster, m, data_path):
         click.echo(f"parlschedctl model: {note}", err=True)
@@ -459,7 +472,7 @@ def plot(params_path: str, data_path: str, out_path: str) -> None:
     outside = _measured_outside(fitted, m, params_path)
     fitted_on = _span(fitted.fitted_nsp) if outside else None
     energy_fitted_on = _span(fitted.energy_fitted_nsp) if outside else None
-    proposed = fitted.model.predict(m.nsp)
+    proposed = _finite_predictions(fitted, m.nsp, params_path, baseline=True)
     errors = validation.model_errors(*proposed, m)  # on the data plotted, not the fit's
     with writing(out_path):
         figure3(out_path, m, proposed, fitted.baseline.predict(m.nsp),

@@ -57,7 +57,7 @@ def node_workload(c: Cluster, nsp: np.ndarray, rounding: str = "floor") -> np.nd
                          for k in np.asarray(nsp)])
     units = np.array([sum(d.compute_units for d in n.devices) for n in c.nodes], dtype=float)
     rounds = np.ceil(subpopulation_size(c.run, nsp, rounding)[:, None] / units[None, :])
-    return c.run.generations * per_node * rounds
+    return float(c.run.generations) * per_node * rounds  # floats: g times an int64 array wrapped past 2**63
 
 
 def _node_times(x: np.ndarray, theta: np.ndarray) -> np.ndarray:

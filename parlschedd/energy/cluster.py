@@ -256,8 +256,8 @@ def _run(r: _Reader, data: Mapping[str, Any]) -> RunSettings | None:
     # Above 0: eq. 1 divides by it (a GA that never crosses over is not the one modelled)
     alpha = r.number(run, "crossover_probability", "run", above=0.0, high=1.0)
     span = run.get("subpopulations", list(DEFAULT_SUBPOPULATIONS))
-    ok_span = (isinstance(span, list) and len(span) == 2 and all(isinstance(v, int) and v >= 1 for v in span)
-               and span[0] <= span[1])
+    ok_span = (isinstance(span, list) and len(span) == 2 and all(is_integer(v) and v >= 1 for v in span)
+               and span[0] <= span[1])  # not [true, 32]: a bool is an int to isinstance
     if not ok_span:
         r.fail("run.subpopulations", f"must be [low, high] with 1 <= low <= high, got {span!r}")
     if g is not None and ngm is not None and g % ngm:

@@ -101,10 +101,26 @@ def save_params(path: str | Path, document: dict[str, Any]) -> None:
     replace_text(path, json.dumps(json_safe(document), indent=2, allow_nan=False) + "\n")
 
 
+class _RepeatedKey(ValueError):
+    """A key written twice in one JSON object."""
+
+
+def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are each written once: json keeps the last of two
+    silently, so a value pasted into a file edited by hand was read or ignored unseen
+    (the cluster's YAML refuses its repeated keys alike)."""
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _RepeatedKey(key)
+        seen[key] = value
+    return seen
+
+
 def load_params(path: str | Path) -> Fitted:
     source = str(path)
     try:
-        doc = json.loads(textfile.decode(textfile.read(path, MAX_FILE_BYTES, pipes=True).data))
+        doc = json.loads(textfile.decode(textfile.read(path, MAX_FILE_BYTES, pipes=True).data), object_pairs_hook=_once_each)
     except OSError as exc:
         raise ParamsError(f"{source}: cannot read: {exc.strerror}") from exc  # the CLI's io_error
     except textfile.TooLarge as exc:
@@ -115,10 +131,17 @@ def load_params(path: str | Path) -> Fitted:
     except json.JSONDecodeError as exc:  # most often another input given as --params: the cluster, the CSV
         raise ParamsError(f"{source}:{exc.lineno}: not valid JSON: {exc.msg}; --params takes the file "
                           "`model fit --out` writes") from exc
+    except _RepeatedKey as exc:
+        raise ParamsError(f"{source}: the key {str(exc)!r} is written twice in one object (json reads the last "
+                          "alone): keep the one meant") from None
     except RecursionError:  # a traceback from a file of 6 KB
         raise ParamsError(f"{source}: not a parameters file: nested too deeply (lists or objects inside one another "
                           "hundreds of levels down)") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+    written = doc.get("format") if isinstance(doc, dict) else None
+    if isinstance(written, str) and written != FORMAT and written.startswith(FORMAT.split("/")[0] + "/"):
+        raise ParamsError(f"{source}: a parameters file of format {written[:60]!r}, which this parlsched does "
+                          f"not read (it reads {FORMAT}): written by another version; fit again with this one")
+    if written != FORMAT:
         raise ParamsError(f"{source}: not a parameters file of format {FORMAT} (write one with `model fit --out`)")
     try:
         cluster = parse_cluster(doc["cluster"], f"{source}: cluster")

@@ -178,6 +178,48 @@ def test_predictions_that_overflow_are_refused(params, tmp_path):
     assert f"{huge}: its parameters overflow the predictions at nsp " in r.stderr
 
 
+def test_plot_and_validate_refuse_what_overflows_as_predict_does(params, tmp_path):
+    """plot drew a figure without the model's line from parameters predict refuses, its
+    title saying the measured runtimes had no spread; a baseline whose parameters
+    overflow gave validate numpy's warnings and the same false reason."""
+    doc = json.loads(params.read_text())
+    doc["model"]["parameters"]["T_master"] = 1e308
+    huge = tmp_path / "huge.json"
+    huge.write_text(json.dumps(doc))
+    out = tmp_path / "fig.png"
+    r = run("model", "plot", "--params", str(huge), "--data", str(MEASUREMENTS_CSV), "--out", str(out))
+    assert r.exit_code == 1 and f"{huge}: its parameters overflow the predictions at nsp " in r.output, r.output
+    assert not out.exists()
+    doc = json.loads(params.read_text())
+    node = next(iter(doc["baseline"]["theta_s"]))
+    doc["baseline"]["theta_s"][node] = 1e308
+    huge.write_text(json.dumps(doc))
+    for args in (("validate", "--json"), ("plot", "--out", str(out))):
+        r = CliRunner().invoke(cli, ["model", args[0], "--params", str(huge), "--data", str(MEASUREMENTS_CSV),
+                                     *args[1:]], catch_exceptions=False)
+        assert r.exit_code == 1 and f"{huge}: its baseline's parameters overflow the baseline's predictions at nsp " \
+            in r.stderr, r.output
+        assert "RuntimeWarning" not in r.stderr and not out.exists()
+
+
+def test_a_huge_generations_count_is_no_overflow(tmp_path):
+    """run.generations above 2**63 ended a fit, once done, in an OverflowError's
+    traceback (the baseline's workload, an int64 array times it); below, the product
+    wrapped around to negative workloads, and the baseline's fit changed with g, which
+    its theta absorbs."""
+    cluster = yaml.safe_load(CLUSTER_YAML.read_text())
+    out = {}
+    for g in (1000, 10**29):
+        cluster["run"]["generations"] = g
+        cluster["run"]["global_migrations"] = 10
+        path = tmp_path / f"g{g}.yaml"
+        path.write_text(yaml.safe_dump(cluster))
+        r = run("model", "fit", "--cluster", str(path), "--data", str(MEASUREMENTS_CSV), "--json", *QUICK)
+        assert r.exit_code == 0, r.output
+        out[g] = json.loads(r.stdout)["fit"]["baseline_nrmse"]
+    assert out[10**29] == pytest.approx(out[1000], rel=1e-6)
+
+
 def test_inputs_nested_without_end_are_refused_in_a_line(tmp_path):
     """A cluster or parameters file of lists nested 3000 deep ended in a RecursionError's
     traceback."""

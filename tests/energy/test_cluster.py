@@ -192,6 +192,17 @@ def test_names_crossover_and_span_that_would_break_a_fit_later_are_refused():
     assert "must not go above run.individuals" in keys["run.subpopulations"]
 
 
+@pytest.mark.parametrize("span", [[True, 32], [True, True], [1, 2.0]])
+def test_a_span_of_other_than_integers_is_refused(span):
+    """[true, 32] was taken as NSp 1-32 and written back to the params file as
+    [true, 32] (a bool is an int to isinstance), where compute_units: true is refused."""
+    bad = copy.deepcopy(TINY)
+    bad["run"]["subpopulations"] = span
+    with pytest.raises(ClusterError) as err:
+        parse_cluster(bad)
+    assert dict(err.value.errors)["run.subpopulations"].startswith("must be [low, high] with 1 <= low <= high")
+
+
 def test_devices_whose_labels_collide_are_refused_naming_both():
     """Node 'a.b' with device 'c' and node 'a' with device 'b.c' are both a.b.c, the
     name of their fitted parameters: fit kept one device's parameters for both, and

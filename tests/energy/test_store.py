@@ -217,11 +217,28 @@ def test_a_corrupt_byte_is_named_by_its_line(saved):
                               "the file `model fit --out` writes")
 
 
-@pytest.mark.parametrize("document", [[], 3, "params", {}, {"format": "parlsched-energy-time/2"},
+def test_a_key_written_twice_is_refused(saved):
+    """json keeps the last of two silently: a value pasted into a file edited by hand
+    was read, or ignored, unseen (the cluster's YAML refuses its repeated keys)."""
+    text = saved.read_text()
+    saved.write_text(text.replace('"T_com": ', '"T_com": 100.0, "T_com": ', 1))
+    assert refusal(saved) == (f"{saved}: the key 'T_com' is written twice in one object (json reads the last alone): "
+                              "keep the one meant")
+
+
+def test_a_parameters_file_of_another_version_says_so(tmp_path):
+    """It was "not a parameters file of format parlsched-energy-time/1", as for any JSON."""
+    other = tmp_path / "newer.json"
+    other.write_text(json.dumps({"format": "parlsched-energy-time/2"}))
+    assert refusal(other) == (f"{other}: a parameters file of format 'parlsched-energy-time/2', which this parlsched "
+                              "does not read (it reads parlsched-energy-time/1): written by another version; fit again "
+                              "with this one")
+
+
+@pytest.mark.parametrize("document", [[], 3, "params", {}, {"format": "parlsched-energy-time"},
                                       {"format": None, "cluster": {}}])
 def test_json_that_is_not_a_parameters_file_says_which_format_it_wants(tmp_path, document):
-    """Valid JSON of another kind, or of another version of the format: refused as a
-    whole, before any section is read."""
+    """Valid JSON of another kind: refused as a whole, before any section is read."""
     other = tmp_path / "other.json"
     other.write_text(json.dumps(document))
     assert refusal(other) == (f"{other}: not a parameters file of format parlsched-energy-time/1 "
