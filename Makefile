@@ -13,11 +13,13 @@ venv: $(STAMP)
 
 # systemd-python (the optional "systemd" extra) has no wheel: pip compiles it against
 # libsystemd, with a C compiler and the headers of the Python that makes the venv.
+HAVE_BUILD_DEPS = pkg-config --exists libsystemd && command -v cc >/dev/null \
+	&& $(PYTHON) -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'
 $(SYSDEPS_STAMP):
 	mkdir -p $(VENV)
-	pkg-config --exists libsystemd && command -v cc >/dev/null \
-	  && $(PYTHON) -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+	$(HAVE_BUILD_DEPS) \
 	  || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pkg-config libsystemd-dev gcc python3-dev; }
+	@$(HAVE_BUILD_DEPS) || { echo "make: systemd-python needs pkg-config, libsystemd, a C compiler and the headers of $(PYTHON) (Python.h); install them (python3-dev is the distribution Python's)" >&2; exit 1; }
 	touch $@
 
 sysdeps: $(SYSDEPS_STAMP)

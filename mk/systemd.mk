@@ -33,7 +33,7 @@ install:
 	test -x $(INSTALL_VENV)/bin/python || $(INSTALL_PYTHON) -m venv $(INSTALL_VENV)
 	set -e; whl='$(WHEEL)'; \
 	if [ -z "$$whl" ]; then \
-		rm -rf build/install-wheel; \
+		rm -rf build/install-wheel build/lib build/bdist.*; \
 		$(IPIP) wheel --no-deps -w build/install-wheel .; \
 		whl=$$(ls build/install-wheel/parlsched-*.whl); \
 	fi; \

@@ -62,7 +62,7 @@ def talks_to_daemon(fn: Callable[..., Any]) -> Callable[..., Any]:
             if theirs not in (None, __version__):
                 runs = f"parlschedd {printable(str(theirs))} and this parlschedctl is {__version__}"
             elif other_build(pong.get("build")):
-                runs = f"other code (build {printable(pong['build'])}) than this parlschedctl (build {build_id()})"
+                runs = f"other code (build {printable(pong['build'])}) than this parlschedctl's (build {build_id()})"
             else:
                 raise
             click.echo(f"parlschedctl: the daemon runs {runs}: its reply lacks what this one reads; restart it "

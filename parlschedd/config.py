@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import yaml
 
 from parlschedd import textfile
-from parlschedd.cpulist import MAX_CPUS, parse_cpulist
+from parlschedd.cpulist import MAX_CPUS, format_cpulist, parse_cpulist
 from parlschedd.daemon.protocol import DEFAULT_SOCKET
 from parlschedd.keypaths import Collector, KeyPathError, Octal, load_yaml, yaml12_number, yaml_kind
 from parlschedd.kinds import finite, is_integer, is_number
@@ -315,7 +315,7 @@ def from_mapping(raw: Any, source: str = "<config>") -> Config:
         seen: set[int] = set()
         for i, cpus_of in enumerate(lists):
             if cpus_of is not None and (clash := seen.intersection(cpus_of)):
-                c.fail(f"domains[{i}]", f"repeats CPUs {sorted(clash)} of an earlier domain; a CPU belongs to one domain")
+                c.fail(f"domains[{i}]", f"repeats CPUs {format_cpulist(clash)} of an earlier domain; a CPU belongs to one domain")
             seen.update(cpus_of or ())
     else:
         c.fail("domains", f"must be one of {', '.join(DOMAIN_MODES)} or a list of CPU lists, got {_shown(raw_domains)}")

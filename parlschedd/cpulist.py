@@ -23,8 +23,8 @@ def parse_cpulist(text: str) -> frozenset[int]:
         return frozenset()
     for part in body.split(","):
         if ":" in part:
-            raise ValueError(f"the stride form {part.strip()!r} in {text!r} is not read here; name the CPUs "
-                             "(a range such as '0-15', or each CPU: '0,2,4')")
+            raise ValueError(f"the stride form {part.strip()[:40]!r} in {text[:40]!r} is not read here; name the "
+                             "CPUs (a range such as '0-15', or each CPU: '0,2,4')")
         first, sep, last = part.strip().partition("-")
         lo = _cpu_number(first, text)
         hi = _cpu_number(last, text) if sep else lo
@@ -54,5 +54,6 @@ def _cpu_number(token: str, text: str) -> int:
         raise ValueError(f"bad CPU number {token!r} in CPU list {text!r}")
     digits = token.lstrip("0") or "0"  # leading zeros are the same CPU, and int() refuses 4300 digits
     if len(digits) > 6 or int(digits) >= MAX_CPUS:
-        raise ValueError(f"CPU number {token[:12]!r} in CPU list {text[:40]!r} is above any CPU ({MAX_CPUS})")
+        shown = digits if len(digits) <= 12 else digits[:12] + "..."  # not the zeros before it
+        raise ValueError(f"CPU number {shown!r} in CPU list {text[:40]!r} is above any CPU ({MAX_CPUS})")
     return int(digits)

@@ -62,13 +62,15 @@ def check_host(cfg: Config) -> HostReport:
 
 
 def refusals(cfg: Config, socket_path: str | None = None, sysfs: str = "/sys",
-             state_dir: str | None = None, euid: int = 0) -> list[Finding]:
+             state_dir: str | None = None, euid: int = 0, own_metrics: str | None = None) -> list[Finding]:
     """What stops the daemon from starting with ``cfg`` here: a config file or a state
     dir someone other than root or the daemon's user (``euid``; config check judges for
     a daemon run as root, as it runs) may write, a socket group or path it cannot use
     (``socket_path``: the daemon's --socket, in place of socket.path; ``state_dir``:
     made before the socket), CPUs the host lacks, a metrics address that is not this
-    machine's or whose port another program holds."""
+    machine's or whose port another program holds (not asked of ``own_metrics``, the
+    address a running daemon listens on: a restart frees it, and who holds it is read
+    from every process's fds)."""
     found = []
     if problem := config_file_problem(cfg, euid):
         found.append(Finding("(file)", problem))
@@ -86,7 +88,7 @@ def refusals(cfg: Config, socket_path: str | None = None, sysfs: str = "/sys",
         read_topology(sysfs, cpus=cfg.cpus).domains(cfg.domains)
     except TopologyError as exc:  # CPUs this host does not have or may not use
         found.append(Finding(*exc.finding()))
-    return found + _metrics(cfg.metrics)
+    return found + _metrics(cfg.metrics, held=cfg.metrics != own_metrics)
 
 
 def config_file_problem(cfg: Config, euid: int = 0) -> str | None:
@@ -231,17 +233,17 @@ def _cpus(cfg: Config, sysfs: str) -> list[Finding]:
     return found
 
 
-def _metrics(address: str | None) -> list[Finding]:
-    """A listen address that does not resolve, or is not this machine's, or whose port
-    a program other than a parlschedd listens on now, stops the daemon: ``config
-    check && systemctl restart`` restarted into that refusal, config check warning of
-    it and exiting 0."""
+def _metrics(address: str | None, held: bool = True) -> list[Finding]:
+    """A listen address that does not resolve, or is not this machine's, or (``held``)
+    whose port a program other than a parlschedd listens on now, stops the daemon:
+    ``config check && systemctl restart`` restarted into that refusal, config check
+    warning of it and exiting 0."""
     if address is None:
         return []
     from parlschedd.daemon.prometheus import cannot_listen, port_taken  # numpy and prometheus_client: only for metrics
 
     problem = cannot_listen(address)
-    if problem is None and (taken := port_taken(address)) is not None and taken.seen:
+    if problem is None and held and (taken := port_taken(address)) is not None and taken.seen:
         problem = taken.message
     return [Finding("metrics", problem)] if problem else []
 

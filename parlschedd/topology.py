@@ -64,6 +64,7 @@ class Topology:
     package: Groups
     core: Groups  # SMT siblings
     excluded: frozenset[int]  # isolated or nohz_full, left out of ``usable``
+    chosen: frozenset[int] | None = None  # the config's ``cpus``; None: not given
 
     def domains(self, spec: str | Sequence[Sequence[int]] = "auto") -> list[list[int]]:
         """Domains as lists of usable CPUs, for a mode name or an explicit layout."""
@@ -100,9 +101,10 @@ class Topology:
         """An explicit layout's domains, each its CPUs online. Those absent or offline
         are left out, as the config's ``cpus`` leaves them (a layout copied from a
         host's node lists outlives SMT turned off or a CPU taken offline; config check
-        and the daemon's start say so, ``absent``), and a domain left with none; an
-        online CPU the daemon may not use (isolated or nohz_full, or outside ``cpus``)
-        is refused, the layout asking for what the rest of the config keeps out."""
+        and the daemon's start say so, ``absent``), and a domain left with none. A CPU
+        the rest of the config keeps out (isolated or nohz_full, or outside ``cpus``) is
+        refused, online or not: the layout asks for what the config forbids, which a
+        CPU coming online would otherwise turn into a refused restart."""
         seen: set[int] = set()
         out = []
         for i, group in enumerate(layout):
@@ -113,8 +115,8 @@ class Topology:
             if clash := seen.intersection(cpus):
                 raise TopologyError(f"repeats CPUs {format_cpulist(clash)} of an earlier domain", key=key)
             seen.update(cpus)
-            if barred := (cpus & self.online).difference(self.usable):
-                raise TopologyError(self._barred(barred), key=key)
+            if barred := self._barred(cpus):
+                raise TopologyError(barred, key=key)
             if kept := sorted(cpus & self.online):
                 out.append(kept)
         if not out:
@@ -128,13 +130,19 @@ class Topology:
             return []
         return [(i, lost) for i, group in enumerate(layout) if (lost := sorted(set(group) - self.online))]
 
-    def _barred(self, cpus: set[int]) -> str:
-        """Why online CPUs named by a domain are not the daemon's to use, and the fix."""
-        if kept := self.excluded.intersection(cpus):
-            return (f"names CPUs {format_cpulist(kept)}, isolated or nohz_full on this host: their owners reserved "
-                    "them, so only the config's cpus may opt them in; name them in cpus too, or leave them out here")
-        return (f"names CPUs {format_cpulist(cpus)}, outside the config's cpus ({format_cpulist(self.usable)}); "
-                "add them to cpus, or leave them out here")
+    def _barred(self, cpus: set[int]) -> str | None:
+        """Why CPUs named by a domain are not the daemon's to use, with the fix; None
+        when all may be used (online, or not there now). Outside ``cpus`` where it is
+        given (which alone opts isolated CPUs in), else isolated or nohz_full."""
+        if self.chosen is not None:
+            if outside := cpus - self.chosen:
+                return (f"names CPUs {format_cpulist(outside)}, outside the config's cpus "
+                        f"({format_cpulist(self.chosen)}); add them to cpus, or leave them out here")
+        elif reserved := cpus & self.excluded:
+            return (f"names CPUs {format_cpulist(reserved)}, isolated or nohz_full on this host: their owners "
+                    "reserved them, so only the config's cpus may opt them in; name them in cpus too, or leave them "
+                    "out here")
+        return None
 
 
 def read_topology(sysfs: str | os.PathLike[str] = "/sys", cpus: Iterable[int] | None = None) -> Topology:
@@ -147,11 +155,12 @@ def read_topology(sysfs: str | os.PathLike[str] = "/sys", cpus: Iterable[int] | 
     if not online:
         raise NoCpusFound(f"no online CPUs found under {base / 'cpu' / 'online'}")
     excluded = _cpulist_file(base / "cpu" / "isolated") | _cpulist_file(base / "cpu" / "nohz_full")
+    chosen = None if cpus is None else frozenset(cpus)
     usable = set(online)
-    if cpus is None:
+    if chosen is None:
         usable -= excluded
     else:
-        usable &= set(cpus)
+        usable &= chosen
     if not usable:
         raise TopologyError(f"no usable CPUs: online, not isolated and in the config's cpus (online here: "
                             f"{format_cpulist(online)}; set cpus to some of those, or leave it out)", key="cpus")
@@ -163,6 +172,7 @@ def read_topology(sysfs: str | os.PathLike[str] = "/sys", cpus: Iterable[int] | 
         package=_groups(base / "cpu", online, _package_key),
         core=_groups(base / "cpu", online, _core_key),
         excluded=excluded,
+        chosen=chosen,
     )
 
 

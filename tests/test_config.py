@@ -405,6 +405,9 @@ def test_cpus_may_be_a_cpu_list_as_the_kernel_writes_it(tmp_path):
     # the list form had no bound where the text form has one ('70000' was refused, [0, 70000] taken)
     assert errors_of({"cpus": [0, 70000]}) == {"cpus": "CPU number 70000 is above any CPU (65536)"}
     assert errors_of({"domains": [[0], [65536]]})["domains[1]"].startswith("CPU number 65536 is above any CPU")
+    # a CPU list, not every CPU in a Python list (2537 characters for '0-511' twice)
+    assert errors_of({"domains": ["0-511", "0-511"]}) == {
+        "domains[1]": "repeats CPUs 0-511 of an earlier domain; a CPU belongs to one domain"}
 
 
 @pytest.mark.parametrize("raw, key, said", [

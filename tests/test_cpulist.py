@@ -39,6 +39,17 @@ def test_the_stride_form_is_named():
         parse_cpulist("0-15:2")
 
 
+def test_a_refusal_says_the_number_not_its_zeros_and_is_clipped():
+    """'0000000000000000000070000' was said as '000000000000'; a stride token of 10 KB
+    made a line of 10 KB."""
+    with pytest.raises(ValueError) as e:
+        parse_cpulist("0" * 20 + "70000")
+    assert str(e.value).startswith("CPU number '70000' in CPU list '00000000000000000000")
+    with pytest.raises(ValueError) as e:
+        parse_cpulist("0-1:" + "2" * 10000)
+    assert len(str(e.value)) < 200
+
+
 def test_format_like_the_kernel() -> None:
     assert format_cpulist([11, 0, 1, 2, 3, 8, 10]) == "0-3,8,10-11"
     assert format_cpulist([]) == ""

@@ -20,9 +20,10 @@ from parlschedd.__main__ import REFUSED
 from parlschedd.config import from_mapping, load
 from parlschedd.daemon.prometheus import port_taken
 from parlschedd.host import procfs
-from parlschedd.hostcheck import (Finding, check_host, config_file_problem, one_line, refusals, socket_path_problem,
-                                  state_dir_problem, sweeping_rules)
+from parlschedd.hostcheck import (Finding, check_host, config_file_problem, narrowings, one_line, refusals,
+                                  socket_path_problem, state_dir_problem, sweeping_rules)
 from tests.conftest import CGROUP_MOUNTS, NOBODY, fake_cpus, in_child_as, needs_root, own_cgroup, refused_start, start_daemon, wait_for
+from tests.test_topology import fake_sysfs
 
 GROUP_ADVICE = "create it (systemd-sysusers parlsched.sysusers.conf) or set socket.group: null"
 
@@ -111,6 +112,20 @@ def test_one_line_names_the_file_for_config_keys_only():
     found = [Finding("socket.group", "no group 'x' on this host"), Finding("--socket", "/x exists and is not a socket")]
     assert one_line(found, "/etc/p.yaml") == "/etc/p.yaml: socket.group: no group 'x' on this host; " \
                                             "--socket: /x exists and is not a socket"
+
+
+def test_a_layouts_cpus_offline_are_said_per_domain(tmp_path):
+    """An explicit layout's CPUs absent or offline are left out (topology.py), and said
+    as the config's cpus are: each domain's, and what it keeps."""
+    root = fake_sysfs(tmp_path, ["0-3", "4-7"], ["0-7"] * 8, [0] * 8)
+    (root / "devices/system/cpu/online").write_text("0-2,4\n")
+    cfg = from_mapping({"domains": ["0-3", "4-7", "8-9"]})
+    assert narrowings(cfg, sysfs=str(root), cgroup_root=str(tmp_path), proc_root=str(tmp_path)) == [
+        Finding("domains[0]", "3 not usable on this host (absent or offline); the domain keeps 0-2"),
+        Finding("domains[1]", "5-7 not usable on this host (absent or offline); the domain keeps 4"),
+        Finding("domains[2]", "8-9 not usable on this host (absent or offline); the domain is left out")]
+    assert narrowings(from_mapping({"domains": "numa"}), sysfs=str(root), cgroup_root=str(tmp_path),
+                      proc_root=str(tmp_path)) == []
 
 
 def test_check_host_adds_what_only_narrows_the_daemon(tmp_path):
@@ -205,6 +220,12 @@ def test_a_metrics_port_another_program_holds_is_a_refusal(tmp_path):
         assert report.refused[0].message == (f"port {port} on 127.0.0.1 is in use by pid {os.getpid()} "
                                              f"({psutil.Process().name()}): parlschedd cannot listen there while it "
                                              "is; stop it, or choose another port")
+
+        # a running daemon's own address is not asked after (a restart frees it; who holds
+        # a port is read from every process's fds, at each reload that left a key pending)
+        held = from_mapping({"metrics": f"127.0.0.1:{port}", "socket": {"path": str(tmp_path / "d.sock")}})
+        assert [f.key for f in refusals(held)] == ["metrics"]
+        assert refusals(held, own_metrics=f"127.0.0.1:{port}") == []
 
         def asked_as_nobody() -> str | None:
             other.close()  # the forked child's copy: the socket is root's, this test's, alone

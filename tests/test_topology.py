@@ -163,6 +163,36 @@ def test_an_explicit_layout_may_not_take_cpus_the_config_keeps_out(tmp_path):
                                    "to cpus, or leave them out here")
 
 
+def test_a_cpu_the_config_keeps_out_is_refused_offline_too(tmp_path):
+    """One outside ``cpus`` or isolated was left out as offline, and refused once it came
+    online: a restart then refused the config the daemon ran with (review). All of them
+    are named (one of two was), and the config's cpus are said as written, not as the
+    CPUs online of them."""
+    root = fake_sysfs(tmp_path, ["0-7"], ["0-7"] * 8, [0] * 8, isolated="6")
+    (root / "devices/system/cpu/online").write_text("0-3,6\n")  # 4, 5 and 7 offline
+    with pytest.raises(TopologyError) as e:
+        read_topology(root, cpus=range(6)).domains([[0, 1], [2, 3, 6, 7]])
+    assert e.value.of_config() == ("domains[1]: names CPUs 6-7, outside the config's cpus (0-5); add them to cpus, "
+                                   "or leave them out here")
+    with pytest.raises(TopologyError) as e:
+        read_topology(root).domains([[0, 1], [2, 3, 6, 7]])
+    assert e.value.of_config() == ("domains[1]: names CPUs 6, isolated or nohz_full on this host: their owners "
+                                   "reserved them, so only the config's cpus may opt them in; name them in cpus too, "
+                                   "or leave them out here")
+    (root / "devices/system/cpu/isolated").write_text("5-6\n")  # 5 isolated and offline
+    with pytest.raises(TopologyError) as e:
+        read_topology(root, cpus=[0, 1, 2, 3, 4, 6]).domains([[0, 1], [2, 3, 5, 7]])
+    assert e.value.of_config() == ("domains[1]: names CPUs 5,7, outside the config's cpus (0-4,6); add them to cpus, "
+                                   "or leave them out here")
+    with pytest.raises(TopologyError) as e:
+        read_topology(root, cpus=[0, 1, 2, 3, 4, 7]).domains([[0, 1], [2, 3, 4, 5, 6]])
+    assert "names CPUs 5-6, outside the config's cpus (0-4,7)" in str(e.value)
+    with pytest.raises(TopologyError) as e:
+        read_topology(root, cpus=range(4)).domains([[0, 1], [2, 3], [5, 6]])  # isolated ones outside cpus: outside
+    assert str(e.value).startswith("names CPUs 5-6, outside the config's cpus (0-3)")
+    assert read_topology(root, cpus=[0, 1, 2, 3, 4, 5]).domains([[0, 1], [2, 3, 4, 5]]) == [[0, 1], [2, 3]]  # opted in
+
+
 def test_missing_sysfs_is_a_clear_error(tmp_path):
     with pytest.raises(TopologyError, match="no online CPUs"):
         read_topology(tmp_path)

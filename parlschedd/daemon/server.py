@@ -450,8 +450,12 @@ class Daemon:
             return errors
         fixed = [key for key in ("domains", "cpus", "utility") if getattr(new, key) != getattr(self.config, key)]
         pending = self._waiting_for_restart(new)
-        refused = [f for f in refusals(new, self.socket_path, self.sysfs, self._state_dir, euid=os.geteuid())
-                   if re.split(r"[.\[]", f.key)[0] in [*pending, *fixed]] if pending or fixed else []
+        judged = {*pending, *fixed}
+        if judged & {"domains", "cpus"}:  # each bounds the other: new cpus may refuse the domains kept
+            judged |= {"domains", "cpus"}
+        refused = [f for f in refusals(new, self.socket_path, self.sysfs, self._state_dir, euid=os.geteuid(),
+                                       own_metrics=self._started_with.metrics)
+                   if re.split(r"[.\[]", f.key)[0] in judged] if judged else []
         if refused:  # a restart, due one day or advised, would refuse it: config check's words, as at start
             errors = [one_line([finding], self._config_named()) for finding in refused]
             log.error("reload refused, keeping the old config: the next start would refuse it", errors=errors)

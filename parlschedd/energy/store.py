@@ -132,7 +132,7 @@ def load_params(path: str | Path) -> Fitted:
         raise ParamsError(f"{source}:{exc.lineno}: not valid JSON: {exc.msg}; --params takes the file "
                           "`model fit --out` writes") from exc
     except _RepeatedKey as exc:
-        raise ParamsError(f"{source}: the key {str(exc)!r} is written twice in one object (json reads the last "
+        raise ParamsError(f"{source}: the key {str(exc)[:60]!r} is written twice in one object (json reads the last "
                           "alone): keep the one meant") from None
     except RecursionError:  # a traceback from a file of 6 KB
         raise ParamsError(f"{source}: not a parameters file: nested too deeply (lists or objects inside one another "

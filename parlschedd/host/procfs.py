@@ -189,16 +189,32 @@ def network_interfaces(root: str = PROC_ROOT) -> list[str]:
     return [line.split(":", 1)[0].strip() for line in lines]
 
 
+# The interpreter's options that take the next word as their value (python3 --help).
+_PYTHON_VALUED = ("-W", "-X", "--check-hash-based-pycs")
+
+
 def runs(argv: Sequence[str], program: str) -> bool:
     """Whether command line ``argv`` runs ``program``, a Python command of this
     project: as itself, or run by a Python interpreter as its script (which the kernel
-    hands to the interpreter named by the script's first line) or as ``-m program``."""
+    hands to the interpreter named by the script's first line) or as ``-m program``,
+    after the interpreter's own options (``python3 -u -m parlschedd``, ``-X dev``)."""
     if not argv:
         return False
     if os.path.basename(argv[0]) == program:
         return True
-    return (os.path.basename(argv[0]).startswith("python")
-            and (len(argv) > 1 and os.path.basename(argv[1]) == program or list(argv[1:3]) == ["-m", program]))
+    if not os.path.basename(argv[0]).startswith("python"):
+        return False
+    words = iter(argv[1:])
+    for word in words:
+        if word == "-m" or word.startswith("-m"):  # -m program, or -mprogram
+            return (word[2:] or next(words, None)) == program
+        if word.startswith("-c"):  # a command, not a script
+            return False
+        if word in _PYTHON_VALUED:
+            next(words, None)
+        elif not word.startswith("-") or word == "-":
+            return os.path.basename(word) == program
+    return False
 
 
 def process_uids(pid: int, root: str = PROC_ROOT) -> Uids:

@@ -213,7 +213,7 @@ def test_a_reply_of_other_code_of_this_version_is_said_so(tmp_path):
     with another_daemon(sock, __version__, {"attach": {}}, build="0123456789ab"):
         r = ctl("attach", "4194303", socket=str(sock))
         assert r.returncode == 1 and r.stderr == (
-            f"parlschedctl: the daemon runs other code (build 0123456789ab) than this parlschedctl (build {build_id()}): "
+            f"parlschedctl: the daemon runs other code (build 0123456789ab) than this parlschedctl's (build {build_id()}): "
             "its reply lacks what this one reads; restart it (systemctl restart parlschedd)\n"), r.stderr
 
 
@@ -370,7 +370,7 @@ def test_config_check(tmp_path):
     layout.write_text("period_s: 0.1\ndomain_period_s: 0.25\ndomains: [[0], [0, 1]]\n")
     r = ctl("config", "check", str(layout))
     assert r.returncode == 1
-    assert f"{layout}: domains[1]: repeats CPUs [0] of an earlier domain" in r.stderr
+    assert f"{layout}: domains[1]: repeats CPUs 0 of an earlier domain" in r.stderr
     assert f"{layout}: domain_period_s: must be a whole multiple of period_s (0.1), got 0.25" in r.stderr
     listed = tmp_path / "listed.yaml"
     listed.write_text("cpus: 0-4095\ndomains: ['0']\n")  # CPU lists as the kernel writes them ("0-3,8")

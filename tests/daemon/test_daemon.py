@@ -969,6 +969,22 @@ def test_an_explicit_layouts_cpus_this_host_lacks_are_left_out_and_said(tmp_path
         d.stop()
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_a_reload_of_cpus_the_kept_domains_go_beyond_says_why_a_restart_would_fail(tmp_path):
+    """A reload that changed cpus alone was told "takes effect at a restart", and the
+    restart then refused the domains it kept, whose findings the reload had left out
+    as of a key it did not change (review): cpus and domains are judged together."""
+    d = start_daemon(tmp_path, "period_s: 0.2\ndomains: [[0], [1]]\n")
+    try:
+        d.config.write_text("period_s: 0.2\ndomains: [[0], [1]]\ncpus: [0]\n")
+        with pytest.raises(client.Refused) as e:
+            d.request("reload")
+        assert "domains[1]: names CPUs 1, outside the config's cpus (0)" in str(e.value), str(e.value)
+        assert "takes effect at a restart" not in str(e.value)
+    finally:
+        d.stop()
+
+
 def test_a_reload_that_changes_the_counter_source_is_refused(daemon):
     daemon.config.write_text("period_s: 0.2\nutility: schedstat\n")
     with pytest.raises(client.Refused) as e:

@@ -571,6 +571,12 @@ def test_a_loadavg_mounted_over_procs_own_is_not_trusted(tmp_path: Path) -> None
     (["/opt/parlsched/venv/bin/parlschedctl", "status"], True),                  # a binary, or as the shell shows it
     (["/opt/parlsched/venv/bin/python3", "/opt/parlsched/venv/bin/parlschedctl", "run", "--", "make"], True),  # its script
     (["python3", "-m", "parlschedctl", "top"], True),
+    (["python3", "-u", "-X", "dev", "-W", "ignore", "-m", "parlschedctl"], True),  # the interpreter's options first
+    (["python3", "-mparlschedctl"], True),
+    (["python3", "-I", "/opt/parlsched/venv/bin/parlschedctl"], True),
+    (["python3", "-X", "parlschedctl"], False),                                     # an option's value
+    (["python3", "-c", "import parlschedctl", "parlschedctl"], False),
+    (["python3", "-u", "-m", "parlschedd"], False),
     (["python3", "-m", "parlschedd"], False),
     (["sh", "-c", "parlschedctl status"], False),                                  # a shell that will run it is not it
     (["/srv/parlschedctl-data/job", "parlschedctl"], False),
