@@ -162,7 +162,7 @@ def read_topology(sysfs: str | os.PathLike[str] = "/sys", cpus: Iterable[int] | 
     else:
         usable &= chosen
     if not usable:
-        raise TopologyError(f"no usable CPUs: online, not isolated and in the config's cpus (online here: "
+        raise TopologyError(f"no usable CPUs on this host: online, not isolated and in the config's cpus (online here: "
                             f"{format_cpulist(online)}; set cpus to some of those, or leave it out)", key="cpus")
     return Topology(
         online=online,

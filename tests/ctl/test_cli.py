@@ -408,7 +408,7 @@ def test_config_check_warns_of_a_counter_source_this_host_lacks(tmp_path):
 
 
 REFUSED_HERE = {  # valid configs this host's daemon refuses to start with, and what it says
-    "cpus: [4095]\n": "cpus: no usable CPUs: online, not isolated and in the config's cpus (online here: ",
+    "cpus: [4095]\n": "cpus: no usable CPUs on this host: online, not isolated and in the config's cpus (online here: ",
     "cpus: [0]\ndomains: [[0], [1]]\n": "domains[1]: names CPUs 1, outside the config's cpus (0); add them to cpus",
     "domains: [[4094, 4095]]\n": "domains: names no CPU online on this host (online: ",
     "socket: {group: no-such-group-here}\n": "socket.group: no group 'no-such-group-here' on this host",
