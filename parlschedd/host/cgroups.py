@@ -175,7 +175,9 @@ class CpusetReader:
     (cgroup v2: the cpuset controller enabled on a nearer ancestor, as systemd's
     AllowedCPUs= does, gives it a nearer file without a move); the other checks are
     two small reads, not a walk of the hierarchy (42 against 233 us: 5 us of each
-    thread's period at 16 threads). Remembers the last ``KEPT`` processes asked about."""
+    thread's period at 16 threads). Remembers the last ``KEPT`` processes asked about,
+    and forgets those gone when asked about one it does not know (an attach): a daemon
+    attaching a process per job kept a KB for each exited one (a review)."""
 
     KEPT = 1024
     REFIND_EVERY = 10
@@ -188,6 +190,8 @@ class CpusetReader:
         with translated("read cgroup", pid=pid):
             raw = _read_raw(f"{self.proc_root}/{pid}/cgroup")
         known = self._files.pop(pid, None)
+        if known is None:
+            self._files = {p: f for p, f in self._files.items() if os.path.exists(f"{self.proc_root}/{p}")}
         if known is not None and known[0] == raw and known[2] > 0:
             found, left = known[1], known[2] - 1
         else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -154,6 +155,22 @@ def test_the_cpuset_reader_looks_again_for_a_nearer_file_and_a_gone_one(tmp_path
     assert [read(12) for _ in range(read.REFIND_EVERY + 1)][-1] == frozenset({3})
     (root / "app.slice" / "inner" / "cpuset.cpus.effective").unlink()
     assert read(12) == frozenset({2, 3})
+
+
+def test_the_cpuset_reader_forgets_processes_gone(tmp_path: Path) -> None:
+    """It kept an entry for every process ever attached, exited too, up to KEPT (about
+    1 MB); those gone are forgotten when a process it does not know is asked about."""
+    root, proc = tmp_path / "cg", tmp_path / "proc"
+    v2_tree(root)
+    read = cgroups.CpusetReader(str(root), str(proc))
+    for pid in (12, 13, 14):
+        proc_cgroup(proc, pid, "0::/app.slice/inner\n")
+        assert read(pid) == frozenset({2, 3})
+    shutil.rmtree(proc / "12")
+    shutil.rmtree(proc / "13")
+    assert read(14) == frozenset({2, 3}) and len(read._files) == 3  # a known one: no sweep
+    proc_cgroup(proc, 15, "0::/app.slice/inner\n")
+    assert read(15) == frozenset({2, 3}) and sorted(read._files) == [14, 15]
 
 
 def test_a_cgroup_path_too_long_for_the_kernel_is_a_host_error(tmp_path: Path) -> None:
