@@ -353,21 +353,20 @@ def _finite_predictions(fitted: Fitted, ks: np.ndarray, params_path: str,
     the baseline's too, which validate and plot show (plot drew a figure without the
     model's line, its title saying the runtimes had no spread; numpy's overflow
     warnings were printed)."""
+    checked = [("its parameters overflow the predictions", fitted.model, fitted.model.energy_params_ is not None)]
+    if baseline:
+        p = fitted.baseline.params_
+        checked.append(("its baseline's parameters overflow the baseline's predictions", fitted.baseline,
+                        bool(np.isfinite(np.concatenate([p.pow, p.pow_idle, [p.overhead_j]])).all())))
+    predicted = []
     with np.errstate(over="ignore", invalid="ignore"):
-        t, e = fitted.model.predict(ks)
-        overflown = ~np.isfinite(t) | (~np.isfinite(e) if fitted.model.energy_params_ is not None else False)
-        if overflown.any():
-            raise ValueError(f"{params_path}: its parameters overflow the predictions at nsp "
-                             f"{format_cpulist(ks[overflown].tolist())} (fit again)")
-        if baseline:
-            bt, be = fitted.baseline.predict(ks)
-            p = fitted.baseline.params_
-            energy = np.isfinite(np.concatenate([p.pow, p.pow_idle, [p.overhead_j]])).all()
-            overflown = ~np.isfinite(bt) | (~np.isfinite(be) if energy else False)
+        for said, model, energy_fitted in checked:
+            t, e = model.predict(ks)
+            overflown = ~np.isfinite(t) | (~np.isfinite(e) if energy_fitted else False)
             if overflown.any():
-                raise ValueError(f"{params_path}: its baseline's parameters overflow the baseline's predictions at "
-                                 f"nsp {format_cpulist(ks[overflown].tolist())} (fit again)")
-    return t, e
+                raise ValueError(f"{params_path}: {said} at nsp {format_cpulist(ks[overflown].tolist())} (fit again)")
+            predicted.append((t, e))
+    return predicted[0]
 
 
 @model.command()

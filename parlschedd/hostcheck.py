@@ -222,7 +222,7 @@ def _cpus(cfg: Config, sysfs: str) -> list[Finding]:
     except TopologyError:
         return []
     found = []
-    if unusable := topology.unusable(cfg.cpus):
+    if unusable := topology.unusable():
         found.append(Finding("cpus", f"{format_cpulist(unusable)} not usable on this host (absent or offline); "
                                      f"parlschedd runs on {format_cpulist(topology.usable)}"))
     for i, lost in topology.absent(cfg.domains):

@@ -80,10 +80,10 @@ class Topology:
             return [list(self.usable)]
         return self._restrict(getattr(self, spec)) or [list(self.usable)]
 
-    def unusable(self, cpus: Iterable[int] | None) -> list[int]:
+    def unusable(self) -> list[int]:
         """Those of the config's ``cpus`` left out of ``usable`` (absent or offline):
         threads run on the rest."""
-        return sorted(set(cpus or ()) - set(self.usable))
+        return sorted((self.chosen or frozenset()) - set(self.usable))
 
     def _one_core_each(self, domains: list[list[int]]) -> bool:
         """Whether every domain is a single core (one CPU, or its SMT siblings), as the

@@ -150,4 +150,3 @@ def _as_rule_says(target: Target, rule: config_mod.TargetRule) -> bool:
     """Whether a rule's target is managed as ``rule`` says (a reload may change it)."""
     threads = target.thread_filter.pattern if target.thread_filter else None
     return (target.observe, threads, target.descendants) == (rule.observe, rule.threads, rule.descendants)
-

@@ -76,6 +76,11 @@ def host_engine(config: Config, domains: list[list[int]], counters: CounterSet, 
                   allowed=cgroups.CpusetReader(cgroup_root, proc_root), sysfs=sysfs, **hooks)
 
 
+def _cpus_of(domains: list[list[int]]) -> list[int]:
+    """The CPUs of a domain layout, ascending: those the daemon places threads on."""
+    return sorted(cpu for domain in domains for cpu in domain)
+
+
 def put_back_after_refusal(state_dir: str, proc_root: str = procfs.PROC_ROOT, sysfs: str = "/sys",
                            cgroup_root: str = cgroups.CGROUP_ROOT) -> None:
     """Before a refused start exits: put back the masks a crashed run left pinned.
@@ -203,7 +208,7 @@ class Daemon:
             raise
         except TopologyError as exc:  # a CPU gone since the check
             raise StartupError(f"{self._config_named()}: {exc.of_config()}") from None
-        self.cpus = sorted(cpu for domain in self.domains for cpu in domain)  # an explicit layout's, not all usable
+        self.cpus = _cpus_of(self.domains)  # an explicit layout's, not all usable
         self.online = topology.online
         self._warn_of(self.config)
         source = self._counter_source(caps)
@@ -503,8 +508,7 @@ class Daemon:
         if online == self.online:
             return
         try:  # what a restart would place threads on
-            usable = [cpu for domain in read_topology(self.sysfs, cpus=self.config.cpus).domains(self.config.domains)
-                      for cpu in domain]
+            usable = _cpus_of(read_topology(self.sysfs, cpus=self.config.cpus).domains(self.config.domains))
         except TopologyError:  # none of the config's cpus online now: none new to use either
             usable = []
         self.online = online

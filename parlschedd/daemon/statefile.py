@@ -544,8 +544,6 @@ def _born_below(pinner: Pinner, pid: int, born_since: int, caller: int | None, r
     return born
 
 
-
-
 def _tids(pid: int, proc_root: str) -> list[int]:
     """The process's threads; none once it exited."""
     try:
