@@ -251,7 +251,7 @@ def _follow(sock: str, proc: subprocess.Popen, ended: _Ended, end: RunEnd, start
                     end.watched = Watched.DAEMON_STOPPED
                     break
                 end.restarts += 1
-                _say(f"parlschedctl: the daemon is back and manages {end.cmd[0]} again")
+                _say(line.end() + f"parlschedctl: the daemon is back and manages {end.cmd[0]} again")
                 continue
             end.managed.update(t["tid"] for t in end.last.get("threads", []))
             if end.last:
@@ -261,7 +261,7 @@ def _follow(sock: str, proc: subprocess.Popen, ended: _Ended, end: RunEnd, start
     except client.Refused as exc:
         gone = exc.code == "no_such_process" and ended.event.wait(ENDED_WAIT_S)
         end.not_managed = f"{end.cmd[0]} ended before it could be attached" if gone else str(exc)
-        _say(f"parlschedctl: not managed: {end.not_managed}")
+        _say(line.end() + f"parlschedctl: not managed: {end.not_managed}")
         end.watched = Watched.NEVER_ATTACHED
     except client.Unreachable as exc:
         end.watched = Watched.DAEMON_STOPPED
@@ -290,7 +290,8 @@ class _LiveLine:
     terminal: a job put in the background, or a run with no controlling terminal
     (setsid), drew over the shell's prompt and what was being typed. ``end`` is what
     to write before another message: the line erased where it is still ours, ended
-    where run is no longer in the foreground, nothing where none is drawn."""
+    where run is no longer in the foreground; where none is drawn, what starts a line of
+    its own after CMD's output (_own_line)."""
 
     def __init__(self, on: bool) -> None:
         self.on = on
@@ -303,9 +304,27 @@ class _LiveLine:
 
     def end(self) -> str:
         if not self.drawn:
-            return ""
+            return _own_line()
         self.drawn = False
         return "\r\033[K" if _in_foreground(sys.stderr) else "\n"
+
+
+def _own_line() -> str:
+    """What starts a message of run's on a line of its own on stderr's terminal, where
+    CMD's output may have left the cursor mid-line (``printf 'no newline'``): the
+    summary ran on after it, "no newlineparlschedctl: ...". As zsh's PROMPT_SP: a
+    line's width of spaces, then a carriage return; from a line's start they fill it
+    and the cursor waits at the margin (the carriage return brings it back to that
+    line's start), from anywhere after it they wrap to the next line. "" where stderr
+    is no terminal, its width unknown, or TERM=dumb (an editor's shell buffer, which
+    does not wrap: the carriage return went back over CMD's output)."""
+    if not _is_terminal(sys.stderr) or os.environ.get("TERM", "dumb") == "dumb":
+        return ""
+    try:
+        columns = os.get_terminal_size(sys.stderr.fileno()).columns
+    except OSError:
+        return ""
+    return " " * columns + "\r" if columns else ""
 
 
 def _in_foreground(terminal: Any) -> bool:
@@ -450,7 +469,7 @@ class RunEnd:
 def _finish(end: RunEnd, as_json: bool, summary: bool = True) -> NoReturn:
     """Say how CMD ended (stderr; stdout too with --json) and exit with its code."""
     if summary:
-        _say(end.line())
+        _say(_own_line() + end.line())
     if as_json:  # one line: CMD's output shares stdout, and a script takes the last line
         start = _new_line(summary_said=summary) if end.pid is not None else ""  # a CMD never started wrote nothing
         _say(start + json.dumps(end.as_json(), separators=(",", ":")), err=False)

@@ -1282,6 +1282,43 @@ def test_runs_live_line_does_not_write_over_cmds_output_on_its_terminal(daemon, 
     assert live_lines(daemon, code, columns=80, options=("--no-live",), tmp_path=tmp_path) == []
 
 
+def run_on_a_terminal(daemon, script: str, columns: int, term: str = "xterm") -> list[str]:
+    """The screen's lines, as a terminal emulator (pyte) shows them, after ``run -- sh
+    -c SCRIPT`` on a terminal of ``columns`` columns, CMD's output and run's on it."""
+    import pyte
+
+    main, terminal = pty.openpty()
+    fcntl.ioctl(main, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    try:
+        proc = subprocess.Popen([*CTL, "run", "--", "sh", "-c", script], stdout=terminal, stderr=terminal,
+                                env={**os.environ, "PARLSCHED_SOCKET": daemon.socket, "TERM": term})
+    finally:
+        os.close(terminal)
+    shown = read_terminal(main)
+    assert proc.wait(timeout=30) == 0, shown
+    screen = pyte.Screen(columns, 24)
+    pyte.ByteStream(screen).feed(shown.replace(b"\n", b"\r\n"))  # the pty's ONLCR, which the emulator leaves out
+    lines = [line.rstrip() for line in screen.display]
+    return lines[:max(i for i, line in enumerate(lines) if line) + 1]
+
+
+@needs_root
+@pytest.mark.timeout(60)
+def test_runs_summary_is_a_line_of_its_own_on_a_terminal(daemon):
+    """``run -- printf 'no newline'`` on a terminal showed "no newlineparlschedctl: sh
+    exited 0 ...": the summary on stderr ran on after CMD's output on stdout, the same
+    terminal. It starts a line of its own, and after output that ended its line, or
+    filled it to the margin, no empty line comes before it."""
+    for script, first in (("printf 'no newline'", "no newline"), ("echo line", "line"),
+                          ("printf '%200s' end", f"{'end':>200}")):  # the last fills the line: the cursor waits at the margin
+        for ends in ("; sleep 0.5", ""):  # attached and watched to its end; ended before the attach ("not managed: ...")
+            lines = run_on_a_terminal(daemon, script + ends, columns=200)  # wide enough for the summary
+            assert lines[0] == first and all(line.startswith("parlschedctl: ") for line in lines[1:]), lines
+    # an editor's shell buffer (TERM=dumb) does not wrap: the spaces' carriage return went back over CMD's output
+    lines = run_on_a_terminal(daemon, "printf 'no newline'; sleep 0.5", columns=60, term="dumb")
+    assert lines[0].startswith("no newlineparlschedctl: sh "), lines
+
+
 @needs_root
 @pytest.mark.timeout(60)
 def test_runs_live_status_fits_the_terminals_width(daemon, tmp_path):
