@@ -1019,6 +1019,71 @@ def test_a_tid_reused_inside_the_target_is_adopted_as_the_new_thread(workload) -
         engine.detach(w.pid)
 
 
+REUSER = r"""
+import os, signal, sys, time
+def child():
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])  # dies of SIGKILL alone
+    time.sleep(60)
+    os._exit(0)
+for line in sys.stdin:
+    word, _, arg = line.partition(" ")
+    if word == "reuse":  # end that child, reap it, and fork the next child onto its pid
+        os.kill(int(arg), signal.SIGKILL)
+        os.waitpid(int(arg), 0)
+        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+            f.write(str(int(arg) - 1))
+    pid = os.fork()
+    if pid == 0:
+        child()
+    print(pid, flush=True)
+"""
+
+
+@needs_root
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+@pytest.mark.skipif(not os.access(NS_LAST_PID, os.W_OK), reason="ns_last_pid not writable")
+def test_a_descendants_pid_reused_by_a_new_child_in_the_tree_is_adopted_as_new(kill_after) -> None:
+    """A descendant ends, is reaped, and its parent forks a new child onto its pid (steered
+    through ns_last_pid: without it, a wrap of the host's pids within one period) before
+    the next listing. A leader's exit seen with its tid listed again was taken for a
+    zombie not yet reaped, so the new process's main thread was never adopted: status
+    showed the old one, and the pin it was born with (its parent's, ours) was left on it
+    at detach, whose identity check refused the stranger (a review). Its start time
+    tells it: it is adopted anew, and detach gives it the original mask."""
+    engine, counters = _pin_engine()
+    parent = kill_after(subprocess.Popen([sys.executable, "-c", REUSER], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, text=True))
+
+    def ask(line: str) -> int:
+        parent.stdin.write(line + "\n")
+        parent.stdin.flush()
+        return int(parent.stdout.readline())
+
+    def adopted(pid: int) -> ThreadState:
+        _ticks_until(engine, lambda: pid in target.threads, f"the child {pid} adopted")
+        return target.threads[pid]
+
+    original = masks([parent.pid])[parent.pid]
+    with _released(engine, counters):
+        target = engine.attach(parent.pid, time.monotonic(), descendants=True)
+        _ticks_until(engine, lambda: len(masks([parent.pid])[parent.pid]) == 1, "the parent pinned")
+        child = ask("fork")
+        first = adopted(child)
+        for _ in range(20):
+            time.sleep(0.05)  # start times count clock ticks (10 ms at HZ=100): within one, nothing tells them
+            new = ask(f"reuse {child}")
+            if new == child:
+                break
+            child = new  # another process took the pid first: once more, with this child
+            first = adopted(child)
+        else:
+            pytest.skip("could not steer the next pid (busy machine)")
+        _ticks_until(engine, lambda: target.threads.get(child, first) is not first, "the new child adopted")
+        assert target.threads[child].start_time == procfs.thread_start_time(child)
+        engine.detach(parent.pid)
+        assert masks([parent.pid, child]) == {parent.pid: original, child: original}
+
+
 @needs_root
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
 def test_a_core_outside_the_cpuset_loses_ground_to_the_core_the_thread_runs_on(workload, cpuset) -> None:
