@@ -59,7 +59,7 @@ def parse_proc_cgroup(text: str) -> list[Membership]:
 def memberships(task_id: int, proc_root: str = PROC_ROOT) -> list[Membership]:
     """The cgroups of a process or thread: ``/proc/<id>/cgroup`` describes the task the
     id names, so a tid gives that thread's own (v2 threaded, v1 per-task) membership."""
-    path = Path(proc_root, str(task_id), "cgroup")
+    path = os.path.join(proc_root, str(task_id), "cgroup")
     with translated("read cgroup", tid=task_id):
         return parse_proc_cgroup(os.fsdecode(_read_raw(path)))
 
@@ -111,7 +111,7 @@ def cgroup_procs(path: str, controllers: tuple[str, ...] = (), root: str = CGROU
             continue
         with translated("read cgroup.procs"):
             try:
-                text = (Path(where) / "cgroup.procs").read_text()
+                text = _read_raw(os.path.join(where, "cgroup.procs")).decode()
             except FileNotFoundError:
                 continue  # removed while walking
             except OSError as exc:

@@ -8,6 +8,14 @@ pid. Fake trees in tests mirror this with a symlink ``<root>/<tid> -> <root>/<pi
 Every read goes through :func:`~parlschedd.host.errors.translated`: a missing file means
 the task is gone (ENOENT), and so does ESRCH, which /proc returns for a task that exits
 while its file is open.
+
+Paths naming a process or thread are plain strings (here and in cgroups.py), never
+pathlib's: Python 3.11's PurePath interns every part (sys.intern), so each pid and
+tid met was added to the interpreter's table of interned strings and dropped when it
+died. Under process churn (a --descendants target forking short-lived children) that
+table (0.9 MB in the daemon) was rebuilt every few minutes, the new one allocated
+beside the old, and the daemon's heap grew by one such block at a time, left free
+between small blocks that stayed.
 """
 
 from __future__ import annotations
@@ -18,7 +26,6 @@ import select
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from parlschedd.cpulist import parse_cpulist
 from parlschedd.host.errors import HostError, ThreadGone, Unsupported, as_host_error, translated
@@ -565,7 +572,7 @@ def _children_lookup(pid: int, root: str) -> Callable[[int], list[int]]:
     children; without it one scan of every process's ppid is taken and reused.
     """
     tids = list_tids(pid, root)
-    if tids and Path(root, str(pid), "task", str(tids[0]), "children").exists():
+    if tids and os.path.exists(os.path.join(root, str(pid), "task", str(tids[0]), "children")):
         return lambda parent: _children_from_task_files(parent, root)
     by_parent = _children_by_scan(root)
     return lambda parent: by_parent.get(parent, [])
@@ -578,9 +585,9 @@ def _children_from_task_files(pid: int, root: str) -> list[int]:
     except ThreadGone:
         return []
     for tid in tids:
-        path = Path(root, str(pid), "task", str(tid), "children")
+        path = os.path.join(root, str(pid), "task", str(tid), "children")
         try:
-            kids.update(int(v) for v in _read(str(path), tid=tid).split())
+            kids.update(int(v) for v in _read(path, tid=tid).split())
         except ThreadGone:
             continue
     return sorted(kids)
