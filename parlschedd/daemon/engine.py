@@ -612,11 +612,13 @@ class Engine:
         only those it owns, as it may attach only its own (a setuid child, or one a
         root service started, is not the caller's to place). Never the daemon's own,
         which a target it was started under holds (pinning its own loop helps no one;
-        attaching it by pid is refused)."""
+        attaching it by pid is refused). Nor one detached by hand that a rule matches
+        (``left_alone``), nor those below it: detached, it was taken back by the tree
+        within a period, while detach said it was left alone until it exited."""
         if not target.descendants:
             return [target.pid]
         try:
-            found = procfs.descendants(target.pid, self.proc_root)
+            found = procfs.descendants(target.pid, self.proc_root, pruned=self._still_left_alone())
         except ThreadGone:
             return [target.pid]
         me = os.getpid()
@@ -624,6 +626,11 @@ class Engine:
         if target.caller is not None:
             found = [p for p in found if procfs.owner(p, self.proc_root) == target.caller]
         return [target.pid, *found]
+
+    def _still_left_alone(self) -> set[int]:
+        """The processes detached by hand that a rule matches and that still run (a pid
+        that exited may be another process's before the rules' rescan forgets it)."""
+        return {pid for pid, started in self.left_alone.items() if self.start_time(pid) == started}
 
     def _refresh(self, target: Target, now: float) -> None:
         """Adopt the target's new threads and drop those gone: one directory listing

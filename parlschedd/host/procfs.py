@@ -24,7 +24,7 @@ import errno
 import os
 import select
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from parlschedd.cpulist import parse_cpulist
@@ -258,13 +258,14 @@ def ancestors(pid: int, root: str = PROC_ROOT) -> Iterator[int]:
         yield pid
 
 
-def descendants(pid: int, root: str = PROC_ROOT) -> list[int]:
-    """All descendants of ``pid`` (children, grandchildren, ...), ascending."""
+def descendants(pid: int, root: str = PROC_ROOT, pruned: Container[int] = ()) -> list[int]:
+    """All descendants of ``pid`` (children, grandchildren, ...), ascending; none in
+    ``pruned``, nor any below one of those."""
     kids_of = _children_lookup(pid, root)
     found: set[int] = set()
     frontier = [pid]
     while frontier:
-        kids = [k for k in kids_of(frontier.pop()) if k not in found]
+        kids = [k for k in kids_of(frontier.pop()) if k not in found and k not in pruned]
         found.update(kids)
         frontier.extend(kids)
     return sorted(found)

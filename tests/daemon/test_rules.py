@@ -30,6 +30,7 @@ from parlschedd.daemon.matching import CMDLINE_MATCHED, CMDLINE_READ
 from parlschedd.daemon.rules import RuleMatcher
 from parlschedd.host import cgroups, procfs
 from tests.daemon.test_engine import _engine, _pin_engine, _released
+from tests.reliability.helpers import masks
 from tests.conftest import (CGROUP_MOUNTS, NOBODY, PINNING, needs_root, own_cgroup, start_daemon, tagged_sleeper,
                             target_pids, threads_of, wait_for)
 
@@ -430,6 +431,41 @@ def test_a_child_matched_before_its_job_goes_to_the_job_once_the_job_is_matched(
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(kid, 9)
+
+
+@needs_root
+def test_a_match_detached_by_hand_inside_a_rules_tree_is_not_taken_back_by_the_tree(kill_after):
+    """A job's child attached by hand, then its job attached by a rule with descendants
+    (the child stays the hand's target), then the child detached by hand: the reply
+    said the rule left it alone until it exited, and the job's tree adopted and pinned
+    it within a period, an attach of it then refused as the tree's (a review). The tree
+    leaves it alone, and what runs below it (a grandchild), while it lives. Real
+    RuleMatcher and pinning engine, rescanned and ticked by hand."""
+    tag = f"parlsched-tree-{uuid.uuid4().hex[:8]}"
+    child = f"{sys.executable} -c 'import os, time; os.fork(); time.sleep(60)' {tag}"  # and a grandchild
+    job = kill_after(subprocess.Popen(["sh", "-c", f"{child} & wait", tag]))
+    below = wait_for(lambda: (kids := procfs.descendants(job.pid)) and len(kids) == 2 and kids)
+    kid = min(below, key=lambda p: procfs.process_start_time(p))  # the child; the grandchild forked from it
+    try:
+        with _released(*_pin_engine()) as engine:
+            engine.attach(kid, time.monotonic())
+            rules = matcher()
+            rules.rescan(engine, (TargetRule(name=tag),), time.monotonic())
+            assert set(engine.targets) == {job.pid, kid}
+            original = masks(below)
+            detach_by_hand(engine, kid)
+            for _ in range(10):
+                engine.tick(time.monotonic())
+                engine.resync(time.monotonic())
+                rules.rescan(engine, (TargetRule(name=tag),), time.monotonic())
+                time.sleep(0.02)
+            assert set(engine.targets) == {job.pid}
+            assert not set(engine.targets[job.pid].threads) & set(below), "taken back by the job's tree"
+            assert masks(below) == original
+    finally:
+        for pid in below:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
 
 
 # A process a rule can name (its command line holds the tag) that runs the rest of its
