@@ -81,7 +81,7 @@ class RuleMatcher:
                and pid not in self.failed and pid != os.getpid()]
         ancestors = self._daemons_ancestors() if any(rules[wanted[p]].descendants for p in new) else set()
         for pid in sorted(new, key=lambda p: (engine.start_time(p) or 0, p)):  # oldest first: a job before its children
-            if self._is_client(pid) or self._claimed_by_ancestor(pid, engine, rules, wanted):
+            if self._is_client(pid) or self._run_by_client(pid) or self._claimed_by_ancestor(pid, engine, rules, wanted):
                 continue
             if rules[wanted[pid]].descendants and pid in ancestors:
                 self._ancestor_matched(pid, wanted[pid], engine)
@@ -135,6 +135,17 @@ class RuleMatcher:
             return procfs.runs(procfs.cmdline(pid, self.proc_root, limit=CMDLINE_READ), "parlschedctl")
         except HostError:
             return False
+
+    def _run_by_client(self, pid: int) -> bool:
+        """A process a client started (`parlschedctl run`'s CMD), which that client
+        attaches itself, on its terms: a rescan between CMD's exec and run's attach
+        took it as the rule's (a `run --observe`'s CMD pinned), and run said CMD was
+        never managed. The rules match it once its client is gone (it was reparented)."""
+        try:
+            parent = procfs.process_stat(pid, self.proc_root).ppid
+        except HostError:
+            return False
+        return parent in self.clients or self._is_client(parent)
 
     def first_matching(self, rules: tuple[config_mod.TargetRule, ...], pid: int) -> int | None:
         """The index of the first of ``rules`` that matches process ``pid``, or None (a

@@ -550,6 +550,34 @@ def test_a_rule_never_matches_a_client_of_the_control_socket(tmp_path):
         d.stop()
 
 
+def test_a_rule_leaves_a_process_a_client_started_to_that_client(kill_after):
+    """`parlschedctl run -- CMD` with a rule that matches CMD: a rescan between CMD's
+    exec and run's attach took CMD as the rule's, 1 run in 15 to 40 (a review), and
+    run said "not managed: process N is already attached" while the rule pinned it (a
+    `run --observe` too). A process whose parent is a client of the socket is left to
+    that client while the client lives; once the client is gone, the rule matches it.
+    Real RuleMatcher and engine; the client is a process that talked to the socket."""
+    tag = f"parlsched-runs-{uuid.uuid4().hex[:8]}"
+    client = kill_after(subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
+                                          f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', '{tag}']); "
+                                          "sys.stdin.read()"], stdin=subprocess.PIPE))
+    [cmd] = wait_for(lambda: (kids := procfs.descendants(client.pid))
+                     and tag.encode() in open(f"/proc/{kids[0]}/cmdline", "rb").read() and kids)
+    rules, rule = matcher(), (TargetRule(name=tag),)
+    try:
+        with _released(*_engine()) as engine:
+            rules.note_client(client.pid, engine)
+            rules.rescan(engine, rule, time.monotonic())
+            assert engine.targets == {}, "the client's to attach"
+            client.stdin.close()
+            client.wait()
+            rules.rescan(engine, rule, time.monotonic())
+            assert set(engine.targets) == {cmd}
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(cmd, 9)
+
+
 def test_a_reload_says_which_rules_cgroup_is_not_there(tmp_path):
     """A rule added by a reload whose cgroup does not exist (a typo in the path, the
     hierarchy misnamed) matches nothing. The start says so in its log, config check
