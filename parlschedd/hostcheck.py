@@ -11,6 +11,7 @@ so both say the same in the same words.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from dataclasses import dataclass, field
@@ -294,7 +295,30 @@ def _cgroups(cfg: Config, root: str, proc_root: str) -> list[Finding]:
             missing += f"; it is in another hierarchy: write '{meant}'"
         if missing:
             found.append(Finding(f"targets[{i}].cgroup", f"{missing}; the rule matches nothing until it exists"))
+        elif (root_of := _thread_root(where, controllers, root)) is not None:
+            found.append(Finding(f"targets[{i}].cgroup", f"{cgroup} is a threaded cgroup: a rule matches processes, and "
+                                                         f"they are in its thread root, '{root_of}'; name that "
+                                                         "(the rule matches nothing here)"))
     return found
+
+
+def _thread_root(where: Path, controllers: tuple[str, ...], root: str) -> str | None:
+    """The rule's path of the thread root above ``where``, a v2 threaded cgroup, whose
+    processes live there (cgroup.procs of a threaded cgroup cannot be read: a rule on
+    it matched nothing, and config check said nothing); None for any other cgroup."""
+    if controllers:
+        return None
+    try:
+        if (where / "cgroup.type").read_text().strip() != "threaded":
+            return None
+    except OSError:
+        return None
+    top = hierarchy_dir((), root)
+    node = where.parent
+    with contextlib.suppress(OSError):
+        while node != top and (node / "cgroup.type").read_text().strip() == "threaded":
+            node = node.parent
+    return "/" + str(node.relative_to(top)).removeprefix(".")
 
 
 def _below_hierarchy(written: str, root: str, proc_root: str) -> str | None:

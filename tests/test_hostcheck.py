@@ -153,6 +153,36 @@ def test_a_rules_cgroup_written_as_its_sysfs_path_is_told_how_to_write_it(mount,
         assert warning.key == "targets[0].cgroup"
         assert f"write '{prefix}/{group.name}' (the path below the hierarchy)" in warning.message, warning
 
+@needs_root
+def test_a_rule_on_a_threaded_cgroup_is_told_its_thread_root():
+    """A rule naming a cgroup v2 threaded cgroup (a process's threads moved there, the
+    process in its thread root above) matched nothing, and config check said nothing
+    (a review): a threaded cgroup's cgroup.procs cannot be read. It is told to name
+    the thread root, two threaded levels up too; a real cgroup v2 hierarchy."""
+    with own_cgroup("/sys/fs/cgroup/unified") as group:
+        inner = group / "threads"
+        inner.mkdir()
+        try:
+            (inner / "cgroup.type").write_text("threaded")
+            deeper = inner / "deeper"
+            deeper.mkdir()
+            try:
+                (deeper / "cgroup.type").write_text("threaded")
+                rules = [{"cgroup": f"/{group.name}/threads"}, {"cgroup": f"/{group.name}/threads/deeper"},
+                         {"cgroup": f"/{group.name}"}]
+                report = check_host(from_mapping({"targets": rules}))
+                said = {f.key: f.message for f in report.warnings}
+                for i in (0, 1):
+                    assert said[f"targets[{i}].cgroup"] == (
+                        f"{rules[i]['cgroup']} is a threaded cgroup: a rule matches processes, and they are in its "
+                        f"thread root, '/{group.name}'; name that (the rule matches nothing here)"), said
+                assert "targets[2].cgroup" not in said, said
+            finally:
+                deeper.rmdir()
+        finally:
+            inner.rmdir()
+
+
 def test_a_v2_only_hosts_sysfs_path_on_a_hybrid_host_is_not_taken_for_a_hierarchy(tmp_path):
     """/sys/fs/cgroup/system.slice/x.service, a cgroup's directory on a v2-only host,
     written in a rule on a hybrid one (a fake tree here): its first part is no
