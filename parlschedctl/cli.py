@@ -76,6 +76,8 @@ def talks_to_daemon(fn: Callable[..., Any]) -> Callable[..., Any]:
                 print_json({"error": {"code": exc.code, "message": str(exc)}})
             click.echo(f"parlschedctl: {exc} ({exc.code})", err=True)
             sys.exit(1)
+        except KeyboardInterrupt:  # waiting for the daemon's reply (a stopped one: 10 s): click said "Aborted!"
+            _interrupted(kwargs.get("as_json", False))
 
     return wrapper
 
@@ -142,12 +144,17 @@ class Commands(click.Group):
 
     def interrupted(self, words: list[str], name: str | None = None) -> NoReturn:
         """A Ctrl-C while a command's code loads (``name``'s, or the CLI's own when
-        None), said as one while it runs: exit 1, and --json's error object."""
-        if _asks_for_json(self, words):
-            with contextlib.suppress(OSError):
-                click.echo(json.dumps({"error": {"code": "interrupted", "message": "interrupted"}}))
-        click.echo(f"parlschedctl{'' if name is None else ' ' + name}: interrupted", err=True)
-        sys.exit(1)
+        None), said as one while it runs."""
+        _interrupted(_asks_for_json(self, words), name)
+
+
+def _interrupted(as_json: bool, name: str | None = None) -> NoReturn:
+    """A Ctrl-C, said: exit 1, and with --json the error object on stdout."""
+    if as_json:
+        with contextlib.suppress(OSError):
+            click.echo(json.dumps({"error": {"code": "interrupted", "message": "interrupted"}}))
+    click.echo(f"parlschedctl{'' if name is None else ' ' + name}: interrupted", err=True)
+    sys.exit(1)
 
 
 def _asks_for_json(group: click.Group, words: list[str]) -> bool:

@@ -30,6 +30,7 @@ from parlschedd.host.perf import detect_source
 from parlschedd import __version__
 from parlschedd.build import PACKAGE, build_id
 from tests.conftest import NOBODY, PINNING, as_user, in_child_as, needs_root, read_terminal, start_daemon, wait_for
+from tests.reliability.helpers import sleepy
 
 CTL = [sys.executable, "-m", "parlschedctl"]  # the installed command's entry point
 
@@ -345,6 +346,29 @@ def test_a_ctrl_c_while_parlschedctl_loads_is_ignored_where_sigint_is(tmp_path):
     r = ctl("status", socket=str(tmp_path / "none.sock"), env={"PYTHONPATH": str(tmp_path)},
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert r.returncode == 3 and "the daemon is not running" in r.stderr, r.stderr
+
+
+@needs_root
+@pytest.mark.parametrize("command", ["status", "attach"])
+def test_a_ctrl_c_while_waiting_for_the_daemon_is_said_as_interrupted(daemon, kill_after, command):
+    """A Ctrl-C while a command waits for the daemon's reply (a daemon stopped, which
+    it waits 10 s for) was click's "Aborted!", and --json had nothing on stdout: it is
+    said as a Ctrl-C while the code loads is, "interrupted", with the error object (a
+    review). The daemon, stopped (SIGSTOP) until the interrupt, may still serve the
+    request it finds then: the attach is of a sleeper of the test's own."""
+    words = [command] if command == "status" else [command, str(kill_after(sleepy(1)).pid)]
+    os.kill(daemon.proc.pid, signal.SIGSTOP)
+    try:
+        proc = subprocess.Popen([*CTL, *words, "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "PARLSCHED_SOCKET": daemon.socket},
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        time.sleep(1.5)  # past the import, in the request
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        os.kill(daemon.proc.pid, signal.SIGCONT)
+    assert proc.returncode == 1 and err == "parlschedctl: interrupted\n", err
+    assert json.loads(out) == {"error": {"code": "interrupted", "message": "interrupted"}}
 
 
 def test_config_check(tmp_path):
