@@ -28,7 +28,7 @@ from parlschedd.build import build_id, other_build
 from parlschedctl import client, runner
 from parlschedd.daemon import protocol
 from parlschedctl.outputs import FILE, OUT_FILE, CannotWrite, check_figure, figure_suffix, print_json
-from parlschedctl.render import printable, status_screen, status_table, terminal_size
+from parlschedctl.render import printable, status_screen, status_table, terminal_size, unpinned_warning
 from parlschedctl.runner import PlotFailed, draw
 from parlschedd.words import n_threads
 
@@ -213,6 +213,8 @@ def attach(sock: str, pid: int, observe: bool, threads: str | None, descendants:
         print_json(reply)
     else:
         click.echo(f"attached {t['pid']} ({printable(t['name'])}), {n_threads(len(t['threads']))}, mode {t['mode']}")
+    if warning := unpinned_warning(reply):  # stderr: for people, with --json too
+        click.echo(warning, err=True)
     if threads and not t["threads"]:
         click.echo(f"parlschedctl: warning: no thread name of {pid} matches --threads {protocol.clip(repr(threads))} "
                    f"({t.get('threads_ignored', 0)} left out); threads created or renamed later to a matching name are adopted",
@@ -239,7 +241,8 @@ def detach(sock: str, pid: int, as_json: bool) -> None:
             click.echo(f"config rule {reply['rule']} matches it: left alone until it exits (attach it to manage it again)")
     if reply.get("state_file_error"):  # stderr: for people, with --json too
         click.echo(f"parlschedctl: warning: the daemon's state file could not be written: {reply['state_file_error']}; were it "
-                   f"to crash before it is, its next start would attach {pid} again", err=True)
+                   f"to crash before it is, its next start would act on the state last written (see the daemon's log)",
+                   err=True)
 
 
 @cli.command()

@@ -172,6 +172,16 @@ def placement_counts(threads: list[dict[str, Any]]) -> tuple[int, int]:
     return sum(t["pinned"] for t in threads) - free, free
 
 
+def unpinned_warning(reply: dict[str, Any]) -> str | None:
+    """What an attach's reply warns of: a daemon whose state file cannot be written pins
+    no thread (an original mask it could lose in a crash is never changed), while the
+    target says mode pin; None when there is nothing to say."""
+    if not reply.get("state_file_error") or reply["target"]["mode"] != "pin":
+        return None
+    return (f"parlschedctl: warning: the daemon's state file cannot be written ({reply['state_file_error']}): it "
+            "pins no thread until it can, each thread's original mask on disk first (see the daemon's log)")
+
+
 def terminal_size(fd: int | None = None) -> os.terminal_size:
     """The terminal size of ``fd`` (stdout's when None), asked at each frame so that a
     resize is followed at the next; 80 x 24 where the terminal says 0 (a pty nobody sized)."""

@@ -27,7 +27,7 @@ import click
 
 from parlschedctl import client
 from parlschedctl.outputs import CannotWrite, writing
-from parlschedctl.render import clip, placement_counts, placements, progress_line, terminal_size
+from parlschedctl.render import clip, placement_counts, placements, progress_line, terminal_size, unpinned_warning
 from parlschedd.words import n_threads, signal_name
 
 
@@ -227,7 +227,10 @@ def _follow(sock: str, proc: subprocess.Popen, ended: _Ended, end: RunEnd, start
     run's last view of CMD (monotonic time)."""
     polled = time.monotonic()
     try:
-        end.last = client.request(sock, "attach", pid=proc.pid, observe=end.observe, descendants=True)["target"]
+        attached = client.request(sock, "attach", pid=proc.pid, observe=end.observe, descendants=True)
+        end.last = attached["target"]
+        if warning := unpinned_warning(attached):
+            _say(line.end() + warning)
         end.managed.update(t["tid"] for t in end.last.get("threads", []))
         while not ended.event.is_set():
             try:

@@ -662,7 +662,8 @@ class Daemon:
                                         descendants=a.get("descendants", False), uid=uid)
             self.engine.left_alone.pop(a["pid"], None)
             self.statefile.save(self.engine)
-            return {"target": self.engine.describe(target)}
+            # null: written; else why not, and no thread is pinned before its original is on disk
+            return {"target": self.engine.describe(target), "state_file_error": self.statefile.error}
         if request.cmd == "detach":
             return self._detach(a["pid"], uid)
         if request.cmd == "reload":
