@@ -49,6 +49,8 @@ class StateFile:
         # why the last save did not write the file (a full disk, a read-only one); None: it did. status shows it:
         # what the file holds then is older than what the daemon did, and a start after a crash would act on it
         self.error: str | None = None
+        # who writes the file (pid, start time): a start that finds it alive does not act on it (_other_writer)
+        self._writer = [os.getpid(), procfs.process_start_time(os.getpid())]
 
     def lock(self) -> None:
         """Refuse to start without a state dir to write in, or one another daemon uses:
@@ -67,7 +69,14 @@ class StateFile:
                 raise StateDirUnusable(problem)
             if not os.path.lexists(where / "lock"):
                 made.append(where / "lock")
-            self._lock = lock_dir(where)
+            lock = lock_dir(where)
+            if (writer := self._other_writer()) is not None:
+                os.close(lock)
+                raise StateDirUnusable(f"state dir {where} is in use by parlschedd pid {writer}, which wrote its state "
+                                       "file and still runs, though its lock file was removed: two daemons on one "
+                                       "state dir would each restore the other's threads; stop that one, or choose "
+                                       "another --state-dir")
+            self._lock = lock
         except StateDirBusy as exc:
             raise StateDirUnusable(f"{exc}: two daemons on one state dir would each restore the other's threads and "
                                    "overwrite its saved masks; stop that one, or choose another --state-dir") from None
@@ -81,6 +90,23 @@ class StateFile:
         if first:
             self._made = made
 
+    def _other_writer(self) -> int | None:
+        """The pid of another daemon that wrote the state file and still runs (its pid
+        and start time in the file's ``daemon``), or None: one whose lock file was
+        removed (an rm of the lock, not of the dir) holds no lock, and a start that
+        took it restored that daemon's pinned threads from its file and attached its
+        targets (a review). A file that cannot be read names no one: ``recover`` says why."""
+        try:
+            pid, started = (read_state(self.path) or {}).get("daemon")
+        except Exception:  # unreadable, no ``daemon`` (an older file), not a pair
+            return None
+        if not isinstance(pid, int) or pid == self._writer[0]:
+            return None
+        try:
+            return pid if procfs.process_start_time(pid) == started else None
+        except HostError:
+            return None
+
     def lock_to_read(self) -> None:
         """The state dir's lock where its file system is read-only (``lock`` cannot
         take it: it opens its file to write), for a put-back, which only reads.
@@ -92,20 +118,21 @@ class StateFile:
         except OSError as exc:
             raise StateDirUnusable(f"cannot use state dir {self.path.parent}: {exc.strerror or exc}") from None
 
-    def keep_lock(self) -> None:
+    def keep_lock(self) -> bool:
         """Take the state dir's lock again when its file was removed under the daemon
         (an ``rm -rf`` of the run dir): a lock on a removed file keeps no other daemon
         out, and one started now would restore and overwrite this one's threads. The
-        state file is written again at the next save. Another daemon that has taken the
-        dir since is said once."""
+        state file is written again at the next save. Whether the lock is ours: another
+        daemon that has taken the dir since is said once, and its file is not ours to
+        write (``save``)."""
         if self._lock is None:
-            return
+            return True
         where = self.path.parent
         try:
             ours, there = os.fstat(self._lock), os.stat(where / "lock")
             if (ours.st_dev, ours.st_ino) == (there.st_dev, there.st_ino):
                 self._lock_lost_said = False
-                return
+                return True
         except OSError:  # gone, or a path through a file now: taken again below, or said why not
             pass
         held = self._lock
@@ -116,10 +143,13 @@ class StateFile:
                 log.error("the state dir's lock was removed and cannot be taken again; stop this daemon or the "
                           "other one: two on one state dir restore each other's threads", path=str(where), error=str(exc))
                 self._lock_lost_said = True
-            return
+            self.error = (f"the state dir's lock was removed and cannot be taken again ({exc}); this daemon no longer "
+                          "writes its state there")
+            return False
         os.close(held)
         self.dirty, self._lock_lost_said = True, False
         log.warning("state dir removed under the daemon, its lock taken and its state written again", path=str(where))
+        return True
 
     def unmake(self) -> None:
         """Undo the lock of a start that failed after it (another daemon on the socket,
@@ -162,7 +192,9 @@ class StateFile:
                  "handed_over": sorted([tid, start] for tid, start in engine.handed_over.items()),
                  "left_alone": sorted([pid, start] for pid, start in engine.left_alone.items()),
                  "placements": sorted(format_cpulist(p) for p in engine.placements),
-                 "saved_at": procfs.start_time_now()}
+                 "saved_at": procfs.start_time_now(), "daemon": self._writer}
+        if not self.keep_lock():  # another daemon's file now: written only once the lock is ours again
+            return
         try:
             self.path.parent.mkdir(exist_ok=True, mode=0o755)  # removed under us (a tmpfiles clean-up): made again
             write_state(self.path, state)

@@ -97,7 +97,7 @@ def _events(logs: list[dict], event: str) -> list[dict]:
 def test_a_save_writes_the_engines_state_in_a_file_of_its_own(tmp_path, engine, proc) -> None:
     """What a save writes: the pinner's records, the targets given, the threads handed
     over and the processes left alone as sorted [id, start time] pairs, the masks this
-    run pins to as CPU lists, and when (in start-time ticks); in a file only its owner
+    run pins to as CPU lists, and when (in start-time ticks) and by whom; in a file only its owner
     may read or write, put there whole (no temporary file left), and no longer dirty."""
     tid = tids_of(proc.pid)[1]
     engine.pinner.adopt(tid, procfs.thread_start_time(tid))
@@ -109,6 +109,7 @@ def test_a_save_writes_the_engines_state_in_a_file_of_its_own(tmp_path, engine, 
     sf.save(engine, [{"pid": 1}])
     saved = json.loads(sf.path.read_text())
     assert before <= saved.pop("saved_at") <= procfs.start_time_now()
+    assert saved.pop("daemon") == [os.getpid(), procfs.process_start_time(os.getpid())]  # who wrote it
     assert saved == {"version": 1, "pinner": {"version": 1, "threads": {str(tid): _record(tid, ALL, ALL)}},
                      "targets": [{"pid": 1}], "handed_over": [[3, 1], [9, 2]], "left_alone": [[4, 6], [8, 5]],
                      "placements": sorted(format_cpulist(p) for p in engine.placements),
@@ -852,6 +853,75 @@ def test_a_lock_another_daemon_took_meanwhile_is_said_once(tmp_path) -> None:
     with pytest.raises(StateDirUnusable):
         StateFile(tmp_path).lock()
     sf.unlock()
+
+
+def test_a_daemon_whose_lock_another_took_does_not_write_its_state_file(tmp_path, engine) -> None:
+    """Lock file removed, and another daemon started on the dir before this one looked
+    again: this one went on writing the state file every period, over the other's
+    saved masks (a review: a process of the other's left pinned after its restart).
+    A save first looks whether the lock is still ours: not written, kept dirty, and
+    the reason is the state file's error (status shows it; no new thread is pinned
+    before its original is on disk); once the lock is ours again, written."""
+    sf, other = StateFile(tmp_path), StateFile(tmp_path)
+    sf.lock()
+    sf.save(engine)
+    os.unlink(tmp_path / "lock")
+    other.lock()
+    (tmp_path / "state.json").write_text("the other daemon's\n")
+    sf.dirty = True
+    sf.save(engine)
+    assert (tmp_path / "state.json").read_text() == "the other daemon's\n" and sf.dirty
+    assert sf.error.startswith("the state dir's lock was removed and cannot be taken again (state dir ")
+    assert "this daemon no longer writes its state there" in sf.error
+    other.unlock()
+    os.unlink(tmp_path / "lock")
+    sf.save(engine)
+    assert json.loads((tmp_path / "state.json").read_text())["targets"] == [] and not sf.dirty and sf.error is None
+    sf.unlock()
+
+
+def test_a_start_on_a_state_dir_whose_writer_still_runs_is_refused(tmp_path, engine, kill_after) -> None:
+    """Only the lock file removed (not the dir), and another daemon started on the dir:
+    it took the lock, read the running daemon's state file, restored that daemon's
+    pinned threads and attached its targets (a review). The file says who wrote it; a
+    lock while that process still runs (the same start time) is refused, naming it;
+    once it has exited, or another process has its pid, the lock is taken."""
+    writer = kill_after(sleepy(1))  # the running daemon that wrote the file, as far as the file tells
+    sf = StateFile(tmp_path)
+    sf.save(engine)
+    saved = json.loads(sf.path.read_text())
+    saved["daemon"] = [writer.pid, procfs.process_start_time(writer.pid)]
+    sf.path.write_text(json.dumps(saved))
+    with pytest.raises(StateDirUnusable, match=f"in use by parlschedd pid {writer.pid}, which wrote its state file and "
+                                               "still runs, though its lock file was removed"):
+        StateFile(tmp_path).lock()
+    assert fcntl_free(tmp_path / "lock"), "the refused lock was given up"
+    saved["daemon"] = [writer.pid, saved["daemon"][1] + 1]  # its pid, another process's now
+    sf.path.write_text(json.dumps(saved))
+    other = StateFile(tmp_path)
+    other.lock()
+    other.unlock()
+    writer.kill()
+    writer.wait()
+    saved["daemon"] = [writer.pid, saved["daemon"][1] - 1]
+    sf.path.write_text(json.dumps(saved))
+    other = StateFile(tmp_path)
+    other.lock()
+    other.unlock()
+
+
+def fcntl_free(path) -> bool:
+    """Whether no process holds the flock of ``path``."""
+    import fcntl
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
 
 
 @pytest.mark.parametrize("before", ["nothing", "the state dir", "the state dir and a lock file"])
