@@ -77,6 +77,8 @@ class StateFile:
                                        "state dir would each restore the other's threads; stop that one, or choose "
                                        "another --state-dir")
             self._lock = lock
+            if first:
+                self._sweep(where)
         except StateDirBusy as exc:
             raise StateDirUnusable(f"{exc}: two daemons on one state dir would each restore the other's threads and "
                                    "overwrite its saved masks; stop that one, or choose another --state-dir") from None
@@ -89,6 +91,17 @@ class StateFile:
                                    "are kept there; choose another --state-dir)") from None
         if first:
             self._made = made
+
+    def _sweep(self, where: Path) -> None:
+        """Remove the temporary files of saves a SIGKILL cut short (atomicfile's
+        ``.state.json.*.tmp``, each a whole state): nothing removed them, and they piled
+        up in /run (a review). Ours to remove once the lock is ours: no other daemon
+        writes here."""
+        for leftover in where.glob(f".{self.path.name}.*.tmp"):
+            try:
+                leftover.unlink()
+            except OSError as exc:
+                log.warning("a cut-short save's temporary file not removed", path=str(leftover), error=str(exc))
 
     def _other_writer(self) -> int | None:
         """The pid of another daemon that wrote the state file and still runs (its pid

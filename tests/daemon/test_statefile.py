@@ -910,6 +910,21 @@ def test_a_start_on_a_state_dir_whose_writer_still_runs_is_refused(tmp_path, eng
     other.unlock()
 
 
+def test_a_start_removes_the_temporary_files_of_saves_a_kill_cut_short(tmp_path, engine) -> None:
+    """A SIGKILL amid a save leaves its temporary file (a whole state) beside the state
+    file: nothing removed them, and they piled up in /run (a review). The start's lock
+    removes them, and nothing else."""
+    sf = StateFile(tmp_path)
+    sf.save(engine)
+    cut = [tmp_path / ".state.json.3sqcd3o1.tmp", tmp_path / ".state.json.jb1c9stt.tmp"]
+    for path in cut:
+        path.write_text(sf.path.read_text())
+    (tmp_path / "notes.tmp").write_text("an administrator's\n")
+    sf.lock()
+    sf.unlock()
+    assert sorted(os.listdir(tmp_path)) == ["lock", "notes.tmp", "state.json"]
+
+
 def fcntl_free(path) -> bool:
     """Whether no process holds the flock of ``path``."""
     import fcntl
