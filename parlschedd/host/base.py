@@ -98,7 +98,10 @@ class PinRecord:
         if not (isinstance(data, Mapping) and type(data.get("start_time")) is int
                 and isinstance(data.get("original"), str) and isinstance(data.get("current"), str)):
             raise ValueError(f"not a thread record: {data!r:.80}")
-        return cls(data["start_time"], parse_cpulist(data["original"]), parse_cpulist(data["current"]), recovered=True)
+        original, current = parse_cpulist(data["original"]), parse_cpulist(data["current"])
+        if not original or not current:  # no thread runs on no CPU: "" is a damaged record, not a mask to put back
+            raise ValueError(f"not a thread record, a mask is empty: {data!r:.80}")
+        return cls(data["start_time"], original, current, recovered=True)
 
 
 class Counters(Protocol):

@@ -437,7 +437,8 @@ def test_an_unreadable_record_is_skipped_and_the_others_kept() -> None:
     good = {"start_time": 123, "original": "0-1", "current": "1"}
     bad = {"x": [], "-3": good, "8": [1, 2], "9": {**good, "start_time": "123"}, "10": {**good, "original": 5},
            "11": {**good, "current": "1-0"}, "99999999999999999999": good, "0": good,
-           "13": {**good, "original": "0-999999999999"}, "12": good}  # a tid past the kernel's; a range without end
+           "13": {**good, "original": "0-999999999999"}, "12": good,  # a tid past the kernel's; a range without end
+           "14": {**good, "original": ""}, "15": {**good, "current": " "}}  # no CPU: a damaged record (was a restore refused)
     assert Pinner.from_json({"version": 1, "threads": bad}).records == {12: PinRecord(123, frozenset({0, 1}), frozenset({1}),
                                                                                            recovered=True)}
 
