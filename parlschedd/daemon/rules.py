@@ -137,15 +137,16 @@ class RuleMatcher:
             return False
 
     def _run_by_client(self, pid: int) -> bool:
-        """A process a client started (`parlschedctl run`'s CMD), which that client
-        attaches itself, on its terms: a rescan between CMD's exec and run's attach
-        took it as the rule's (a `run --observe`'s CMD pinned), and run said CMD was
-        never managed. The rules match it once its client is gone (it was reparented)."""
+        """A process a parlschedctl process started (`run`'s CMD), which it attaches
+        itself, on its terms: a rescan between CMD's exec and run's attach took it as
+        the rule's (a `run --observe`'s CMD pinned), and run said CMD was never
+        managed. The rules match it once that parent is gone (it was reparented). Not
+        the children of any client of the socket: a job launcher that asks the
+        daemon's status may start the jobs a rule is meant for."""
         try:
-            parent = procfs.process_stat(pid, self.proc_root).ppid
+            return self._is_client(procfs.process_stat(pid, self.proc_root).ppid)
         except HostError:
             return False
-        return parent in self.clients or self._is_client(parent)
 
     def first_matching(self, rules: tuple[config_mod.TargetRule, ...], pid: int) -> int | None:
         """The index of the first of ``rules`` that matches process ``pid``, or None (a

@@ -550,32 +550,42 @@ def test_a_rule_never_matches_a_client_of_the_control_socket(tmp_path):
         d.stop()
 
 
-def test_a_rule_leaves_a_process_a_client_started_to_that_client(kill_after):
+def test_a_rule_leaves_the_command_parlschedctl_runs_to_it(tmp_path, kill_after):
     """`parlschedctl run -- CMD` with a rule that matches CMD: a rescan between CMD's
     exec and run's attach took CMD as the rule's, 1 run in 15 to 40 (a review), and
     run said "not managed: process N is already attached" while the rule pinned it (a
-    `run --observe` too). A process whose parent is a client of the socket is left to
-    that client while the client lives; once the client is gone, the rule matches it.
-    Real RuleMatcher and engine; the client is a process that talked to the socket."""
+    `run --observe` too). A process whose parent is a parlschedctl process is left to
+    it while it lives; once it is gone, the rule matches the process. Not a child of
+    any client of the socket (a job launcher that asks for status): only parlschedctl's.
+    Real RuleMatcher and engine; run is a script named parlschedctl that starts CMD
+    and waits (run itself attaches CMD to a daemon, which this test has not)."""
     tag = f"parlsched-runs-{uuid.uuid4().hex[:8]}"
-    client = kill_after(subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
-                                          f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', '{tag}']); "
-                                          "sys.stdin.read()"], stdin=subprocess.PIPE))
-    [cmd] = wait_for(lambda: (kids := procfs.descendants(client.pid))
-                     and tag.encode() in open(f"/proc/{kids[0]}/cmdline", "rb").read() and kids)
+    starts = ("import subprocess, sys; "
+              f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', '{tag}']); sys.stdin.read()")
+    (tmp_path / "parlschedctl").write_text(starts + "\n")
+
+    def child_of(parent: subprocess.Popen) -> int:
+        [kid] = wait_for(lambda: (kids := procfs.descendants(parent.pid))
+                         and tag.encode() in open(f"/proc/{kids[0]}/cmdline", "rb").read() and kids)
+        return kid
+
+    run = kill_after(subprocess.Popen([sys.executable, str(tmp_path / "parlschedctl")], stdin=subprocess.PIPE))
+    launcher = kill_after(subprocess.Popen([sys.executable, "-c", starts], stdin=subprocess.PIPE))
+    cmd, job = child_of(run), child_of(launcher)
     rules, rule = matcher(), (TargetRule(name=tag),)
     try:
         with _released(*_engine()) as engine:
-            rules.note_client(client.pid, engine)
+            rules.note_client(launcher.pid, engine)  # it talked to the socket
             rules.rescan(engine, rule, time.monotonic())
-            assert engine.targets == {}, "the client's to attach"
-            client.stdin.close()
-            client.wait()
+            assert set(engine.targets) == {job}, "run's CMD is run's to attach; the launcher's job is the rule's"
+            run.kill()
+            run.wait()
             rules.rescan(engine, rule, time.monotonic())
-            assert set(engine.targets) == {cmd}
+            assert set(engine.targets) == {job, cmd}
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(cmd, 9)
+        for pid in (cmd, job):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
 
 
 def test_a_reload_says_which_rules_cgroup_is_not_there(tmp_path):
