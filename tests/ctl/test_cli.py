@@ -715,6 +715,28 @@ def test_top_iterations_give_up_on_a_daemon_that_does_not_come_back(daemon, kill
 
 
 @pytest.mark.timeout(60)
+def test_top_gives_up_on_a_hung_daemon_after_its_reconnect_timeout(daemon, kill_after):
+    """A daemon that hangs (SIGSTOP) under top: its loss is told by a request's 10 s
+    timeout, and then --reconnect-timeout 1 waited another whole request, 10 s, before
+    "not back within 1 s" (about 20 s in all, a review). The request made while the
+    daemon is lost waits only for what is left of the timeout."""
+    proc = kill_after(subprocess.Popen([*CTL, "top", "--interval", "0.05", "--reconnect-timeout", "1"],
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                       env={**os.environ, "PARLSCHED_SOCKET": daemon.socket}))
+    assert proc.stdout.readline().startswith(f"parlschedd {__version__} pid {daemon.proc.pid} ")
+    os.kill(daemon.proc.pid, signal.SIGSTOP)
+    try:
+        assert proc.stderr.readline().startswith("parlschedctl: lost the daemon (")  # after the 10 s of one request
+        lost = time.monotonic()
+        _, err = proc.communicate(timeout=30)
+        waited = time.monotonic() - lost
+    finally:
+        os.kill(daemon.proc.pid, signal.SIGCONT)
+    assert proc.returncode == 3 and "not back within 1 s" in err, err
+    assert waited < 5, f"gave up {waited:.1f} s after the loss was told, not about 1 s"
+
+
+@pytest.mark.timeout(60)
 def test_top_ends_when_its_reader_leaves_while_the_daemon_is_down(daemon, kill_after):
     """``parlschedctl top | head`` with the daemon stopped under it: nothing is written
     while it waits, so no EPIPE told it the reader had left, and it waited for good."""
