@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import unicodedata
-from typing import Any
+from typing import Any, NamedTuple
 
 from parlschedd import __version__
 from parlschedd.build import build_id, other_build
@@ -25,34 +25,41 @@ def printable(name: str) -> str:
 
 def status_table(reply: dict[str, Any]) -> str:
     """A ``status`` reply as text: the daemon's header, then each target and its threads."""
-    return "\n".join(line for line, _ in _status_rows(reply))
+    return "\n".join(row.line for row in _status_rows(reply))
 
 
-def _status_rows(reply: dict[str, Any]) -> list[tuple[str, int | None]]:
-    """status_table's lines, each with the index of the target it belongs to when it is
-    one of that target's thread rows (else None), so that a cut table can say what it
-    left out."""
+class _Row(NamedTuple):
+    """A line of status_table, with the index of the target it belongs to (None: the
+    daemon's) and whether it is one of that target's thread rows, so that a cut table
+    can say what it left out."""
+
+    line: str
+    target: int | None = None
+    thread: bool = False
+
+
+def _status_rows(reply: dict[str, Any]) -> list[_Row]:
+    """status_table's lines, as rows."""
     d = reply["daemon"]
     loop = d["loop"]
-    rows: list[tuple[str, int | None]] = [
-        (f"parlschedd {d['version']} pid {d['pid']} up {d['uptime_s']:.0f} s, counters {d['counter_source']}, "
-         f"period {d['period_s']} s / domain period {d['domain_period_s']} s, loop mean {loop['mean_ms']} ms max {loop['max_ms']} ms",
-         None),
-        (f"domains {d['domains']}; utility in {unit_of(d['counter_source']).per_second};"
-         " pinned: the mask we set holds its cpu, or its domain (cpu free: the kernel places it there); no: its own mask", None),
+    rows: list[_Row] = [
+        _Row(f"parlschedd {d['version']} pid {d['pid']} up {d['uptime_s']:.0f} s, counters {d['counter_source']}, "
+             f"period {d['period_s']} s / domain period {d['domain_period_s']} s, loop mean {loop['mean_ms']} ms max {loop['max_ms']} ms"),
+        _Row(f"domains {d['domains']}; utility in {unit_of(d['counter_source']).per_second};"
+             " pinned: the mask we set holds its cpu, or its domain (cpu free: the kernel places it there); no: its own mask"),
     ]
     if d["version"] != __version__:
-        rows.append((f"warning: the daemon runs parlschedd {d['version']}, and {__version__} is installed: restart it "
-                     "(systemctl restart parlschedd) to run what is installed", None))
+        rows.append(_Row(f"warning: the daemon runs parlschedd {d['version']}, and {__version__} is installed: restart it "
+                         "(systemctl restart parlschedd) to run what is installed"))
     elif other_build(d.get("build")):
-        rows.append((f"warning: the daemon runs other code (build {d['build']}) than this parlschedctl's (build "
-                     f"{build_id()}): if it was installed since the daemon started, restart it (systemctl restart "
-                     "parlschedd) to run it", None))
+        rows.append(_Row(f"warning: the daemon runs other code (build {d['build']}) than this parlschedctl's (build "
+                         f"{build_id()}): if it was installed since the daemon started, restart it (systemctl restart "
+                         "parlschedd) to run it"))
     if d.get("state_file_error"):
-        rows.append((f"warning: the state file could not be written ({d['state_file_error']}): a start after a crash "
-                     "would act on an older state (see the daemon's log)", None))
+        rows.append(_Row(f"warning: the state file could not be written ({d['state_file_error']}): a start after a crash "
+                         "would act on an older state (see the daemon's log)"))
     if not reply["targets"]:
-        rows.append(("no targets", None))
+        rows.append(_Row("no targets"))
     placed = sorted(c for domain in d["domains"] for c in domain)  # config domains may leave usable CPUs out
     for i, t in enumerate(reply["targets"]):
         left = _not_managed(t.get("threads_ignored", 0), t.get("threads_handed_over", 0))
@@ -61,18 +68,18 @@ def _status_rows(reply: dict[str, Any]) -> list[tuple[str, int | None]]:
         tree = bool(t.get("descendants"))
         processes = f", with descendants: {_n_processes(t['threads'])}" if tree else ""
         matching = "" if t.get("thread_filter") is None else f", threads matching {printable(repr(clip_value(t['thread_filter'])))}"
-        rows.append(("", None))
-        rows.append((f"{t['pid']} {printable(t['name'])} ({t['mode']}{rule}{cpus}{processes}{matching}, "
-                     f"{n_threads(len(t['threads']))}{left})", None))
+        rows.append(_Row(""))
+        rows.append(_Row(f"{t['pid']} {printable(t['name'])} ({t['mode']}{rule}{cpus}{processes}{matching}, "
+                         f"{n_threads(len(t['threads']))}{left})", i))
         pid_column = f"{'PID':>8} " if tree else ""
-        rows.append((f"  {pid_column}{'TID':>8} {'NAME':<16} {'CPU':>4} {'DOM':>4} {'UTILITY':>12} PINNED", None))
+        rows.append(_Row(f"  {pid_column}{'TID':>8} {'NAME':<16} {'CPU':>4} {'DOM':>4} {'UTILITY':>12} PINNED", i))
         for th in t["threads"]:
             util = "-" if th["utility"] is None else f"{th['utility']:.4g}"
             cpu = "free" if th.get("free") else "-" if th["cpu"] is None else th["cpu"]
             dom = "-" if th["domain"] is None else th["domain"]
             pid = f"{th.get('pid', '-'):>8} " if tree else ""
-            rows.append((f"  {pid}{th['tid']:>8} {pad(printable(th['name']), 16)} {cpu:>4} {dom:>4} {util:>12} "
-                         f"{_pinned_to(th)}", i))
+            rows.append(_Row(f"  {pid}{th['tid']:>8} {pad(printable(th['name']), 16)} {cpu:>4} {dom:>4} {util:>12} "
+                             f"{_pinned_to(th)}", i, thread=True))
     return rows
 
 
@@ -86,12 +93,12 @@ def status_screen(reply: dict[str, Any], rows: int, columns: int) -> list[str]:
     table = _status_rows(reply)
     if len(table) > rows:
         kept, cut = table[:max(rows - 1, 0)], table[max(rows - 1, 0):]
-        threads = sum(target is not None for _, target in cut)
-        targets = {target for _, target in cut} - {target for _, target in kept} - {None}
+        threads = sum(row.thread for row in cut)
+        targets = {row.target for row in cut} - {row.target for row in kept} - {None}  # none of its lines shown
         more = counted(threads, "more thread") if threads else counted(len(cut), "more line")
         also = f" ({counted(len(targets), 'more target')})" if targets else ""
-        table = [*kept, (f"... {more}{also}; a taller terminal, or status, shows them", None)]
-    return [clip(line, columns - 1) for line, _ in table[:rows]]
+        table = [*kept, _Row(f"... {more}{also}; a taller terminal, or status, shows them")]
+    return [clip(row.line, columns - 1) for row in table[:rows]]
 
 
 def _columns(c: str) -> int:

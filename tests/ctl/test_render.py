@@ -109,6 +109,9 @@ def test_a_screen_keeps_the_header_and_counts_what_it_left_out() -> None:
     assert len(rows) == 7 and all(len(row) <= 39 for row in rows) and rows[0].startswith(f"parlschedd {__version__} pid 1")
     assert rows[-1].startswith("... 9 more threads (1 more target); ")
     assert status_screen(reply, 3, 40)[-1].startswith("... 10 more threads (2 more targets)")
+    header_kept = len(table) - 5  # the second target's header line shown, not its column header nor threads
+    assert status_screen(reply, header_kept, 1000)[-2].startswith("21 app (")
+    assert status_screen(reply, header_kept, 1000)[-1].startswith("... 5 more threads; "), "its header shown: not a target more"
     assert clip("ab线程cd", 5) == "ab线" and clip("e\u0301x", 2) == "e\u0301x"  # wide: two columns; combining: none
 
 
