@@ -43,7 +43,7 @@ class StateFile:
         self.path = Path(state_dir) / "state.json"
         self.dirty = False
         self._lock: int | None = None  # the state dir's lock, held while we run
-        self._lock_lost_said = False
+        self._lock_lost = False
         self._made: list[Path] = []  # the state dir and its lock file where the first lock made them (unmake)
         self.restores_failed = 0  # of the last recover: threads whose original mask could not be put back
         # why the last save did not write the file (a full disk, a read-only one); None: it did. status shows it:
@@ -116,9 +116,11 @@ class StateFile:
         if not isinstance(pid, int) or pid == self._writer[0]:
             return None
         try:
-            return pid if procfs.process_start_time(pid) == started else None
+            st = procfs.process_stat(pid)
         except HostError:
             return None
+        # a zombie (a crashed daemon its parent has not reaped: a hand-run one's shell) holds no lock
+        return pid if st.start_time == started and st.state not in ("Z", "X") else None
 
     def lock_to_read(self) -> None:
         """The state dir's lock where its file system is read-only (``lock`` cannot
@@ -144,7 +146,7 @@ class StateFile:
         try:
             ours, there = os.fstat(self._lock), os.stat(where / "lock")
             if (ours.st_dev, ours.st_ino) == (there.st_dev, there.st_ino):
-                self._lock_lost_said = False
+                self._lock_lost = False
                 return True
         except OSError:  # gone, or a path through a file now: taken again below, or said why not
             pass
@@ -152,15 +154,15 @@ class StateFile:
         try:
             self.lock()  # sets self._lock only when it took the lock
         except StateDirUnusable as exc:
-            if not self._lock_lost_said:
+            if not self._lock_lost:
                 log.error("the state dir's lock was removed and cannot be taken again; stop this daemon or the "
                           "other one: two on one state dir restore each other's threads", path=str(where), error=str(exc))
-                self._lock_lost_said = True
+                self._lock_lost = True
             self.error = (f"the state dir's lock was removed and cannot be taken again ({exc}); this daemon no longer "
-                          "writes its state there")
+                          "writes its state there, nor pins a thread it has not pinned before")
             return False
         os.close(held)
-        self.dirty, self._lock_lost_said = True, False
+        self.dirty, self._lock_lost = True, False
         log.warning("state dir removed under the daemon, its lock taken and its state written again", path=str(where))
         return True
 
@@ -232,6 +234,8 @@ class StateFile:
         matches detached by hand, the threads handed over."""
         self.save(engine, targets)
         if self.error is None or engine.pinner.records:  # records: restore_on_exit false, whose originals it holds
+            return
+        if self._lock_lost:  # the file is another daemon's, which took the lock: its saved masks, not ours
             return
         try:
             os.unlink(self.path)

@@ -873,6 +873,8 @@ def test_a_daemon_whose_lock_another_took_does_not_write_its_state_file(tmp_path
     assert (tmp_path / "state.json").read_text() == "the other daemon's\n" and sf.dirty
     assert sf.error.startswith("the state dir's lock was removed and cannot be taken again (state dir ")
     assert "this daemon no longer writes its state there" in sf.error
+    sf.save_at_stop(engine, [])  # a clean stop: its threads restored, its file another's: not removed (a review)
+    assert (tmp_path / "state.json").read_text() == "the other daemon's\n"
     other.unlock()
     os.unlink(tmp_path / "lock")
     sf.save(engine)
@@ -885,7 +887,7 @@ def test_a_start_on_a_state_dir_whose_writer_still_runs_is_refused(tmp_path, eng
     it took the lock, read the running daemon's state file, restored that daemon's
     pinned threads and attached its targets (a review). The file says who wrote it; a
     lock while that process still runs (the same start time) is refused, naming it;
-    once it has exited, or another process has its pid, the lock is taken."""
+    once it has exited (a zombie too), or another process has its pid, the lock is taken."""
     writer = kill_after(sleepy(1))  # the running daemon that wrote the file, as far as the file tells
     sf = StateFile(tmp_path)
     sf.save(engine)
@@ -901,10 +903,14 @@ def test_a_start_on_a_state_dir_whose_writer_still_runs_is_refused(tmp_path, eng
     other = StateFile(tmp_path)
     other.lock()
     other.unlock()
-    writer.kill()
-    writer.wait()
-    saved["daemon"] = [writer.pid, saved["daemon"][1] - 1]
+    saved["daemon"][1] -= 1
     sf.path.write_text(json.dumps(saved))
+    writer.kill()
+    wait_for(lambda: procfs.process_stat(writer.pid).state == "Z")  # exited, not reaped: a crashed daemon's zombie
+    other = StateFile(tmp_path)  # holds no lock: a restart (or a put-back) was refused until it was reaped (a review)
+    other.lock()
+    other.unlock()
+    writer.wait()
     other = StateFile(tmp_path)
     other.lock()
     other.unlock()
