@@ -406,16 +406,16 @@ def _plot_run(sock: str, end: RunEnd, out: str) -> None:
            Watched.DETACHED: f"{cmd} was detached before its end, and its history with it",
            Watched.DAEMON_STOPPED: f"the daemon stopped before {cmd}'s end"}.get(end.watched)
     if why is not None:
-        _say(f"parlschedctl: no plot: {why}")
+        _say(_own_line() + f"parlschedctl: no plot: {why}")
         return
     try:
         since = " since the daemon's restart" if end.restarts else ""  # the restarted daemon's history alone
-        _say(f"parlschedctl: {draw(sock, end.pid, out)}{since}")
+        _say(_own_line() + f"parlschedctl: {draw(sock, end.pid, out)}{since}")
         end.plot = out
     except PlotFailed as exc:
-        _say(f"parlschedctl: {exc}")
+        _say(_own_line() + f"parlschedctl: {exc}")
     except (client.Refused, client.Unreachable) as exc:
-        _say(f"parlschedctl: cannot plot: {exc}")
+        _say(_own_line() + f"parlschedctl: cannot plot: {exc}")
 
 
 @dataclass

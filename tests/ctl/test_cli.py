@@ -24,7 +24,7 @@ import threading
 
 import pytest
 
-from parlschedd.host import cgroups
+from parlschedd.host import cgroups, procfs
 from parlschedd.host.base import CounterSource
 from parlschedd.host.perf import detect_source
 from parlschedd import __version__
@@ -348,6 +348,15 @@ def test_a_ctrl_c_while_parlschedctl_loads_is_ignored_where_sigint_is(tmp_path):
     assert r.returncode == 3 and "the daemon is not running" in r.stderr, r.stderr
 
 
+def _has_a_socket(pid: int) -> bool:
+    """Whether process ``pid`` has a socket open (parlschedctl: its connection to the daemon)."""
+    links = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):  # closed since the listing
+            links.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    return any(link.startswith("socket:") for link in links)
+
+
 @needs_root
 @pytest.mark.parametrize("command", ["status", "attach"])
 def test_a_ctrl_c_while_waiting_for_the_daemon_is_said_as_interrupted(daemon, kill_after, command):
@@ -362,7 +371,7 @@ def test_a_ctrl_c_while_waiting_for_the_daemon_is_said_as_interrupted(daemon, ki
         proc = subprocess.Popen([*CTL, *words, "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env={**os.environ, "PARLSCHED_SOCKET": daemon.socket},
                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-        time.sleep(1.5)  # past the import, in the request
+        wait_for(lambda: _has_a_socket(proc.pid))  # past the import (whose Ctrl-C says the same), in the request
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
     finally:
@@ -1328,19 +1337,26 @@ def test_runs_live_line_does_not_write_over_cmds_output_on_its_terminal(daemon, 
     assert live_lines(daemon, code, columns=80, options=("--no-live",), tmp_path=tmp_path) == []
 
 
-def run_on_a_terminal(daemon, script: str, columns: int, term: str = "xterm") -> list[str]:
-    """The screen's lines, as a terminal emulator (pyte) shows them, after ``run -- sh
-    -c SCRIPT`` on a terminal of ``columns`` columns, CMD's output and run's on it."""
+def run_on_a_terminal(daemon, script: str, columns: int, term: str = "xterm", options: tuple[str, ...] = (),
+                      during=None) -> list[str]:
+    """The screen's lines, as a terminal emulator (pyte) shows them, after ``run
+    OPTIONS -- sh -c SCRIPT`` on a terminal of ``columns`` columns, CMD's output and
+    run's on it; ``during(run's pid)`` is called beside it while it runs."""
     import pyte
 
     main, terminal = pty.openpty()
     fcntl.ioctl(main, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
     try:
-        proc = subprocess.Popen([*CTL, "run", "--", "sh", "-c", script], stdout=terminal, stderr=terminal,
+        proc = subprocess.Popen([*CTL, "run", *options, "--", "sh", "-c", script], stdout=terminal, stderr=terminal,
                                 env={**os.environ, "PARLSCHED_SOCKET": daemon.socket, "TERM": term})
     finally:
         os.close(terminal)
+    beside = threading.Thread(target=during, args=(proc.pid,)) if during else None
+    if beside:
+        beside.start()
     shown = read_terminal(main)
+    if beside:
+        beside.join()
     assert proc.wait(timeout=30) == 0, shown
     screen = pyte.Screen(columns, 24)
     pyte.ByteStream(screen).feed(shown.replace(b"\n", b"\r\n"))  # the pty's ONLCR, which the emulator leaves out
@@ -1363,6 +1379,24 @@ def test_runs_summary_is_a_line_of_its_own_on_a_terminal(daemon):
     # an editor's shell buffer (TERM=dumb) does not wrap: the spaces' carriage return went back over CMD's output
     lines = run_on_a_terminal(daemon, "printf 'no newline'; sleep 0.5", columns=60, term="dumb")
     assert lines[0].startswith("no newlineparlschedctl: sh "), lines
+
+
+@needs_root
+@pytest.mark.timeout(60)
+def test_runs_plot_message_is_a_line_of_its_own_after_output_cmd_wrote_once_detached(daemon, tmp_path):
+    """run --plot, CMD detached by another client while it runs, then writing without
+    a newline: the plot's message ("no plot: sh was detached ...") ran on after it (a
+    review of the summary's own line, which held)."""
+    def detach_cmd(run: int) -> None:
+        cmd = wait_for(lambda: next((p for p in procfs.descendants(run) if procfs.process_stat(p).ppid == run), None))
+        wait_for(lambda: any(t["pid"] == cmd for t in daemon.request("status")["targets"]))
+        daemon.request("detach", pid=cmd)
+
+    lines = run_on_a_terminal(daemon, "sleep 2; printf 'no newline'; sleep 0.3", columns=200,
+                              options=("--plot", str(tmp_path / "run.png")), during=detach_cmd)
+    at = lines.index("no newline")
+    assert lines[at - 1] == "parlschedctl: sh was detached; waiting for it", lines
+    assert lines[at + 1].startswith("parlschedctl: no plot: sh was detached before its end"), lines
 
 
 @needs_root
