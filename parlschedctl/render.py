@@ -181,12 +181,13 @@ def placement_counts(threads: list[dict[str, Any]]) -> tuple[int, int]:
 
 def unpinned_warning(reply: dict[str, Any]) -> str | None:
     """What an attach's reply warns of: a daemon whose state file cannot be written pins
-    no thread (an original mask it could lose in a crash is never changed), while the
-    target says mode pin; None when there is nothing to say."""
+    no new thread (an original mask it could lose in a crash is never changed), while
+    the target says mode pin; None when there is nothing to say."""
     if not reply.get("state_file_error") or reply["target"]["mode"] != "pin":
         return None
     return (f"parlschedctl: warning: the daemon's state file cannot be written ({reply['state_file_error']}): it "
-            "pins no thread until it can, each thread's original mask on disk first (see the daemon's log)")
+            "pins none of these threads until it can, a thread's original mask going on disk before its first pin "
+            "(see the daemon's log)")
 
 
 def terminal_size(fd: int | None = None) -> os.terminal_size:

@@ -2075,11 +2075,11 @@ def test_an_attach_the_state_file_cannot_keep_says_no_thread_is_pinned(tmp_path,
             ctl = [sys.executable, "-m", "parlschedctl", "--socket", d.socket]
             attach = subprocess.run([*ctl, "attach", "--json", str(w.pid)], capture_output=True, text=True, timeout=30)
             assert attach.returncode == 0 and "No space left on device" in json.loads(attach.stdout)["state_file_error"]
-            assert "it pins no thread until it can" in attach.stderr, attach.stderr
+            assert "it pins none of these threads until it can" in attach.stderr, attach.stderr
             time.sleep(0.3)  # six periods
             assert masks(w.all_tids()) == before
             run = subprocess.run([*ctl, "run", "--", "sleep", "0.3"], capture_output=True, text=True, timeout=30)
-            assert run.returncode == 0 and "it pins no thread until it can" in run.stderr, run.stderr
+            assert run.returncode == 0 and "it pins none of these threads until it can" in run.stderr, run.stderr
         finally:
             filler.unlink()
         d.stop()
