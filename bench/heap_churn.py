@@ -74,6 +74,7 @@ def main() -> None:
     args = parser.parse_args()
 
     arms = {"churn": {}, "baseline": {}}
+    where, when = machine(), stamp()  # the code the daemons start with, not what the checkout holds at the end
     with tempfile.TemporaryDirectory(prefix="parlsched-heap-") as tmp:
         daemons, targets = [], []
         try:
@@ -113,7 +114,7 @@ def main() -> None:
                      "heap_growth_kib": last["heap_kib"] - first["heap_kib"],
                      "rss_growth_kib": last["rss_kib"] - first["rss_kib"], "samples": arm["samples"]})
     churn, baseline = rows
-    result = {"benchmark": "heap_churn", "date": stamp(), "machine": machine(), "period_s": 0.1,
+    result = {"benchmark": "heap_churn", "date": when, "machine": where, "period_s": 0.1,
               "churn": "4 children a second, 3 threads each, ~1 s each, attached with --descendants",
               "heap_growth_beyond_baseline_kib": churn["heap_growth_kib"] - baseline["heap_growth_kib"], "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
