@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -72,9 +73,10 @@ def main() -> None:
     parser.add_argument("--every", type=float, default=30.0, help="seconds between samples")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "heap_churn.json")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # a kill stops the daemons and targets too (the finally)
 
     arms = {"churn": {}, "baseline": {}}
-    where, when = machine(), stamp()  # the code the daemons start with, not what the checkout holds at the end
+    measured_on, measured_at = machine(), stamp()  # the code the daemons start with, not the checkout's at the end
     with tempfile.TemporaryDirectory(prefix="parlsched-heap-") as tmp:
         daemons, targets = [], []
         try:
@@ -114,7 +116,7 @@ def main() -> None:
                      "heap_growth_kib": last["heap_kib"] - first["heap_kib"],
                      "rss_growth_kib": last["rss_kib"] - first["rss_kib"], "samples": arm["samples"]})
     churn, baseline = rows
-    result = {"benchmark": "heap_churn", "date": when, "machine": where, "period_s": 0.1,
+    result = {"benchmark": "heap_churn", "date": measured_at, "machine": measured_on, "period_s": 0.1,
               "churn": "4 children a second, 3 threads each, ~1 s each, attached with --descendants",
               "heap_growth_beyond_baseline_kib": churn["heap_growth_kib"] - baseline["heap_growth_kib"], "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
