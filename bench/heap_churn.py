@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import psutil
 
 from harness import machine, stamp, start_daemon, start_idle_target, stop_daemon
 from parlschedctl import client
@@ -54,17 +55,11 @@ while True:
 """
 
 
-def memory_kb(pid: int) -> tuple[int, int]:
-    """The process's [heap] Rss and VmRSS, in KiB."""
-    heap, in_heap = 0, False
-    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
-        if re.match(r"[0-9a-f]+-[0-9a-f]+ ", line):
-            in_heap = line.endswith("[heap]")
-        elif in_heap and line.startswith("Rss:"):
-            heap += int(line.split()[1])
-    rss = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-               if line.startswith("VmRSS:"))
-    return heap, rss
+def memory_kib(pid: int) -> tuple[int, int]:
+    """The process's [heap] Rss and its RSS, in KiB."""
+    process = psutil.Process(pid)
+    heap = sum(m.rss for m in process.memory_maps() if m.path == "[heap]")
+    return heap // 1024, process.memory_info().rss // 1024
 
 
 def main() -> None:
@@ -95,7 +90,7 @@ def main() -> None:
             started = time.monotonic()
             while (elapsed := time.monotonic() - started) <= args.minutes * 60:
                 for arm in arms.values():
-                    heap, rss = memory_kb(arm["pid"])
+                    heap, rss = memory_kib(arm["pid"])
                     arm["samples"].append({"t_s": round(elapsed, 1), "heap_kib": heap, "rss_kib": rss})
                 print(f"{elapsed:6.0f} s  " + "  ".join(f"{name}: [heap] {arm['samples'][-1]['heap_kib']} KiB, RSS "
                                                         f"{arm['samples'][-1]['rss_kib']} KiB"

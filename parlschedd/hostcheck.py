@@ -11,7 +11,6 @@ so both say the same in the same words.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
 from dataclasses import dataclass, field
@@ -308,17 +307,18 @@ def _thread_root(where: Path, controllers: tuple[str, ...], root: str) -> str | 
     it matched nothing, and config check said nothing); None for any other cgroup."""
     if controllers:
         return None
+    top, node = hierarchy_dir((), root), where
+    while node != top and _cgroup_type(node) == "threaded":
+        node = node.parent
+    return None if node == where else "/" + str(node.relative_to(top)).removeprefix(".")
+
+
+def _cgroup_type(cgroup: Path) -> str:
+    """A v2 cgroup's type (cgroup.type), "" where it cannot be read (the root has none)."""
     try:
-        if (where / "cgroup.type").read_text().strip() != "threaded":
-            return None
+        return (cgroup / "cgroup.type").read_text().strip()
     except OSError:
-        return None
-    top = hierarchy_dir((), root)
-    node = where.parent
-    with contextlib.suppress(OSError):
-        while node != top and (node / "cgroup.type").read_text().strip() == "threaded":
-            node = node.parent
-    return "/" + str(node.relative_to(top)).removeprefix(".")
+        return ""
 
 
 def _below_hierarchy(written: str, root: str, proc_root: str) -> str | None:

@@ -200,6 +200,8 @@ class StateFile:
         given, by default those of now), the threads handed over to someone else, the
         rule matches left alone, the masks this run pins to (by which the next run
         judges the records) and the processes of the threads recorded (``processes``)."""
+        if not self.keep_lock():  # another daemon's file now: written only once the lock is ours again
+            return
         state = {"version": STATE_VERSION, "pinner": engine.pinner.to_json(),
                  "processes": processes(engine), "known_before": known_before(engine),
                  "left_mains": left_mains(engine), "trees": trees(engine),
@@ -208,8 +210,6 @@ class StateFile:
                  "left_alone": sorted([pid, start] for pid, start in engine.left_alone.items()),
                  "placements": sorted(format_cpulist(p) for p in engine.placements),
                  "saved_at": procfs.start_time_now(), "daemon": self._writer}
-        if not self.keep_lock():  # another daemon's file now: written only once the lock is ours again
-            return
         try:
             self.path.parent.mkdir(exist_ok=True, mode=0o755)  # removed under us (a tmpfiles clean-up): made again
             write_state(self.path, state)
