@@ -685,15 +685,14 @@ class Engine:
 
     def _forget_reused(self, target: Target, tid: int, process: int) -> None:
         """``tid``'s thread exited and the tid is listed again in ``process``: a new
-        thread took it, and is adopted as new. Not the process's leader while its start
-        time is the one adopted: its tid is the process's id, which no other thread
-        gets while the process lives, and its pidfd polls readable while it is a
-        zombie (a process not reaped yet, or, on Linux 6.9-6.14, a leader whose other
-        threads run on). A leader whose start time changed is a new process on the pid
-        (with descendants: one reaped and its pid taken by another in the tree within
-        a period). Start times count clock ticks, so a process replaced within one
-        tick is still taken for the same: the pin's identity check then refuses it."""
-        if tid == process and not self._replaced(target, tid):
+        thread took it, and is adopted as new. Not the process's leader while it is
+        not reaped: its tid is the process's id, which no other task gets while the
+        process holds it, and its pidfd polls readable while it is a zombie (a process
+        not reaped yet, or, on Linux 6.9-6.14, a leader whose other threads run on).
+        A leader that was reaped is a new process on the pid (with descendants: one
+        taken by another in the tree within a period), whether its main thread was
+        adopted or left out (``ThreadExits.reaped``)."""
+        if tid == process and not target.exits.reaped(tid):
             return
         target.ignored.discard(tid)
         target.exits.remove(tid)
@@ -706,15 +705,6 @@ class Engine:
             # till then its pin is still one of ours to the listing (``_ours``)
             target.reborn.add(tid)
             target.scheduler.forget([tid])
-
-    def _replaced(self, target: Target, leader: int) -> bool:
-        """Whether the leader ``leader`` of one of ``target``'s processes is a thread other
-        than the one adopted: its start time differs."""
-        known = target.threads.get(leader)
-        try:
-            return known is not None and procfs.thread_start_time(leader, self.proc_root) != known.start_time
-        except HostError:  # gone since the listing: the next one drops it
-            return False
 
     def _unchanged(self, target: Target, now: float) -> bool:
         """The process has exactly the threads we know (adopted or ignored), so the

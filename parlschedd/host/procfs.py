@@ -23,6 +23,7 @@ from __future__ import annotations
 import errno
 import os
 import select
+import signal
 import time
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -493,6 +494,24 @@ class ThreadExits:
             return set()
         ready = {fd for fd, _ in self._poller.poll(0, len(self._fds))}
         return {tid for tid, fd in self._fds.items() if fd in ready}
+
+    def reaped(self, tid: int) -> bool:
+        """Whether the watched thread is gone for good, its tid free for a new task: a
+        leader that exited is a zombie until its parent reaps it, and holds its pid
+        till then. Signal 0 through its pidfd (pidfd_send_signal(2)) reaches a zombie
+        and fails with ESRCH once it was reaped, so a new process on the pid is told
+        however soon it came (a start time counts clock ticks). False for a tid not
+        watched."""
+        fd = self._fds.get(tid)
+        if fd is None:
+            return False
+        try:
+            signal.pidfd_send_signal(fd, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:  # EPERM: it is there, only not ours to signal
+            return False
+        return False
 
     def close(self) -> None:
         """Release every fd; idempotent. A closed watch answers "maybe"."""

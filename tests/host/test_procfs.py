@@ -517,6 +517,22 @@ def test_thread_exits_sees_an_exit_until_the_thread_is_removed() -> None:
     assert exits.any_exited(), "closed: it cannot tell, so the caller lists"
 
 
+@pytest.mark.skipif(not _has_thread_pidfds(), reason="kernel before 6.9: no thread pidfds")
+def test_thread_exits_tells_a_reaped_leader_from_a_zombie() -> None:
+    """A child that exited holds its pid until it is reaped (its pidfd polls readable
+    all the same); once reaped, the pid may be another process's."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    exits = procfs.ThreadExits()
+    exits.add(child.pid)
+    wait_for(exits.any_exited)
+    assert os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT) is not None  # a zombie now
+    assert not exits.reaped(child.pid), "a zombie still holds its pid"
+    child.wait()
+    assert exits.reaped(child.pid)
+    assert not exits.reaped(os.getpid()), "not watched"
+    exits.close()
+
+
 def test_thread_exits_asks_to_list_when_a_thread_cannot_be_watched(fake_proc: FakeProc) -> None:
     """Under a fake /proc root (as on a kernel without thread pidfds) nothing can be
     watched: the answer is always "maybe", so the caller lists."""
