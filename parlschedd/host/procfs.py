@@ -184,9 +184,35 @@ def comm(pid: int, root: str = PROC_ROOT) -> str:
 
 def cmdline(pid: int, root: str = PROC_ROOT, limit: int | None = None) -> list[str]:
     """The argument vector; empty for kernel threads and zombies. ``limit``: of its
-    first that many bytes (a command line can be hundreds of megabytes)."""
+    first that many bytes (a command line can be hundreds of megabytes). A process
+    whose main thread ended (pthread_exit(3)) while others run on is read through one
+    of those: its own file reads empty then (the kernel reads the main thread's
+    memory, which that thread let go), and a rule matching its command line let it go."""
     raw = _read(os.path.join(root, str(pid), "cmdline"), pid=pid, limit=limit)
+    if not raw:
+        raw = _cmdline_of_another_thread(pid, root, limit)
     return raw.rstrip("\0").split("\0") if raw else []
+
+
+def _cmdline_of_another_thread(pid: int, root: str, limit: int | None) -> str:
+    """The command line as a thread other than the main one reads it; "" when there is
+    none (a kernel thread, a process of one thread: one stat of the task directory,
+    whose link count is 2 + its threads, as for ``ProcessHandle.thread_count``)."""
+    task = os.path.join(root, str(pid), "task")
+    try:
+        if os.stat(task).st_nlink <= 3:
+            return ""
+        tids = [name for name in os.listdir(task) if name.isdigit() and name != str(pid)]
+    except OSError:
+        return ""
+    for tid in tids:
+        try:
+            raw = _read(os.path.join(task, tid, "cmdline"), pid=pid, limit=limit)
+        except HostError:
+            continue  # that thread ended: the next one
+        if raw:
+            return raw
+    return ""
 
 
 def network_interfaces(root: str = PROC_ROOT) -> list[str]:

@@ -349,6 +349,38 @@ def test_a_name_rule_looks_at_the_first_4096_characters_of_a_command_line(kill_a
     assert tag.encode() in open(f"/proc/{late.pid}/cmdline", "rb").read()
 
 
+MAIN_THREAD_ENDS = """
+import ctypes, sys, threading, time
+threading.Thread(target=time.sleep, args=(60,)).start()
+print("ready", flush=True)
+sys.stdin.readline()
+ctypes.CDLL(None).pthread_exit(None)  # the main thread alone: the other runs on
+"""
+
+
+def test_a_name_rule_keeps_a_process_whose_main_thread_ended(kill_after):
+    """A process whose main thread ends with pthread_exit(3) while another runs on:
+    /proc/PID/cmdline reads empty from then on (the main thread let its memory go),
+    so a rule that matched its command line stopped matching and the daemon let it
+    go at the next rescan (a review). Read through the thread that runs on, it
+    matches still."""
+    tag = f"parlsched-main-ends-{uuid.uuid4().hex[:8]}"
+    proc = kill_after(subprocess.Popen([sys.executable, "-c", MAIN_THREAD_ENDS, tag], stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, text=True))
+    assert proc.stdout.readline() == "ready\n"
+    rule = TargetRule(name=tag)
+    with _released(*_engine()) as engine:
+        matcher().rescan(engine, (rule,), time.monotonic())
+        assert set(engine.targets) == {proc.pid}
+        proc.stdin.write("end\n")
+        proc.stdin.flush()
+        wait_for(lambda: procfs.thread_stat(proc.pid).state == "Z")
+        assert open(f"/proc/{proc.pid}/cmdline", "rb").read() == b""
+        assert procfs.cmdline(proc.pid)[-1] == tag
+        matcher().rescan(engine, (rule,), time.monotonic())
+        assert set(engine.targets) == {proc.pid}, "let go when its main thread ended"
+
+
 def test_a_name_rule_reads_a_command_line_no_further_than_it_looks(kill_after, monkeypatch):
     """Command lines were read whole at each rescan, then cut: 20 of a user's idle
     processes with 6 MB of arguments each held the daemon's loop for seconds (review).
