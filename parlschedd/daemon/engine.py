@@ -691,8 +691,12 @@ class Engine:
         not reaped yet, or, on Linux 6.9-6.14, a leader whose other threads run on).
         A leader that was reaped is a new process on the pid (with descendants: one
         taken by another in the tree within a period), whether its main thread was
-        adopted or left out (``ThreadExits.reaped``)."""
+        adopted or left out (``ThreadExits.reaped``). A leader not reaped whose process
+        has no thread left is a zombie its parent has not waited for: let go, and left
+        out until its pid goes or is reaped and reused (``_let_zombie_go``)."""
         if tid == process and not target.exits.reaped(tid):
+            if tid in target.threads:
+                self._let_zombie_go(target, tid)
             return
         target.ignored.discard(tid)
         target.exits.remove(tid)
@@ -705,6 +709,22 @@ class Engine:
             # till then its pin is still one of ours to the listing (``_ours``)
             target.reborn.add(tid)
             target.scheduler.forget([tid])
+
+    def _let_zombie_go(self, target: Target, leader: int) -> None:
+        """A process of the target that exited, its threads all gone, still lists its
+        main thread until its parent's wait(2): that thread was shown as managed and
+        pinned, and drawn a core every period, for as long (a review). It is dropped and
+        counted as left out, watched as those are (a zombie's pidfd polls readable, so
+        the tree is listed every period until it is reaped, as it was)."""
+        try:
+            zombie = procfs.process_stat(leader, self.proc_root).exited
+        except (HostError, ValueError):
+            return  # gone since the listing: the next one drops it
+        if not zombie:
+            return  # a leader that ended alone (pthread_exit): its process runs on
+        self._drop_thread(target, leader)
+        target.exits.add(leader)
+        target.ignored.add(leader)
 
     def _unchanged(self, target: Target, now: float) -> bool:
         """The process has exactly the threads we know (adopted or ignored), so the

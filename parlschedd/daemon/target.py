@@ -129,7 +129,7 @@ class Target:
     roster: Roster = field(default_factory=Roster.empty)
     stale: bool = False  # threads joined or left since the roster was aligned
     reborn: set[int] = field(default_factory=set)  # tids given to new threads since: rows not carried over
-    ignored: set[int] = field(default_factory=set)  # tids the thread filter left out, or someone else re-pinned
+    ignored: set[int] = field(default_factory=set)  # tids the thread filter left out, someone else re-pinned, or zombies
     migrations: int = 0  # affinity changes made
     most_threads: int = 0  # the most threads managed at once: what an exit is described by
     adopted: int = 0  # threads managed (observed) since attach, each adoption once: status's threads_adopted

@@ -1134,6 +1134,31 @@ def test_a_left_out_descendants_pid_reused_by_a_new_child_in_the_tree_is_adopted
 
 
 @needs_root
+@pytest.mark.skipif(not os.access(NS_LAST_PID, os.W_OK), reason="ns_last_pid not writable")
+def test_a_descendant_that_exited_unreaped_is_let_go_and_its_pid_adopted_once_reused(kill_after) -> None:
+    """A child that exited and that its parent has not reaped (a zombie) still lists its
+    main thread: it was shown as a managed, pinned thread, and given a core every
+    period, until its parent's wait(2) (a review). It is let go, watched until reaped
+    so that a new process on its pid is adopted as one."""
+    engine, counters = _pin_engine()
+    parent, ask = _reuser(kill_after)
+    with _released(engine, counters):
+        target = engine.attach(parent.pid, time.monotonic(), descendants=True)
+        child = ask("fork")
+        _ticks_until(engine, lambda: child in target.threads, "the child adopted")
+        os.kill(child, signal.SIGKILL)  # its parent waits on its stdin: no wait(2)
+        _ticks_until(engine, lambda: child in target.ignored, "the zombie let go")
+        for _ in range(20):
+            engine.tick(time.monotonic())
+            assert child not in target.threads and child in target.ignored, "the zombie taken again"
+            time.sleep(0.01)
+        assert procfs.process_stat(child).exited
+        new = ask(f"reuse {child}")  # reaped now, and the next child steered onto its pid
+        _ticks_until(engine, lambda: new in target.threads and (new == child or child not in target.ignored),
+                     "the new child adopted, the old one forgotten")
+
+
+@needs_root
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
 def test_a_core_outside_the_cpuset_loses_ground_to_the_core_the_thread_runs_on(workload, cpuset) -> None:
     """A real cgroup v1 cpuset holds the workers alone on CPU 1 (v1 places each task
