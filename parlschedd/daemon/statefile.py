@@ -44,6 +44,7 @@ class StateFile:
         self.dirty = False
         self._lock: int | None = None  # the state dir's lock, held while we run
         self._lock_lost = False
+        self._left_by: int | None = None  # another daemon that wrote the file while it held the lock (keep_lock)
         self._made: list[Path] = []  # the state dir and its lock file where the first lock made them (unmake)
         self.restores_failed = 0  # of the last recover: threads whose original mask could not be put back
         # why the last save did not write the file (a full disk, a read-only one); None: it did. status shows it:
@@ -103,18 +104,28 @@ class StateFile:
             except OSError as exc:
                 log.warning("a cut-short save's temporary file not removed", path=str(leftover), error=str(exc))
 
+    def _writer_of_file(self, others_only: bool = False) -> tuple[int, int] | None:
+        """Who wrote the state file: (pid, start time) from its ``daemon``, or None for a
+        file that cannot be read (``recover`` says why), an older one without it, or,
+        ``others_only``, one this daemon wrote."""
+        try:
+            pid, started = (read_state(self.path) or {}).get("daemon")
+        except Exception:  # unreadable, no ``daemon`` (an older file), not a pair
+            return None
+        if not isinstance(pid, int) or (others_only and [pid, started] == self._writer):
+            return None
+        return pid, started
+
     def _other_writer(self) -> int | None:
         """The pid of another daemon that wrote the state file and still runs (its pid
         and start time in the file's ``daemon``), or None: one whose lock file was
         removed (an rm of the lock, not of the dir) holds no lock, and a start that
         took it restored that daemon's pinned threads from its file and attached its
         targets (a review). A file that cannot be read names no one: ``recover`` says why."""
-        try:
-            pid, started = (read_state(self.path) or {}).get("daemon")
-        except Exception:  # unreadable, no ``daemon`` (an older file), not a pair
+        writer = self._writer_of_file()
+        if writer is None or writer[0] == self._writer[0]:
             return None
-        if not isinstance(pid, int) or pid == self._writer[0]:
-            return None
+        pid, started = writer
         try:
             st = procfs.process_stat(pid)
         except HostError:
@@ -163,6 +174,7 @@ class StateFile:
             return False
         os.close(held)
         self.dirty, self._lock_lost = True, False
+        self._left_by = writer[0] if (writer := self._writer_of_file(others_only=True)) else None
         log.warning("state dir removed under the daemon, its lock taken and its state written again", path=str(where))
         return True
 
@@ -202,6 +214,8 @@ class StateFile:
         judges the records) and the processes of the threads recorded (``processes``)."""
         if not self.keep_lock():  # another daemon's file now: written only once the lock is ours again
             return
+        if self._left_by is not None:
+            self._restore_left(engine)
         state = {"version": STATE_VERSION, "pinner": engine.pinner.to_json(),
                  "processes": processes(engine), "known_before": known_before(engine),
                  "left_mains": left_mains(engine), "trees": trees(engine),
@@ -299,6 +313,30 @@ class StateFile:
                       targets=protocol.clip(repr(targets)))
             return []
         return [t for t in targets if isinstance(t, dict)]
+
+    def _restore_left(self, engine: Engine) -> None:
+        """The file another daemon wrote while it held this dir's lock (taken while this
+        one's lock file was removed) and before it stopped, found once the lock is ours
+        again: the next save wrote over it, and the threads that daemon had pinned (a
+        crash left them so) stayed pinned for good (a review). Those this daemon does
+        not manage get their original masks back, as that daemon's restart would have
+        given them; those it manages keep its own records (the other's original of
+        such a thread may be this daemon's pin). The file is kept aside."""
+        pid, self._left_by = self._left_by, None
+        try:
+            state = read_state(self.path) or {}
+            old = engine.pinner.from_saved(state.get("pinner"), placements=_placements(state))
+        except Exception as exc:  # unreadable or not ours: only kept aside
+            log.error("the state file another daemon left is unreadable, its threads not restored", pid=pid,
+                      error=str(exc))
+        else:
+            for tid in set(old.records).intersection(engine.pinner.records):
+                old.release(tid)
+            report = old.restore_all()
+            log.warning("the state file another daemon left: its threads restored", pid=pid,
+                        restored=len(report.restored), gone=len(report.gone), failed=len(report.failed),
+                        left_as_set_by_someone_else=len(report.kept))
+        self._set_aside(f"written by parlschedd pid {pid} while it held this state dir's lock")
 
     def _set_aside(self, why: str, copy: bool = False) -> None:
         """A state file this daemon cannot use (``copy``: not all of it) is kept under

@@ -882,6 +882,41 @@ def test_a_daemon_whose_lock_another_took_does_not_write_its_state_file(tmp_path
     sf.unlock()
 
 
+@two_cpus
+def test_the_state_file_a_daemon_left_after_taking_the_lock_is_restored_not_written_over(tmp_path, engine,
+                                                                                          proc) -> None:
+    """Lock file removed, another daemon took the dir, pinned threads and was killed:
+    once this daemon had the lock again, its next save wrote over the other's file, and
+    the threads that daemon pinned stayed pinned for good (a review). The threads this
+    daemon does not manage get the originals the file holds; one it manages keeps its
+    own record (the other's original of it may be this daemon's pin); the file is kept
+    aside, and this daemon's state written."""
+    theirs, shared, _ = tids_of(proc.pid)
+    sf = StateFile(tmp_path)
+    sf.lock()
+    engine.pinner.adopt(shared, procfs.thread_start_time(shared))
+    sf.save(engine)
+    os.unlink(tmp_path / "lock")
+    other = StateFile(tmp_path)
+    other.lock()
+    for tid in (theirs, shared):
+        os.sched_setaffinity(tid, PIN)
+    left = _write(other, {theirs: _record(theirs, ALL, PIN), shared: _record(shared, PIN, PIN)},
+                  placements=[format_cpulist(PIN)], daemon=[_exited_pid(), 1])
+    other.unlock()  # killed: its lock given up, its lock file left
+    with structlog.testing.capture_logs() as logs:
+        sf.save(engine)
+    assert os.sched_getaffinity(theirs) == ALL and os.sched_getaffinity(shared) == PIN
+    assert json.loads(_aside(sf).read_text()) == left
+    saved = json.loads(sf.path.read_text())
+    assert saved["daemon"][0] == os.getpid() and list(saved["pinner"]["threads"]) == [str(shared)]
+    [said] = _events(logs, "the state file another daemon left: its threads restored")
+    assert (said["pid"], said["restored"]) == (left["daemon"][0], 1)
+    sf.save(engine)
+    assert len(list(tmp_path.glob("state.json.unusable-*"))) == 1, "set aside once"
+    sf.unlock()
+
+
 def test_a_start_on_a_state_dir_whose_writer_still_runs_is_refused(tmp_path, engine, kill_after) -> None:
     """Only the lock file removed (not the dir), and another daemon started on the dir:
     it took the lock, read the running daemon's state file, restored that daemon's
