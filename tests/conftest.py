@@ -21,9 +21,22 @@ from pathlib import Path
 import pytest
 
 from parlschedctl import client
+from parlschedd.host import procfs
 
 WORKLOAD = Path(__file__).parent / "daemon" / "workload.py"
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the daemon must run as root")
+
+
+def _has_thread_pidfds() -> bool:
+    try:
+        os.close(os.pidfd_open(os.getpid(), procfs.PIDFD_THREAD))
+    except (AttributeError, OSError):
+        return False
+    return True
+
+
+# what watches threads for their exit (procfs.ThreadExits) and tells a reaped process from a zombie
+thread_pidfds = pytest.mark.skipif(not _has_thread_pidfds(), reason="kernel before 6.9: no thread pidfds")
 
 
 @dataclass

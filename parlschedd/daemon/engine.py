@@ -479,6 +479,8 @@ class Engine:
                 continue  # gone: the next listing forgets it
             if group not in processes or self._manager_of(tid) is not None:
                 continue
+            if group == tid and self._exited_process(tid):
+                continue  # a zombie's main thread, left out for that (_let_zombie_go), whose name may match
             target.ignored.discard(tid)
             target.exits.remove(tid)  # _adopt watches it again, or forgets it if it cannot manage it
             self._adopt(target, tid, now, new=False, process=group)
@@ -714,17 +716,21 @@ class Engine:
         """A process of the target that exited, its threads all gone, still lists its
         main thread until its parent's wait(2): that thread was shown as managed and
         pinned, and drawn a core every period, for as long (a review). It is dropped and
-        counted as left out, watched as those are (a zombie's pidfd polls readable, so
-        the tree is listed every period until it is reaped, as it was)."""
+        counted as left out, its exit still watched by the pidfd opened at adoption (a
+        new one could name a new process on the pid by now; a zombie's polls readable,
+        so the tree is listed every period until it is reaped, as it was). A zombie met
+        by an adoption is left out the same way (``_adopt``)."""
+        if self._exited_process(leader):  # else a leader that ended alone (pthread_exit): its process runs on
+            self._drop_thread(target, leader, keep_watch=True)
+            target.ignored.add(leader)
+
+    def _exited_process(self, pid: int) -> bool:
+        """Whether process ``pid`` has exited and awaits its parent's wait(2) (a zombie
+        whose threads are all gone; ``procfs.Stat.exited``)."""
         try:
-            zombie = procfs.process_stat(leader, self.proc_root).exited
+            return procfs.process_stat(pid, self.proc_root).exited
         except (HostError, ValueError):
-            return  # gone since the listing: the next one drops it
-        if not zombie:
-            return  # a leader that ended alone (pthread_exit): its process runs on
-        self._drop_thread(target, leader)
-        target.exits.add(leader)
-        target.ignored.add(leader)
+            return False  # gone: the next listing drops it
 
     def _unchanged(self, target: Target, now: float) -> bool:
         """The process has exactly the threads we know (adopted or ignored), so the
@@ -821,6 +827,9 @@ class Engine:
                 self.pinner.adopt(tid, start, original, cpuset=target.cpuset if process == target.pid else None)
                 self._unsaved.add(tid)
         except ThreadGone:
+            if tid == process and self._exited_process(tid):  # watched since before the read: its pidfd, not a new one's
+                target.ignored.add(tid)  # listed till reaped; tried again each listing otherwise (_let_zombie_go)
+                return
             self._not_adopted(target, tid)
             return
         except TooManyFiles as exc:
@@ -910,18 +919,20 @@ class Engine:
             if not given:
                 return
 
-    def _drop_thread(self, target: Target, tid: int, record: PinRecord | None = None) -> bool:
+    def _drop_thread(self, target: Target, tid: int, record: PinRecord | None = None, keep_watch: bool = False) -> bool:
         """Stop managing ``tid`` and put its original mask back; True when it was
         restored. Dropped is not always exited: a descendant process can leave the tree
         (its parent exited), and descendants outlive a target process that exits, so
         each thread is restored if it still runs (the pinner's identity check makes that
         a no-op for a tid that exited or names another thread now). Its masks
         (``record``, when the pinner already let it go) are kept until the next listing
-        in ``went``, where an exec from it is told by them."""
+        in ``went``, where an exec from it is told by them. ``keep_watch``: its exit
+        still watched, as a thread left out is."""
         record = record or self.pinner.records.get(tid)
         target.went[tid] = None if record is None else (record.original, record.current)
         target.threads.pop(tid, None)
-        target.exits.remove(tid)
+        if not keep_watch:
+            target.exits.remove(tid)
         target.stale = True
         self.counters.close(tid)
         self._unsaved.discard(tid)

@@ -16,7 +16,7 @@ import pytest
 
 from parlschedd.host import procfs
 from parlschedd.host.errors import HostError, ThreadGone
-from tests.conftest import needs_root, wait_for
+from tests.conftest import needs_root, thread_pidfds, wait_for
 from parlschedd.host.procfs import Schedstat, Uids
 
 from .conftest import FakeProc, Worker, stat_line
@@ -474,16 +474,6 @@ def test_exited_reports_exactly_the_threads_gone(pidfd: bool) -> None:
             h.close()
 
 
-def _has_thread_pidfds() -> bool:
-    import threading
-
-    try:
-        os.close(os.pidfd_open(threading.get_native_id(), procfs.PIDFD_THREAD))
-    except (AttributeError, OSError):
-        return False
-    return True
-
-
 def test_thread_count_follows_threads_as_they_start_and_exit(workload) -> None:
     w = workload(3)  # a child of 3 workers and its main thread: no other test's threads
     with procfs.ProcessHandle(w.pid) as handle:
@@ -495,7 +485,7 @@ def test_thread_count_follows_threads_as_they_start_and_exit(workload) -> None:
         assert len(handle.tids()) == 4
 
 
-@pytest.mark.skipif(not _has_thread_pidfds(), reason="kernel before 6.9: no thread pidfds, ThreadExits always asks to list")
+@thread_pidfds  # before: ThreadExits always asks to list
 def test_thread_exits_sees_an_exit_until_the_thread_is_removed() -> None:
     threads, events, tids = _parked_threads(2)
     exits = procfs.ThreadExits()
@@ -517,7 +507,7 @@ def test_thread_exits_sees_an_exit_until_the_thread_is_removed() -> None:
     assert exits.any_exited(), "closed: it cannot tell, so the caller lists"
 
 
-@pytest.mark.skipif(not _has_thread_pidfds(), reason="kernel before 6.9: no thread pidfds")
+@thread_pidfds
 def test_thread_exits_tells_a_reaped_leader_from_a_zombie() -> None:
     """A child that exited holds its pid until it is reaped (its pidfd polls readable
     all the same); once reaped, the pid may be another process's."""
