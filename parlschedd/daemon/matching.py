@@ -5,6 +5,7 @@ that matches PID 1), without the engine."""
 from __future__ import annotations
 
 import os
+from collections.abc import Container
 
 from parlschedd import config as config_mod
 from parlschedd.host import cgroups, procfs
@@ -17,8 +18,11 @@ CMDLINE_MATCHED = 4096  # characters of a command line (its arguments joined by 
 CMDLINE_READ = 4 * CMDLINE_MATCHED
 
 
-def matched(rule: config_mod.TargetRule, proc_root: str, cgroup_root: str, among: set[int] | None = None) -> set[int]:
-    """The processes ``rule`` matches: of ``among`` alone when given, else of all."""
+def matched(rule: config_mod.TargetRule, proc_root: str, cgroup_root: str, among: set[int] | None = None,
+            attached: Container[int] = ()) -> set[int]:
+    """The processes ``rule`` matches: of ``among`` alone when given, else of all.
+    ``attached``: the daemon's targets, whose command line is read through another
+    thread when the main one ended (``procfs.cmdline``'s ``any_thread``)."""
     pids = among
     if rule.cgroup is not None:
         controllers, path = config_mod.split_cgroup(rule.cgroup)
@@ -30,7 +34,7 @@ def matched(rule: config_mod.TargetRule, proc_root: str, cgroup_root: str, among
     if rule.name is not None:
         pattern = compile_pattern(rule.name)
         candidates = pids if pids is not None else _all_pids(proc_root)
-        pids = {p for p in candidates if _name_matches(pattern, p, proc_root)}
+        pids = {p for p in candidates if _name_matches(pattern, p, proc_root, p in attached)}
     return pids or set()
 
 
@@ -38,11 +42,11 @@ def _all_pids(proc_root: str) -> set[int]:
     return {int(p) for p in os.listdir(proc_root) if p.isdigit()}
 
 
-def _name_matches(pattern: Pattern, pid: int, proc_root: str) -> bool:
+def _name_matches(pattern: Pattern, pid: int, proc_root: str, attached: bool) -> bool:
     try:
         if pattern.search(procfs.comm(pid, proc_root)):
             return True
-        argv = procfs.cmdline(pid, proc_root, limit=CMDLINE_READ)
+        argv = procfs.cmdline(pid, proc_root, limit=CMDLINE_READ, any_thread=attached)
         return bool(pattern.search(" ".join(argv)[:CMDLINE_MATCHED]))
     except HostError:
         return False

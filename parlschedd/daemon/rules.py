@@ -5,6 +5,7 @@ they leave alone."""
 from __future__ import annotations
 
 import os
+from collections.abc import Container
 
 import structlog
 
@@ -57,7 +58,7 @@ class RuleMatcher:
             return
         wanted: dict[int, int] = {}
         for i, rule in enumerate(rules):
-            for pid in self.matching(rule) - self.clients.keys():
+            for pid in self.matching(rule, attached=engine.targets) - self.clients.keys():
                 wanted.setdefault(pid, i)
         for pid in [p for p in self.ancestors_matched if p not in wanted]:
             del self.ancestors_matched[pid]  # no rule matches it now: a match again is said again
@@ -150,12 +151,14 @@ class RuleMatcher:
 
     def first_matching(self, rules: tuple[config_mod.TargetRule, ...], pid: int) -> int | None:
         """The index of the first of ``rules`` that matches process ``pid``, or None (a
-        detach's question: ``pid``'s names read alone, not every process's)."""
-        return next((i for i, rule in enumerate(rules) if self.matching(rule, among={pid})), None)
+        detach's question, of a target: ``pid``'s names read alone, not every process's)."""
+        return next((i for i, rule in enumerate(rules) if self.matching(rule, among={pid}, attached={pid})), None)
 
-    def matching(self, rule: config_mod.TargetRule, among: set[int] | None = None) -> set[int]:
-        """The processes ``rule`` matches: of ``among`` alone when given, else of all."""
-        return matched(rule, self.proc_root, self.cgroup_root, among)
+    def matching(self, rule: config_mod.TargetRule, among: set[int] | None = None,
+                 attached: Container[int] = ()) -> set[int]:
+        """The processes ``rule`` matches: of ``among`` alone when given, else of all
+        (``attached``: ``matched``'s)."""
+        return matched(rule, self.proc_root, self.cgroup_root, among, attached)
 
 
 def _as_rule_says(target: Target, rule: config_mod.TargetRule) -> bool:

@@ -182,14 +182,15 @@ def comm(pid: int, root: str = PROC_ROOT) -> str:
     return _read(os.path.join(root, str(pid), "comm"), pid=pid).removesuffix("\n")
 
 
-def cmdline(pid: int, root: str = PROC_ROOT, limit: int | None = None) -> list[str]:
+def cmdline(pid: int, root: str = PROC_ROOT, limit: int | None = None, any_thread: bool = False) -> list[str]:
     """The argument vector; empty for kernel threads and zombies. ``limit``: of its
-    first that many bytes (a command line can be hundreds of megabytes). A process
-    whose main thread ended (pthread_exit(3)) while others run on is read through one
-    of those: its own file reads empty then (the kernel reads the main thread's
-    memory, which that thread let go), and a rule matching its command line let it go."""
+    first that many bytes (a command line can be hundreds of megabytes). ``any_thread``:
+    a process whose main thread ended (pthread_exit(3)) while others run on is read
+    through one of those: its own file reads empty then (the kernel reads the main
+    thread's memory, which that thread let go), and a rule matching its command line
+    let it go. A stat more for each kernel thread, so asked for the targets alone."""
     raw = _read(os.path.join(root, str(pid), "cmdline"), pid=pid, limit=limit)
-    if not raw:
+    if not raw and any_thread:
         raw = _cmdline_of_another_thread(pid, root, limit)
     return raw.rstrip("\0").split("\0") if raw else []
 

@@ -363,7 +363,8 @@ def test_a_name_rule_keeps_a_process_whose_main_thread_ended(kill_after):
     /proc/PID/cmdline reads empty from then on (the main thread let its memory go),
     so a rule that matched its command line stopped matching and the daemon let it
     go at the next rescan (a review). Read through the thread that runs on, it
-    matches still."""
+    matches still: for a target alone (a stat more for each kernel thread else),
+    so such a process the rules had not attached before is matched by its comm only."""
     tag = f"parlsched-main-ends-{uuid.uuid4().hex[:8]}"
     proc = kill_after(subprocess.Popen([sys.executable, "-c", MAIN_THREAD_ENDS, tag], stdin=subprocess.PIPE,
                                        stdout=subprocess.PIPE, text=True))
@@ -376,9 +377,11 @@ def test_a_name_rule_keeps_a_process_whose_main_thread_ended(kill_after):
         proc.stdin.flush()
         wait_for(lambda: procfs.thread_stat(proc.pid).state == "Z")
         assert open(f"/proc/{proc.pid}/cmdline", "rb").read() == b""
-        assert procfs.cmdline(proc.pid)[-1] == tag
+        assert procfs.cmdline(proc.pid, any_thread=True)[-1] == tag and procfs.cmdline(proc.pid) == []
         matcher().rescan(engine, (rule,), time.monotonic())
         assert set(engine.targets) == {proc.pid}, "let go when its main thread ended"
+        assert matcher().first_matching((rule,), proc.pid) == 0, "a detach's question"
+        assert matcher().matching(rule) == set(), "not a target"
 
 
 def test_a_name_rule_reads_a_command_line_no_further_than_it_looks(kill_after, monkeypatch):
@@ -391,7 +394,8 @@ def test_a_name_rule_reads_a_command_line_no_further_than_it_looks(kill_after, m
     wait_for(lambda: tag in procfs.cmdline(long.pid), timeout=10)
     limits = []
     real = procfs.cmdline
-    monkeypatch.setattr(procfs, "cmdline", lambda pid, root, limit=None: limits.append(limit) or real(pid, root, limit))
+    monkeypatch.setattr(procfs, "cmdline", lambda pid, root, limit=None, any_thread=False:
+                        limits.append(limit) or real(pid, root, limit, any_thread))
     rule = TargetRule(name=f"{tag} x+$")  # $: the end of what is read
     assert matcher().matching(rule) == {long.pid}
     with _released(*_engine()) as engine:  # the rescan asks too whether it is a client of the socket
