@@ -380,12 +380,17 @@ def predict(params_path: str, nsp: tuple[int, ...] | None, as_json: bool) -> Non
     ks = _candidates(fitted, nsp, params_path)
     t, e = _finite_predictions(fitted, ks, params_path)
     outside = _extrapolated(fitted, ks, params_path)
-    if outside is None:  # not known
-        outside = [None] * len(ks)
+    # which of the two: the energy may be fitted on fewer NSp than the runtime, and a script choosing by time
+    # discarded interpolated runtimes marked extrapolated for their energy (a review). None: not known
+    unknown = [None] * len(ks)
+    times_out, energies_out = ([x.tolist() for x in (fitted.extrapolated(ks), fitted.extrapolated(ks, energy=True))]
+                               if outside is not None else (unknown, unknown))
     # Not rounded: the text rounds what it shows, and JSON is read by programs, which get what the model
     # computed (null where it is not finite: _emit's json_safe; n/a in the text: _cell).
-    rows = [{"nsp": int(k), "time_s": a, "energy_wh": b, "extrapolated": x}
-            for k, a, b, x in zip(ks, t.tolist(), e.tolist(), outside, strict=True)]
+    rows = [{"nsp": int(k), "time_s": a, "energy_wh": b, "extrapolated": x, "time_extrapolated": xt,
+             "energy_extrapolated": xe}
+            for k, a, b, x, xt, xe in zip(ks, t.tolist(), e.tolist(), outside or unknown, times_out, energies_out,
+                                          strict=True)]
     text = "\n".join([f"{'nsp':>4} {'time_s':>10} {'energy_wh':>10}"]
                      + [f"{r['nsp']:>4} {_cell(r['time_s'], 10, '.2f')} {_cell(r['energy_wh'], 10, '.3f')}" for r in rows]
                      + _variant_line(fitted.model))

@@ -1177,7 +1177,8 @@ def test_predictions_outside_the_fitted_nsp_are_said_to_be_extrapolated(params, 
     assert json.loads(fitted.read_text())["fitted_nsp"] == [1, 2, 3, 4, 5]
     r = run("model", "predict", "--params", str(fitted), "--nsp", "2-5,7,32", "--json")
     assert r.exit_code == 0
-    assert [p["extrapolated"] for p in json.loads(r.stdout)["predictions"]] == [False] * 4 + [True] * 2
+    rows = json.loads(r.stdout)["predictions"]
+    assert [p["extrapolated"] for p in rows] == [p["time_extrapolated"] for p in rows] == [False] * 4 + [True] * 2
     assert f"warning: nsp 7,32 outside the NSp {fitted} was fitted on (1-5)" in r.stderr
     r = run("model", "recommend", "--params", str(fitted), "--json")
     doc = json.loads(r.stdout)
@@ -1268,7 +1269,9 @@ def test_energy_fitted_on_fewer_nsp_is_said_to_be_extrapolated_there(energy_of_1
            "predictions there are extrapolated"
     r = run("model", "predict", "--params", str(energy_of_1_to_5), "--nsp", "4-6,32", "--json")
     assert r.exit_code == 0 and said in r.stderr and "outside the NSp " + str(energy_of_1_to_5) not in r.stderr
-    assert [p["extrapolated"] for p in json.loads(r.stdout)["predictions"]] == [False, False, True, True]
+    rows = json.loads(r.stdout)["predictions"]
+    assert [p["extrapolated"] for p in rows] == [p["energy_extrapolated"] for p in rows] == [False, False, True, True]
+    assert [p["time_extrapolated"] for p in rows] == [False] * 4, "the runtime is fitted on 1-32 (a review)"
     for goal in ("energy", "edp"):
         r = run("model", "recommend", "--params", str(energy_of_1_to_5), "--objective", goal, "--json")
         best = json.loads(r.stdout)
@@ -1310,7 +1313,8 @@ def test_a_params_file_without_fitted_nsp_is_read_as_before(params, tmp_path):
     older.write_text(json.dumps(doc))
     r = run("model", "predict", "--params", str(older), "--nsp", "1,40", "--json")
     assert r.exit_code == 0 and r.stderr == ""
-    assert [p["extrapolated"] for p in json.loads(r.stdout)["predictions"]] == [None, None]
+    assert [(p["extrapolated"], p["time_extrapolated"], p["energy_extrapolated"])
+            for p in json.loads(r.stdout)["predictions"]] == [(None, None, None)] * 2
     r = run("model", "recommend", "--params", str(older), "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["extrapolated"] is None
     r = run("model", "validate", "--params", str(older), "--data", str(MEASUREMENTS_CSV), "--json")
