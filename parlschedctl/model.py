@@ -147,9 +147,10 @@ def _measured_outside(fitted: Fitted, m: Measurements, params_path: str) -> list
 def fails_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Library errors become one line on stderr and exit 1; with --json also an error
     object on stdout, as the daemon's commands give one (code ``io_error`` for a file
-    that cannot be read or written, ``interrupted`` for Ctrl-C, else ``invalid_input``).
-    Ctrl-C was click's "Aborted!" with nothing on stdout, which a script reading --json
-    could not parse."""
+    that cannot be read or written, ``interrupted`` for Ctrl-C or SIGTERM, else
+    ``invalid_input``). Ctrl-C was click's "Aborted!" with nothing on stdout, which a
+    script reading --json could not parse; SIGTERM (a batch scheduler's time limit,
+    timeout(1)) ended a fit with nothing said at all (a review)."""
 
     def code(exc: BaseException) -> str:
         if isinstance(exc, KeyboardInterrupt):
@@ -159,6 +160,7 @@ def fails_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        interrupted_by = signal.signal(signal.SIGTERM, _stop_on_sigterm)
         try:
             return fn(*args, **kwargs)
         except (*FAILURES, KeyboardInterrupt) as exc:
@@ -173,8 +175,17 @@ def fails_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
                     pass
             click.echo(f"parlschedctl model: {said}", err=True)
             sys.exit(1)
+        finally:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if interrupted_by is None else interrupted_by)  # None: C's
 
     return wrapper
+
+
+def _stop_on_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM ends a model command as Ctrl-C does: said, with the --json error object;
+    a measurement's command's processes with it, and what --out keeps said (it killed
+    parlschedctl alone, the command ran on)."""
+    raise KeyboardInterrupt
 
 
 def _said(exc: Exception) -> str:
@@ -583,12 +594,6 @@ class RunLines:
 MAX_REPEAT = 1000  # runs per configuration; a mistyped 999999999999 asked numpy for 7 TiB (a traceback)
 
 
-def _stop_on_sigterm(signum: int, frame: object) -> None:
-    """SIGTERM ends a measurement as Ctrl-C does: its command's processes with it, and
-    what --out keeps said (it killed parlschedctl alone, the command ran on)."""
-    raise KeyboardInterrupt
-
-
 # Everything from CMD on is CMD's: its own options (--out x{nsp}) must not be taken as ours,
 # and an option of ours mistyped before CMD is a usage error, not CMD.
 @model.command("measure", context_settings={"allow_interspersed_args": False})
@@ -621,7 +626,6 @@ def measure_cmd(nsp: tuple[int, ...], repeat: int, out_path: str, powercap_root:
                                              dir=os.path.dirname(os.path.abspath(out_path)))
         os.close(fd)
     times, energies, kept = [], [], 0  # kept: the configurations in progress_path
-    interrupted_by = signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         for t, e in measure(cmd, nsp, repeat, zones, RunLines(powercap_root if zones else None)):
             times.append(t)
@@ -638,8 +642,6 @@ def measure_cmd(nsp: tuple[int, ...], repeat: int, out_path: str, powercap_root:
         earlier = f" ({out_path} is as it was)" if progress_path != out_path else ""
         raise MeasureError(f"{said}; {progress_path} keeps the {counted(kept, 'configuration')} measured before "
                            f"it{earlier}") from exc
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL if interrupted_by is None else interrupted_by)  # None: C's
     if progress_path != out_path:  # written as any --out is (through a link, its mode kept), then ours removed
         with writing(out_path):
             write_measurements(out_path, np.array(nsp), np.array(times), np.array(energies))

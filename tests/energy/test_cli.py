@@ -827,15 +827,17 @@ def test_an_interrupt_during_a_fits_progress_is_said_on_a_line_of_its_own(tmp_pa
     assert "\r\nparlschedctl model: interrupted; " in shown and "0/50parlschedctl" not in shown, shown
 
 
-def test_fit_interrupted_gives_json_and_leaves_no_file(tmp_path):
-    """Ctrl-C during fit --json said "Aborted!" and left stdout empty: no JSON."""
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_fit_interrupted_gives_json_and_leaves_no_file(tmp_path, signum):
+    """Ctrl-C during fit --json said "Aborted!" and left stdout empty: no JSON; SIGTERM
+    (a batch scheduler's time limit) ended it with nothing said (a review)."""
     out = tmp_path / "params.json"
     ctl = subprocess.Popen([sys.executable, "-m", "parlschedctl", "model", "fit", "--cluster", str(CLUSTER_YAML),
                             "--data", str(MEASUREMENTS_CSV), "--repeat", "50", "--out", str(out), "--json"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     time.sleep(3)  # importing and reading done, fitting
-    ctl.send_signal(signal.SIGINT)
+    ctl.send_signal(signum)
     stdout, stderr = ctl.communicate(timeout=60)
     assert ctl.returncode == 1 and "parlschedctl model: interrupted" in stderr, stderr
     assert json.loads(stdout)["error"]["code"] == "interrupted"
