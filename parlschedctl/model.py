@@ -40,8 +40,8 @@ from parlschedd.energy.model import MASTER_POWER, PAPERS_MASTER_POWER, SUBPOP_SI
 from parlschedd.energy.store import Fitted, ParamsError, json_safe, load_params, params_document, save_params
 from parlschedd.host.rapl import POWERCAP_ROOT, package_zones
 from parlschedd.words import counted
-from parlschedctl.outputs import (FILE, OUT_FILE, CannotWrite, check_figure, check_writable, figure_suffix, print_json,
-                                  writing)
+from parlschedctl.outputs import (FILE, OUT_FILE, CannotWrite, check_figure, check_writable, figure_suffix, is_terminal,
+                                  print_json, writing)
 
 FAILURES = (ClusterError, MeasurementsError, ParamsError, MeasureError, ValueError, OSError)
 # Files are replaced whole (atomicfile), so Ctrl-C leaves none half-written.
@@ -202,13 +202,20 @@ def _not_an_input(out_path: str, *inputs: str) -> None:
             raise ValueError(f"--out {out_path} is an input of this command; writing there would replace it")
 
 
-def progress_printer(label: str, total: int) -> Callable[[int, int], None] | None:
-    """A progress line on stderr when it is a terminal (with --json too: stdout keeps
-    the JSON for scripts, stderr the messages for people), updated as each of ``total``
-    steps ends, and shown at 0 at once: steps are reported only as they end, so a single
-    fit (the default --repeat 1) said nothing until it was done."""
-    if not sys.stderr.isatty():
-        return None
+def progress_printer(label: str, total: int) -> Callable[[int, int], None]:
+    """Progress on stderr (with --json too: stdout keeps the JSON for scripts, stderr the
+    messages for people). On a terminal, a line updated as each of ``total`` steps ends,
+    and shown at 0 at once: steps are reported only as they end, so a single fit (the
+    default --repeat 1) said nothing until it was done. Elsewhere (a batch job's log,
+    ``2>log``), a line as each step ends, with the time so far: a fit of 20 repetitions
+    wrote nothing there for minutes, a stuck job not told from a running one (a review)."""
+    if not is_terminal(sys.stderr):
+        started = time.monotonic()
+
+        def log_line(done: int, total: int) -> None:
+            _tell(f"parlschedctl model: {label} {done}/{total} done, {time.monotonic() - started:.0f} s")
+
+        return log_line
 
     def show(done: int, total: int) -> None:
         _progress["open"] = True  # before the write: a Ctrl-C landing right after it starts a line of its own
@@ -557,8 +564,8 @@ def recommend(params_path: str, goal: str, nsp: tuple[int, ...] | None, as_json:
 
 
 def _tell(line: str) -> None:
-    """A line of measure's on stderr; one that cannot be written (stderr a pipe whose
-    reader left, ``|& less`` quit) is lost, not the measurement."""
+    """A line of a model command's on stderr; one that cannot be written (stderr a pipe
+    whose reader left, ``|& less`` quit) is lost, not the measurement or the fit."""
     with contextlib.suppress(OSError):
         click.echo(line, err=True)
 

@@ -29,6 +29,12 @@ class _File(click.Path):
         return super().convert(value, param, ctx)
 
 
+def is_terminal(stream: Any) -> bool:
+    """Whether ``stream`` is a terminal; False where there is none (Python's sys.stderr
+    is None when started with descriptor 2 closed, ``2>&-``)."""
+    return stream is not None and stream.isatty()
+
+
 FILE = _File(dir_okay=False, readable=False)
 
 

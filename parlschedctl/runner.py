@@ -26,7 +26,7 @@ from typing import Any, NoReturn
 import click
 
 from parlschedctl import client
-from parlschedctl.outputs import CannotWrite, writing
+from parlschedctl.outputs import CannotWrite, is_terminal, writing
 from parlschedctl.render import clip, placement_counts, placements, progress_line, terminal_size, unpinned_warning
 from parlschedd.words import n_threads, signal_name
 
@@ -159,12 +159,6 @@ def _say(text: str, nl: bool = True, err: bool = True) -> None:
         pass
 
 
-def _is_terminal(stream: Any) -> bool:
-    """Whether ``stream`` is a terminal; False where there is none (Python's sys.stderr
-    is None when run started with descriptor 2 closed, ``2>&-``)."""
-    return stream is not None and stream.isatty()
-
-
 class Watched(Enum):
     """How far run watched CMD, which is what its summary can say of CMD's threads."""
 
@@ -278,14 +272,14 @@ def _draws_live(asked: bool | None) -> bool:
     (``> out.log``, ``> /dev/null``), not to a terminal nor a pipe: redrawn in place
     every POLL_S, the line wrote over what CMD wrote to its terminal (a prompt, a
     REPL's), and over what a pipe's reader did with it there (``| less``, ``| tee``)."""
-    if not _is_terminal(sys.stderr):
+    if not is_terminal(sys.stderr):
         return False
     if asked is not None:
         return asked
     if sys.stdout is None:  # closed (>&-): CMD writes nothing there
         return True
     mode = os.fstat(sys.stdout.fileno()).st_mode
-    return stat.S_ISREG(mode) or stat.S_ISCHR(mode) and not _is_terminal(sys.stdout)
+    return stat.S_ISREG(mode) or stat.S_ISCHR(mode) and not is_terminal(sys.stdout)
 
 
 class _LiveLine:
@@ -321,7 +315,7 @@ def _own_line() -> str:
     line's start), from anywhere after it they wrap to the next line. "" where stderr
     is no terminal, its width unknown, or TERM=dumb (an editor's shell buffer, which
     does not wrap: the carriage return went back over CMD's output)."""
-    if not _is_terminal(sys.stderr) or os.environ.get("TERM", "dumb") == "dumb":
+    if not is_terminal(sys.stderr) or os.environ.get("TERM", "dumb") == "dumb":
         return ""
     try:
         columns = os.get_terminal_size(sys.stderr.fileno()).columns

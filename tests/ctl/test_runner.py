@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from parlschedctl import client, runner
+from parlschedctl.outputs import is_terminal
 from parlschedctl.runner import FROM_KEYBOARD, RELAYED, PlotFailed, RunEnd, Watched, _Relay
 from tests.conftest import PINNING, needs_root, start_daemon, wait_for
 
@@ -339,13 +340,13 @@ def test_only_a_terminal_is_a_terminal(tmp_path):
     main, other = pty.openpty()
     try:
         with open(other, "w", closefd=False) as tty:
-            assert runner._is_terminal(tty)
+            assert is_terminal(tty)
     finally:
         os.close(main)
         os.close(other)
     with open(tmp_path / "f", "w") as f:
-        assert not runner._is_terminal(f)
-    assert not runner._is_terminal(None)
+        assert not is_terminal(f)
+    assert not is_terminal(None)
 
 
 def test_a_run_in_the_background_of_its_terminal_is_not_in_its_foreground():

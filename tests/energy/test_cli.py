@@ -74,8 +74,9 @@ def test_a_fit_worse_than_the_mean_is_flagged(params, tmp_path):
 def test_fit_json_to_stdout_with_ga(tmp_path):
     r = run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(MEASUREMENTS_CSV), "--method", "ga",
             "--json", *QUICK)
-    doc = json.loads(r.output)
+    doc = json.loads(r.stdout)
     assert doc["model"]["method"] == "ga" and doc["fit"]["nrmse"]["time"] < 1
+    assert r.stderr.startswith("parlschedctl model: fit 1/1 done, "), "progress off a terminal: a line a fit"
 
 
 def test_fit_loo_reports_the_leave_one_out_error_in_text_and_json(tmp_path):
@@ -536,6 +537,17 @@ def test_progress_goes_to_a_terminals_stderr_with_json_on_stdout(tmp_path):
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0 and json.loads(out)["format"] == "parlsched-energy-time/1"
     assert b"fit 0/2" in shown and b"fit 2/2" in shown, shown
+
+
+def test_progress_off_a_terminal_is_a_line_as_each_fit_ends():
+    """Off a terminal (a batch job's log, 2>log) a fit of 20 repetitions wrote nothing
+    for minutes, a stuck job not told from a running one (a review): a whole line as
+    each fit ends, with the time so far; stdout keeps the JSON alone."""
+    r = run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(MEASUREMENTS_CSV), "--repeat", "2",
+            "--seed", "1", *QUICK, "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["format"] == "parlsched-energy-time/1"
+    said = [re.sub(r", \d+ s$", ", N s", line) for line in r.stderr.splitlines()]
+    assert said == ["parlschedctl model: fit 1/2 done, N s", "parlschedctl model: fit 2/2 done, N s"], r.stderr
 
 
 def test_inputs_a_review_broke_give_one_line_errors_or_valid_json(params, tmp_path):
