@@ -284,7 +284,8 @@ def fit(cluster_path: str, data_path: str, method: str, repeat: int, seed: int |
         check_writable(out_path)
     cluster, m = load_cluster(cluster_path), load_measurements(data_path)
     check_fittable(cluster, m, data_path)
-    for note in fit_notes(cluster, m, data_path):
+    notes = fit_notes(cluster, m, data_path)
+    for note in notes:
         click.echo(f"parlschedctl model: {note}", err=True)
     energy = m.energy_wh if m.has_energy else None
     drawn = seed is None
@@ -305,7 +306,10 @@ def fit(cluster_path: str, data_path: str, method: str, repeat: int, seed: int |
                                  **est.settings())
         loo_seconds = time.monotonic() - started
     summary = summarise_fit(est, base, m, data_path, held_out, paper)
-    document = params_document(cluster, est, base, {"fit": summary.to_dict()})
+    # what stderr says of the data and the fit, for a script too (a review: runtimes in ms fitted, exit 0, and
+    # nothing in the JSON or the params file said so)
+    poor = summary.poor_fit_notes()
+    document = params_document(cluster, est, base, {"fit": summary.to_dict() | {"notes": [*notes, *poor]}})
     if out_path:
         with writing(out_path):
             save_params(out_path, document)
@@ -313,7 +317,7 @@ def fit(cluster_path: str, data_path: str, method: str, repeat: int, seed: int |
     _emit(as_json, document, _fit_text(est, summary, out_path, loo_seconds, paper_seconds))
     if drawn:
         click.echo(f"parlschedctl model: seed {seed} drawn; --seed {seed} fits the same again", err=True)
-    for note in summary.poor_fit_notes():
+    for note in poor:
         click.echo(f"parlschedctl model: {note}", err=True)
 
 

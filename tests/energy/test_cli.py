@@ -66,9 +66,11 @@ def test_a_fit_worse_than_the_mean_is_flagged(params, tmp_path):
     assert r.exit_code == 0, r.output
     fit = json.loads(r.stdout)["fit"]
     assert fit["nrmse"]["energy"] >= 1 and "energy" in fit["worse_than_mean"]
-    assert (f"warning: {MEASUREMENTS_CSV}: the fit's NRMSE of energy is {fit['nrmse']['energy']:.3f} (>= 1): its "
-            "predictions are no better than the mean of the measured energies") in r.stderr
+    said = (f"warning: {MEASUREMENTS_CSV}: the fit's NRMSE of energy is {fit['nrmse']['energy']:.3f} (>= 1): its "
+            "predictions are no better than the mean of the measured energies")
+    assert said in r.stderr and said in fit["notes"][-1], "the JSON says what stderr does (a review)"
     assert json.loads(params.read_text())["fit"]["worse_than_mean"] == []
+    assert json.loads(params.read_text())["fit"]["notes"] == []
 
 
 def test_fit_json_to_stdout_with_ga(tmp_path):
@@ -1030,10 +1032,11 @@ def test_a_fit_with_no_more_configurations_than_parameters_is_called_underdeterm
         rows.append(",".join(cells))
     few = tmp_path / "few.csv"
     few.write_text("\n".join([lines[0], *rows]) + "\n")
-    r = CliRunner().invoke(cli, ["model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(few), *QUICK])
+    r = CliRunner().invoke(cli, ["model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(few), *QUICK, "--json"])
     assert r.exit_code == 0, r.output
-    assert "3 configurations with energy for 14 energy parameters; the fit is underdetermined" in r.output
-    assert "for 8 time parameters" not in r.output
+    assert "3 configurations with energy for 14 energy parameters; the fit is underdetermined" in r.stderr
+    assert "for 8 time parameters" not in r.stderr
+    assert any("the fit is underdetermined" in note for note in json.loads(r.stdout)["fit"]["notes"])
 
 
 def test_a_fit_to_runtimes_without_spread_is_a_file_the_other_commands_read(tmp_path):
