@@ -11,8 +11,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 import numpy as np  # noqa: E402
 
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
 from parlschedd.energy.measurements import Measurements  # noqa: E402
 from parlschedd.plots import save_figure  # noqa: E402
+
+MOST_TICKS = 40  # measured NSp each given a tick, up to this many; beyond, matplotlib's integer ticks
 
 
 def figure3(path: str | Path, m: Measurements, proposed: tuple[np.ndarray, np.ndarray],
@@ -55,13 +59,21 @@ def draw_figure3(m: Measurements, proposed: tuple[np.ndarray, np.ndarray],
         if np.isfinite(reps).any():
             ax.fill_between(m.nsp, *_spread(reps), color="0.85", label="Measured (min-max)")
         ax.plot(m.nsp, measured, "ko", ms=4, label="Experimental data (mean)")
-        ax.plot(m.nsp, proposed[i], "-", color="tab:blue", lw=2, label="Proposed model", **_lone("s", m.nsp))
-        ax.plot(m.nsp, baseline[i], "--", color="tab:orange", label="Baseline model (refitted)", **_lone("^", m.nsp))
-        if stored is not None:
-            ax.plot(m.nsp, stored, ":", color="tab:red", label="Baseline model [33] (stored)", **_lone("v", m.nsp))
+        models = [(proposed[i], "-", 2.0, "tab:blue", "Proposed model", "s"),
+                  (baseline[i], "--", 1.5, "tab:orange", "Baseline model (refitted)", "^"),
+                  (stored, ":", 1.5, "tab:red", "Baseline model [33] (stored)", "v")]
+        # a model with nothing to draw here (its energy not fitted: NaN) is not named in the legend (a review)
+        drawn = [model for model in models if model[0] is not None and np.isfinite(model[0]).any()]
+        for values, style, width, color, name, marker in drawn:
+            ax.plot(m.nsp, values, style, color=color, lw=width, label=name, **_lone(marker, m.nsp))
+        if not drawn:
+            ax.set_title("no model fitted to these", fontsize=9)
         ax.set_xlabel("Number of subpopulations")
         ax.set_ylabel(label)
-        ax.set_xticks(m.nsp)
+        if len(m.nsp) <= MOST_TICKS:
+            ax.set_xticks(m.nsp)
+        else:  # a tick and a grid line each: at 256 NSp the labels ran into a black bar (a review)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.tick_params(axis="x", labelsize=7)
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)

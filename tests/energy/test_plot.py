@@ -3,6 +3,8 @@ and inspected as matplotlib holds it, not as pixels."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -90,3 +92,35 @@ def test_a_run_without_energy_costs_the_band_only_its_configuration(tmp_path):
     fig = draw_figure3(m, predictions(m), predictions(m))
     for ax in fig.axes:
         assert "Measured (min-max)" in legend(ax), ax.get_ylabel()
+
+
+def test_a_model_fitted_on_runtimes_alone_names_no_energy_line(measured):
+    """Plotted against measured energies, a model fitted on runtimes alone (NaN
+    energies) gave an energy panel whose legend named the two models' lines, which
+    were not drawn (a review)."""
+    fig = draw_figure3(measured, predictions(measured, energy=False), predictions(measured, energy=False))
+    runtime, energy = fig.axes
+    assert {"Proposed model", "Baseline model (refitted)"} <= set(legend(runtime))
+    assert not {"Proposed model", "Baseline model (refitted)"} & set(legend(energy))
+    assert "Baseline model [33] (stored)" in legend(energy) and energy.get_title() == ""  # the file's own predictions
+    unstored = dataclasses.replace(measured, baseline_time_s=None, baseline_energy_wh=None)
+    runtime, energy = draw_figure3(unstored, predictions(measured, energy=False),
+                                   predictions(measured, energy=False)).axes
+    assert energy.get_title() == "no model fitted to these" and runtime.get_title() == ""
+
+
+@pytest.mark.parametrize("count, each", [(32, True), (256, False)])
+def test_many_measured_nsp_get_matplotlib_s_ticks_not_one_each(tmp_path, count, each):
+    """Every measured NSp had a tick, a label and a grid line: at 256 the labels ran
+    into a black bar and the grid greyed the panels (a review). Up to MOST_TICKS each
+    has its own; beyond, a few integer ticks."""
+    rows = "\n".join(f"{k},{100 + k}" for k in range(1, count + 1))
+    path = tmp_path / "many.csv"
+    path.write_text(f"nsp,time_s_r1\n{rows}\n")
+    m = load_measurements(path)
+    fig = draw_figure3(m, predictions(m, energy=False), predictions(m, energy=False))
+    ticks = fig.axes[0].get_xticks()
+    if each:
+        assert list(ticks) == list(range(1, count + 1))
+    else:
+        assert len(ticks) <= 12 and all(float(t).is_integer() for t in ticks)
