@@ -416,6 +416,7 @@ class Daemon:
         attached, while ``systemctl stop`` removes it and they are forgotten."""
         notify.notify("STOPPING=1")
         hand_attached = by_hand(self.engine)
+        self.statefile.restore_left(self.engine)  # while the records tell this daemon's threads from another's
         if self.config.restore_on_exit:
             restored = self.engine.detach_all(keep_hand_overs=True)
             report = self.engine.pinner.restore_all()

@@ -212,10 +212,8 @@ class StateFile:
         given, by default those of now), the threads handed over to someone else, the
         rule matches left alone, the masks this run pins to (by which the next run
         judges the records) and the processes of the threads recorded (``processes``)."""
-        if not self.keep_lock():  # another daemon's file now: written only once the lock is ours again
+        if not self.restore_left(engine):  # another daemon's file now: written only once the lock is ours again
             return
-        if self._left_by is not None:
-            self._restore_left(engine)
         state = {"version": STATE_VERSION, "pinner": engine.pinner.to_json(),
                  "processes": processes(engine), "known_before": known_before(engine),
                  "left_mains": left_mains(engine), "trees": trees(engine),
@@ -283,8 +281,7 @@ class StateFile:
         if state is None:
             return []
         try:
-            if state.get("version") != STATE_VERSION:
-                raise ValueError(f"version {protocol.clip(repr(state.get('version')))}, this daemon reads {STATE_VERSION}")
+            _check_version(state)
             placements = _placements(state)
             old = engine.pinner.from_saved(state.get("pinner"), placements=placements)
         except ValueError as exc:
@@ -314,23 +311,36 @@ class StateFile:
             return []
         return [t for t in targets if isinstance(t, dict)]
 
-    def _restore_left(self, engine: Engine) -> None:
+    def restore_left(self, engine: Engine) -> bool:
+        """``keep_lock``, and then the threads of the file another daemon left, if it
+        did (``_restore_the_others``): at each save, and at a stop before this daemon
+        restores its own threads, while its records still tell which are its own.
+        Whether the lock is ours."""
+        if not self.keep_lock():
+            return False
+        if self._left_by is not None:
+            self._restore_the_others(engine)
+        return True
+
+    def _restore_the_others(self, engine: Engine) -> None:
         """The file another daemon wrote while it held this dir's lock (taken while this
         one's lock file was removed) and before it stopped, found once the lock is ours
         again: the next save wrote over it, and the threads that daemon had pinned (a
         crash left them so) stayed pinned for good (a review). Those this daemon does
         not manage get their original masks back, as that daemon's restart would have
-        given them; those it manages keep its own records (the other's original of
-        such a thread may be this daemon's pin). The file is kept aside."""
+        given them; those it manages, or handed over to whoever set their masks, keep
+        what this daemon knows of them (the other's original of such a thread may be
+        this daemon's pin). The file is kept aside."""
         pid, self._left_by = self._left_by, None
         try:
             state = read_state(self.path) or {}
+            _check_version(state)
             old = engine.pinner.from_saved(state.get("pinner"), placements=_placements(state))
         except Exception as exc:  # unreadable or not ours: only kept aside
             log.error("the state file another daemon left is unreadable, its threads not restored", pid=pid,
                       error=str(exc))
         else:
-            for tid in set(old.records).intersection(engine.pinner.records):
+            for tid in set(old.records).intersection({*engine.pinner.records, *engine.handed_over}):
                 old.release(tid)
             report = old.restore_all()
             log.warning("the state file another daemon left: its threads restored", pid=pid,
@@ -695,6 +705,12 @@ def _named(saved: dict) -> dict[str, object]:
     not a number (a damaged entry, or None where it is missing) is logged as its clipped repr."""
     fields = {"pid": saved.get("pid"), "start_time": saved.get("start_time")}
     return {key: value if isinstance(value, int) else protocol.clip(repr(value)) for key, value in fields.items()}
+
+
+def _check_version(state: dict) -> None:
+    """ValueError unless ``state`` is of the version this daemon reads."""
+    if state.get("version") != STATE_VERSION:
+        raise ValueError(f"version {protocol.clip(repr(state.get('version')))}, this daemon reads {STATE_VERSION}")
 
 
 def _placements(state: dict) -> frozenset[frozenset[int]] | None:

@@ -34,7 +34,7 @@ from parlschedd.host.errors import ThreadGone
 from parlschedd.host.perf import CounterSet
 from parlschedd.topology import read_topology
 from tests.conftest import NOBODY, needs_root, wait_for
-from tests.reliability.helpers import masks, sleepy, tids_of
+from tests.reliability.helpers import exited_pid, masks, sleepy, tids_of
 
 pytestmark = needs_root
 
@@ -705,12 +705,6 @@ def test_reattach_attaches_a_saved_target_as_it_was(engine, proc) -> None:
     assert (t.observe, t.thread_filter.pattern, t.descendants, t.rule, t.caller) == (True, "^python", True, None, None)
 
 
-def _exited_pid() -> int:
-    p = subprocess.Popen(["true"])
-    p.wait()
-    return p.pid
-
-
 @pytest.mark.parametrize("case", ["exited", "pid now another's", "no start time", "pid not a number",
                                   "a kernel thread", "threads not a regex"])
 def test_a_saved_target_not_attached_again_is_said_with_why(engine, proc, case) -> None:
@@ -719,7 +713,7 @@ def test_a_saved_target_not_attached_again_is_said_with_why(engine, proc, case) 
     another process's), its entry is damaged, or the engine refuses it."""
     start = procfs.process_start_time(proc.pid)
     saved, reason = {
-        "exited": ({"pid": _exited_pid(), "start_time": start}, "it has exited"),
+        "exited": ({"pid": exited_pid(), "start_time": start}, "it has exited"),
         "pid now another's": ({"pid": proc.pid, "start_time": start - 1}, "it has exited"),
         "no start time": ({"pid": proc.pid}, "'start_time'"),
         "pid not a number": ({"pid": "x", "start_time": start}, "invalid literal for int() with base 10: 'x'"),
@@ -902,7 +896,7 @@ def test_the_state_file_a_daemon_left_after_taking_the_lock_is_restored_not_writ
     for tid in (theirs, shared):
         os.sched_setaffinity(tid, PIN)
     left = _write(other, {theirs: _record(theirs, ALL, PIN), shared: _record(shared, PIN, PIN)},
-                  placements=[format_cpulist(PIN)], daemon=[_exited_pid(), 1])
+                  placements=[format_cpulist(PIN)], daemon=[exited_pid(), 1])
     other.unlock()  # killed: its lock given up, its lock file left
     with structlog.testing.capture_logs() as logs:
         sf.save(engine)
@@ -915,6 +909,33 @@ def test_the_state_file_a_daemon_left_after_taking_the_lock_is_restored_not_writ
     sf.save(engine)
     assert len(list(tmp_path.glob("state.json.unusable-*"))) == 1, "set aside once"
     sf.unlock()
+
+
+@two_cpus
+def test_the_state_file_a_daemon_left_leaves_a_thread_handed_over_as_its_owner_set_it(tmp_path, engine,
+                                                                                     proc) -> None:
+    """A thread this daemon pinned, the other daemon adopted (its saved original: this
+    one's pin), and a user set since, so that this daemon handed it over: the other's
+    record put this daemon's old pin over the user's mask (a review)."""
+    shared = tids_of(proc.pid)[1]
+    sf = StateFile(tmp_path)
+    sf.lock()
+    engine.pinner.adopt(shared, procfs.thread_start_time(shared))
+    engine.pinner.pin_many([(shared, PIN)])
+    sf.save(engine)
+    os.unlink(tmp_path / "lock")
+    other = StateFile(tmp_path)
+    other.lock()
+    _write(other, {shared: _record(shared, PIN, PIN)}, placements=sorted(map(format_cpulist, engine.placements)),
+           daemon=[exited_pid(), 1])
+    other.unlock()
+    users = frozenset({min(ALL)})  # a CPU alone: the shape of a pin of the other's
+    os.sched_setaffinity(shared, users)
+    engine.pinner.release(shared)  # as the engine hands a thread over
+    engine.handed_over[shared] = procfs.thread_start_time(shared)
+    sf.save(engine)
+    sf.unlock()
+    assert os.sched_getaffinity(shared) == users
 
 
 def test_a_start_on_a_state_dir_whose_writer_still_runs_is_refused(tmp_path, engine, kill_after) -> None:

@@ -67,6 +67,13 @@ def tids_of(pid: int) -> list[int]:
     return sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
 
 
+def exited_pid() -> int:
+    """The pid of a process that ran and was reaped: no process has it (for a while)."""
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
 def sleepy(n: int, user: int | None = None, *, wake: bool = True) -> subprocess.Popen:
     """A process with n threads that only sleep (cheap to have many), run as ``user``.
     With ``wake=False`` they block until it is killed (BLOCKED, as the caller's user):

@@ -10,6 +10,7 @@ syscall seam of an in-process Engine with real threads.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import random
 import select
@@ -30,8 +31,8 @@ from parlschedd.host.affinity import Pinner
 from parlschedd.host.base import CounterSource
 from parlschedd.host.perf import CounterSet, perf_event_open
 from tests.conftest import PINNING, needs_root, pinned_where_shown, start_daemon, threads_of, wait_for
-from tests.reliability.helpers import (NS_LAST_PID, errors_in_log, fd_count, masks, nofile_hard, sleepy,
-                                       spawn_with_pid, tids_of)
+from tests.reliability.helpers import (NS_LAST_PID, errors_in_log, exited_pid, fd_count, masks, nofile_hard,
+                                       sleepy, spawn_with_pid, tids_of)
 
 pytestmark = needs_root
 ALL = frozenset(os.sched_getaffinity(0))
@@ -192,6 +193,35 @@ def test_reused_pid_is_not_touched_across_a_restart(tmp_path):
     finally:
         new.kill()
         new.wait()
+
+
+@two_cpus
+def test_a_stop_after_another_daemon_took_the_dir_and_died_leaves_no_thread_pinned(tmp_path):
+    """The state dir's lock file removed, another daemon started on the dir, adopted a
+    thread this one had pinned (its saved original: this one's pin) and was killed.
+    This daemon's stop, before its next look at the lock, restored its own threads
+    and only then, taking the lock back, the other's records: its own pin was put
+    back on the thread for good (a review). The other's file is taken in first,
+    while this daemon's records tell its threads from the other's."""
+    d = start_daemon(tmp_path, "period_s: 0.05\nrescan_s: 3600\n" + PINNING)  # no look at the lock till the stop
+    target = sleepy(1, wake=False)
+    try:
+        d.request("attach", pid=target.pid)
+        wait_for(lambda: all(t["pinned"] for t in threads_of(d, target.pid).values()))
+        shared = max(tids_of(target.pid))
+        pinned = format_cpulist(os.sched_getaffinity(shared))
+        saved = json.loads((d.state_dir / "state.json").read_text())
+        saved["pinner"]["threads"] = {str(shared): {"start_time": procfs.thread_start_time(shared),
+                                                    "original": pinned, "current": pinned}}
+        saved["daemon"] = [exited_pid(), 1]
+        (d.state_dir / "state.json").write_text(json.dumps(saved))  # the other's, as it was killed
+        os.unlink(d.state_dir / "lock")
+        assert d.stop() == 0
+        assert os.sched_getaffinity(shared) == ALL, "this daemon's pin put back after its stop"
+        assert [p.name for p in d.state_dir.glob("state.json.unusable-*")], "the other's file kept aside"
+    finally:
+        target.kill()
+        target.wait()
 
 
 # -- cpusets ---------------------------------------------------------------------------
