@@ -160,7 +160,10 @@ def fails_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        interrupted_by = signal.signal(signal.SIGTERM, _stop_on_sigterm)
+        # not where SIGTERM was ignored (trap '' TERM, a supervisor's choice): that fit ran on, as it should
+        ignored = signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+        interrupted_by = signal.getsignal(signal.SIGTERM) if ignored else signal.signal(signal.SIGTERM,
+                                                                                           _stop_on_sigterm)
         try:
             return fn(*args, **kwargs)
         except (*FAILURES, KeyboardInterrupt) as exc:

@@ -51,19 +51,19 @@ def draw_figure3(m: Measurements, proposed: tuple[np.ndarray, np.ndarray],
                              squeeze=False)
     for i, label, measured, reps, stored in panels:
         ax = axes[0, i]
+        models = [(proposed[i], "-", 2.0, "tab:blue", "Proposed model", "s"),
+                  (baseline[i], "--", 1.5, "tab:orange", "Baseline model (refitted)", "^"),
+                  (stored, ":", 1.5, "tab:red", "Baseline model [33] (stored)", "v")]
+        # a model with nothing to draw here (its energy not fitted: NaN) is not named in the legend (a review)
+        drawn = [model for model in models if model[0] is not None and np.isfinite(model[0]).any()]
         span = energy_fitted_on if i == 1 and energy_fitted_on is not None else fitted_on
-        if span is not None:
+        if span is not None and np.isfinite(proposed[i]).any():  # the range the model drawn was fitted on
             a, b = span
             ax.axvspan(a - 0.4, b + 0.4, color="tab:green", alpha=0.12, lw=0,
                        label=f"fitted on NSp {a}-{b}" if a < b else f"fitted on NSp {a}")
         if np.isfinite(reps).any():
             ax.fill_between(m.nsp, *_spread(reps), color="0.85", label="Measured (min-max)")
         ax.plot(m.nsp, measured, "ko", ms=4, label="Experimental data (mean)")
-        models = [(proposed[i], "-", 2.0, "tab:blue", "Proposed model", "s"),
-                  (baseline[i], "--", 1.5, "tab:orange", "Baseline model (refitted)", "^"),
-                  (stored, ":", 1.5, "tab:red", "Baseline model [33] (stored)", "v")]
-        # a model with nothing to draw here (its energy not fitted: NaN) is not named in the legend (a review)
-        drawn = [model for model in models if model[0] is not None and np.isfinite(model[0]).any()]
         for values, style, width, color, name, marker in drawn:
             ax.plot(m.nsp, values, style, color=color, lw=width, label=name, **_lone(marker, m.nsp))
         if not drawn:

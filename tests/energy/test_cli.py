@@ -858,6 +858,19 @@ def test_fit_interrupted_gives_json_and_leaves_no_file(tmp_path, signum):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_fit_whose_sigterm_was_ignored_runs_on():
+    """Started with SIGTERM ignored (trap '' TERM, a supervisor's choice), a fit ran on
+    through a SIGTERM until every model command took SIGTERM as Ctrl-C (a review)."""
+    ctl = subprocess.Popen([sys.executable, "-m", "parlschedctl", "model", "fit", "--cluster", str(CLUSTER_YAML),
+                            "--data", str(MEASUREMENTS_CSV), "--repeat", "3", *QUICK, "--json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN))
+    time.sleep(2)
+    ctl.send_signal(signal.SIGTERM)
+    stdout, stderr = ctl.communicate(timeout=120)
+    assert ctl.returncode == 0 and json.loads(stdout)["format"] == "parlsched-energy-time/1", stderr
+
+
 def test_measure_leaves_an_existing_out_until_a_configuration_is_measured(tmp_path):
     """A typo in CMD cost the measurements already in --out (truncated at the start)."""
     out = tmp_path / "keep.csv"

@@ -105,8 +105,9 @@ def test_a_model_fitted_on_runtimes_alone_names_no_energy_line(measured):
     assert "Baseline model [33] (stored)" in legend(energy) and energy.get_title() == ""  # the file's own predictions
     unstored = dataclasses.replace(measured, baseline_time_s=None, baseline_energy_wh=None)
     runtime, energy = draw_figure3(unstored, predictions(measured, energy=False),
-                                   predictions(measured, energy=False)).axes
+                                   predictions(measured, energy=False), fitted_on=(1, 5)).axes
     assert energy.get_title() == "no model fitted to these" and runtime.get_title() == ""
+    assert "fitted on NSp 1-5" in legend(runtime) and "fitted on NSp 1-5" not in legend(energy)
 
 
 @pytest.mark.parametrize("count, each", [(32, True), (256, False)])
