@@ -188,7 +188,7 @@ def cmdline(pid: int, root: str = PROC_ROOT, limit: int | None = None, any_threa
     a process whose main thread ended (pthread_exit(3)) while others run on is read
     through one of those: its own file reads empty then (the kernel reads the main
     thread's memory, which that thread let go), and a rule matching its command line
-    let it go. A stat more for each kernel thread, so asked for the targets alone."""
+    let it go. A listing more for each kernel thread, so asked for the targets alone."""
     raw = _read(os.path.join(root, str(pid), "cmdline"), pid=pid, limit=limit)
     if not raw and any_thread:
         raw = _cmdline_of_another_thread(pid, root, limit)
@@ -197,12 +197,9 @@ def cmdline(pid: int, root: str = PROC_ROOT, limit: int | None = None, any_threa
 
 def _cmdline_of_another_thread(pid: int, root: str, limit: int | None) -> str:
     """The command line as a thread other than the main one reads it; "" when there is
-    none (a kernel thread, a process of one thread: one stat of the task directory,
-    whose link count is 2 + its threads, as for ``ProcessHandle.thread_count``)."""
+    none (a kernel thread, a process of one thread)."""
     task = os.path.join(root, str(pid), "task")
     try:
-        if os.stat(task).st_nlink <= 3:
-            return ""
         tids = [name for name in os.listdir(task) if name.isdigit() and name != str(pid)]
     except OSError:
         return ""

@@ -27,7 +27,7 @@ from parlschedd.cpulist import parse_cpulist
 from parlschedd.daemon import engine as engine_module
 from parlschedd.daemon import names as names_module
 from parlschedd.daemon.engine import Engine
-from parlschedd.daemon.target import Roster, ThreadState
+from parlschedd.daemon.target import Roster, Target, ThreadState
 from parlschedd.host.affinity import Pinner, possible_cpus
 from parlschedd.host import cgroups, procfs
 from parlschedd.host.base import CounterSource
@@ -1143,12 +1143,7 @@ def test_a_descendant_that_exited_unreaped_is_let_go_and_its_pid_adopted_once_re
     main thread: it was shown as a managed, pinned thread, and given a core every
     period, until its parent's wait(2) (a review). It is let go, watched until reaped
     so that a new process on its pid is adopted as one."""
-    engine, counters = _pin_engine()
-    parent, ask = _reuser(kill_after)
-    with _released(engine, counters):
-        target = engine.attach(parent.pid, time.monotonic(), descendants=True)
-        child = ask("fork")
-        _ticks_until(engine, lambda: child in target.threads, "the child adopted")
+    with _adopted_child(kill_after) as (engine, target, child, ask):
         os.kill(child, signal.SIGKILL)  # its parent waits on its stdin: no wait(2)
         _ticks_until(engine, lambda: child in target.ignored, "the zombie let go")
         for _ in range(20):
@@ -1159,6 +1154,19 @@ def test_a_descendant_that_exited_unreaped_is_let_go_and_its_pid_adopted_once_re
         new = ask(f"reuse {child}")  # reaped now, and the next child steered onto its pid
         _ticks_until(engine, lambda: new in target.threads and (new == child or child not in target.ignored),
                      "the new child adopted, the old one forgotten")
+
+
+@contextlib.contextmanager
+def _adopted_child(kill_after: Callable) -> Iterator[tuple[Engine, Target, int, Callable[[str], int]]]:
+    """A pinning engine attached with descendants to a ``_reuser`` whose first child is
+    adopted: (engine, target, child, ask); after, every target detached."""
+    engine, counters = _pin_engine()
+    parent, ask = _reuser(kill_after)
+    with _released(engine, counters):
+        target = engine.attach(parent.pid, time.monotonic(), descendants=True)
+        child = ask("fork")
+        _ticks_until(engine, lambda: child in target.threads, "the child adopted")
+        yield engine, target, child, ask
 
 
 def _zombie(ask: Callable[[str], int]) -> int:
@@ -1197,12 +1205,7 @@ def test_a_zombie_let_go_keeps_the_watch_of_its_own_pid(kill_after, monkeypatch)
     whether it is a zombie: a watch opened after that named the new child, which then
     stayed left out under the zombie's identity (a review). The zombie's own watch is
     kept, which tells the new child (injected: the reuse made inside that look)."""
-    engine, counters = _pin_engine()
-    parent, ask = _reuser(kill_after)
-    with _released(engine, counters):
-        target = engine.attach(parent.pid, time.monotonic(), descendants=True)
-        child = ask("fork")
-        _ticks_until(engine, lambda: child in target.threads, "the child adopted")
+    with _adopted_child(kill_after) as (engine, target, child, ask):
         looked, new = procfs.process_stat, []
 
         def reused_while_looked_at(pid: int, root: str = procfs.PROC_ROOT) -> procfs.Stat:
