@@ -37,7 +37,7 @@ from parlschedd.daemon.engine import Engine, EngineError
 from parlschedd.daemon.rules import RuleMatcher
 from parlschedd.daemon.statefile import StateDirUnusable, StateFile, by_hand, reattach
 from parlschedd.daemon.status_cache import StatusViews
-from parlschedd.host import cgroups, procfs
+from parlschedd.host import cgroups, heap, procfs
 from parlschedd.host.affinity import Pinner
 from parlschedd.host.base import CounterSource
 from parlschedd.host.errors import HostError
@@ -60,6 +60,9 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGXCPU)
 IGNORED_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM, signal.SIGVTALRM, signal.SIGPROF, signal.SIGIO,
                    signal.SIGPWR, *((signal.SIGSTKFLT,) if hasattr(signal, "SIGSTKFLT") else ()),
                    *range(signal.SIGRTMIN, signal.SIGRTMAX + 1))
+# How often the freed pages inside malloc's heap go back to the kernel (host/heap.py):
+# a walk of the heap, a fraction of a millisecond, against its slow creep under churn
+HEAP_TRIM_EVERY_S = 60.0
 
 
 class StartupError(Exception):
@@ -304,10 +307,12 @@ class Daemon:
 
     def main_loop(self) -> None:
         """Serve the socket until the next period's deadline, then tick; rescan every
-        rescan_s, reload on SIGHUP, and tell systemd's watchdog, until ``should_exit``."""
+        rescan_s, trim the heap every HEAP_TRIM_EVERY_S, reload on SIGHUP, and tell
+        systemd's watchdog, until ``should_exit``."""
         period = self.config.period_s
         deadline = time.monotonic() + period
         next_rescan = time.monotonic() + self.config.rescan_s
+        next_trim = time.monotonic() + HEAP_TRIM_EVERY_S
         watchdog = notify.watchdog_interval()
         next_watchdog = time.monotonic()
         while not self.should_exit:
@@ -350,6 +355,9 @@ class Daemon:
             if now >= next_rescan:  # after the tick: a name rule reads every process's names, and no period waits on it
                 next_rescan = now + self.config.rescan_s
                 self._rescan(now)
+            if now >= next_trim:
+                next_trim = now + HEAP_TRIM_EVERY_S
+                heap.trim()
             try:
                 if self.statefile.dirty:  # what the tick and the rescan changed, before the next tick pins by it
                     self.statefile.save(self.engine)
