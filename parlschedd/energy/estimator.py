@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from parlschedd.energy.cluster import Cluster
-from parlschedd.energy.fitting import (METHODS, DESettings, Fit, GASettings, Problem, Progress, Repeated, best_of,
-                                       predict, repetitions, violations)
+from parlschedd.energy.fitting import (METHODS, DESettings, Fit, GASettings, OnGeneration, Problem, Progress,
+                                       Repeated, best_of, predict, repetitions, violations)
 from parlschedd.energy.measurements import energy_rows
 from parlschedd.energy.model import MASTER_POWER, SUBPOP_SIZES, EnergyParams, TimeParams, number
 from parlschedd.kinds import is_integer
@@ -66,9 +66,10 @@ class EnergyTimeModel:
                 raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
 
     def fit(self, nsp: np.ndarray, time_s: np.ndarray, energy_wh: np.ndarray | None = None,
-            progress: Progress | None = None) -> EnergyTimeModel:
+            progress: Progress | None = None, on_generation: OnGeneration | None = None) -> EnergyTimeModel:
         """Fit to measured means. ``energy_wh``: NaN where not measured, left out of the
-        energy phase; None, or fewer than two measured, fits time only."""
+        energy phase; None, or fewer than two measured, fits time only. ``progress`` is
+        told as each repetition ends, ``on_generation`` as each generation of one does."""
         self._check_options()
         nsp, time_s = np.asarray(nsp), np.asarray(time_s, dtype=float)
         if nsp.ndim != 1 or nsp.shape != time_s.shape or len(nsp) < 2:
@@ -84,18 +85,20 @@ class EnergyTimeModel:
         self.fitted_nsp_ = tuple(sorted(int(k) for k in nsp))  # outside their range, predict() extrapolates
         rows = energy_rows(energy_wh)  # the energy phase's own range: its energies may cover fewer NSp
         self.energy_fitted_nsp_ = None if rows is None else tuple(sorted(int(k) for k in nsp[rows]))
-        self.repetitions_, self.repetition_seconds_ = self._repeat(progress)
+        self.repetitions_, self.repetition_seconds_ = self._repeat(progress, on_generation)
         best = self.repetitions_.fits[self.repetitions_.best]
         self._set_best(best)
         names = parameter_names(self.cluster, best.energy_params is not None)
         self.rsd_ = dict(zip(names, self.repetitions_.rsd.tolist(), strict=True))
         return self
 
-    def _repeat(self, progress: Progress | None) -> tuple[Repeated, tuple[float, ...]]:
+    def _repeat(self, progress: Progress | None,
+                on_generation: OnGeneration | None) -> tuple[Repeated, tuple[float, ...]]:
         """The ``repeat`` fits and the wall-clock seconds of each, reported as each ends."""
         fits, seconds = [], []
         started = time.perf_counter()
-        for fit in repetitions(self.problem_, self.method, self.repeat, self.random_state, **self.settings()):
+        for fit in repetitions(self.problem_, self.method, self.repeat, self.random_state, on_generation,
+                               **self.settings()):
             fits.append(fit)
             seconds.append(time.perf_counter() - started)
             if progress:

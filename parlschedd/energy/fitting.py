@@ -29,13 +29,15 @@ device is given work in all of them, so it cannot be slower without over-predict
 [0, 1.5 TDP].
 
 Everything here is pure: arrays in, arrays out; seeds make every run reproducible.
-Progress is reported through an optional callback, never printed, and no clock is
+Progress is reported through optional callbacks, never printed, and no clock is
 read: a caller that times the fits (the estimator) takes them one by one from
-``repetitions``.
+``repetitions``, and one that times the generations of a fit (the CLI's estimate of a
+long fit's cost) is told of each by ``on_generation``.
 """
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -56,6 +58,22 @@ R_MAX = 1.0 - 1e-9  # Powidle < Pow strictly (R1)
 
 Cost = Callable[[np.ndarray], np.ndarray]
 Progress = Callable[[int, int], None]
+Tick = Callable[[int], None]  # generations done, from 0 as the initial population is drawn
+
+
+@dataclass(frozen=True)
+class Generation:
+    """Where a fit is: its phase, ``"time"`` (c_TW, Algorithm 1 in every evaluation:
+    the costly one) or ``"energy"`` (c_E), and the generations done of at most ``most``
+    (differential evolution stops sooner once its population has converged). ``done``
+    is 0 as the phase starts, before its initial population is evaluated."""
+
+    phase: str
+    done: int
+    most: int
+
+
+OnGeneration = Callable[[Generation], None]
 
 
 @dataclass(frozen=True)
@@ -280,8 +298,10 @@ def _evaluate(cost: Cost, individuals: list[_Individual]) -> None:
         ind.fitness.values = (float(f),)
 
 
-def ga_minimize(cost: Cost, bounds: np.ndarray, seed: int, s: GASettings = GASettings()) -> np.ndarray:
-    """The paper's GA (Table 1) with DEAP's operators; returns the best genes.
+def ga_minimize(cost: Cost, bounds: np.ndarray, seed: int, s: GASettings = GASettings(),
+                tick: Tick | None = None) -> np.ndarray:
+    """The paper's GA (Table 1) with DEAP's operators; returns the best genes. ``tick``
+    is told of each generation done.
 
     DEAP draws from Python's global ``random``; its state is saved, seeded and
     restored so a run is reproducible without disturbing the caller."""
@@ -292,7 +312,7 @@ def ga_minimize(cost: Cost, bounds: np.ndarray, seed: int, s: GASettings = GASet
         pop = [_Individual(random.uniform(lo, hi) for lo, hi in zip(low, up, strict=True))
                for _ in range(s.individuals)]
         _evaluate(cost, pop)
-        for _ in range(s.generations):
+        for generation in range(1, s.generations + 1):
             elite = tools.selBest(pop, 1)[0]
             offspring = [_Individual(ind) for ind in tools.selTournament(pop, len(pop), s.tournament)]
             for a, b in zip(offspring[::2], offspring[1::2], strict=False):
@@ -304,20 +324,29 @@ def ga_minimize(cost: Cost, bounds: np.ndarray, seed: int, s: GASettings = GASet
             worst = min(range(len(offspring)), key=lambda i: offspring[i].fitness)
             offspring[worst] = elite
             pop = offspring
+            if tick:
+                tick(generation)
         return np.array(tools.selBest(pop, 1)[0])
     finally:
         random.setstate(saved)
 
 
 def de_minimize(cost: Cost, bounds: np.ndarray, seed: int, individuals: int, generations: int,
-                tol: float = 1e-8, polish: bool = False) -> np.ndarray:
-    """scipy's differential evolution, vectorised over the population."""
+                tol: float = 1e-8, polish: bool = False, tick: Tick | None = None) -> np.ndarray:
+    """scipy's differential evolution, vectorised over the population; ``tick`` is told
+    of each generation done."""
     n = len(bounds)
+    done = itertools.count(1)
+
+    def each_generation(*_: object, **__: object) -> None:  # None: a true return would stop the search
+        if tick:
+            tick(next(done))
+
     result = differential_evolution(
         lambda x: cost(np.atleast_2d(x.T)) if x.ndim > 1 else cost(x[None])[0],
         bounds, popsize=max(1, -(-individuals // n)), maxiter=generations, tol=tol,
         seed=seed, vectorized=True, updating="deferred", polish=polish, init="sobol",
-        strategy="rand1bin", mutation=(0.5, 1.0))
+        strategy="rand1bin", mutation=(0.5, 1.0), callback=each_generation)
     return result.x
 
 
@@ -327,19 +356,29 @@ def _seeds(seed: int | None, n: int) -> list[int]:
     return [int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(n)]
 
 
+def _ticker(on_generation: OnGeneration | None, phase: str, most: int) -> Tick | None:
+    """The optimiser's count of generations as ``on_generation``'s of ``phase``, told
+    its start (0) at once."""
+    if on_generation is None:
+        return None
+    on_generation(Generation(phase, 0, most))
+    return lambda done: on_generation(Generation(phase, done, most))
+
+
 def fit_once(p: Problem, method: str = "de", seed: int | None = None,
-             ga: GASettings = GASettings(), de: DESettings = DESettings()) -> Fit:
+             ga: GASettings = GASettings(), de: DESettings = DESettings(),
+             on_generation: OnGeneration | None = None) -> Fit:
     """One two-phase fit (phase 2 only when energies were measured)."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     s_time, s_energy = _seeds(seed, 2)
     tb = time_bounds(p)
     if method == "ga":
-        x_t = ga_minimize(time_cost(p), tb, s_time, ga)
+        x_t = ga_minimize(time_cost(p), tb, s_time, ga, _ticker(on_generation, "time", ga.generations))
     else:
         genes = np.vstack([tb[:-2], [0.0, 1.0]])
         best = de_minimize(lambda g: project_time(p, g)[1], genes, s_time, de.time_individuals,
-                           de.time_generations, de.tol)
+                           de.time_generations, de.tol, tick=_ticker(on_generation, "time", de.time_generations))
         x_t = project_time(p, best)[0][0]
     tp = TimeParams.from_vector(x_t)
     t = timing(p.cluster, tp, p.nsp, p.rounding)
@@ -348,21 +387,23 @@ def fit_once(p: Problem, method: str = "de", seed: int | None = None,
     if rows is not None:
         cost = energy_cost(p, tp, t)
         if method == "ga":
-            x_e = ga_minimize(cost, energy_bounds(p.cluster), s_energy, ga)
+            x_e = ga_minimize(cost, energy_bounds(p.cluster), s_energy, ga,
+                              _ticker(on_generation, "energy", ga.generations))
         else:
             x_e = from_ratio(de_minimize(lambda x: cost(from_ratio(x)), ratio_bounds(p.cluster), s_energy,
-                                         de.energy_individuals, de.energy_generations, de.tol, polish=True))
+                                         de.energy_individuals, de.energy_generations, de.tol, polish=True,
+                                         tick=_ticker(on_generation, "energy", de.energy_generations)))
         ep = EnergyParams.from_vector(x_e)
         nrmse_e = float(nrmse(energy(p.cluster, t, tp, ep, p.master_power)[rows], p.energy_wh[rows]))
     return Fit(tp, ep, float(nrmse(t.runtime, p.time_s)), nrmse_e)
 
 
 def repetitions(p: Problem, method: str = "de", repeat: int = 1, seed: int | None = None,
-                **settings: GASettings | DESettings) -> Iterator[Fit]:
+                on_generation: OnGeneration | None = None, **settings: GASettings | DESettings) -> Iterator[Fit]:
     """``repeat`` independent fits, each with its own seed drawn from ``seed``, made one
     at a time as they are asked for, so that a caller can report or time each."""
     for s in _seeds(seed, repeat):
-        yield fit_once(p, method, s, **settings)
+        yield fit_once(p, method, s, on_generation=on_generation, **settings)
 
 
 def best_of(fits: Sequence[Fit]) -> Repeated:
@@ -373,9 +414,9 @@ def best_of(fits: Sequence[Fit]) -> Repeated:
 
 
 def fit_repeated(p: Problem, method: str = "de", repeat: int = 1, seed: int | None = None,
-                 **settings: GASettings | DESettings) -> Repeated:
+                 on_generation: OnGeneration | None = None, **settings: GASettings | DESettings) -> Repeated:
     """``repeat`` independent fits and the best of them."""
-    return best_of(list(repetitions(p, method, repeat, seed, **settings)))
+    return best_of(list(repetitions(p, method, repeat, seed, on_generation, **settings)))
 
 
 def predict(p: Problem, f: Fit, nsp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -387,12 +428,13 @@ def predict(p: Problem, f: Fit, nsp: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 
 def leave_one_out(p: Problem, method: str = "de", seed: int | None = None, repeat: int = 1,
-                  progress: Progress | None = None, **settings: GASettings | DESettings) -> LeaveOneOut:
+                  progress: Progress | None = None, on_generation: OnGeneration | None = None,
+                  **settings: GASettings | DESettings) -> LeaveOneOut:
     """For every configuration, fit on the others (best of ``repeat``) and predict it."""
     t_pred, e_pred = np.empty(len(p.nsp)), np.empty(len(p.nsp))
     for k, s in enumerate(_seeds(seed, len(p.nsp))):
         rest = p.without(k)
-        fits = fit_repeated(rest, method, repeat, s, **settings)
+        fits = fit_repeated(rest, method, repeat, s, on_generation, **settings)
         t_pred[k], e_pred[k] = (a[0] for a in predict(p, fits.fits[fits.best], p.nsp[k:k + 1]))
         if progress:
             progress(k + 1, len(p.nsp))

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from parlschedd.energy.estimator import EnergyTimeModel, parameter_names
-from parlschedd.energy.fitting import (PENALTY, DESettings, Fit, GASettings, Problem, _seeds, best_of, energy_bounds,
-                                       energy_cost, feasible, fit_once, fit_repeated, from_ratio, leave_one_out, predict,
-                                       project_time, ratio_bounds, time_bounds)
+from parlschedd.energy.fitting import (PENALTY, DESettings, Fit, GASettings, Generation, Problem, _seeds, best_of,
+                                       energy_bounds, energy_cost, feasible, fit_once, fit_repeated, from_ratio,
+                                       leave_one_out, predict, project_time, ratio_bounds, time_bounds)
 from parlschedd.energy.model import EnergyParams, TimeParams, timing
 
 QUICK_GA = GASettings(individuals=40, generations=15)
@@ -69,6 +69,22 @@ def test_both_methods_are_seeded_and_beat_a_random_guess(problem, method, settin
     np.testing.assert_array_equal(a.vector, b.vector)
     assert a.nrmse_time < 0.5 and a.nrmse_energy < 0.5
     assert feasible(problem.cluster, a.energy_params)
+
+
+@pytest.mark.parametrize("method, settings, most", [("ga", {"ga": QUICK_GA}, (15, 15)),
+                                                    ("de", {"de": QUICK_DE}, (20, 15))])
+def test_a_fit_tells_each_generation_of_each_phase_and_finds_the_same(problem, method, settings, most):
+    """A fit of 1500 configurations took hours a repetition with nothing said inside one
+    (a review): each generation is told, from 0 as a phase starts, so that a caller can
+    show where it is and time it; being told changes nothing of the search."""
+    told: list[Generation] = []
+    fit = fit_once(problem, method, 7, on_generation=told.append, **settings)
+    np.testing.assert_array_equal(fit.vector, fit_once(problem, method, 7, **settings).vector)
+    for phase, at_most in zip(("time", "energy"), most, strict=True):
+        done = [g.done for g in told if g.phase == phase]
+        assert done == list(range(len(done))) and 1 < len(done) <= at_most + 1, (phase, done)
+        assert {g.most for g in told if g.phase == phase} == {at_most}
+    assert [g.phase for g in told] == sorted(g.phase for g in told)[::-1]  # every time one, then every energy one
 
 
 def test_estimator_repetitions_rsd_and_round_trip(hpmoon, measured):
