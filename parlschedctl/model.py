@@ -32,14 +32,14 @@ from parlschedd.energy.cluster import (MAX_NSP, ClusterError, NspError, check_me
 from parlschedd.energy.estimator import EnergyTimeModel
 from parlschedd.energy.fit_report import (FitSummary, Nrmse, check_fittable, fit_notes, implausible_power,
                                          summarise_fit)
-from parlschedd.energy.fitting import METHODS, Problem, leave_one_out
+from parlschedd.energy.fitting import METHODS, Generation, Problem, leave_one_out
 from parlschedd.energy.measure import Measured, MeasureError, Run, measure
 from parlschedd.energy.measurements import Measurements, MeasurementsError, load_measurements, write_measurements
 from parlschedd.energy.metrics import OBJECTIVES
 from parlschedd.energy.model import MASTER_POWER, PAPERS_MASTER_POWER, SUBPOP_SIZES
 from parlschedd.energy.store import Fitted, ParamsError, json_safe, load_params, params_document, save_params
 from parlschedd.host.rapl import POWERCAP_ROOT, package_zones
-from parlschedd.words import counted
+from parlschedd.words import counted, duration
 from parlschedctl.outputs import (FILE, OUT_FILE, CannotWrite, check_figure, check_writable, figure_suffix, is_terminal,
                                   print_json, writing)
 
@@ -47,6 +47,13 @@ FAILURES = (ClusterError, MeasurementsError, ParamsError, MeasureError, ValueErr
 # Files are replaced whole (atomicfile), so Ctrl-C leaves none half-written.
 INTERRUPTED = "interrupted; an --out file is as it was, or written whole"
 MAX_FITS = 1000  # fit --repeat: 2**63 was a traceback, 10**9 filled memory with seeds before the first fit
+# Progress of fits (FitProgress): a note of their cost when it may pass LONG_FITS_S, taken
+# once a time phase has run ESTIMATE_AFTER_S; a line at most every LOG_EVERY_S off a
+# terminal, a redraw at most every REDRAW_EVERY_S on one
+LONG_FITS_S = 300.0
+ESTIMATE_AFTER_S = 2.0
+LOG_EVERY_S = 60.0
+REDRAW_EVERY_S = 0.25
 _progress = {"open": False}  # a progress line on stderr not ended: a message after it starts a line of its own
 
 
@@ -205,28 +212,71 @@ def _not_an_input(out_path: str, *inputs: str) -> None:
             raise ValueError(f"--out {out_path} is an input of this command; writing there would replace it")
 
 
-def progress_printer(label: str, total: int) -> Callable[[int, int], None]:
-    """Progress on stderr (with --json too: stdout keeps the JSON for scripts, stderr the
-    messages for people). On a terminal, a line updated as each of ``total`` steps ends,
-    and shown at 0 at once: steps are reported only as they end, so a single fit (the
-    default --repeat 1) said nothing until it was done. Elsewhere (a batch job's log,
-    ``2>log``), a line as each step ends, with the time so far: a fit of 20 repetitions
-    wrote nothing there for minutes, a stuck job not told from a running one (a review)."""
-    if not is_terminal(sys.stderr):
-        started = time.monotonic()
+class FitProgress:
+    """Progress of ``total`` fits (repetitions, or leave-one-out's fits) on stderr, with
+    --json too (stdout keeps the JSON for scripts, stderr the messages for people).
 
-        def log_line(done: int, total: int) -> None:
-            _tell(f"parlschedctl model: {label} {done}/{total} done, {time.monotonic() - started:.0f} s")
+    On a terminal, a line redrawn as each fit ends, shown at 0 at once (a single fit,
+    the default --repeat 1, said nothing until it was done), and as its generations go
+    by. Elsewhere (a batch job's log, ``2>log``), a line as each fit ends with the time
+    so far (a fit of 20 repetitions wrote nothing there for minutes, a stuck job not
+    told from a running one: a review), and every LOG_EVERY_S one on where the fit is.
+    Either way, once the first time phase has run for ESTIMATE_AFTER_S, a note of what
+    the fits may cost when that is above LONG_FITS_S: a CSV of 1500 configurations took
+    hours a fit with nothing said (a review)."""
 
-        return log_line
+    def __init__(self, label: str, total: int) -> None:
+        self.label, self.total = label, total
+        self.terminal = is_terminal(sys.stderr)
+        self.started = self.phase_started = self.shown_at = self.logged_at = time.monotonic()
+        self.done = 0
+        self.width = 0  # of the line on the terminal, which a shorter one pads over
+        self.estimated = False
+        if self.terminal:
+            self._show(f"{label} 0/{total}")
 
-    def show(done: int, total: int) -> None:
+    def fit_done(self, done: int, total: int) -> None:
+        """fitting.Progress: ``done`` of the ``total`` fits have ended."""
+        self.done = done
+        if self.terminal:
+            self._show(f"{self.label} {done}/{total}", end=done == total)
+        else:
+            _tell(f"parlschedctl model: {self.label} {done}/{total} done, {time.monotonic() - self.started:.0f} s")
+
+    def generation(self, g: Generation) -> None:
+        """fitting.OnGeneration: where the running fit is."""
+        now = time.monotonic()
+        if g.done == 0:
+            self.phase_started = now
+            return
+        if not self.estimated and g.phase == "time" and now - self.phase_started >= ESTIMATE_AFTER_S:
+            self.estimated = True
+            self._estimate((now - self.phase_started) / g.done, g.most)
+        if self.terminal and now - self.shown_at >= REDRAW_EVERY_S:
+            self._show(f"{self.label} {self.done}/{self.total} · {g.phase} phase {g.done}/{g.most} generations")
+        elif not self.terminal and now - self.logged_at >= LOG_EVERY_S:
+            self.logged_at = now
+            _tell(f"parlschedctl model: {self.label} {self.done + 1}/{self.total} running: {g.phase} phase, "
+                  f"generation {g.done} of at most {g.most}, {now - self.started:.0f} s")
+
+    def _estimate(self, per_generation: float, most: int) -> None:
+        fits = self.total - self.done
+        left = per_generation * most * fits
+        if left >= LONG_FITS_S:
+            if _progress["open"]:  # the note on a line of its own, the progress redrawn below it
+                _tell("")
+                _progress["open"], self.width = False, 0
+            _tell(f"parlschedctl model: note: {self.label} may take up to {duration(left)} more: "
+                  f"{counted(fits, 'fit')} of up to {most} generations of the time phase at "
+                  f"{per_generation:.2g} s each, the energy phase besides; --generations caps the generations, "
+                  "and fewer measured configurations, or smaller NSp, make each cheaper")
+
+    def _show(self, text: str, end: bool = False) -> None:
+        self.shown_at = time.monotonic()
         _progress["open"] = True  # before the write: a Ctrl-C landing right after it starts a line of its own
-        click.echo(f"\r{label} {done}/{total}", err=True, nl=done == total)
-        _progress["open"] = done != total
-
-    show(0, total)
-    return show
+        click.echo(f"\r{text.ljust(self.width)}", err=True, nl=end)
+        self.width = 0 if end else len(text)
+        _progress["open"] = not end
 
 
 def _nrmse(x: float | None) -> str:
@@ -295,17 +345,20 @@ def fit(cluster_path: str, data_path: str, method: str, repeat: int, seed: int |
     if drawn:  # drawn here, so that the params file (random_state) and the output say how to fit the same again
         seed = secrets.randbelow(2**32)
     est = EnergyTimeModel(cluster, method, repeat, seed, rounding, master_power, generations)
-    est.fit(m.nsp, m.time_s, energy, progress=progress_printer("fit", repeat))
+    shown = FitProgress("fit", repeat)
+    est.fit(m.nsp, m.time_s, energy, progress=shown.fit_done, on_generation=shown.generation)
     paper = None
     if master_power != PAPERS_MASTER_POWER and energy is not None:  # a variant is shown beside the paper's, never instead
         paper = EnergyTimeModel(cluster, method, repeat, seed, rounding, PAPERS_MASTER_POWER, generations)
-        paper.fit(m.nsp, m.time_s, energy, progress=progress_printer("fit of the paper's eq. 7", repeat))
+        shown = FitProgress("fit of the paper's eq. 7", repeat)
+        paper.fit(m.nsp, m.time_s, energy, progress=shown.fit_done, on_generation=shown.generation)
     base = BaselineModel(cluster, rounding).fit(m.nsp, m.time_s, energy)
     held_out, loo_seconds = None, 0.0
     if loo:
         started = time.monotonic()
         problem = Problem.from_measurements(cluster, m, rounding=rounding, master_power=master_power)
-        held_out = leave_one_out(problem, method, seed, progress=progress_printer("leave-one-out", len(m.nsp)),
+        shown = FitProgress("leave-one-out", len(m.nsp))
+        held_out = leave_one_out(problem, method, seed, progress=shown.fit_done, on_generation=shown.generation,
                                  **est.settings())
         loo_seconds = time.monotonic() - started
     summary = summarise_fit(est, base, m, data_path, held_out, paper)

@@ -23,3 +23,12 @@ def signal_name(number: int) -> str:
     except ValueError:
         rtmin = int(signal.SIGRTMIN)
         return f"SIGRTMIN+{number - rtmin}" if rtmin < number < signal.SIGRTMAX else f"signal {number}"
+
+
+def duration(seconds: float) -> str:
+    """'45 s', '12 min', '2.1 h': a time long enough to plan around, to two figures."""
+    if seconds < 100:
+        return f"{seconds:.0f} s"
+    if seconds < 6000:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.2g} h" if seconds < 36000 else f"{seconds / 3600:.0f} h"

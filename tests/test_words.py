@@ -1,6 +1,6 @@
 import signal
 
-from parlschedd.words import counted, signal_name
+from parlschedd.words import counted, duration, signal_name
 
 
 def test_signal_names_cover_the_real_time_signals_python_leaves_unnamed():
@@ -15,3 +15,8 @@ def test_signal_names_cover_the_real_time_signals_python_leaves_unnamed():
 
 def test_counted_says_one_in_the_singular():
     assert counted(1, "period") == "1 period" and counted(4, "period") == "4 periods" and counted(0, "run") == "0 runs"
+
+
+def test_duration_reads_as_a_time_to_plan_around():
+    said = [duration(s) for s in (0.4, 45, 99.4, 100, 754, 5999, 6000, 7560, 35999, 36000, 147_600)]
+    assert said == ["0 s", "45 s", "99 s", "2 min", "13 min", "100 min", "1.7 h", "2.1 h", "10 h", "10 h", "41 h"]

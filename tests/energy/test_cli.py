@@ -552,6 +552,63 @@ def test_progress_off_a_terminal_is_a_line_as_each_fit_ends():
     assert said == ["parlschedctl model: fit 1/2 done, N s", "parlschedctl model: fit 2/2 done, N s"], r.stderr
 
 
+def test_progress_off_a_terminal_says_where_a_long_fit_is_and_what_the_fits_may_cost(monkeypatch):
+    """A CSV of 1500 configurations took hours a fit (a review): off a terminal it said
+    nothing till the first fit ended, and never what the wait would be. Here the
+    thresholds are 0 (a line each generation, a note for any cost) on the shared data's
+    quick fit: the note once, with the figures it is worked out from, then a line for
+    each generation of each phase, in order, between the lines of the fits done."""
+    monkeypatch.setattr("parlschedctl.model.LOG_EVERY_S", 0.0)
+    monkeypatch.setattr("parlschedctl.model.ESTIMATE_AFTER_S", 0.0)
+    monkeypatch.setattr("parlschedctl.model.LONG_FITS_S", 0.0)
+    r = run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(MEASUREMENTS_CSV), "--repeat", "2",
+            "--seed", "1", "--generations", "3", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["format"] == "parlsched-energy-time/1"
+    lines = r.stderr.splitlines()
+    assert re.fullmatch(r"parlschedctl model: note: fit may take up to \d+ s more: 2 fits of up to 3 generations "
+                        r"of the time phase at [0-9.e-]+ s each, the energy phase besides; --generations caps the "
+                        r"generations, and fewer measured configurations, or smaller NSp, make each cheaper",
+                        lines[0]), lines
+    said = [re.sub(r", \d+ s$", ", N s", line) for line in lines[1:]]
+    assert said == [*(f"parlschedctl model: fit 1/2 running: {phase} phase, generation {n} of at most 3, N s"
+                      for phase in ("time", "energy") for n in (1, 2, 3)),
+                    "parlschedctl model: fit 1/2 done, N s",
+                    *(f"parlschedctl model: fit 2/2 running: {phase} phase, generation {n} of at most 3, N s"
+                      for phase in ("time", "energy") for n in (1, 2, 3)),
+                    "parlschedctl model: fit 2/2 done, N s"], r.stderr
+
+
+def test_a_long_fit_says_what_it_may_cost_on_a_line_of_its_own_on_a_terminal(tmp_path):
+    """200 measured configurations up to NSp 200: Algorithm 1 in each evaluation makes a
+    generation of the time phase a quarter of a second here, minutes a fit. Its note
+    comes once the time phase has run ESTIMATE_AFTER_S, on a line of its own (not run
+    into the progress line redrawn in place), and the progress goes on below it."""
+    cluster = yaml.safe_load(CLUSTER_YAML.read_text())
+    cluster["run"]["subpopulations"] = [1, 200]
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(cluster))
+    rng = np.random.default_rng(0)
+    rows = [f"{n},{300 + 100 * rng.random():.3f},{60 + 10 * rng.random():.3f}" for n in range(1, 201)]
+    (tmp_path / "m.csv").write_text("\n".join(["nsp,time_s_mean,energy_wh_mean", *rows]) + "\n")
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "parlschedctl", "model", "fit", "--cluster",
+                             str(tmp_path / "cluster.yaml"), "--data", str(tmp_path / "m.csv"), "--repeat", "3"],
+                            stdout=subprocess.DEVNULL, stderr=terminal,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    os.close(terminal)
+    shown = b""
+    while not re.search(rb"note: .*\r\n\rfit 0/3", shown):
+        chunk = os.read(controller, 1 << 16)
+        assert chunk, shown
+        shown += chunk
+    proc.send_signal(signal.SIGINT)
+    shown += read_terminal(controller)
+    assert proc.wait(timeout=60) == 1
+    text = shown.decode()
+    assert re.search(r"\rfit 0/3 · time phase \d+/1000 generations *\r\nparlschedctl model: note: fit may take up "
+                     r"to \d+ min more: 3 fits of up to 1000 generations of the time phase at", text), text
+    assert text.count("note:") == 1
+
+
 def test_inputs_a_review_broke_give_one_line_errors_or_valid_json(params, tmp_path):
     """Each gave a traceback, a message without the file, invalid JSON or nonsense."""
     lines = MEASUREMENTS_CSV.read_text().splitlines()
@@ -1433,7 +1490,8 @@ def test_one_fit_shows_its_progress_from_the_start_and_no_rsd_column():
     stdout, _ = proc.communicate(timeout=120)
     shown = read_terminal(controller)
     lines = shown.decode().replace("\r\n", "\n").split("\r")  # the terminal writes a line end as \r\n
-    assert proc.returncode == 0 and lines == ["", "fit 0/1", "fit 1/1\n"], shown
+    counts = [re.sub(r" +(\n?)$", r"\1", line) for line in lines if "generations" not in line]  # their redraws, if any
+    assert proc.returncode == 0 and counts == ["", "fit 0/1", "fit 1/1\n"], shown
     assert stdout.splitlines()[0].split() == ["parameter", "value"] and "RSD" not in stdout
     with_rsd = run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(MEASUREMENTS_CSV), "--repeat", "2",
                    *QUICK).stdout
