@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -31,6 +31,9 @@ from parlschedctl.outputs import FILE, OUT_FILE, CannotWrite, check_figure, figu
 from parlschedctl.render import printable, status_screen, status_table, terminal_size, unpinned_warning
 from parlschedctl.runner import PlotFailed, draw
 from parlschedd.words import n_threads
+
+if TYPE_CHECKING:  # config check loads them when it runs
+    from parlschedd.hostcheck import Finding, HostReport
 
 
 class _Pid(click.IntRange):
@@ -78,8 +81,20 @@ def talks_to_daemon(fn: Callable[..., Any]) -> Callable[..., Any]:
             sys.exit(1)
         except KeyboardInterrupt:  # waiting for the daemon's reply (a stopped one: 10 s): click said "Aborted!"
             _interrupted(kwargs.get("as_json", False))
+        except BrokenPipeError:  # the socket's is client.Unreachable: this is stdout's or stderr's reader leaving
+            _reader_left_output()
 
     return wrapper
+
+
+def _reader_left_output() -> None:
+    """The reader of the output left (``| head``, a pager quit) after the request was
+    done: exit 0, as the request succeeded (click's own handling exited 1, so that a
+    script saw an attach that took place as one refused) and as top's view ends."""
+    with contextlib.suppress(OSError):  # the exit's flush of what is left has nowhere to fail
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
 
 
 def _ping(sock: str) -> dict[str, Any]:
@@ -334,8 +349,6 @@ def top(sock: str, interval: float | None, iterations: int | None, reconnect_tim
                 time.sleep(interval or period)
     except KeyboardInterrupt:
         pass
-    except BrokenPipeError:  # the reader left: the view's end, not an error (click's own handling exits 1)
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush has nowhere to fail
 
 
 def _screen_frame(lines: list[str], resized: bool) -> str:
@@ -452,39 +465,49 @@ def config_check(path: str, any_host: bool, as_json: bool) -> None:
     from parlschedd.config import ConfigError, ConfigUnreadable, load
     from parlschedd.hostcheck import Finding, HostReport, check_host, config_file_untrusted
 
-    read = True
+    unreadable = None  # the reason the file could not be read: no content to be invalid
     try:
         host = check_host(load(path))
         errors: list[Finding] = []
     except ConfigError as exc:  # ConfigUnreadable too: --json lists it under "(file)"
         host, errors = HostReport(), [Finding(*e) for e in exc.errors]
-        read = not isinstance(exc, ConfigUnreadable)
-        if not read:  # no content to be invalid: said as parlschedd says it
-            click.echo(f"{exc}{'; check the path' if exc.missing else ''}", err=True)
+        if isinstance(exc, ConfigUnreadable):  # said as parlschedd says it
+            unreadable = f"{exc}{'; check the path' if exc.missing else ''}"
         else:
-            for key, message in errors:
-                click.echo(f"{path}: {key}: {message}", err=True)
             # the file's owner and mode, which the daemon judges before it reads a byte
             # (and alone: the one reason it gives), said with the content's errors
             with contextlib.suppress(OSError):
                 if problem := config_file_untrusted(path, os.stat(path)):
                     host.refused.append(Finding("(file)", problem))
+    failed = bool(errors) or bool(host.refused and not any_host)
+    try:  # the verdict, not whether its reader stayed (| head -1), is the exit code
+        _say_checked(path, any_host, as_json, errors, host, unreadable, failed)
+    except BrokenPipeError:
+        _reader_left_output()
+    sys.exit(int(failed))
+
+
+def _say_checked(path: str, any_host: bool, as_json: bool, errors: list[Finding], host: HostReport, unreadable: str | None,
+                 failed: bool) -> None:
+    """config check's findings on stderr and its verdict (with --json, all of it) on stdout."""
+    if unreadable is not None:
+        click.echo(unreadable, err=True)
+    for key, message in errors if unreadable is None else ():
+        click.echo(f"{path}: {key}: {message}", err=True)
     for key, message in host.refused:
         click.echo(f"{path}: {'warning: ' if any_host else ''}{key}: {message}; parlschedd refuses to start with it here",
                    err=True)
     for key, message in host.warnings:
         click.echo(f"{path}: warning: {key}: {message}", err=True)
-    failed = bool(errors) or bool(host.refused and not any_host)
     verdict = "ok" if not host.refused else "valid, but parlschedd would not start with it on this host"
     if as_json:
         listed = {"errors": errors, "refused_here": host.refused, "warnings": host.warnings}
-        print_json({"path": path, "passed": not failed, "valid": not errors if read else None, "any_host": any_host,
-                    **{name: [f._asdict() for f in found] for name, found in listed.items()}})
+        print_json({"path": path, "passed": not failed, "valid": not errors if unreadable is None else None,
+                    "any_host": any_host, **{name: [f._asdict() for f in found] for name, found in listed.items()}})
     elif not failed:
         click.echo(f"{path}: {verdict}")
     if failed and not errors:
         click.echo(f"{path}: {verdict} (--any-host checks a config meant for another machine)", err=True)
-    sys.exit(int(failed))
 
 
 # What writing stdout fails with when it is a full disk, a file past ulimit -f or a
