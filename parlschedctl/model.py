@@ -167,10 +167,9 @@ def fails_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        # not where SIGTERM was ignored (trap '' TERM, a supervisor's choice): that fit ran on, as it should
-        ignored = signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
-        interrupted_by = signal.getsignal(signal.SIGTERM) if ignored else signal.signal(signal.SIGTERM,
-                                                                                           _stop_on_sigterm)
+        previous = signal.getsignal(signal.SIGTERM)
+        if previous is not signal.SIG_IGN:  # ignored (trap '' TERM, a supervisor's choice): the fit runs on, as it should
+            signal.signal(signal.SIGTERM, _stop_on_sigterm)
         try:
             return fn(*args, **kwargs)
         except (*FAILURES, KeyboardInterrupt) as exc:
@@ -186,7 +185,7 @@ def fails_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
             click.echo(f"parlschedctl model: {said}", err=True)
             sys.exit(1)
         finally:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL if interrupted_by is None else interrupted_by)  # None: C's
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)  # None: set in C
 
     return wrapper
 
