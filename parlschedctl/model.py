@@ -40,6 +40,7 @@ from parlschedd.energy.model import MASTER_POWER, PAPERS_MASTER_POWER, SUBPOP_SI
 from parlschedd.energy.store import Fitted, ParamsError, json_safe, load_params, params_document, save_params
 from parlschedd.host.rapl import POWERCAP_ROOT, package_zones
 from parlschedd.words import counted, duration
+from parlschedctl.render import clip, terminal_size
 from parlschedctl.outputs import (FILE, OUT_FILE, CannotWrite, check_figure, check_writable, figure_suffix, is_terminal,
                                   print_json, writing)
 
@@ -215,42 +216,58 @@ class FitProgress:
     """Progress of ``total`` fits (repetitions, or leave-one-out's fits) on stderr, with
     --json too (stdout keeps the JSON for scripts, stderr the messages for people).
 
-    On a terminal, a line redrawn as each fit ends, shown at 0 at once (a single fit,
-    the default --repeat 1, said nothing until it was done), and as its generations go
-    by. Elsewhere (a batch job's log, ``2>log``), a line as each fit ends with the time
-    so far (a fit of 20 repetitions wrote nothing there for minutes, a stuck job not
-    told from a running one: a review), and every LOG_EVERY_S one on where the fit is.
-    Either way, once the first time phase has run for ESTIMATE_AFTER_S, a note of what
-    the fits may cost when that is above LONG_FITS_S: a CSV of 1500 configurations took
-    hours a fit with nothing said (a review)."""
+    On a terminal, a line redrawn in place (cut to its width) as each fit ends, shown
+    at 0 at once (a single fit, the default --repeat 1, said nothing until it was
+    done), and as its generations go by. Elsewhere (a batch job's log, ``2>log``), a
+    line as each fit ends with the time so far (a fit of 20 repetitions wrote nothing
+    there for minutes, a stuck job not told from a running one: a review), and every
+    LOG_EVERY_S one on where the fit is. Either way, a note of what the fits may cost
+    when that is LONG_FITS_S or more (a CSV of 1500 configurations took hours a fit
+    with nothing said: a review), once: from the first time phase's generations after
+    its first (which evaluates the initial population too) once they have taken
+    ESTIMATE_AFTER_S, else from the first fit's time when it ends. ``later`` fits of the
+    same data follow these in the command (``later_what``: which), and are reckoned in;
+    ``estimated``: an earlier stage's note reckoned these in already."""
 
-    def __init__(self, label: str, total: int) -> None:
-        self.label, self.total = label, total
+    def __init__(self, label: str, total: int, *, energy: bool, later: int = 0, later_what: str = "",
+                 estimated: bool = False) -> None:
+        self.label, self.total, self.energy = label, total, energy
+        self.later, self.later_what = later, later_what
         self.terminal = is_terminal(sys.stderr)
-        self.started = self.phase_started = self.shown_at = self.logged_at = time.monotonic()
+        self.started = self.shown_at = self.logged_at = time.monotonic()
+        self.first_generation_at = self.started  # of the running phase: its generation 1 ended
         self.done = 0
-        self.width = 0  # of the line on the terminal, which a shorter one pads over
-        self.estimated = False
+        self.estimated = estimated
         if self.terminal:
             self._show(f"{label} 0/{total}")
 
     def fit_done(self, done: int, total: int) -> None:
         """fitting.Progress: ``done`` of the ``total`` fits have ended."""
         self.done = done
+        elapsed = time.monotonic() - self.started
         if self.terminal:
             self._show(f"{self.label} {done}/{total}", end=done == total)
         else:
-            _tell(f"parlschedctl model: {self.label} {done}/{total} done, {time.monotonic() - self.started:.0f} s")
+            _tell(f"parlschedctl model: {self.label} {done}/{total} done, {elapsed:.0f} s")
+        if not self.estimated:
+            fits = total - done + self.later
+            self._note(elapsed / done * fits, "about", f"{counted(fits, 'fit')} at {duration(elapsed / done)} each, "
+                                                       f"as the first took")
 
     def generation(self, g: Generation) -> None:
         """fitting.OnGeneration: where the running fit is."""
         now = time.monotonic()
+        if g.done <= 1:
+            self.first_generation_at = now
+        elif not self.estimated and g.phase == "time" and now - self.first_generation_at >= ESTIMATE_AFTER_S:
+            per_generation = (now - self.first_generation_at) / (g.done - 1)
+            fits = self.total - self.done + self.later
+            besides = ", the energy phase besides" if self.energy else ""
+            self._note(per_generation * g.most * fits, "up to",
+                       f"{counted(fits, 'fit')} of up to {g.most} generations of the time phase at "
+                       f"{per_generation:.2g} s each{besides}")
         if g.done == 0:
-            self.phase_started = now
             return
-        if not self.estimated and g.phase == "time" and now - self.phase_started >= ESTIMATE_AFTER_S:
-            self.estimated = True
-            self._estimate((now - self.phase_started) / g.done, g.most)
         if self.terminal and now - self.shown_at >= REDRAW_EVERY_S:
             self._show(f"{self.label} {self.done}/{self.total} · {g.phase} phase {g.done}/{g.most} generations")
         elif not self.terminal and now - self.logged_at >= LOG_EVERY_S:
@@ -258,23 +275,23 @@ class FitProgress:
             _tell(f"parlschedctl model: {self.label} {self.done + 1}/{self.total} running: {g.phase} phase, "
                   f"generation {g.done} of at most {g.most}, {now - self.started:.0f} s")
 
-    def _estimate(self, per_generation: float, most: int) -> None:
-        fits = self.total - self.done
-        left = per_generation * most * fits
-        if left >= LONG_FITS_S:
-            if _progress["open"]:  # the note on a line of its own, the progress redrawn below it
-                _tell("")
-                _progress["open"], self.width = False, 0
-            _tell(f"parlschedctl model: note: {self.label} may take up to {duration(left)} more: "
-                  f"{counted(fits, 'fit')} of up to {most} generations of the time phase at "
-                  f"{per_generation:.2g} s each, the energy phase besides; --generations caps the generations, "
-                  "and fewer measured configurations, or smaller NSp, make each cheaper")
+    def _note(self, left: float, bound: str, reckoning: str) -> None:
+        """The note of the cost, when it is long; made once."""
+        self.estimated = True
+        if left < LONG_FITS_S:
+            return
+        if _progress["open"]:  # the note on a line of its own, the progress redrawn below it
+            _tell("")
+            _progress["open"] = False
+        then = f", then {self.later_what}," if self.later else ""
+        _tell(f"parlschedctl model: note: {self.label}{then} may take {bound} {duration(left)} more: {reckoning}; "
+              "--generations caps the generations, and fewer measured configurations, or smaller NSp, make each "
+              "cheaper")
 
     def _show(self, text: str, end: bool = False) -> None:
         self.shown_at = time.monotonic()
         _progress["open"] = True  # before the write: a Ctrl-C landing right after it starts a line of its own
-        click.echo(f"\r{text.ljust(self.width)}", err=True, nl=end)
-        self.width = 0 if end else len(text)
+        click.echo(f"\r\033[K{clip(text, terminal_size(sys.stderr.fileno()).columns - 1)}", err=True, nl=end)
         _progress["open"] = not end
 
 
@@ -344,19 +361,23 @@ def fit(cluster_path: str, data_path: str, method: str, repeat: int, seed: int |
     if drawn:  # drawn here, so that the params file (random_state) and the output say how to fit the same again
         seed = secrets.randbelow(2**32)
     est = EnergyTimeModel(cluster, method, repeat, seed, rounding, master_power, generations)
-    shown = FitProgress("fit", repeat)
+    with_paper = master_power != PAPERS_MASTER_POWER and energy is not None  # a variant beside the paper's, never instead
+    stages = [what for what, runs in (("the fit of the paper's eq. 7", with_paper), ("leave-one-out", loo)) if runs]
+    shown = FitProgress("fit", repeat, energy=energy is not None, later=repeat * with_paper + len(m.nsp) * loo,
+                        later_what=" and ".join(stages))
     est.fit(m.nsp, m.time_s, energy, progress=shown.fit_done, on_generation=shown.generation)
     paper = None
-    if master_power != PAPERS_MASTER_POWER and energy is not None:  # a variant is shown beside the paper's, never instead
+    if with_paper:
         paper = EnergyTimeModel(cluster, method, repeat, seed, rounding, PAPERS_MASTER_POWER, generations)
-        shown = FitProgress("fit of the paper's eq. 7", repeat)
+        shown = FitProgress("fit of the paper's eq. 7", repeat, energy=True, later=len(m.nsp) * loo,
+                            later_what="leave-one-out", estimated=shown.estimated)
         paper.fit(m.nsp, m.time_s, energy, progress=shown.fit_done, on_generation=shown.generation)
     base = BaselineModel(cluster, rounding).fit(m.nsp, m.time_s, energy)
     held_out, loo_seconds = None, 0.0
     if loo:
         started = time.monotonic()
         problem = Problem.from_measurements(cluster, m, rounding=rounding, master_power=master_power)
-        shown = FitProgress("leave-one-out", len(m.nsp))
+        shown = FitProgress("leave-one-out", len(m.nsp), energy=energy is not None, estimated=shown.estimated)
         held_out = leave_one_out(problem, method, seed, progress=shown.fit_done, on_generation=shown.generation,
                                  **est.settings())
         loo_seconds = time.monotonic() - started

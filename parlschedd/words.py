@@ -29,6 +29,6 @@ def duration(seconds: float) -> str:
     """'45 s', '12 min', '2.1 h': a time long enough to plan around, to two figures."""
     if seconds < 100:
         return f"{seconds:.0f} s"
-    if seconds < 6000:
+    if seconds < 5970:  # up to 99 min: 100 would be three figures
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.2g} h" if seconds < 36000 else f"{seconds / 3600:.0f} h"

@@ -18,5 +18,5 @@ def test_counted_says_one_in_the_singular():
 
 
 def test_duration_reads_as_a_time_to_plan_around():
-    said = [duration(s) for s in (0.4, 45, 99.4, 100, 754, 5999, 6000, 7560, 35999, 36000, 147_600)]
-    assert said == ["0 s", "45 s", "99 s", "2 min", "13 min", "100 min", "1.7 h", "2.1 h", "10 h", "10 h", "41 h"]
+    said = [duration(s) for s in (0.4, 45, 99.4, 100, 754, 5969, 5999, 7560, 35999, 36000, 147_600)]
+    assert said == ["0 s", "45 s", "99 s", "2 min", "13 min", "99 min", "1.7 h", "2.1 h", "10 h", "10 h", "41 h"]

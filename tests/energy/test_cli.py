@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import importlib
 import json
 import re
@@ -12,8 +13,10 @@ import shlex
 import shutil
 import signal
 import stat
+import struct
 import subprocess
 import sys
+import termios
 import time
 from pathlib import Path
 
@@ -552,12 +555,20 @@ def test_progress_off_a_terminal_is_a_line_as_each_fit_ends():
     assert said == ["parlschedctl model: fit 1/2 done, N s", "parlschedctl model: fit 2/2 done, N s"], r.stderr
 
 
+NOTE_EVERY_TIME = ("import sys, parlschedctl.model as m; m.LONG_FITS_S = m.ESTIMATE_AFTER_S = 0.0; "
+                   "from parlschedctl.__main__ import main; sys.argv[0] = 'parlschedctl'; main()")  # any cost noted
+NOTE = (r"parlschedctl model: note: fit{then} may take up to \d+ s more: {fits} of up to {most} generations of the "
+        r"time phase at [0-9.e-]+ s each{besides}; --generations caps the generations, and fewer measured "
+        r"configurations, or smaller NSp, make each cheaper")
+
+
 def test_progress_off_a_terminal_says_where_a_long_fit_is_and_what_the_fits_may_cost(monkeypatch):
     """A CSV of 1500 configurations took hours a fit (a review): off a terminal it said
     nothing till the first fit ended, and never what the wait would be. Here the
     thresholds are 0 (a line each generation, a note for any cost) on the shared data's
-    quick fit: the note once, with the figures it is worked out from, then a line for
-    each generation of each phase, in order, between the lines of the fits done."""
+    quick fit: a line for each generation of each phase, in order, between the lines of
+    the fits done, and the note once, when the time phase's second generation has told
+    the cost of one (the first evaluates the initial population too)."""
     monkeypatch.setattr("parlschedctl.model.LOG_EVERY_S", 0.0)
     monkeypatch.setattr("parlschedctl.model.ESTIMATE_AFTER_S", 0.0)
     monkeypatch.setattr("parlschedctl.model.LONG_FITS_S", 0.0)
@@ -565,11 +576,8 @@ def test_progress_off_a_terminal_says_where_a_long_fit_is_and_what_the_fits_may_
             "--seed", "1", "--generations", "3", "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["format"] == "parlsched-energy-time/1"
     lines = r.stderr.splitlines()
-    assert re.fullmatch(r"parlschedctl model: note: fit may take up to \d+ s more: 2 fits of up to 3 generations "
-                        r"of the time phase at [0-9.e-]+ s each, the energy phase besides; --generations caps the "
-                        r"generations, and fewer measured configurations, or smaller NSp, make each cheaper",
-                        lines[0]), lines
-    said = [re.sub(r", \d+ s$", ", N s", line) for line in lines[1:]]
+    assert re.fullmatch(NOTE.format(then="", fits="2 fits", most=3, besides=", the energy phase besides"), lines[1]), lines
+    said = [re.sub(r", \d+ s$", ", N s", line) for line in lines[:1] + lines[2:]]
     assert said == [*(f"parlschedctl model: fit 1/2 running: {phase} phase, generation {n} of at most 3, N s"
                       for phase in ("time", "energy") for n in (1, 2, 3)),
                     "parlschedctl model: fit 1/2 done, N s",
@@ -578,35 +586,61 @@ def test_progress_off_a_terminal_says_where_a_long_fit_is_and_what_the_fits_may_
                     "parlschedctl model: fit 2/2 done, N s"], r.stderr
 
 
-def test_a_long_fit_says_what_it_may_cost_on_a_line_of_its_own_on_a_terminal(tmp_path):
-    """200 measured configurations up to NSp 200: Algorithm 1 in each evaluation makes a
-    generation of the time phase a quarter of a second here, minutes a fit. Its note
-    comes once the time phase has run ESTIMATE_AFTER_S, on a line of its own (not run
-    into the progress line redrawn in place), and the progress goes on below it."""
-    cluster = yaml.safe_load(CLUSTER_YAML.read_text())
-    cluster["run"]["subpopulations"] = [1, 200]
-    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(cluster))
-    rng = np.random.default_rng(0)
-    rows = [f"{n},{300 + 100 * rng.random():.3f},{60 + 10 * rng.random():.3f}" for n in range(1, 201)]
-    (tmp_path / "m.csv").write_text("\n".join(["nsp,time_s_mean,energy_wh_mean", *rows]) + "\n")
+def test_the_cost_note_reckons_every_stage_once_and_no_energy_phase_where_none_is_fitted(tmp_path):
+    """Each stage of fit (the fit, the paper's eq. 7 beside a variant, leave-one-out)
+    gave its own note, the first leaving the others' cost out; a time-only fit's note
+    spoke of an energy phase (a review). Any cost noted here (the thresholds 0)."""
+    r = subprocess.run([sys.executable, "-c", NOTE_EVERY_TIME, "model", "fit", "--cluster", str(CLUSTER_YAML),
+                        "--data", str(MEASUREMENTS_CSV), "--repeat", "2", "--master-power", "whole-run", "--loo",
+                        "--generations", "3", "--seed", "1"], capture_output=True, text=True, timeout=300)
+    notes = [line for line in r.stderr.splitlines() if "note:" in line]
+    assert r.returncode == 0 and len(notes) == 1, r.stderr
+    assert re.fullmatch(NOTE.format(then=", then the fit of the paper's eq. 7 and leave-one-out,", fits="36 fits",
+                                    most=3, besides=", the energy phase besides"), notes[0]), notes
+    time_only = tmp_path / "time.csv"
+    time_only.write_text("".join(f"{row.split(',')[0]},{row.split(',')[11]}\n"  # nsp, time_s_mean
+                                 for row in MEASUREMENTS_CSV.read_text().splitlines()))
+    r = subprocess.run([sys.executable, "-c", NOTE_EVERY_TIME, "model", "fit", "--cluster", str(CLUSTER_YAML),
+                        "--data", str(time_only), "--generations", "3", "--seed", "1"],
+                       capture_output=True, text=True, timeout=300)
+    notes = [line for line in r.stderr.splitlines() if "note:" in line]
+    assert r.returncode == 0 and len(notes) == 1 and re.fullmatch(NOTE.format(then="", fits="1 fit", most=3, besides=""),
+                                                                  notes[0]), r.stderr
+
+
+def test_without_long_generations_the_note_comes_from_the_first_fit(monkeypatch):
+    """Fits whose time phase never ran ESTIMATE_AFTER_S (the paper's GA, 1000 quick
+    repetitions: half an hour in all) gave no note (a review): the first fit's time
+    reckons the rest."""
+    monkeypatch.setattr("parlschedctl.model.ESTIMATE_AFTER_S", 3600.0)
+    monkeypatch.setattr("parlschedctl.model.LONG_FITS_S", 0.0)
+    r = run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(MEASUREMENTS_CSV), "--repeat", "3",
+            "--method", "ga", "--generations", "3", "--seed", "1")
+    assert r.exit_code == 0
+    notes = [line for line in r.stderr.splitlines() if "note:" in line]
+    assert len(notes) == 1 and re.fullmatch(
+        r"parlschedctl model: note: fit may take about \d+ s more: 2 fits at \d+ s each, as the first took; "
+        r"--generations caps .*", notes[0]), r.stderr
+    assert r.stderr.index("fit 1/3 done") < r.stderr.index("note:") < r.stderr.index("fit 2/3 done")
+
+
+def test_a_long_fit_says_what_it_may_cost_on_a_line_of_its_own_on_a_terminal():
+    """On a terminal the note came in the middle of the progress line redrawn in place;
+    it is a line of its own, and the progress goes on below it, cut to the terminal's
+    width (a narrow one wrapped it, each redraw leaving a line behind: a review)."""
     controller, terminal = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "parlschedctl", "model", "fit", "--cluster",
-                             str(tmp_path / "cluster.yaml"), "--data", str(tmp_path / "m.csv"), "--repeat", "3"],
-                            stdout=subprocess.DEVNULL, stderr=terminal,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 30, 0, 0))
+    proc = subprocess.Popen([sys.executable, "-c", NOTE_EVERY_TIME, "model", "fit", "--cluster", str(CLUSTER_YAML),
+                             "--data", str(MEASUREMENTS_CSV), "--repeat", "2", "--generations", "400", "--seed", "1"],
+                            stdout=subprocess.DEVNULL, stderr=terminal)
     os.close(terminal)
-    shown = b""
-    while not re.search(rb"note: .*\r\n\rfit 0/3", shown):
-        chunk = os.read(controller, 1 << 16)
-        assert chunk, shown
-        shown += chunk
-    proc.send_signal(signal.SIGINT)
-    shown += read_terminal(controller)
-    assert proc.wait(timeout=60) == 1
-    text = shown.decode()
-    assert re.search(r"\rfit 0/3 · time phase \d+/1000 generations *\r\nparlschedctl model: note: fit may take up "
-                     r"to \d+ min more: 3 fits of up to 1000 generations of the time phase at", text), text
+    text = read_terminal(controller).decode()
+    assert proc.wait(timeout=60) == 0
     assert text.count("note:") == 1
+    assert re.search(r"\r\x1b\[Kfit 0/2[^\r]*\r\nparlschedctl model: note: fit may take up to", text), text
+    redraws = [part for part in text.split("\r\x1b[K") if part.startswith("fit ")]
+    assert len(redraws) > 2 and all(len(part.split("\r")[0]) <= 29 for part in redraws), redraws
+    assert any(part.startswith("fit 0/2 · time phase") for part in redraws), redraws
 
 
 def test_inputs_a_review_broke_give_one_line_errors_or_valid_json(params, tmp_path):
@@ -1489,8 +1523,8 @@ def test_one_fit_shows_its_progress_from_the_start_and_no_rsd_column():
     os.close(terminal)
     stdout, _ = proc.communicate(timeout=120)
     shown = read_terminal(controller)
-    lines = shown.decode().replace("\r\n", "\n").split("\r")  # the terminal writes a line end as \r\n
-    counts = [re.sub(r" +(\n?)$", r"\1", line) for line in lines if "generations" not in line]  # their redraws, if any
+    lines = shown.decode().replace("\r\n", "\n").replace("\x1b[K", "").split("\r")  # a line end is \r\n there
+    counts = [line for line in lines if "generations" not in line]  # the generations' redraws, if any
     assert proc.returncode == 0 and counts == ["", "fit 0/1", "fit 1/1\n"], shown
     assert stdout.splitlines()[0].split() == ["parameter", "value"] and "RSD" not in stdout
     with_rsd = run("model", "fit", "--cluster", str(CLUSTER_YAML), "--data", str(MEASUREMENTS_CSV), "--repeat", "2",
