@@ -17,7 +17,7 @@ import os
 import select
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -68,33 +68,51 @@ def talks_to_daemon(fn: Callable[..., Any]) -> Callable[..., Any]:
                 runs = f"other code (build {printable(pong['build'])}) than this parlschedctl's (build {build_id()})"
             else:
                 raise
-            click.echo(f"parlschedctl: the daemon runs {runs}: its reply lacks what this one reads; restart it "
-                       "(systemctl restart parlschedd)", err=True)
+            _warn(f"parlschedctl: the daemon runs {runs}: its reply lacks what this one reads; restart it "
+                  "(systemctl restart parlschedd)")
             sys.exit(1)
         except client.Unreachable as exc:
-            click.echo(f"parlschedctl: {exc}", err=True)
+            _warn(f"parlschedctl: {exc}")
             sys.exit(3)
         except client.Refused as exc:
             if kwargs.get("as_json"):
-                print_json({"error": {"code": exc.code, "message": str(exc)}})
-            click.echo(f"parlschedctl: {exc} ({exc.code})", err=True)
+                with reader_may_leave():
+                    print_json({"error": {"code": exc.code, "message": str(exc)}})
+            _warn(f"parlschedctl: {exc} ({exc.code})")
             sys.exit(1)
         except KeyboardInterrupt:  # waiting for the daemon's reply (a stopped one: 10 s): click said "Aborted!"
             _interrupted(kwargs.get("as_json", False))
-        except BrokenPipeError:  # the socket's is client.Unreachable: this is stdout's or stderr's reader leaving
-            _reader_left_output()
+        except BrokenPipeError:  # the socket's is client.Unreachable: stderr's reader left, or top's
+            _no_reader(1, 2)  # exit 0: the request was done, or the view ended
 
     return wrapper
 
 
-def _reader_left_output() -> None:
-    """The reader of the output left (``| head``, a pager quit) after the request was
-    done: exit 0, as the request succeeded (click's own handling exited 1, so that a
-    script saw an attach that took place as one refused) and as top's view ends."""
-    with contextlib.suppress(OSError):  # the exit's flush of what is left has nowhere to fail
+@contextlib.contextmanager
+def reader_may_leave() -> Iterator[None]:
+    """Output on stdout whose reader may have left (``| head``, a pager quit): lost,
+    and the command goes on, its warnings on stderr and its exit code the request's.
+    click's own handling exited 1 at once, so that a script saw an attach that took
+    place as one refused and lost the warnings after it."""
+    try:
+        yield
+    except BrokenPipeError:
+        _no_reader(1)
+
+
+def _no_reader(*fds: int) -> None:
+    """``fds`` whose readers left go to /dev/null: the exit's flush of what is left in
+    their buffers has nowhere to fail."""
+    with contextlib.suppress(OSError):
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 1)
-        os.dup2(devnull, 2)
+        for fd in fds:
+            os.dup2(devnull, fd)
+
+
+def _warn(line: str) -> None:
+    """A line on stderr that is lost, not the exit code, when stderr's reader left."""
+    with contextlib.suppress(OSError):
+        click.echo(line, err=True)
 
 
 def _ping(sock: str) -> dict[str, Any]:
@@ -168,7 +186,7 @@ def _interrupted(as_json: bool, name: str | None = None) -> NoReturn:
     if as_json:
         with contextlib.suppress(OSError):
             click.echo(json.dumps({"error": {"code": "interrupted", "message": "interrupted"}}))
-    click.echo(f"parlschedctl{'' if name is None else ' ' + name}: interrupted", err=True)
+    _warn(f"parlschedctl{'' if name is None else ' ' + name}: interrupted")
     sys.exit(1)
 
 
@@ -224,10 +242,11 @@ def attach(sock: str, pid: int, observe: bool, threads: str | None, descendants:
     """Manage all threads of PID."""
     reply = client.request(sock, "attach", pid=pid, observe=observe, threads=threads, descendants=descendants)
     t = reply["target"]
-    if as_json:
-        print_json(reply)
-    else:
-        click.echo(f"attached {t['pid']} ({printable(t['name'])}), {n_threads(len(t['threads']))}, mode {t['mode']}")
+    with reader_may_leave():
+        if as_json:
+            print_json(reply)
+        else:
+            click.echo(f"attached {t['pid']} ({printable(t['name'])}), {n_threads(len(t['threads']))}, mode {t['mode']}")
     if warning := unpinned_warning(reply):  # stderr: for people, with --json too
         click.echo(warning, err=True)
     if threads and not t["threads"]:
@@ -244,16 +263,18 @@ def attach(sock: str, pid: int, observe: bool, threads: str | None, descendants:
 def detach(sock: str, pid: int, as_json: bool) -> None:
     """Stop managing PID and restore its threads' original affinity."""
     reply = client.request(sock, "detach", pid=pid)
-    if as_json:
-        print_json(reply)
-    else:
-        if reply.get("mode") == "observe":
-            click.echo(f"detached {pid}: stopped observing {n_threads(reply['threads'])} (observe mode set no mask: "
-                       "none to restore)")
+    with reader_may_leave():
+        if as_json:
+            print_json(reply)
         else:
-            click.echo(f"detached {pid}, restored {n_threads(reply['restored'])}")
-        if reply.get("rule") is not None:
-            click.echo(f"config rule {reply['rule']} matches it: left alone until it exits (attach it to manage it again)")
+            if reply.get("mode") == "observe":
+                click.echo(f"detached {pid}: stopped observing {n_threads(reply['threads'])} (observe mode set no "
+                           "mask: none to restore)")
+            else:
+                click.echo(f"detached {pid}, restored {n_threads(reply['restored'])}")
+            if reply.get("rule") is not None:
+                click.echo(f"config rule {reply['rule']} matches it: left alone until it exits (attach it to manage "
+                           "it again)")
     if reply.get("state_file_error"):  # stderr: for people, with --json too
         click.echo(f"parlschedctl: warning: the daemon's state file could not be written: {reply['state_file_error']}; were it "
                    f"to crash before it is, its next start would act on the state last written (see the daemon's log)",
@@ -268,10 +289,11 @@ def detach(sock: str, pid: int, as_json: bool) -> None:
 def status(sock: str, pid: int | None, as_json: bool) -> None:
     """The daemon and its targets; per thread: tid, name, cpu, domain, utility, pinned."""
     reply = client.request(sock, "status", pid=pid)
-    if as_json:
-        print_json(reply)
-    else:
-        click.echo(status_table(reply))
+    with reader_may_leave():
+        if as_json:
+            print_json(reply)
+        else:
+            click.echo(status_table(reply))
 
 
 ITERATIONS_RECONNECT_S = 60.0  # a systemctl restart takes seconds; a daemon not back in a minute is down
@@ -424,9 +446,10 @@ def plot(sock: str, pid: int, out: str, last: int | None) -> None:
         check_figure(out)
         said = draw(sock, pid, out, last)
     except (PlotFailed, ValueError) as exc:  # CannotWrite, a figure matplotlib failed to render
-        click.echo(f"parlschedctl: {exc}", err=True)
+        _warn(f"parlschedctl: {exc}")
         sys.exit(1)
-    click.echo(said)
+    with reader_may_leave():
+        click.echo(said)
 
 
 @cli.command()
@@ -439,11 +462,12 @@ def reload(sock: str, as_json: bool) -> None:
     pending = reply.get("restart_pending")
     for warning in reply.get("warnings", []):  # applied, but not all of it usable on the daemon's host
         click.echo(f"parlschedctl: warning: {warning}", err=True)
-    if as_json:
-        print_json(reply)
-    else:
-        click.echo(f"reloaded; {', '.join(pending)}: takes effect at the next restart (systemctl restart parlschedd)"
-                   if pending else "reloaded")
+    with reader_may_leave():
+        if as_json:
+            print_json(reply)
+        else:
+            click.echo(f"reloaded; {', '.join(pending)}: takes effect at the next restart (systemctl restart "
+                       "parlschedd)" if pending else "reloaded")
 
 
 @cli.group("config")
@@ -480,10 +504,10 @@ def config_check(path: str, any_host: bool, as_json: bool) -> None:
                 if problem := config_file_untrusted(path, os.stat(path)):
                     host.refused.append(Finding("(file)", problem))
     failed = bool(errors) or bool(host.refused and not any_host)
-    try:  # the verdict, not whether its reader stayed (| head -1), is the exit code
+    try:  # the verdict, not whether a reader stayed (| head -1), is the exit code
         _say_checked(path, any_host, as_json, errors, host, unreadable, failed)
-    except BrokenPipeError:
-        _reader_left_output()
+    except BrokenPipeError:  # stderr's; stdout's is reader_may_leave's
+        _no_reader(2)
     sys.exit(int(failed))
 
 
@@ -500,12 +524,13 @@ def _say_checked(path: str, any_host: bool, as_json: bool, errors: list[Finding]
     for key, message in host.warnings:
         click.echo(f"{path}: warning: {key}: {message}", err=True)
     verdict = "ok" if not host.refused else "valid, but parlschedd would not start with it on this host"
-    if as_json:
-        listed = {"errors": errors, "refused_here": host.refused, "warnings": host.warnings}
-        print_json({"path": path, "passed": not failed, "valid": not errors if unreadable is None else None,
-                    "any_host": any_host, **{name: [f._asdict() for f in found] for name, found in listed.items()}})
-    elif not failed:
-        click.echo(f"{path}: {verdict}")
+    with reader_may_leave():
+        if as_json:
+            listed = {"errors": errors, "refused_here": host.refused, "warnings": host.warnings}
+            print_json({"path": path, "passed": not failed, "valid": not errors if unreadable is None else None,
+                        "any_host": any_host, **{name: [f._asdict() for f in found] for name, found in listed.items()}})
+        elif not failed:
+            click.echo(f"{path}: {verdict}")
     if failed and not errors:
         click.echo(f"{path}: {verdict} (--any-host checks a config meant for another machine)", err=True)
 

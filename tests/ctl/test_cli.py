@@ -588,12 +588,13 @@ def test_top_ends_quietly_when_its_reader_leaves(daemon):
     assert proc.stderr.read() == b""
 
 
-def _reader_left(*args: str, socket: str | None = None) -> subprocess.CompletedProcess:
-    """parlschedctl ARGS with stdout a pipe whose reader left before the first line."""
+def _reader_left(*args: str, socket: str | None = None, stderr_too: bool = False) -> subprocess.CompletedProcess:
+    """parlschedctl ARGS with stdout (and stderr, ``stderr_too``) a pipe whose reader
+    left before the first line."""
     r, w = os.pipe()
     os.close(r)
     try:
-        return subprocess.run([*CTL, *args], stdout=w, stderr=subprocess.PIPE, timeout=60,
+        return subprocess.run([*CTL, *args], stdout=w, stderr=w if stderr_too else subprocess.PIPE, timeout=60,
                               env={**os.environ, **({"PARLSCHED_SOCKET": socket} if socket else {})})
     finally:
         os.close(w)
@@ -601,22 +602,27 @@ def _reader_left(*args: str, socket: str | None = None) -> subprocess.CompletedP
 
 def test_a_request_done_whose_output_lost_its_reader_exits_0_and_is_done(daemon, workload, tmp_path):
     """``parlschedctl attach PID | head -0`` exited 1, click's code for EPIPE, with nothing
-    said: a script saw an attach that took place as one refused. The request's outcome
-    sets the exit code, as top's does; so does config check's verdict."""
+    said: a script saw an attach that took place as one refused, and the warnings on
+    stderr after the output were lost. The request's outcome sets the exit code, as
+    top's does; so does config check's verdict; stderr keeps its lines."""
     w = workload(2)
-    r = _reader_left("attach", "--json", str(w.pid), socket=daemon.socket)
-    assert r.returncode == 0 and r.stderr == b"", r.stderr
+    r = _reader_left("attach", "--json", "--threads", "nomatch", str(w.pid), socket=daemon.socket)
+    assert r.returncode == 0 and b"warning: no thread name of" in r.stderr, r.stderr
     assert json.loads(ctl("status", "--json", str(w.pid), socket=daemon.socket).stdout)["targets"][0]["pid"] == w.pid
     for args in (["status"], ["status", "--json"], ["reload"]):
         r = _reader_left(*args, socket=daemon.socket)
         assert (r.returncode, r.stderr) == (0, b""), (args, r.stderr)
     r = _reader_left("detach", str(w.pid), socket=daemon.socket)
     assert r.returncode == 0 and ctl("status", str(w.pid), socket=daemon.socket).returncode == 1  # not_attached
-    assert _reader_left("attach", str(w.pid), socket=daemon.socket + ".none").returncode == 3  # not done: still said
+    r = _reader_left("detach", "--json", str(w.pid), socket=daemon.socket)
+    assert r.returncode == 1 and b"not_attached" in r.stderr  # refused: still said, still 1
+    assert _reader_left("attach", str(w.pid), socket=daemon.socket + ".none").returncode == 3  # not done
+    assert _reader_left("status", socket=daemon.socket + ".none", stderr_too=True).returncode == 3  # nowhere to say it
     good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
     good.write_text("period_s: 0.1\n")
     bad.write_text("period_s: fast\n")
     assert [_reader_left("config", "check", str(c), "--json").returncode for c in (good, bad)] == [0, 1]
+    assert [_reader_left("config", "check", str(c), stderr_too=True).returncode for c in (good, bad)] == [0, 1]
     checked = _reader_left("config", "check", str(bad))
     assert checked.returncode == 1 and b"period_s: must be a number" in checked.stderr  # stderr's reader stayed
 
