@@ -5,10 +5,11 @@ every period (counter buffers, numpy arrays of a tree whose thread count keeps
 changing, the history ring's samples, which live a minute). glibc's malloc keeps
 the pages of freed blocks that lie between live ones and gives back only a free top
 of the heap, so the [heap]'s resident size crept up by tens of KiB a minute after
-half an hour while the bytes in use stayed flat (bench/results/heap_churn-long-*.json,
-docs/overhead.md). ``malloc_trim(0)`` returns every whole free page inside the heap as
-well (madvise MADV_DONTNEED, glibc 2.8+). Elsewhere (musl) it does not exist and
-``trim`` does nothing.
+half an hour while the bytes in use stayed flat (bench/heap_churn.py,
+bench/results/heap_churn-long-70e4887.json; the README's "Memory under process
+churn"). ``malloc_trim(0)`` returns every whole free page inside the heap as well
+(madvise MADV_DONTNEED, glibc 2.8+). Elsewhere (musl) it does not exist and ``trim``
+does nothing.
 """
 
 from __future__ import annotations
@@ -36,5 +37,6 @@ def trimmable() -> bool:
 
 
 def trim() -> bool:
-    """Give the kernel back the free pages of malloc's heap: True when some were."""
+    """Give the kernel back the free pages of malloc's heap; malloc_trim's answer: True
+    when it released or advised away any (pages given back before count again)."""
     return _MALLOC_TRIM is not None and _MALLOC_TRIM(0) == 1
