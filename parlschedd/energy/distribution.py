@@ -5,18 +5,30 @@ so far (the first row of the list L, kept sorted by accumulated time with a stab
 receives the next one. Run for NSp subpopulations, this gives each device's count
 NSp_ij and T_evo, the largest accumulated time (the last row of L).
 
-The simulation is vectorised over any leading batch shape (parameter sets times
-configurations). Instead of re-sorting L at every step, it uses what the stable sort
-implies: the first row of L is the device with the least accumulated time and, among
-devices tied on that time, the one that received work most recently (the stable sort
-keeps the device just updated ahead of its equals), and among devices that never
-received work, the first in cluster order. Rows are processed longest-NSp first so the
-rows still distributing at a step are a prefix of the batch.
+The device that has computed least is the one whose next subpopulation starts first:
+device j's m-th starts at (m - 1) * T1_j. So the NSp subpopulations go to the NSp
+earliest of all these start times, and with s the NSp-th earliest, device j receives
+every one of its own that starts at s or before. ``_by_start_times`` finds s among a
+few start times per device around where the NSp-th must fall (a window; those before it
+are counted), for every row at once, with no step per subpopulation: a fit's time phase
+runs Algorithm 1 for every individual and configuration, and stepping through NSp up
+to 1500 cost hours a fit (bench/fit_cost.py). Where the cut falls in a tie (start times
+equal, or within TIE of each other, where the sums of the simulation could order them
+either way), which device gets the last subpopulations depends on the stable sort's
+order, so those rows, and any the window cannot settle (a device of zero time; NSp
+below the number of devices, a tie at time 0), are simulated step by step
+(``_simulate``), where the first row of L is the device with the least accumulated
+time and, among devices tied on that time, the one that received work most recently
+(the stable sort keeps the device just updated ahead of its equals), and among devices
+that never received work, the first in cluster order.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+TIE = 1e-9  # start times closer than this, relative, are settled by the simulation
+CHUNK = 8192  # rows at a time: the windows hold (D + 4) x D start times a row
 
 
 def distribute(t1: np.ndarray, nsp: np.ndarray | int) -> tuple[np.ndarray, np.ndarray]:
@@ -31,8 +43,50 @@ def distribute(t1: np.ndarray, nsp: np.ndarray | int) -> tuple[np.ndarray, np.nd
     nsp = np.broadcast_to(np.asarray(nsp), batch).reshape(-1)
     if np.any(nsp < 0):
         raise ValueError("the number of subpopulations must be >= 0")
+    flat = t1.reshape(-1, devices)
+    t_evo, counts = np.empty(len(flat)), np.empty(flat.shape, dtype=np.int64)
+    settled = np.empty(len(flat), dtype=bool)
+    for lo in range(0, len(flat), CHUNK):
+        part = slice(lo, lo + CHUNK)
+        t_evo[part], counts[part], settled[part] = _by_start_times(flat[part], nsp[part])
+    if not settled.all():
+        rest = ~settled
+        t_evo[rest], counts[rest] = _simulate(flat[rest], nsp[rest])
+    return t_evo.reshape(batch), counts.reshape(*batch, devices)
+
+
+def _by_start_times(t1: np.ndarray, nsp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(t_evo, counts, settled) of (rows, D) times from the NSp-th earliest start time s,
+    where a row's window settles it (see the module docstring).
+
+    With H = sum_j 1 / T1_j, the number of start times at or before x lies between
+    x * H and x * H + D, so s lies in [(NSp - D) / H, NSp / H]: each device's window
+    starts below that (its earlier start times are counted) and holds D + 4 of its
+    start times, which reach past the next start time after s. Both are checked
+    rather than trusted to rounding, with the cut not in a tie."""
+    rows, d = t1.shape
+    settled = np.all(np.isfinite(t1) & (t1 > 0), axis=1) & (nsp >= d)
+    t = np.where(settled[:, None], t1, 1.0)
+    rate = (1.0 / t).sum(axis=1)
+    first = np.maximum(np.floor((nsp - d)[:, None] / (rate[:, None] * t)) - 1, 0)  # (rows, D): start times before
+    starts = (first[:, :, None] + np.arange(d + 4)) * t[:, :, None]  # (rows, D, D + 4)
+    ordered = np.sort(starts.reshape(rows, -1), axis=1)
+    at = nsp - first.sum(axis=1) - 1  # s's place among the windows' start times
+    settled &= (at >= 0) & (at < ordered.shape[1] - 1)
+    at = np.clip(at, 0, ordered.shape[1] - 2).astype(np.intp)
+    s, after = ordered[np.arange(rows), at], ordered[np.arange(rows), at + 1]
+    settled &= after - s > TIE * after  # not in a tie
+    settled &= np.all((first == 0) | ((first - 1) * t < s[:, None]), axis=1)  # those before the windows come before s
+    settled &= np.all(starts[:, :, -1] >= after[:, None], axis=1)  # the windows reach past s
+    counts = first.astype(np.int64) + np.count_nonzero(starts <= s[:, None, None], axis=2)
+    return (counts * t).max(axis=1), counts, settled
+
+
+def _simulate(t1: np.ndarray, nsp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Algorithm 1 step by step for (rows, D) times: (t_evo, counts). Rows are
+    processed longest-NSp first so the rows still distributing at a step are a prefix."""
     by_nsp = np.argsort(-nsp, kind="stable")
-    flat = t1.reshape(-1, devices)[by_nsp]
+    flat = t1[by_nsp]
     total = np.zeros_like(flat)
     counts = np.zeros(flat.shape, dtype=np.int64)
     last = np.full(flat.shape, -1)  # step at which each device last received work
@@ -48,4 +102,4 @@ def distribute(t1: np.ndarray, nsp: np.ndarray | int) -> tuple[np.ndarray, np.nd
         counts[rows, pick] += 1
         last[rows, pick] = step
     unsort = np.argsort(by_nsp)
-    return total.max(axis=1)[unsort].reshape(batch), counts[unsort].reshape(*batch, devices)
+    return total.max(axis=1)[unsort], counts[unsort]

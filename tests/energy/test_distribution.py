@@ -1,12 +1,15 @@
-"""Algorithm 1: hand-checked cases and agreement with a literal transcription."""
+"""Algorithm 1: hand-checked cases and agreement with a literal transcription, by start
+times and by the simulation."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parlschedd.energy.distribution import distribute
+from parlschedd.energy.distribution import _by_start_times, distribute
+from parlschedd.energy.model import waves
 
 
 def literal_algorithm_1(t1: list[float], nsp: int) -> tuple[float, list[int]]:
@@ -55,3 +58,33 @@ def test_matches_the_literal_algorithm_including_ties(t1, nsp):
     ref_evo, ref_counts = literal_algorithm_1(t1, nsp)
     assert counts.tolist() == ref_counts
     assert t_evo == ref_evo
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(1e-3, 1e3), min_size=1, max_size=7), st.integers(0, 3000))
+def test_matches_the_literal_algorithm_on_any_times(t1, nsp):
+    """Times of fitted parameters, where start times seldom tie: the counts are the
+    literal algorithm's; T_evo too but for the last bits (the simulation adds T1 up
+    where the start times multiply it)."""
+    t_evo, counts = distribute(np.array(t1), nsp)
+    ref_evo, ref_counts = literal_algorithm_1(t1, nsp)
+    assert counts.tolist() == ref_counts
+    assert t_evo == pytest.approx(ref_evo, rel=1e-12)
+
+
+def test_start_times_settle_the_rows_of_a_fit_and_leave_ties_and_zero_times_to_the_simulation(hpmoon):
+    """The rows of a fit's time phase (random devices' times, NSp 1..1500) are settled
+    from the start times without stepping, but for NSp below the number of devices (a
+    tie at time 0); a tie at the cut (times 1 and 3, NSp 5: the 5th and 6th start at 3)
+    and a device of zero time are left to the simulation, which settles them as the
+    literal algorithm does."""
+    rng = np.random.default_rng(0)
+    nsp = np.arange(1, 1501)
+    t1 = rng.uniform(0.5, 2.0, (8, 1, 6)) * waves(hpmoon, nsp)[None]
+    _, counts, settled = _by_start_times(t1.reshape(-1, 6), np.tile(nsp, 8))
+    assert settled.reshape(8, -1)[:, 5:].all() and not settled.reshape(8, -1)[:, :5].any()
+    assert np.array_equal(counts[settled].reshape(8, -1, 6), distribute(t1, nsp)[1][:, 5:])
+    ties = np.array([[1.0, 3.0], [1.0, 3.0], [2.0, 0.0]])
+    assert _by_start_times(ties, np.array([4, 5, 9]))[2].tolist() == [True, False, False]
+    for row, k in zip(ties.tolist(), (4, 5, 9), strict=True):
+        assert distribute(np.array(row), k)[1].tolist() == literal_algorithm_1(row, k)[1]
