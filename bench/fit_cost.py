@@ -51,7 +51,8 @@ def timed_fit(p: Problem, generations: int, seed: int) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="32,100,200,500,1500", help="measured configurations, NSp 1..n")
+    parser.add_argument("--sizes", default="32,100,200,500,1500,3840",
+                        help="measured configurations, NSp 1..n, up to the HPMoon run's 3840 individuals")
     parser.add_argument("--generations", type=int, default=10, help="generations of each phase run and timed (>= 2)")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
@@ -59,6 +60,8 @@ def main() -> None:
         parser.error("--generations must be at least 2: the first evaluates the initial population too")
     sizes = [int(n) for n in args.sizes.split(",")]
     cluster = load_cluster(DATA / "cluster-hpmoon.yaml")
+    if max(sizes) > cluster.run.individuals:  # subpopulations of no one: model fit refuses such NSp
+        parser.error(f"--sizes up to the cluster's {cluster.run.individuals} individuals")
     rng = np.random.default_rng(0)
     measured_on, measured_at = machine(), stamp()
     rows = []
