@@ -49,8 +49,8 @@ FAILURES = (ClusterError, MeasurementsError, ParamsError, MeasureError, ValueErr
 INTERRUPTED = "interrupted; an --out file is as it was, or written whole"
 MAX_FITS = 1000  # fit --repeat: 2**63 was a traceback, 10**9 filled memory with seeds before the first fit
 # Progress of fits (FitProgress): a note of their cost when it may pass LONG_FITS_S, taken
-# once a time phase has run ESTIMATE_AFTER_S; a line at most every LOG_EVERY_S off a
-# terminal, a redraw at most every REDRAW_EVERY_S on one
+# once a time phase's generations have run ESTIMATE_AFTER_S (else as the first fit ends);
+# a line at most every LOG_EVERY_S off a terminal, a redraw at most every REDRAW_EVERY_S on one
 LONG_FITS_S = 300.0
 ESTIMATE_AFTER_S = 2.0
 LOG_EVERY_S = 60.0
