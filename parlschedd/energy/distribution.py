@@ -12,15 +12,17 @@ every one of its own that starts at s or before. ``_by_start_times`` finds s amo
 few start times per device around where the NSp-th must fall (a window; those before it
 are counted), for every row at once, with no step per subpopulation: a fit's time phase
 runs Algorithm 1 for every individual and configuration, and stepping through NSp up
-to 1500 cost hours a fit (bench/fit_cost.py). Where the cut falls in a tie (start times
-equal, or within TIE of each other, where the sums of the simulation could order them
-either way), which device gets the last subpopulations depends on the stable sort's
-order, so those rows, and any the window cannot settle (a device of zero time; NSp
-below the number of devices, a tie at time 0), are simulated step by step
-(``_simulate``), where the first row of L is the device with the least accumulated
-time and, among devices tied on that time, the one that received work most recently
-(the stable sort keeps the device just updated ahead of its equals), and among devices
-that never received work, the first in cluster order.
+to 1500 cost hours a fit (bench/results/fit_cost-f208a58.json). Where the cut falls in
+a tie (start times equal, or within TIE of each other, where the sums of the simulation
+could order them either way), which device gets the last subpopulations depends on the
+stable sort's order, so those rows are simulated step by step (``_simulate``), and so
+are those the window is not for: a device whose time is not positive and finite
+(zero, negative, inf, NaN); NSp below the number of devices (a tie at time 0); times
+so far apart that their rates overflow; a T_evo past HUGE, where the simulation's sum
+may overflow to inf and the product not. There the first row of L is the device with
+the least accumulated time and, among devices tied on that time, the one that received
+work most recently (the stable sort keeps the device just updated ahead of its
+equals), and among devices that never received work, the first in cluster order.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from __future__ import annotations
 import numpy as np
 
 TIE = 1e-9  # start times closer than this, relative, are settled by the simulation
-CHUNK = 8192  # rows at a time: the windows hold (D + 4) x D start times a row
+HUGE = 1e300  # T_evo past it is the simulation's (see the module docstring)
+WINDOW_ELEMENTS = 1 << 20  # start times in the windows of the rows done at a time: (D + 4) x D a row
 
 
 def distribute(t1: np.ndarray, nsp: np.ndarray | int) -> tuple[np.ndarray, np.ndarray]:
@@ -43,12 +46,15 @@ def distribute(t1: np.ndarray, nsp: np.ndarray | int) -> tuple[np.ndarray, np.nd
     nsp = np.broadcast_to(np.asarray(nsp), batch).reshape(-1)
     if np.any(nsp < 0):
         raise ValueError("the number of subpopulations must be >= 0")
+    nsp = nsp.astype(np.int64)  # unsigned, -nsp wrapped round in _simulate's order
     flat = t1.reshape(-1, devices)
-    t_evo, counts = np.empty(len(flat)), np.empty(flat.shape, dtype=np.int64)
-    settled = np.empty(len(flat), dtype=bool)
-    for lo in range(0, len(flat), CHUNK):
-        part = slice(lo, lo + CHUNK)
-        t_evo[part], counts[part], settled[part] = _by_start_times(flat[part], nsp[part])
+    t_evo, counts = np.zeros(len(flat)), np.zeros(flat.shape, dtype=np.int64)
+    settled = np.zeros(len(flat), dtype=bool)
+    windowed = np.flatnonzero((nsp >= devices) & np.all(np.isfinite(flat) & (flat > 0), axis=1))
+    chunk = max(1, WINDOW_ELEMENTS // (devices * (devices + 4)))
+    for lo in range(0, len(windowed), chunk):
+        rows = windowed[lo:lo + chunk]
+        t_evo[rows], counts[rows], settled[rows] = _by_start_times(flat[rows], nsp[rows])
     if not settled.all():
         rest = ~settled
         t_evo[rest], counts[rest] = _simulate(flat[rest], nsp[rest])
@@ -56,8 +62,9 @@ def distribute(t1: np.ndarray, nsp: np.ndarray | int) -> tuple[np.ndarray, np.nd
 
 
 def _by_start_times(t1: np.ndarray, nsp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(t_evo, counts, settled) of (rows, D) times from the NSp-th earliest start time s,
-    where a row's window settles it (see the module docstring).
+    """(t_evo, counts, settled) of (rows, D) positive finite times and NSp >= D from the
+    NSp-th earliest start time s, where a row's window settles it (see the module
+    docstring).
 
     With H = sum_j 1 / T1_j, the number of start times at or before x lies between
     x * H and x * H + D, so s lies in [(NSp - D) / H, NSp / H]: each device's window
@@ -65,21 +72,23 @@ def _by_start_times(t1: np.ndarray, nsp: np.ndarray) -> tuple[np.ndarray, np.nda
     start times, which reach past the next start time after s. Both are checked
     rather than trusted to rounding, with the cut not in a tie."""
     rows, d = t1.shape
-    settled = np.all(np.isfinite(t1) & (t1 > 0), axis=1) & (nsp >= d)
-    t = np.where(settled[:, None], t1, 1.0)
-    rate = (1.0 / t).sum(axis=1)
-    first = np.maximum(np.floor((nsp - d)[:, None] / (rate[:, None] * t)) - 1, 0)  # (rows, D): start times before
-    starts = (first[:, :, None] + np.arange(d + 4)) * t[:, :, None]  # (rows, D, D + 4)
-    ordered = np.sort(starts.reshape(rows, -1), axis=1)
-    at = nsp - first.sum(axis=1) - 1  # s's place among the windows' start times
-    settled &= (at >= 0) & (at < ordered.shape[1] - 1)
-    at = np.clip(at, 0, ordered.shape[1] - 2).astype(np.intp)
-    s, after = ordered[np.arange(rows), at], ordered[np.arange(rows), at + 1]
-    settled &= after - s > TIE * after  # not in a tie
-    settled &= np.all((first == 0) | ((first - 1) * t < s[:, None]), axis=1)  # those before the windows come before s
-    settled &= np.all(starts[:, :, -1] >= after[:, None], axis=1)  # the windows reach past s
-    counts = first.astype(np.int64) + np.count_nonzero(starts <= s[:, None, None], axis=2)
-    return (counts * t).max(axis=1), counts, settled
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # extreme times: not settled, simulated
+        rate = (1.0 / t1).sum(axis=1)
+        first = np.floor((nsp - d)[:, None] / (rate[:, None] * t1)) - 1  # (rows, D): start times before the window
+        settled = np.all(np.isfinite(first), axis=1)
+        first = np.where(settled[:, None], np.maximum(first, 0), 0)
+        starts = (first[:, :, None] + np.arange(d + 4)) * t1[:, :, None]  # (rows, D, D + 4)
+        ordered = np.sort(starts.reshape(rows, -1), axis=1)
+        at = nsp - first.sum(axis=1) - 1  # s's place among the windows' start times
+        settled &= (at >= 0) & (at < ordered.shape[1] - 1)
+        at = np.clip(at, 0, ordered.shape[1] - 2).astype(np.intp)
+        s, after = ordered[np.arange(rows), at], ordered[np.arange(rows), at + 1]
+        settled &= after - s > TIE * after  # not in a tie
+        settled &= np.all((first == 0) | ((first - 1) * t1 < s[:, None]), axis=1)  # those before come before s
+        settled &= np.all(starts[:, :, -1] >= after[:, None], axis=1)  # the windows reach past s
+        counts = first.astype(np.int64) + np.count_nonzero(starts <= s[:, None, None], axis=2)
+        t_evo = (counts * t1).max(axis=1)
+    return t_evo, counts, settled & (t_evo < HUGE)
 
 
 def _simulate(t1: np.ndarray, nsp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -98,7 +107,8 @@ def _simulate(t1: np.ndarray, nsp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         tot, rows = total[:n], all_rows[:n]
         tied = tot == tot.min(axis=1, keepdims=True)
         pick = np.argmax(np.where(tied, last[:n], -2), axis=1)
-        tot[rows, pick] += flat[rows, pick]
+        with np.errstate(over="ignore"):  # a sum past the float's range is inf, as Algorithm 1's
+            tot[rows, pick] += flat[rows, pick]
         counts[rows, pick] += 1
         last[rows, pick] = step
     unsort = np.argsort(by_nsp)

@@ -3,6 +3,8 @@ times and by the simulation."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -88,3 +90,27 @@ def test_start_times_settle_the_rows_of_a_fit_and_leave_ties_and_zero_times_to_t
     assert _by_start_times(ties, np.array([4, 5, 9]))[2].tolist() == [True, False, False]
     for row, k in zip(ties.tolist(), (4, 5, 9), strict=True):
         assert distribute(np.array(row), k)[1].tolist() == literal_algorithm_1(row, k)[1]
+
+
+@pytest.mark.parametrize("t1, nsp", [([1.6342664862384688e307], 11), ([1e-310], 1), ([1e-310, 1.0], 7),
+                                     ([1e-308, 1e-308], 5), ([1e-300, 1e300], 10), ([1e305, 1e305], 10000),
+                                     ([5e-324, 2.0, 3.0], 40)])
+def test_extreme_times_are_the_literal_algorithms_without_a_warning(t1, nsp):
+    """Times near the float's ends (a review): the product of a count and a time stayed
+    finite where the literal algorithm's sum overflowed to inf, and rates and products
+    past the float's range warned; those rows are the simulation's, as the literal."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        t_evo, counts = distribute(np.array(t1), nsp)
+    ref_evo, ref_counts = literal_algorithm_1(t1, nsp)
+    assert counts.tolist() == ref_counts and (t_evo == ref_evo or t_evo == pytest.approx(ref_evo, rel=1e-12))
+
+
+def test_unsigned_nsp_counts_as_signed():
+    """An unsigned NSp wrapped round in the simulation's order (-nsp), which handed one
+    row's subpopulations to another (a review)."""
+    t1 = np.array([[1.0, 0.0], [1.0, 0.0]])  # a zero time: simulated
+    expected = distribute(t1, np.array([0, 3]))
+    for dtype in (np.uint8, np.uint16, np.uint32, np.uint64):
+        got = distribute(t1, np.array([0, 3], dtype=dtype))
+        assert got[1].tolist() == expected[1].tolist() == [[0, 0], [1, 2]] and got[0].tolist() == expected[0].tolist()
