@@ -8,8 +8,8 @@ shared HPMoon cluster with synthetic measurements at NSp 1..n, one default fit (
 run with its generations capped (``--generations``) and each generation timed through
 the fit's own ``on_generation``; the table gives a generation of each phase, the full
 default budget (1000 time, 300 energy generations: at most, as differential evolution
-stops once converged, 965 time generations on the shared data) projected from them, and that as a
-ratio to the shared data's 32 configurations measured in the same run.
+stops once converged) projected from them, and that as a ratio to the shared data's 32
+configurations measured in the same run.
 
     .venv/bin/python bench/fit_cost.py [--sizes 32,200,1500] [--generations 10]
 
