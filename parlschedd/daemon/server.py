@@ -646,7 +646,7 @@ class Daemon:
         shown, exited = self.engine.history_of(args["pid"], uid)
         head = protocol.ok(pid=args["pid"], name=shown.name, observe=shown.observe, exited=exited,
                            period_s=self.config.period_s, counter_source=self.counters.source.value,
-                           capacity=shown.history.samples.maxlen, started=shown.history.shown_started,
+                           capacity=shown.history.capacity, started=shown.history.shown_started,
                            dropped=shown.history.dropped)
         samples = shown.history.last(args.get("last"))
 

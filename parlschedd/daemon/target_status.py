@@ -36,7 +36,7 @@ def describe(target: Target, now: float | None, *, rescan_s: float, proc_root: s
         # the time ("t") of the newest history sample this view shows (None: none yet), and which history
         # (its start on the daemon's clock, as the history reply says it: another after a restart or a
         # detach): run reads the samples after it for threads that came and went after its last view
-        "history_t": target.history.samples[-1].shown_t if target.history and target.history.samples else None,
+        "history_t": target.history.newest_shown_t if target.history else None,
         "history_started": target.history.shown_started if target.history else None,
         "threads": [
             {"tid": tid, "pid": target.threads[tid].process, "name": target.threads[tid].name, "cpu": None if cpu < 0 else cpu,

@@ -7,11 +7,15 @@ from __future__ import annotations
 import struct
 import subprocess
 import sys
+from collections import deque
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from parlschedctl import client
+from parlschedd.daemon import history
 from parlschedd.daemon.history import History
 from tests.conftest import PINNING, needs_root, start_daemon, threads_of, wait_for
 
@@ -48,12 +52,62 @@ def test_history_memory_is_bounded():
     h = History(capacity=100, started=0.0)
     for k in range(1000):
         h.record(k * 0.1, np.arange(64), np.random.rand(64), np.zeros(64), np.zeros(64))
-    assert len(h.samples) == 100 and h.dropped == 900
-    held = sum(a.nbytes for s in h.samples for a in (s.tids, s.utility, s.cpu, s.domain))
-    assert held == 100 * 64 * (4 + 4 + 2 + 2)
-    assert h.last(1)[0].as_json()["t"] == pytest.approx(99.9)
+    assert h.periods == 100 and h.dropped == 900
+    assert h._t.nbytes + h._at.nbytes + h._n.nbytes == 100 * (8 + 8 + 4)
+    assert h._rows.itemsize == 4 + 4 + 2 + 2 and h._rows.size <= 4 * 100 * 64
+    assert h.last(1)[0].as_json()["t"] == pytest.approx(99.9) == h.newest_shown_t
     h.resize(10)
-    assert len(h.samples) == 10 and h.dropped == 990, "a smaller ring's cut is counted as dropped too"
+    assert h.periods == 10 and h.dropped == 990, "a smaller ring's cut is counted as dropped too"
+    assert h._t.size == 10 and h._rows.size == 1024, "and gives back what the periods dropped held"
+
+
+def test_a_period_recorded_allocates_nothing_once_the_rings_are_grown():
+    """Samples kept as numpy arrays of their own, four malloc'd blocks a period kept
+    600 periods among the period's short-lived ones, grew the daemon's heap under churn
+    by some 11 KiB a minute (bench/results/heap_churn*.json): the rings are written in
+    place."""
+    h = History(capacity=600, started=0.0)
+    sizes = np.random.default_rng(0).integers(0, 48, size=3000)
+    for k, n in enumerate(sizes[:1200]):
+        h.record(k * 0.1, np.arange(n), np.ones(n), np.zeros(n), np.zeros(n))
+    arrays = [id(a) for a in (h._t, h._at, h._n, h._rows)]
+    for k, n in enumerate(sizes[1200:], start=1200):
+        h.record(k * 0.1, np.arange(n), np.ones(n), np.zeros(n), np.zeros(n))
+    assert [id(a) for a in (h._t, h._at, h._n, h._rows)] == arrays
+
+
+@settings(max_examples=1500, deadline=None)
+@given(capacity=st.integers(1, 12),
+       steps=st.lists(st.one_of(st.integers(0, 10), st.integers(0, 40), st.tuples(st.just("resize"), st.integers(1, 12))), max_size=400))
+def test_the_rings_hold_what_a_deque_of_the_samples_would(capacity, steps):
+    """The rings against the plainest history: a deque of each period's arrays, with
+    periods of 0 to 40 threads and reloads of history_periods in between; the rows'
+    ring at most four times the rows held and a period's most (or its first size). It
+    starts at 8 rows, not 1024, for its rows to wrap round and the ring to grow."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(history, "FIRST_ROWS", 8)
+        h = History(capacity=capacity, started=5.0)
+        model = deque(maxlen=capacity)
+        rng = np.random.default_rng(len(steps))
+        for k, step in enumerate(steps):
+            if isinstance(step, tuple):
+                h.resize(step[1])
+                model = deque(model, maxlen=step[1])
+                continue
+            tids = rng.integers(1, 2**31 - 1, size=step)
+            utility = np.where(rng.random(step) < 0.2, np.nan, rng.random(step))
+            cpu, domain = rng.integers(-1, 2**15 - 1, size=step), rng.integers(-1, 64, size=step)
+            h.record(5.0 + k * 0.25, tids, utility, cpu, domain)
+            model.append((k * 0.25, tids, utility, cpu, domain))
+            assert h._rows.size <= max(8, 4 * (h._rows_held() + 40))
+            got = h.last()
+            assert h.periods == len(model) == len(got) and h.dropped == h.recorded - len(model)
+            for sample, (t, tids, utility, cpu, domain) in zip(got, model):
+                assert sample.t == t and sample.tids.tolist() == tids.tolist()
+                np.testing.assert_array_equal(sample.utility, utility.astype(np.float32))
+                assert sample.cpu.tolist() == cpu.tolist() and sample.domain.tolist() == domain.tolist()
+            assert [s.t for s in h.last(3)] == [m[0] for m in list(model)[-3:]]
+            assert h.newest_shown_t == round(model[-1][0], 4)
 
 
 @needs_root
