@@ -1,27 +1,29 @@
 """A bounded in-memory history of each target: one sample per period.
 
-The samples live in a few arrays a target, written in place period after period: a
-ring of the periods' times and of where each period's rows are, and one flat ring of
-rows (a thread's tid, utility, CPU and domain: 12 bytes). A period recorded allocates
-nothing once the rings are as large as they need be: samples held as objects of their
-own (four small numpy arrays a period, kept 600 periods, each a malloc'd block among
-the period's short-lived ones) were the lead for the daemon's heap growing under churn
-(bench/results/heap_churn*.json). Memory is bounded by capacity x 20 bytes and 12
-bytes a row for at most four times the rows held and a period's most. Served over the
-socket (``history``) for ``parlschedctl plot``.
+The periods are kept in chunks of up to CHUNK_PERIODS each: a chunk's times, where
+each period's rows end, and its rows (a thread's tid, utility, CPU and domain: 12
+bytes), all written in place as periods come and never changed after, so that the
+samples a ``history`` request takes are views that later periods leave as they were
+and that share the history's memory. A chunk is made once per CHUNK_PERIODS periods,
+sized for as many rows as the last one took. Samples held as objects of their own (four
+small numpy arrays a period, kept 600 periods, each a malloc'd block among the period's
+short-lived ones) were the lead for the daemon's heap growing under churn
+(bench/results/heap_churn*.json). Memory is bounded by the last capacity + CHUNK_PERIODS
+periods (20 bytes each, and 12 a row, at most twice over). Served over the socket
+(``history``) for ``parlschedctl plot``.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-# a thread's row in a period, in the narrow dtypes that keep the ring's memory bound
+# a thread's row in a period, in the narrow dtypes that keep the history's memory bound
 ROW = np.dtype([("tid", np.int32), ("utility", np.float32), ("cpu", np.int16), ("domain", np.int16)])
-FIRST_PERIODS = 64  # the periods' ring starts this long (or capacity, if less) and doubles up to capacity
-FIRST_ROWS = 1024
+CHUNK_PERIODS = 64
 
 
 def shown(t: float) -> float:
@@ -54,36 +56,63 @@ class Sample:
         }
 
 
-class History:
-    """The last ``capacity`` periods of one target, for ``history`` and its plot.
+class _Chunk:
+    """Up to ``periods`` consecutive periods. Only appended to: what a period wrote is
+    not written again (the rows move to a larger array when they outgrow theirs, and
+    the old one stays as it was for the views into it)."""
 
-    Period k of those held is at ``(head + k) % len(self._t)`` of the periods' ring;
-    its rows are ``_rows[_at[i]:_at[i] + _n[i]]``, written one period after another
-    round the rows' ring, each period's rows in one piece (a period that does not fit
-    before the ring's end starts again at 0)."""
+    def __init__(self, periods: int, rows: int) -> None:
+        self.t = np.empty(periods, dtype=np.float64)
+        self.ends = np.empty(periods, dtype=np.int64)
+        self.rows = np.empty(rows, dtype=ROW)
+        self.periods = 0
+        self.used = 0
+
+    @property
+    def full(self) -> bool:
+        return self.periods == self.t.size
+
+    def append(self, t: float, columns: list[NDArray]) -> None:
+        """One more period, its rows as ROW's columns."""
+        end = self.used + columns[0].size
+        if end > self.rows.size:
+            self.rows = self._moved(max(2 * self.rows.size, end))
+        rows = self.rows[self.used:end]
+        for name, values in zip(ROW.names, columns):
+            rows[name] = values
+        self.t[self.periods], self.ends[self.periods] = t, end
+        self.periods += 1
+        self.used = end
+        if self.full and self.rows.size > 2 * self.used:  # sized for more threads than it came to hold
+            self.rows = self._moved(self.used)
+
+    def _moved(self, size: int) -> NDArray:
+        rows = np.empty(size, dtype=ROW)
+        rows[:self.used] = self.rows[:self.used]
+        return rows
+
+    def sample(self, k: int) -> Sample:
+        start = self.ends[k - 1] if k else 0
+        rows = self.rows[start:self.ends[k]]
+        return Sample(float(self.t[k]), rows["tid"], rows["utility"], rows["cpu"], rows["domain"])
+
+
+class History:
+    """The last ``capacity`` periods of one target, for ``history`` and its plot."""
 
     def __init__(self, capacity: int, started: float) -> None:
         self.capacity = capacity
         self.started = started
         self.recorded = 0
-        self._t = np.empty(min(capacity, FIRST_PERIODS), dtype=np.float64)
-        self._at = np.empty(self._t.size, dtype=np.int64)
-        self._n = np.empty(self._t.size, dtype=np.int32)
-        self._rows = np.empty(FIRST_ROWS, dtype=ROW)
-        self._head = 0
-        self._len = 0
-        self._end = 0  # where the next period's rows go if they fit there
-
-    @property
-    def periods(self) -> int:
-        """How many periods the ring holds."""
-        return self._len
+        self._chunks: deque[_Chunk] = deque()
+        self._skip = 0  # the oldest chunk's periods no longer held
+        self.periods = 0  # how many periods are held
 
     @property
     def dropped(self) -> int:
-        """How many of the periods recorded the ring no longer holds: a figure of a
+        """How many of the periods recorded the history no longer holds: a figure of a
         history with any dropped is not of the whole run."""
-        return self.recorded - self._len
+        return self.recorded - self.periods
 
     @property
     def shown_started(self) -> float:
@@ -94,96 +123,57 @@ class History:
     @property
     def newest_shown_t(self) -> float | None:
         """The newest period's ``t`` as shown (None: none yet)."""
-        return shown(float(self._t[self._slot(self._len - 1)])) if self._len else None
+        if not self.periods:
+            return None
+        newest = self._chunks[-1]
+        return shown(float(newest.t[newest.periods - 1]))
 
     def resize(self, capacity: int) -> None:
         """Keep the last ``capacity`` periods from now on (a reload's history_periods),
-        the newest of those kept so far among them; a smaller ring gives back what the
-        periods dropped held."""
+        the newest of those kept so far among them."""
         self.capacity = capacity
-        if self._len > capacity:
-            self._head, self._len = self._slot(self._len - capacity), capacity
-            self._move(capacity, max(FIRST_ROWS, self._rows_held()))
+        self._drop_past_capacity()
 
     def record(self, now: float, tids: ArrayLike, utility: ArrayLike, cpu: ArrayLike, domain: ArrayLike) -> None:
-        tids = np.asarray(tids)
-        n = tids.size
+        """One more period: its threads' ``tids`` and, row for row, their utility, CPU
+        and domain."""
+        columns = _columns(tids, utility, cpu, domain)
         self.recorded += 1
-        if self._len == self.capacity:
-            self._head = (self._head + 1) % self._t.size
-            self._len -= 1
-        elif self._len == self._t.size:
-            self._move(min(2 * self._t.size, self.capacity), self._rows.size)
-        at = self._place(n)
-        rows = self._rows[at:at + n]
-        rows["tid"], rows["utility"], rows["cpu"], rows["domain"] = tids, utility, cpu, domain
-        i = self._slot(self._len)
-        self._t[i], self._at[i], self._n[i] = now - self.started, at, n
-        self._len += 1
-        self._end = at + n
+        if not self._chunks or self._chunks[-1].full:
+            periods = min(CHUNK_PERIODS, self.capacity)
+            rows = self._chunks[-1].used if self._chunks else columns[0].size * periods  # as many as the last took
+            self._chunks.append(_Chunk(periods, rows))
+        self._chunks[-1].append(now - self.started, columns)
+        self.periods += 1
+        self._drop_past_capacity()
 
     def last(self, n: int | None = None) -> list[Sample]:
-        """The last ``n`` samples (all when None), oldest first: arrays of their own,
-        which the ring's next periods do not change."""
-        first = 0 if n is None else max(self._len - n, 0)
-        return [self._sample(k) for k in range(first, self._len)]
+        """The last ``n`` samples (all when None), oldest first: views that the
+        history's next periods leave as they are."""
+        want = self.periods if n is None else min(n, self.periods)
+        samples: list[Sample] = []
+        for chunk in reversed(self._chunks):
+            first = chunk.periods - min(want - len(samples), chunk.periods)  # the oldest's skipped are past want
+            samples.extend(chunk.sample(k) for k in range(chunk.periods - 1, first - 1, -1))
+            if len(samples) == want:
+                break
+        return samples[::-1]
 
-    def _slot(self, k: int) -> int:
-        return (self._head + k) % self._t.size
+    def _drop_past_capacity(self) -> None:
+        while self.periods > self.capacity:
+            self._skip += 1
+            self.periods -= 1
+            if self._skip == self._chunks[0].periods:
+                self._chunks.popleft()
+                self._skip = 0
 
-    def _sample(self, k: int) -> Sample:
-        i = self._slot(k)
-        rows = self._rows[self._at[i]:self._at[i] + self._n[i]]
-        return Sample(float(self._t[i]), rows["tid"].copy(), rows["utility"].copy(), rows["cpu"].copy(),
-                      rows["domain"].copy())
 
-    def _place(self, n: int) -> int:
-        """Where ``n`` rows go: after the newest period's, or at 0 if they do not fit
-        before the ring's end, without touching the rows of a period held; in a larger
-        ring, the periods held moved to its start, if neither place is free."""
-        if not self._len:
-            if n <= self._rows.size:
-                return 0
-        else:
-            oldest = self._at[self._head]
-            if oldest <= self._end:  # the rows held are [oldest, _end): free after them, and before them
-                if self._end + n <= self._rows.size:
-                    return self._end
-                if n < oldest:  # strictly: the rows held then wrap round, and end before the oldest's start
-                    return 0
-            elif self._end + n < oldest:  # they wrap round: free between the newest's end and the oldest's start
-                return self._end
-        return self._grow_rows(n)
-
-    def _grow_rows(self, n: int) -> int:
-        """Room for ``n`` rows after those of the periods held, in a larger ring."""
-        used = self._rows_held()
-        self._move(self._t.size, max(2 * self._rows.size, 2 * (used + n)))
-        return used
-
-    def _order(self) -> NDArray[np.intp]:
-        """The periods held, oldest first, as slots of the periods' ring."""
-        return (self._head + np.arange(self._len)) % self._t.size
-
-    def _rows_held(self) -> int:
-        return int(self._n[self._order()].sum())
-
-    def _move(self, periods: int, rows: int) -> None:
-        """The periods held into rings of ``periods`` periods and ``rows`` rows, from
-        the start of each. Their rows are in one piece from the oldest's start, or in
-        two if they wrapped round: the periods whose rows start before the oldest's
-        have theirs from 0."""
-        order = self._order()
-        at, n = self._at[order], self._n[order]
-        first = int(at[0]) if self._len else 0
-        before, used = int(n[at >= first].sum()), int(n.sum())
-        moved = np.empty(rows, dtype=ROW)
-        moved[:before] = self._rows[first:first + before]
-        moved[before:used] = self._rows[:used - before]
-        t = np.empty(periods, dtype=self._t.dtype)
-        t[:self._len] = self._t[order]
-        self._at = np.empty(periods, dtype=self._at.dtype)
-        self._at[:self._len] = np.cumsum(n) - n
-        self._n = np.empty(periods, dtype=self._n.dtype)
-        self._n[:self._len] = n
-        self._t, self._rows, self._head, self._end = t, moved, 0, used
+def _columns(tids: ArrayLike, utility: ArrayLike, cpu: ArrayLike, domain: ArrayLike) -> list[NDArray]:
+    """A period's rows as ROW's columns, or a ValueError, before the history is
+    changed, when they are not one value a thread each."""
+    columns = [np.asarray(values, dtype=ROW[name]) for name, values in zip(ROW.names, (tids, utility, cpu, domain))]
+    threads = columns[0].size
+    for name, values in zip(ROW.names, columns):
+        if values.shape != (threads,):
+            raise ValueError(f"history: {name} of shape {values.shape}, not one value for each of {threads} threads")
+    return columns

@@ -53,61 +53,88 @@ def test_history_memory_is_bounded():
     for k in range(1000):
         h.record(k * 0.1, np.arange(64), np.random.rand(64), np.zeros(64), np.zeros(64))
     assert h.periods == 100 and h.dropped == 900
-    assert h._t.nbytes + h._at.nbytes + h._n.nbytes == 100 * (8 + 8 + 4)
-    assert h._rows.itemsize == 4 + 4 + 2 + 2 and h._rows.size <= 4 * 100 * 64
+    chunks = list(h._chunks)
+    assert sum(c.periods for c in chunks) < 100 + history.CHUNK_PERIODS
+    assert all(c.rows.itemsize == 4 + 4 + 2 + 2 and c.rows.size == c.t.size * 64 for c in chunks)
     assert h.last(1)[0].as_json()["t"] == pytest.approx(99.9) == h.newest_shown_t
     h.resize(10)
-    assert h.periods == 10 and h.dropped == 990, "a smaller ring's cut is counted as dropped too"
-    assert h._t.size == 10 and h._rows.size == 1024, "and gives back what the periods dropped held"
+    assert h.periods == 10 and h.dropped == 990, "a smaller history's cut is counted as dropped too"
+    assert sum(c.periods for c in h._chunks) < 10 + history.CHUNK_PERIODS
+    for k in range(40):  # the chunk being filled, then one more
+        h.record(100 + k, np.arange(64), np.random.rand(64), np.zeros(64), np.zeros(64))
+    assert h._chunks[-1].t.size == 10, "a chunk of no more periods than are kept"
 
 
-def test_a_period_recorded_allocates_nothing_once_the_rings_are_grown():
+def test_a_chunk_is_made_once_in_so_many_periods_sized_as_the_last():
     """Samples kept as numpy arrays of their own, four malloc'd blocks a period kept
-    600 periods among the period's short-lived ones, grew the daemon's heap under churn
-    by some 11 KiB a minute (bench/results/heap_churn*.json): the rings are written in
-    place."""
+    600 periods among the period's short-lived ones, were the lead for the daemon's
+    heap growing under churn (bench/results/heap_churn*.json): a chunk of periods is
+    made once in CHUNK_PERIODS, for as many rows as the last one held, and made
+    smaller when it held fewer than half those."""
     h = History(capacity=600, started=0.0)
-    sizes = np.random.default_rng(0).integers(0, 48, size=3000)
-    for k, n in enumerate(sizes[:1200]):
-        h.record(k * 0.1, np.arange(n), np.ones(n), np.zeros(n), np.zeros(n))
-    arrays = [id(a) for a in (h._t, h._at, h._n, h._rows)]
-    for k, n in enumerate(sizes[1200:], start=1200):
-        h.record(k * 0.1, np.arange(n), np.ones(n), np.zeros(n), np.zeros(n))
-    assert [id(a) for a in (h._t, h._at, h._n, h._rows)] == arrays
+    made = []
+    for k in range(5 * history.CHUNK_PERIODS):
+        h.record(k * 0.1, np.arange(16), np.ones(16), np.zeros(16), np.zeros(16))
+        if h._chunks[-1] not in made:
+            made.append(h._chunks[-1])
+            assert k % history.CHUNK_PERIODS == 0
+        assert h._chunks[-1].rows.size == 16 * history.CHUNK_PERIODS, "no row array grown or made again"
+    for k in range(history.CHUNK_PERIODS):
+        h.record(1000 + k, [1], [1.0], [0], [0])
+    assert h._chunks[-1].rows.size == history.CHUNK_PERIODS, "one thread a period now"
+
+
+def test_a_period_that_is_not_one_value_a_thread_changes_nothing():
+    h = History(capacity=2, started=0.0)
+    for k in range(3):
+        h.record(k, [1, 2], [0.5, np.nan], [0, 1], [0, 0])
+    with pytest.raises(ValueError, match=r"history: utility of shape \(1,\), not one value for each of 2 threads"):
+        h.record(3, [1, 2], [0.5], [0, 1], [0, 0])
+    with pytest.raises(ValueError, match=r"history: cpu of shape \(1, 2\)"):
+        h.record(3, [1, 2], [0.5, 0.5], [[0, 1]], [0, 0])
+    assert h.periods == 2 and h.dropped == 1 and [s.t for s in h.last()] == [1, 2]
 
 
 @settings(max_examples=1500, deadline=None)
-@given(capacity=st.integers(1, 12),
-       steps=st.lists(st.one_of(st.integers(0, 10), st.integers(0, 40), st.tuples(st.just("resize"), st.integers(1, 12))), max_size=400))
-def test_the_rings_hold_what_a_deque_of_the_samples_would(capacity, steps):
-    """The rings against the plainest history: a deque of each period's arrays, with
-    periods of 0 to 40 threads and reloads of history_periods in between; the rows'
-    ring at most four times the rows held and a period's most (or its first size). It
-    starts at 8 rows, not 1024, for its rows to wrap round and the ring to grow."""
+@given(capacity=st.integers(1, 12), chunk=st.integers(1, 5),
+       steps=st.lists(st.one_of(st.integers(0, 10), st.integers(0, 40), st.just("snapshot"),
+                                st.tuples(st.just("resize"), st.integers(1, 12))), max_size=200))
+def test_the_history_holds_what_a_deque_of_the_samples_would(capacity, chunk, steps):
+    """The chunks against the plainest history: a deque of each period's arrays, with
+    periods of 0 to 40 threads, reloads of history_periods in between, and snapshots
+    (``last()``, as a ``history`` request takes) that later periods must leave as they
+    were. Chunks of 1 to 5 periods, not 64, for many to come and go."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(history, "FIRST_ROWS", 8)
-        h = History(capacity=capacity, started=5.0)
-        model = deque(maxlen=capacity)
+        patch.setattr(history, "CHUNK_PERIODS", chunk)
+        h, model = History(capacity=capacity, started=5.0), deque(maxlen=capacity)
+        snapshots = []
         rng = np.random.default_rng(len(steps))
         for k, step in enumerate(steps):
+            if step == "snapshot":
+                snapshots.append((h.last(), list(model)))
+                continue
             if isinstance(step, tuple):
                 h.resize(step[1])
                 model = deque(model, maxlen=step[1])
                 continue
-            tids = rng.integers(1, 2**31 - 1, size=step)
+            tids = rng.integers(1, 2**22, size=step)
             utility = np.where(rng.random(step) < 0.2, np.nan, rng.random(step))
-            cpu, domain = rng.integers(-1, 2**15 - 1, size=step), rng.integers(-1, 64, size=step)
+            cpu, domain = rng.integers(-1, 8192, size=step), rng.integers(-1, 64, size=step)
             h.record(5.0 + k * 0.25, tids, utility, cpu, domain)
             model.append((k * 0.25, tids, utility, cpu, domain))
-            assert h._rows.size <= max(8, 4 * (h._rows_held() + 40))
-            got = h.last()
-            assert h.periods == len(model) == len(got) and h.dropped == h.recorded - len(model)
-            for sample, (t, tids, utility, cpu, domain) in zip(got, model):
+            assert sum(c.periods for c in h._chunks) - h._skip == h.periods == len(model)
+            assert h._skip < h._chunks[0].periods
+            assert all(c.rows.size <= 2 * c.used for c in h._chunks if c.full)
+            assert h.newest_shown_t == round(model[-1][0], 4)
+            assert [s.t for s in h.last(3)] == [m[0] for m in list(model)[-3:]]
+        snapshots.append((h.last(), list(model)))
+        assert h.dropped == h.recorded - len(model)
+        for got, held in snapshots:
+            assert len(got) == len(held)
+            for sample, (t, tids, utility, cpu, domain) in zip(got, held):
                 assert sample.t == t and sample.tids.tolist() == tids.tolist()
                 np.testing.assert_array_equal(sample.utility, utility.astype(np.float32))
                 assert sample.cpu.tolist() == cpu.tolist() and sample.domain.tolist() == domain.tolist()
-            assert [s.t for s in h.last(3)] == [m[0] for m in list(model)[-3:]]
-            assert h.newest_shown_t == round(model[-1][0], 4)
 
 
 @needs_root
