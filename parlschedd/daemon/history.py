@@ -4,13 +4,14 @@ The periods are kept in chunks of up to CHUNK_PERIODS each: a chunk's times, whe
 each period's rows end, and its rows (a thread's tid, utility, CPU and domain: 12
 bytes), all written in place as periods come and never changed after, so that the
 samples a ``history`` request takes are views that later periods leave as they were
-and that share the history's memory. A chunk is made once per CHUNK_PERIODS periods,
-sized for as many rows as the last one took. Samples held as objects of their own (four
-small numpy arrays a period, kept 600 periods, each a malloc'd block among the period's
-short-lived ones) were the lead for the daemon's heap growing under churn
-(bench/results/heap_churn*.json). Memory is bounded by the last capacity + CHUNK_PERIODS
-periods (20 bytes each, and 12 a row, at most twice over). Served over the socket
-(``history``) for ``parlschedctl plot``.
+and that share the history's memory. A chunk is made once in CHUNK_PERIODS periods,
+for its first period's threads in each. Samples held as objects of their own (four
+small numpy arrays a period, kept 600 periods, each a malloc'd block among the
+period's short-lived ones) were the lead for the daemon's heap growing under churn
+(bench/results/heap_churn*.json). Memory is bounded by the last capacity +
+CHUNK_PERIODS periods (20 bytes each, and 12 a row, at most twice over; the chunk being
+filled, up to CHUNK_PERIODS periods of its first period's threads). Served over the
+socket (``history``) for ``parlschedctl plot``.
 """
 
 from __future__ import annotations
@@ -72,9 +73,10 @@ class _Chunk:
     def full(self) -> bool:
         return self.periods == self.t.size
 
-    def append(self, t: float, columns: list[NDArray]) -> None:
-        """One more period, its rows as ROW's columns."""
-        end = self.used + columns[0].size
+    def append(self, t: float, threads: int, columns: tuple[ArrayLike, ...]) -> None:
+        """One more period, its rows as ROW's columns (checked to be ``threads`` long);
+        nothing held changes if they do not fit ROW's dtypes."""
+        end = self.used + threads
         if end > self.rows.size:
             self.rows = self._moved(max(2 * self.rows.size, end))
         rows = self.rows[self.used:end]
@@ -94,6 +96,7 @@ class _Chunk:
     def sample(self, k: int) -> Sample:
         start = self.ends[k - 1] if k else 0
         rows = self.rows[start:self.ends[k]]
+        rows.flags.writeable = False  # the history's own memory
         return Sample(float(self.t[k]), rows["tid"], rows["utility"], rows["cpu"], rows["domain"])
 
 
@@ -130,22 +133,29 @@ class History:
 
     def resize(self, capacity: int) -> None:
         """Keep the last ``capacity`` periods from now on (a reload's history_periods),
-        the newest of those kept so far among them."""
-        self.capacity = capacity
-        self._drop_past_capacity()
+        the newest of those kept so far among them; when fewer, in chunks of their own,
+        so that the memory of the periods dropped goes with them."""
+        fewer, self.capacity = capacity < self.capacity, capacity
+        if fewer:
+            kept = self.last(capacity)
+            self._chunks, self._skip, self.periods = deque(), 0, 0
+            for sample in kept:
+                self._append(sample.t, sample.tids.size, (sample.tids, sample.utility, sample.cpu, sample.domain))
 
     def record(self, now: float, tids: ArrayLike, utility: ArrayLike, cpu: ArrayLike, domain: ArrayLike) -> None:
         """One more period: its threads' ``tids`` and, row for row, their utility, CPU
-        and domain."""
-        columns = _columns(tids, utility, cpu, domain)
+        and domain; a ValueError, and nothing changed, when they are not one value a
+        thread each (or do not fit ROW's dtypes)."""
+        columns = (tids, utility, cpu, domain)
+        if np.ndim(tids) != 1:
+            raise ValueError(f"history: tids of shape {np.shape(tids)}, not one tid a thread")
+        threads = len(tids)  # type: ignore[arg-type]
+        for name, values in zip(ROW.names[1:], columns[1:]):
+            if np.shape(values) != (threads,):
+                raise ValueError(f"history: {name} of shape {np.shape(values)}, not one value for each of {threads} "
+                                 "threads")
+        self._append(float(now - self.started), threads, columns)
         self.recorded += 1
-        if not self._chunks or self._chunks[-1].full:
-            periods = min(CHUNK_PERIODS, self.capacity)
-            rows = self._chunks[-1].used if self._chunks else columns[0].size * periods  # as many as the last took
-            self._chunks.append(_Chunk(periods, rows))
-        self._chunks[-1].append(now - self.started, columns)
-        self.periods += 1
-        self._drop_past_capacity()
 
     def last(self, n: int | None = None) -> list[Sample]:
         """The last ``n`` samples (all when None), oldest first: views that the
@@ -159,6 +169,17 @@ class History:
                 break
         return samples[::-1]
 
+    def _append(self, t: float, threads: int, columns: tuple[ArrayLike, ...]) -> None:
+        if self._chunks and not self._chunks[-1].full:
+            self._chunks[-1].append(t, threads, columns)
+        else:  # a chunk sized for this period's threads in each of its periods
+            periods = min(CHUNK_PERIODS, self.capacity)
+            chunk = _Chunk(periods, threads * periods)
+            chunk.append(t, threads, columns)
+            self._chunks.append(chunk)
+        self.periods += 1
+        self._drop_past_capacity()
+
     def _drop_past_capacity(self) -> None:
         while self.periods > self.capacity:
             self._skip += 1
@@ -166,14 +187,3 @@ class History:
             if self._skip == self._chunks[0].periods:
                 self._chunks.popleft()
                 self._skip = 0
-
-
-def _columns(tids: ArrayLike, utility: ArrayLike, cpu: ArrayLike, domain: ArrayLike) -> list[NDArray]:
-    """A period's rows as ROW's columns, or a ValueError, before the history is
-    changed, when they are not one value a thread each."""
-    columns = [np.asarray(values, dtype=ROW[name]) for name, values in zip(ROW.names, (tids, utility, cpu, domain))]
-    threads = columns[0].size
-    for name, values in zip(ROW.names, columns):
-        if values.shape != (threads,):
-            raise ValueError(f"history: {name} of shape {values.shape}, not one value for each of {threads} threads")
-    return columns
