@@ -336,18 +336,21 @@ def de_minimize(cost: Cost, bounds: np.ndarray, seed: int, individuals: int, gen
     """scipy's differential evolution, vectorised over the population; ``tick`` is told
     of each generation done."""
     n = len(bounds)
-    done = itertools.count(1)
-
-    def each_generation(*_: object, **__: object) -> None:  # None: a true return would stop the search
-        if tick:
-            tick(next(done))
-
     result = differential_evolution(
         lambda x: cost(np.atleast_2d(x.T)) if x.ndim > 1 else cost(x[None])[0],
         bounds, popsize=max(1, -(-individuals // n)), maxiter=generations, tol=tol,
         seed=seed, vectorized=True, updating="deferred", polish=polish, init="sobol",
-        strategy="rand1bin", mutation=(0.5, 1.0), callback=each_generation)
+        strategy="rand1bin", mutation=(0.5, 1.0), callback=_told_each_generation(tick) if tick else None)
     return result.x
+
+
+def _told_each_generation(tick: Tick) -> Callable[..., None]:
+    """scipy's callback that tells ``tick`` of each generation done."""
+    done = itertools.count(1)
+
+    def told(*_: object, **__: object) -> None:  # None: a true return would stop the search
+        tick(next(done))
+    return told
 
 
 # ---- fits ----------------------------------------------------------------------------
