@@ -47,8 +47,9 @@ MIN_PERIOD_S = 0.01
 # places nothing worth the name.
 MAX_PERIOD_S = 3600.0
 # The most periods of history a target keeps: a day at 0.1 s. Each costs 20 bytes
-# and 12 a thread, at most twice over (daemon/history.py); beyond 2**63 the
-# ring could not be made at all, and every attach failed.
+# and 12 a thread, at most twice over, and 64 more periods may be held in chunks
+# (daemon/history.py); beyond 2**63 the deque of the time could not be made at all,
+# and every attach failed.
 MAX_HISTORY_PERIODS = 1_000_000
 # The longest T_NUMA and rescan_s: a day and an hour. Longer, Level 1 never ran and the
 # rules and cpusets were never looked at again, without a word.

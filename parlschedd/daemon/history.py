@@ -75,23 +75,17 @@ class _Chunk:
 
     def append(self, t: float, threads: int, columns: tuple[ArrayLike, ...]) -> None:
         """One more period, its rows as ROW's columns (checked to be ``threads`` long);
-        nothing held changes if they do not fit ROW's dtypes."""
+        nothing held changes if they do not fit ROW's dtypes (or memory runs out): what
+        is written before the period is counted lies past what is held."""
         end = self.used + threads
-        if end > self.rows.size:
-            self.rows = self._moved(max(2 * self.rows.size, end))
-        rows = self.rows[self.used:end]
+        rows = self.rows if end <= self.rows.size else _copy(self.rows, self.used, max(2 * self.rows.size, end))
+        written = rows[self.used:end]
         for name, values in zip(ROW.names, columns):
-            rows[name] = values
+            written[name] = values
+        if self.periods + 1 == self.t.size and rows.size > 2 * end:  # full, sized for more threads than it held
+            rows = _copy(rows, end, end)
         self.t[self.periods], self.ends[self.periods] = t, end
-        self.periods += 1
-        self.used = end
-        if self.full and self.rows.size > 2 * self.used:  # sized for more threads than it came to hold
-            self.rows = self._moved(self.used)
-
-    def _moved(self, size: int) -> NDArray:
-        rows = np.empty(size, dtype=ROW)
-        rows[:self.used] = self.rows[:self.used]
-        return rows
+        self.rows, self.periods, self.used = rows, self.periods + 1, end
 
     def sample(self, k: int) -> Sample:
         start = self.ends[k - 1] if k else 0
@@ -135,17 +129,18 @@ class History:
         """Keep the last ``capacity`` periods from now on (a reload's history_periods),
         the newest of those kept so far among them; when fewer, in chunks of their own,
         so that the memory of the periods dropped goes with them."""
-        fewer, self.capacity = capacity < self.capacity, capacity
-        if fewer:
-            kept = self.last(capacity)
-            self._chunks, self._skip, self.periods = deque(), 0, 0
-            for sample in kept:
-                self._append(sample.t, sample.tids.size, (sample.tids, sample.utility, sample.cpu, sample.domain))
+        if capacity < self.capacity:
+            kept = History(capacity, self.started)
+            for sample in self.last(capacity):
+                kept._append(sample.t, sample.tids.size, (sample.tids, sample.utility, sample.cpu, sample.domain))
+            self._chunks, self._skip, self.periods = kept._chunks, kept._skip, kept.periods
+        self.capacity = capacity
 
     def record(self, now: float, tids: ArrayLike, utility: ArrayLike, cpu: ArrayLike, domain: ArrayLike) -> None:
         """One more period: its threads' ``tids`` and, row for row, their utility, CPU
-        and domain; a ValueError, and nothing changed, when they are not one value a
-        thread each (or do not fit ROW's dtypes)."""
+        and domain. A ValueError when they are not one value a thread each, numpy's
+        error when a list's values do not fit ROW's dtypes (an array's are cast, as
+        numpy casts), and nothing changed either way."""
         columns = (tids, utility, cpu, domain)
         if np.ndim(tids) != 1:
             raise ValueError(f"history: tids of shape {np.shape(tids)}, not one tid a thread")
@@ -187,3 +182,10 @@ class History:
             if self._skip == self._chunks[0].periods:
                 self._chunks.popleft()
                 self._skip = 0
+
+
+def _copy(rows: NDArray, keep: int, size: int) -> NDArray:
+    """The first ``keep`` of ``rows`` in a new array of ``size`` rows."""
+    copied = np.empty(size, dtype=ROW)
+    copied[:keep] = rows[:keep]
+    return copied

@@ -104,6 +104,49 @@ def test_a_period_that_is_not_one_value_a_thread_changes_nothing():
     assert h.periods == 2 and h.dropped == 2 and [s.t for s in h.last()] == [2, 3]
 
 
+def test_a_period_refused_leaves_the_rows_as_they_were():
+    h = History(capacity=600, started=0.0)
+    h.record(0, np.arange(4), np.ones(4), np.zeros(4), np.zeros(4))
+    size = h._chunks[-1].rows.size
+    with pytest.raises(OverflowError):  # a domain past int16, in a list, after 100,000 rows were written
+        h.record(1, np.arange(100_000), np.ones(100_000), np.zeros(100_000), [0] * 99_999 + [40_000])
+    assert h._chunks[-1].rows.size == size and h.periods == 1
+
+
+def test_memory_running_out_changes_nothing(monkeypatch):
+    """A MemoryError as a full chunk is made smaller, or amid a reload to fewer
+    periods, leaves the history as it was: not a period more or less than counted."""
+    h = History(capacity=600, started=0.0)
+    h.record(0, np.arange(64), np.ones(64), np.zeros(64), np.zeros(64))  # a chunk for 64 threads a period
+    for k in range(1, history.CHUNK_PERIODS - 1):
+        h.record(k, [1], [1.0], [0], [0])
+    copy = history._copy
+
+    def no_memory_to_shrink(rows, keep, size):
+        if keep == size:
+            raise MemoryError
+        return copy(rows, keep, size)
+    monkeypatch.setattr(history, "_copy", no_memory_to_shrink)
+    with pytest.raises(MemoryError):
+        h.record(history.CHUNK_PERIODS - 1, [1], [1.0], [0], [0])
+    assert h.periods == h.recorded == history.CHUNK_PERIODS - 1 and h.newest_shown_t == history.CHUNK_PERIODS - 2
+    monkeypatch.undo()
+    for k in range(history.CHUNK_PERIODS - 1, 300):
+        h.record(k, [1], [1.0], [0], [0])
+    made = []
+
+    def chunk_then_no_memory(chunk, periods, rows):
+        if made:
+            raise MemoryError
+        made.append(chunk)
+        chunk_init(chunk, periods, rows)
+    chunk_init = history._Chunk.__init__
+    monkeypatch.setattr(history._Chunk, "__init__", chunk_then_no_memory)
+    with pytest.raises(MemoryError):
+        h.resize(100)
+    assert h.periods == 300 and [s.t for s in h.last()] == list(range(300))
+
+
 @settings(max_examples=1000, deadline=None)
 @given(capacity=st.integers(1, 12), chunk=st.integers(1, 5),
        steps=st.lists(st.one_of(st.integers(0, 10), st.integers(0, 40), st.just("snapshot"),
