@@ -2,12 +2,12 @@
 
 A daemon that runs for weeks under process churn allocates and frees small blocks
 every period (counter buffers, numpy arrays of a tree whose thread count keeps
-changing, the history ring's samples, which live a minute). glibc's malloc keeps
-the pages of freed blocks that lie between live ones and gives back only a free top
-of the heap. ``malloc_trim(0)`` returns every whole free page inside the heap as
-well (madvise MADV_DONTNEED, glibc 2.8+): once a minute it keeps the [heap]'s resident
-size 0.3 to 0.9 MiB lower under churn and at rest, though not its slow growth under
-churn (bench/results/heap_churn.json against heap_churn-2004e6e.json; the README's
+changing). glibc's malloc keeps the pages of freed blocks that lie between live ones
+and gives back only a free top of the heap. ``malloc_trim(0)`` returns every whole
+free page inside the heap as well (madvise MADV_DONTNEED, glibc 2.8+): once a minute
+it keeps the [heap]'s resident size 0.3 to 0.9 MiB lower under churn and at rest,
+though not its slow growth under churn, which the history's long-lived blocks made
+(bench/results/heap_churn-3690090.json against heap_churn-2004e6e.json; the README's
 "Memory under process churn"). Elsewhere (musl) it does not exist and ``trim`` does
 nothing.
 """
