@@ -7,11 +7,12 @@ samples a ``history`` request takes are views that later periods leave as they w
 and that share the history's memory. A chunk is made once in CHUNK_PERIODS periods,
 for its first period's threads in each. Samples held as objects of their own (four
 small numpy arrays a period, kept 600 periods, each a malloc'd block among the
-period's short-lived ones) were the lead for the daemon's heap growing under churn
-(bench/results/heap_churn*.json). Memory is bounded by the last capacity +
-CHUNK_PERIODS periods (20 bytes each, and 12 a row, at most twice over; the chunk being
-filled, up to CHUNK_PERIODS periods of its first period's threads). Served over the
-socket (``history``) for ``parlschedctl plot``.
+period's short-lived ones) grew the daemon's heap under churn by some 11 KiB a minute
+(bench/results/heap_churn-2a14d2c.json; with the chunks, heap_churn.json: flat).
+Memory is bounded by the last capacity + CHUNK_PERIODS periods (20 bytes each, and 12
+a row, at most twice over; the chunk being filled, up to CHUNK_PERIODS periods of its
+first period's threads). Served over the socket (``history``) for ``parlschedctl
+plot``.
 """
 
 from __future__ import annotations
@@ -43,13 +44,9 @@ class Sample:
     cpu: NDArray[np.int16]
     domain: NDArray[np.int16]
 
-    @property
-    def shown_t(self) -> float:
-        return shown(self.t)
-
     def as_json(self) -> dict:
         return {
-            "t": self.shown_t,
+            "t": shown(self.t),
             "tids": self.tids.tolist(),
             "utility": [None if u != u else float(u) for u in self.utility.tolist()],
             "cpu": self.cpu.tolist(),
