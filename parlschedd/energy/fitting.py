@@ -18,8 +18,9 @@ fixed and only the powers change.
   shared data); budgets in ``DESettings``. Phase 1 searches only the relative speeds
   of the devices (see ``project_time``): the overall scale of W and the overhead
   T_master + T_com are solved exactly for every individual. Phase 2 has the idle powers
-  reparametrised as Powidle_ij = r_ij * Pow_ij with r_ij in [0, 1), so that R1-R3 are
-  box bounds and no solution is ever rejected, and ends with a gradient polish (the
+  reparametrised as Powidle_ij = r_ij * Pow_ij with r_ij in [0, 1) and Pow_ij at
+  least POW_MIN_W, so that R1-R3 are box bounds and no point of the box is ever
+  rejected (nor a polish that ends on its face), and ends with a gradient polish (the
   energy phase is smooth; it reaches the optimum of the constrained least squares).
 
 Search boxes: 0 <= W_ij <= 1.5 x the cycles at which one subpopulation on device ij
@@ -55,6 +56,7 @@ METHODS = ("de", "ga")
 PENALTY = 1e9
 TDP_MARGIN = 1.5
 R_MAX = 1.0 - 1e-9  # Powidle < Pow strictly (R1)
+POW_MIN_W = 1e-6  # the DE's least power: at Pow = 0, Powidle = r * Pow = Pow and R1 (strict) failed
 
 Cost = Callable[[np.ndarray], np.ndarray]
 Progress = Callable[[int, int], None]
@@ -220,8 +222,11 @@ def from_ratio(x: np.ndarray) -> np.ndarray:
 
 
 def ratio_bounds(c: Cluster) -> np.ndarray:
+    """The DE's box for (Pow, r, Pow_master, Pow_switch): each point of it, faces
+    included, keeps R1-R3 once ``from_ratio`` maps it."""
     b = energy_bounds(c)
     d = len(c.devices)
+    b[:d, 0] = POW_MIN_W
     b[d:2 * d] = [0.0, R_MAX]
     return b
 

@@ -46,7 +46,8 @@ def test_infeasible_energy_genes_cost_the_penalty(tiny):
 def test_ratio_reparametrisation_makes_every_box_point_feasible(hpmoon):
     rng = np.random.default_rng(0)
     b = ratio_bounds(hpmoon)
-    x = rng.uniform(b[:, 0], b[:, 1], (500, len(b)))
+    corners = rng.integers(0, 2, (500, len(b)))  # the faces too: every Pow at its lower bound was infeasible
+    x = np.vstack([rng.uniform(b[:, 0], b[:, 1], (500, len(b))), b[np.arange(len(b)), corners], b[:, 0], b[:, 1]])
     assert feasible(hpmoon, EnergyParams.from_vector(from_ratio(x))).all()
     assert energy_bounds(hpmoon)[:6, 1].tolist() == (1.5 * hpmoon.tdp_w).tolist()
 
