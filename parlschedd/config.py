@@ -40,7 +40,8 @@ DEFAULT_PATH = Path("/etc/parlsched/parlschedd.yaml")
 SUN_PATH_MAX = 107
 # The shortest period_s: each period costs the daemon its own work (a counter read per
 # thread, a learning step, the pins: 8.6 ms at 1024 threads, bench/results/period_profile-8131649.json),
-# and a period of 0.1 ms ran 10,000 of them a second. The paper's T_CPU is 0.1 s.
+# and a period of 0.1 ms ran 10,000 of them a second. The spec's T_CPU is 0.1 s (the
+# paper's text says 0.x s; its original code used 0.025 and 0.2 s).
 MIN_PERIOD_S = 0.01
 # The longest: an hour. Beyond some 24 days the loop's wait is more than epoll takes
 # (OverflowError: the daemon said it was ready, then died), and a period of hours
@@ -48,8 +49,8 @@ MIN_PERIOD_S = 0.01
 MAX_PERIOD_S = 3600.0
 # The most periods of history a target keeps: a day at 0.1 s. Each costs 20 bytes
 # and 12 a thread, at most twice over, and 64 more periods may be held in chunks
-# (daemon/history.py); beyond 2**63 the deque of the time could not be made at all,
-# and every attach failed.
+# (daemon/history.py). Unbounded, a count past 2**63 made every attach fail (the
+# history of the time, a deque, could not be made).
 MAX_HISTORY_PERIODS = 1_000_000
 # The longest T_NUMA and rescan_s: a day and an hour. Longer, Level 1 never ran and the
 # rules and cpusets were never looked at again, without a word.
@@ -113,7 +114,8 @@ class TargetRule:
     descendants: bool = True
 
 
-# The daemon's learning defaults, which differ from the paper's (LearningParams()).
+# The daemon's learning defaults, which differ from the spec's starting values
+# (LearningParams(); the paper's own were lost, shared/spec/parlsched.md "Parameters").
 # Rigid pinning loses to the kernel's own balancing where resources are plentiful, so a
 # thread starts free in its domain and pins only where that pays (free; bench/scenarios.py
 # on real programs, docs/evaluation.md). Each thread learns from its own utility, against

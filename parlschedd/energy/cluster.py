@@ -253,7 +253,8 @@ def _run(r: _Reader, data: Mapping[str, Any]) -> RunSettings | None:
     n = r.number(run, "individuals", "run", integer=True, low=1)
     g = r.number(run, "generations", "run", integer=True, low=1)
     ngm = r.number(run, "global_migrations", "run", integer=True, low=1)
-    # Above 0: eq. 1 divides by it (a GA that never crosses over is not the one modelled)
+    # Above 0: at 0, eq. 1's PE = (N / NSp) * alpha is 0 and the model has no evolution
+    # time at all (a GA that never crosses over is not the one modelled)
     alpha = r.number(run, "crossover_probability", "run", above=0.0, high=1.0)
     span = run.get("subpopulations", list(DEFAULT_SUBPOPULATIONS))
     ok_span = (isinstance(span, list) and len(span) == 2 and all(is_integer(v) and v >= 1 for v in span)

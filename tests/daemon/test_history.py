@@ -179,7 +179,7 @@ def test_the_history_holds_what_a_deque_of_the_samples_would(capacity, chunk, st
                 h.record(5.0 + k * 0.25, tids, utility, cpu, domain)
                 model.append((k * 0.25, tids, utility, cpu, domain))
             assert sum(c.periods for c in h._chunks) - h._skip == h.periods == len(model)
-            assert h._skip < max(h._chunks[0].periods, 1) if h._chunks else h.periods == 0
+            assert h._skip < h._chunks[0].periods if h._chunks else h.periods == 0
             assert all(c.rows.size <= 2 * c.used for c in list(h._chunks)[:-1])
             if h._chunks:
                 newest = h._chunks[-1]
