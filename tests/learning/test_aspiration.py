@@ -86,3 +86,30 @@ def test_no_move_with_empty_better_reply_set():
     rng = np.random.default_rng(0)
     br = np.zeros((2, 2), dtype=bool)
     assert aspiration.choose_mover(np.array([0.0, 0.0]), np.array([1.0, 1.0]), br, 1.0, rng) is None
+
+
+def test_a_domain_exactly_gamma_times_better_is_no_better_reply():
+    """Step 4's inequality is strict: rho_i < gamma * mean. At equality the other
+    domain is not better (a "<=" would move threads between equal domains)."""
+    rho = np.array([2.0, 2.0])
+    alpha = np.array([0, 1])  # one thread a domain, means 2 and 2
+    assert not aspiration.better_replies(rho, alpha, 2, gamma=1.0).any()
+    lower = np.array([np.nextafter(2.0, 0.0), 2.0])  # thread 0 a hair below: domain 1 is better for it
+    assert aspiration.better_replies(lower, alpha, 2, gamma=1.0).tolist() == [[False, True], [False, False]]
+
+
+def test_a_thread_at_its_lower_benchmark_is_satisfied():
+    """Step 5: unsatisfied is rho(tau+1) < b(tau), strictly; at b it stays (zeta 0)."""
+    rng = np.random.default_rng(0)
+    br = np.array([[False, True]])
+    assert aspiration.choose_mover(np.array([2.0]), np.array([2.0]), br, zeta=0.0, rng=rng) is None
+    assert aspiration.choose_mover(np.array([1.999]), np.array([2.0]), br, zeta=0.0, rng=rng) == (0, 1)
+
+
+def test_the_new_domain_is_drawn_uniformly_from_the_better_replies():
+    """Step 5: the mover's new domain is uniform over its set, not its first or last."""
+    rng = np.random.default_rng(1)
+    br = np.array([[False, True, True, True]])
+    drawn = [aspiration.choose_mover(np.array([1.0]), np.array([2.0]), br, zeta=0.0, rng=rng)[1] for _ in range(600)]
+    counts = np.bincount(drawn, minlength=4)
+    assert counts[0] == 0 and all(150 <= c <= 250 for c in counts[1:])  # 200 each expected; 5 sigma is +-58
