@@ -265,12 +265,12 @@ def test_a_period_run_outside_the_domain_is_learned_at_neither_level():
     s.step(np.array([1]), np.array([np.nan]), ran_on=np.array([0]))
     assert s.alpha[0] == 0
     s.step(np.array([1]), np.array([1.0]), ran_on=np.array([0]))  # the scale: 1.0
-    x, window = s.x.copy(), s.window_sum.copy()
+    x, window, n = s.x.copy(), s.window_sum.copy(), s.window_n.copy()
     for _ in range(5):
         s.step(np.array([1]), np.array([1.0]), ran_on=np.array([3]))
-    assert s.x.tolist() == x.tolist() and s.window_sum.tolist() == window.tolist()
+    assert s.x.tolist() == x.tolist() and s.window_sum.tolist() == window.tolist() and s.window_n.tolist() == n.tolist()
     s.step(np.array([1]), np.array([1.0]), ran_on=np.array([1]))
-    assert s.x[0, 1] > x[0, 1] and s.window_sum[0] == window[0] + 1.0
+    assert s.x[0, 1] > x[0, 1] and s.window_sum[0] == window[0] + 1.0 and s.window_n[0] == n[0] + 1
 
 
 def test_a_thread_that_changes_domain_draws_its_core_with_the_perturbation():
@@ -399,6 +399,7 @@ def test_level1_compares_rho_tau_for_better_replies_and_b_tau_for_satisfaction()
     p = s.step(keys, np.array([4.0, 5.0]))
     assert p.domain_move is None
     np.testing.assert_allclose(s.bench.lower, [8 / 3, 10 / 3])
+    np.testing.assert_allclose(s.bench.upper, [4.0, 5.0])
     p = s.step(keys, np.array([1.2, 0.1]))
     np.testing.assert_allclose(s.rho, [2.6, 2.55])
     assert p.domain_move == 0 and p.domains.tolist() == [1, 1]
@@ -446,6 +447,7 @@ def test_an_unknown_ran_on_does_not_make_a_pinned_thread_free() -> None:
     for _ in range(20):
         p = s.step(np.array([7]), np.array([1.0]), ran_on=np.array([-1]))
         assert p.cpus[0] != FREE
+    assert s.window_n[0] == 20 and s.x[0].max() > 0.5  # it learned from every period: -1 is not "elsewhere"
 
 
 def test_target_reward_is_the_total_over_the_peak_total_not_saturated() -> None:
@@ -480,3 +482,43 @@ def test_level_1_learns_each_threads_own_utility_in_target_mode() -> None:
     s.step(np.array([1, 2]), np.array([np.nan, np.nan]))
     s.step(np.array([1, 2]), np.array([1.0, 3.0]))
     assert s.rho.tolist() == [1.0, 3.0]
+
+
+def test_an_idle_period_is_measured_at_level_1() -> None:
+    """u = 0 is a measurement (the thread was idle), not a missing one: it counts in the
+    window's mean. Windows of 3 periods, nu 0.1: the first window's mean is 2 (rho 2),
+    the second's periods 0 and 4 give a mean of 2 (rho stays 2); taken as unmeasured,
+    the 0 would leave a mean of 4 (rho 2.2)."""
+    s = TwoLevelScheduler([[0], [1]], LearningParams(seed=0, zeta=0.0, nu=0.1), domain_every=3)
+    for u in (np.nan, 2.0, 2.0, 0.0, 4.0, np.nan):
+        s.step(np.array([1]), np.array([u]))
+    assert s.rho[0] == 2.0
+
+
+def test_target_reward_leaves_out_a_thread_that_ran_outside_its_domain() -> None:
+    """reward: target: the total is of the threads that learn this period. Thread 3 ran
+    on CPU 0, outside its domain 1: its utility (5) is not the target's. Totals 4 then 2:
+    the second period's reward is 2 / (0.999 * 4), for threads 1 and 2 alike (with
+    thread 3's 5 in the total, 7 / 7 = 1)."""
+    s = TwoLevelScheduler([[0, 1], [2, 3]], LearningParams(seed=0, reward="target", lam=0.0, eps=0.5),
+                          domain_every=10**6)
+    keys = np.array([1, 2, 3])
+    assert s.step(keys, np.full(3, np.nan), ran_on=np.array([0, 1, 2])).domains.tolist() == [0, 0, 1]
+    s.step(keys, np.array([2.0, 2.0, np.nan]))
+    beta, x = s.beta.copy(), s.x.copy()
+    s.step(keys, np.array([1.0, 1.0, 5.0]), ran_on=np.array([-1, -1, 0]))
+    rows, r = np.arange(2), 2.0 / (0.999 * 4.0)
+    np.testing.assert_allclose(s.x[rows, beta[rows]], x[rows, beta[rows]] + 0.5 * r * (1 - x[rows, beta[rows]]))
+    assert s.x[2].tolist() == x[2].tolist()
+
+
+def test_a_placement_keeps_its_domains_when_level_1_moves_a_thread_later() -> None:
+    """Placement.domains is the step's own: Level 1 of a later step changes the
+    scheduler's domains in place, and a caller holding the earlier placement (the
+    engine's roster) must not see its domains change under it."""
+    s = TwoLevelScheduler([[0], [1]], LearningParams(seed=0, nu=0.5, eta=1.5, gamma=1.0, zeta=0.0), domain_every=1)
+    keys = np.arange(2)
+    s.step(keys, np.full(2, np.nan), ran_on=np.array([0, 1]))
+    held = s.step(keys, np.array([4.0, 5.0]))
+    assert s.step(keys, np.array([1.2, 0.1])).domain_move == 0  # as in the rho(tau) test above
+    assert held.domains.tolist() == [0, 1]
