@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,7 +13,8 @@ from parlschedd.energy.estimator import EnergyTimeModel, parameter_names
 from parlschedd.energy.fitting import (PENALTY, DESettings, Fit, GASettings, Generation, Problem, _seeds, best_of,
                                        energy_bounds, energy_cost, feasible, fit_once, fit_repeated, from_ratio,
                                        leave_one_out, predict, project_time, ratio_bounds, time_bounds)
-from parlschedd.energy.model import EnergyParams, TimeParams, timing
+from parlschedd.energy.metrics import nrmse
+from parlschedd.energy.model import EnergyParams, TimeParams, energy, timing
 
 QUICK_GA = GASettings(individuals=40, generations=15)
 QUICK_DE = DESettings(time_individuals=30, time_generations=20, energy_individuals=40, energy_generations=15)
@@ -172,3 +174,42 @@ def test_the_best_of_the_repetitions_is_the_one_nearest_the_origin_not_the_first
     params = TimeParams(np.array([1.0, 2.0]), np.array(0.1), np.array(0.2))
     fits = [Fit(params, None, t, e) for t, e in [(0.5, 0.5), (0.1, 0.2), (0.3, 0.05)]]
     assert best_of(fits).best == 1
+
+
+def test_the_energy_phase_fits_and_scores_the_master_power_asked_for(problem):
+    """--master-power whole-run: phase 2 minimises eq. 11 with that variant's energy, and
+    the fit's NRMSE is of it (the paper's eq. 7 in either place fitted or scored the
+    paper's model under the variant's name). Same seed, same time phase: each variant's
+    fit is the better at its own energy."""
+    rows = problem.energy_rows
+    fits = {mp: fit_once(replace(problem, master_power=mp), "de", 7, de=QUICK_DE) for mp in ("migration", "whole-run")}
+
+    def score(fit: Fit, mp: str) -> float:
+        t = timing(problem.cluster, fit.time_params, problem.nsp)
+        e = energy(problem.cluster, t, fit.time_params, fit.energy_params, mp)
+        return float(nrmse(e[rows], problem.energy_wh[rows]))
+
+    for mp, fit in fits.items():
+        assert fit.nrmse_energy == pytest.approx(score(fit, mp), rel=1e-12)
+    assert score(fits["whole-run"], "whole-run") < score(fits["migration"], "whole-run")
+    assert score(fits["migration"], "migration") < score(fits["whole-run"], "migration")
+
+
+def test_projection_keeps_the_overhead_at_least_zero(problem):
+    """Runtimes that a line through them would meet below zero overhead (a negative
+    intercept) get o = 0, not a negative T_master + T_com (the box's lower bound)."""
+    truth = np.array([8.8e6, 9.9e7, 7.2e6, 1.3e8, 2.8e7, 2.4e8, 0.0, 0.0])
+    t = timing(problem.cluster, TimeParams.from_vector(truth), problem.nsp).runtime
+    shifted = Problem(problem.cluster, problem.nsp, t * 1.5 - 0.2 * t.min())  # slope up, intercept down
+    x, _ = project_time(shifted, np.concatenate([truth[:6], [0.4]]))
+    assert x[0, 6] == 0.0 and x[0, 7] == 0.0
+
+
+@pytest.mark.parametrize("operator", ["crossover", "mutation"])
+def test_the_ga_applies_its_crossover_and_mutation(problem, operator):
+    """Each of the GA's operators takes part in the search: with its probability 0 the
+    same seed finds another fit (an operator left out found the same, and the fit's
+    loose NRMSE bounds did not tell)."""
+    with_it = fit_once(problem, "ga", 7, ga=QUICK_GA)
+    without = fit_once(problem, "ga", 7, ga=replace(QUICK_GA, **{operator: 0.0}))
+    assert not np.array_equal(with_it.vector, without.vector)
