@@ -70,14 +70,15 @@ def spin(seconds: float) -> None:
 
 
 def stat_line(pid: int, comm: str, *, ppid: int = 1, start: int = 100, state: str = "S", flags: int = 0,
-              threads: int = 1) -> str:
-    """A /proc/<pid>/stat line of 52 fields (Linux 5.x+); field 22 is ``start``."""
+              threads: int = 1, processor: int = 0) -> str:
+    """A /proc/<pid>/stat line of 52 fields (Linux 5.x+); field 22 is ``start``, 39 ``processor``."""
     fields = ["0"] * 50
     fields[0] = state
     fields[1] = str(ppid)
     fields[6] = str(flags)
     fields[17] = str(threads)
     fields[19] = str(start)
+    fields[36] = str(processor)
     return f"{pid} ({comm}) {' '.join(fields)}\n"
 
 

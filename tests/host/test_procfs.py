@@ -25,8 +25,8 @@ NASTY = "a) b (c"
 
 
 def test_parse_stat_with_parentheses_and_spaces_in_comm() -> None:
-    st = procfs.parse_stat(stat_line(1234, NASTY, ppid=77, start=987654))
-    assert (st.pid, st.comm, st.state, st.ppid, st.start_time) == (1234, NASTY, "S", 77, 987654)
+    st = procfs.parse_stat(stat_line(1234, NASTY, ppid=77, start=987654, processor=5))
+    assert (st.pid, st.comm, st.state, st.ppid, st.start_time, st.processor) == (1234, NASTY, "S", 77, 987654, 5)
     assert procfs.parse_stat(stat_line(5, ")", start=3)).comm == ")"
     assert not st.kernel_thread
     assert procfs.parse_stat(stat_line(2, "kthreadd", flags=0x00208040)).kernel_thread
@@ -47,6 +47,7 @@ def test_a_process_whose_one_thread_is_in_its_exit_is_exiting() -> None:
     that called pthread_exit(3) has it too while its other threads run on."""
     assert procfs.parse_stat(stat_line(7, "false", state="R", flags=0x404044, threads=1)).exiting
     assert procfs.parse_stat(stat_line(7, "false", state="Z", threads=1)).exiting
+    assert procfs.parse_stat(stat_line(7, "false", state="X", threads=1)).exiting  # dead, being reaped
     assert not procfs.parse_stat(stat_line(7, "app", state="Z", flags=0x404044, threads=3)).exiting
     assert not procfs.parse_stat(stat_line(7, "app", state="R", flags=0x400040, threads=1)).exiting
     assert not procfs.process_stat(os.getpid()).exiting
@@ -593,3 +594,18 @@ def test_a_loadavg_mounted_over_procs_own_is_not_trusted(tmp_path: Path) -> None
 ])
 def test_runs_tells_a_command_of_ours_from_a_command_line_naming_it(argv, runs) -> None:
     assert procfs.runs(argv, "parlschedctl") is runs
+
+
+def test_a_real_threads_processor_is_a_cpu_it_may_run_on() -> None:
+    """Field 39 of this thread's own stat: the CPU it last ran on (the engine's ran_on),
+    one of its allowed CPUs; pinned to one, that one."""
+    me = threading.get_native_id()
+    assert procfs.thread_stat(me).processor in os.sched_getaffinity(0)
+    before = os.sched_getaffinity(0)
+    cpu = max(before)
+    try:
+        os.sched_setaffinity(0, {cpu})
+        os.sched_yield()
+        assert procfs.thread_stat(me).processor == cpu
+    finally:
+        os.sched_setaffinity(0, before)
