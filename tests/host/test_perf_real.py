@@ -363,3 +363,26 @@ def test_read_many_scales_each_interval_of_a_multiplexed_group() -> None:
     finally:
         counters.close(tid)
         os.close(w)
+
+
+def test_read_many_gives_the_count_of_a_group_not_multiplexed_and_nan_for_a_short_read() -> None:
+    """task-clock (software, never multiplexed): the value is the leader's count itself,
+    not its time enabled or running, which task-clock's count nearly equals on a real
+    thread (so the real-thread tests above could not tell them apart); fed through a
+    pipe in place of the group's leader fd, the three differ. A read shorter than the
+    group's layout is no value."""
+    counters = CounterSet(CounterSource.TASK_CLOCK)
+    assert not counters._multiplexed
+    r, w = os.pipe()
+    tid = 1  # never opened: the pipe stands in for its group
+    counters._fds[tid], counters._scaled[tid] = [r], [0, 0, 0, 0.0]
+    try:
+        os.write(w, struct.pack("=4Q", 1, 30_000, 20_000, 12_345))  # nr, enabled, running, task-clock ns
+        values, gone = counters.read_many([tid])
+        assert gone == [] and values.tolist() == [12_345.0]
+        os.write(w, struct.pack("=3Q", 1, 40_000, 30_000))  # the count left out
+        values, gone = counters.read_many([tid])
+        assert gone == [] and np.isnan(values[0])
+    finally:
+        counters.close(tid)
+        os.close(w)
