@@ -603,10 +603,12 @@ def fork(then):
         time.sleep(60)
         os._exit(0)
     return child
+def say(who, pid):  # the child and its parent both write: one write(2) a line, tagged, as they may come in either order
+    os.write(1, f"{who} {pid}\\n".encode())
 def grandchild():  # with a uid as argument: the grandchild drops to it
-    print(fork(lambda: len(sys.argv) > 1 and os.setresuid(*[int(sys.argv[1])] * 3)), flush=True)
+    say("grandchild", fork(lambda: len(sys.argv) > 1 and os.setresuid(*[int(sys.argv[1])] * 3)))
 for line in sys.stdin:  # each line: the main thread forks a child, and it a grandchild
-    print(fork(grandchild), flush=True)
+    say("child", fork(grandchild))
 """
 
 
@@ -633,9 +635,9 @@ def test_child_processes_forked_while_down_get_the_processs_own_mask(tmp_path, e
     try:
         def fork() -> list[int]:
             forks.stdin.write("fork\n")
-            forks.stdin.flush()
-            child = int(forks.stdout.readline())
-            return [child, int(forks.stdout.readline())]
+            forks.stdin.flush()  # print's line came in two writes, and the child's line between them (1 run in 3)
+            said = dict(forks.stdout.readline().split() for _ in range(2))
+            return [int(said["child"]), int(said["grandchild"])]
 
         [worker] = wait_for(lambda: [t for t in tids_of(forks.pid) if t != forks.pid])
         os.sched_setaffinity(forks.pid, PIN)  # the last run's pin, or its owner's
