@@ -707,6 +707,21 @@ def test_reattach_attaches_a_saved_target_as_it_was(engine, proc) -> None:
     assert (t.observe, t.thread_filter.pattern, t.descendants, t.rule, t.caller) == (True, "^python", True, None, None)
 
 
+@needs_root
+def test_a_users_target_is_attached_again_as_that_users(engine, kill_after) -> None:
+    """A target a user attached comes back after a restart as that user's: the state
+    keeps its caller and reattach attaches it for them, so it counts among that user's
+    targets and that user may detach it again (as root's, the user could not)."""
+    proc = kill_after(sleepy(2, user=NOBODY))
+    engine.attach(proc.pid, time.monotonic(), uid=NOBODY)
+    [saved] = by_hand(engine)
+    assert (saved["uid"], saved["caller"]) == (NOBODY, NOBODY)
+    engine.detach(proc.pid)
+    reattach(engine, json.loads(json.dumps(saved)), time.monotonic(), procfs.PROC_ROOT)
+    assert engine.targets[proc.pid].caller == NOBODY
+    assert engine.detach(proc.pid, uid=NOBODY) >= 0 and proc.pid not in engine.targets
+
+
 @pytest.mark.parametrize("case", ["exited", "pid now another's", "no start time", "pid not a number",
                                   "a kernel thread", "threads not a regex"])
 def test_a_saved_target_not_attached_again_is_said_with_why(engine, proc, case) -> None:
