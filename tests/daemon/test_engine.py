@@ -1421,6 +1421,34 @@ def test_an_exec_from_any_thread_leaves_the_main_thread_counted_and_restored(who
 
 @needs_root
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_a_main_thread_that_exec_d_is_placed_again_only_once_its_new_original_is_written() -> None:
+    """An exec from another thread gives the main tid a new original (the other
+    thread's, {1}): the state file must hold it before the thread is pinned again, or
+    a SIGKILL in between restores the old one. The engine asks for a write once the
+    exec is told, and while the write fails the main thread keeps the mask it has."""
+    with _exec_case("other", "") as (p, engine):
+        os.sched_setaffinity(p.other, {1})
+        target = engine.attach(p.pid, time.monotonic())
+        _pinned_apart(engine, p)
+        asked: list[float] = []
+
+        def persist() -> bool:  # the daemon's write of the state file, failing
+            asked.append(time.monotonic())
+            return False
+
+        engine.persist = persist
+        p.go()
+        _ticks_until(engine, lambda: not target.exec_watches and set(target.threads) == {p.pid}, "the exec told")
+        held = os.sched_getaffinity(p.pid)
+        _ticks(engine, 5)
+        assert asked, "the new original was never asked to be written"
+        assert os.sched_getaffinity(p.pid) == held and engine.pinner.records[p.pid].original == frozenset({1})
+        engine.detach(p.pid)
+        assert os.sched_getaffinity(p.pid) == {1}
+
+
+@needs_root
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
 @pytest.mark.parametrize("delay", [0.3, 0.0], ids=["threads started once the exec is told", "threads started at once"])
 def test_threads_the_new_program_starts_after_an_exec_get_the_thread_that_exec_d_s_original(delay: float) -> None:
     """Main {0, 1}, the other thread {1} execs, and the new program starts two threads,
