@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import gc
 import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +20,7 @@ from parlschedd.host.errors import AccessDenied, HostError, InvalidMask, Overrid
 from parlschedd.host.state import read_state, write_state
 
 from tests.conftest import fake_cpus, own_cgroup
+from tests.reliability.helpers import spawn_with_pid
 
 from .conftest import FakeProc, Worker, fd_count
 
@@ -364,6 +367,33 @@ def test_a_reused_tid_is_never_touched(spawn: Callable[..., Worker]) -> None:
     pinner = Pinner.from_json(old)
     assert pinner.restore_all().gone == (stranger.tid,)
     assert os.sched_getaffinity(stranger.tid) == {1}
+
+
+def test_a_tid_reused_after_its_first_move_is_never_touched() -> None:
+    """A thread moved once keeps its pidfd (its handle; the start time is checked only
+    when that opens). Once it has exited and its tid is another process's, whose mask
+    is the one we set, the batched poll tells the move so: ThreadGone, nothing written.
+    Without the poll the stranger passed the check that its mask is ours and was
+    moved."""
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    old = subprocess.Popen(sleeper)
+    try:
+        pinner = Pinner()
+        pinner.adopt(old.pid, procfs.thread_start_time(old.pid))
+        assert pin(pinner, old.pid, frozenset({0}))
+    finally:
+        old.kill()
+        old.wait()
+    stranger = spawn_with_pid(old.pid, sleeper)
+    if stranger is None:
+        pytest.skip("another process took the pid first")
+    try:
+        os.sched_setaffinity(stranger.pid, {0})  # as we left the one before
+        [outcome] = pinner.pin_many([(old.pid, frozenset({1}))])
+        assert isinstance(outcome, ThreadGone) and os.sched_getaffinity(stranger.pid) == {0}
+    finally:
+        stranger.kill()
+        stranger.wait()
 
 
 def test_a_thread_adopted_in_a_narrowed_cpuset_follows_it_again_after_restore(
