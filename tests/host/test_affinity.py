@@ -396,6 +396,22 @@ def test_a_tid_reused_after_its_first_move_is_never_touched() -> None:
         stranger.wait()
 
 
+def test_a_restart_tells_a_domain_pin_cut_by_the_threads_cpuset_as_the_last_runs(
+        spawn: Callable[..., Worker]) -> None:
+    """The last run placed threads on a domain whole (CPUs 0-1 here); in a cpuset of
+    CPU 1 alone the kernel made that pin {1}, which is no placement itself but is one
+    cut by the thread's cpuset: restored. (The cpuset is the Pinner's ``allowed``,
+    standing in for a cgroup's here.)"""
+    worker = spawn(busy=False)
+    first = Pinner(allowed=unrestricted)
+    tid = adopted(first, worker)
+    saved = first.to_json()
+    os.sched_setaffinity(tid, {1})  # the domain's pin, as the cpuset left it
+    in_cpuset_1 = lambda t: frozenset({1})  # noqa: E731
+    assert Pinner.from_json(saved, allowed=in_cpuset_1, placements=[frozenset({0, 1})]).restore_all().restored == (tid,)
+    assert os.sched_getaffinity(tid) == ALL
+
+
 def test_a_thread_adopted_in_a_narrowed_cpuset_follows_it_again_after_restore(
         spawn: Callable[..., Worker], cpuset: CpusetDir) -> None:
     """A thread that never asked for a mask has its cpuset's: restoring that snapshot
