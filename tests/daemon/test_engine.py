@@ -711,6 +711,28 @@ def test_a_descendant_that_stops_being_managed_alive_gets_its_masks_back(how: st
 
 @needs_root
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+@pytest.mark.parametrize("started", ["as saved", "another process"])
+def test_a_pid_detached_by_hand_is_left_out_of_a_tree_only_while_it_is_that_process(started: str) -> None:
+    """A process detached by hand that a rule matches is left out of every tree with
+    descendants (``left_alone``, pid -> start time) while it runs. Its pid taken by
+    another process since (a start time that is not the saved one) is that process's:
+    a tree adopts it."""
+    engine, counters = _pin_engine()
+    tree = Tree()
+    with contextlib.closing(tree), _released(engine, counters):
+        start = procfs.process_start_time(tree.grandchild)
+        engine.left_alone[tree.grandchild] = start if started == "as saved" else start - 1
+        engine.attach(tree.parent.pid, time.monotonic(), descendants=True)
+        target, theirs = engine.targets[tree.parent.pid], set(tids_of(tree.grandchild))
+        if started == "as saved":
+            _ticks(engine, 10, pause=0.01)
+            assert not theirs & set(target.threads)
+        else:
+            _ticks_until(engine, lambda: theirs <= set(target.threads), "the grandchild's threads adopted")
+
+
+@needs_root
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
 def test_a_release_leaves_the_pins_of_a_descendant_another_target_manages() -> None:
     """A descendant attached by hand is its own target's (the first to reach a thread
     manages it): a release of the tree's target, which lists its descendants again for
