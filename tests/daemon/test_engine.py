@@ -1200,6 +1200,24 @@ def _zombie(ask: Callable[[str], int]) -> int:
 
 
 @needs_root
+def test_a_left_out_tid_that_names_another_process_s_thread_is_not_taken_by_the_filter(kill_after) -> None:
+    """Every rescan_s a thread the filter left out is adopted once its name matches,
+    but only a thread of the target's processes: a left-out tid now another process's
+    (reused; here a stranger's tid put among the left out stands for that) is not
+    adopted though its name matches."""
+    engine, counters = _pin_engine()
+    own = kill_after(sleepy(1))
+    stranger = kill_after(subprocess.Popen(["sleep", "60"]))
+    wait_for(lambda: procfs.comm(stranger.pid) == "sleep")
+    with _released(engine, counters):
+        target = engine.attach(own.pid, time.monotonic(), threads="^sleep$")
+        assert not target.threads and target.ignored == set(tids_of(own.pid))
+        target.ignored.add(stranger.pid)
+        engine.refilter(time.monotonic())
+        assert stranger.pid not in target.threads and stranger.pid not in engine.pinner.records
+
+
+@needs_root
 @thread_pidfds
 def test_a_zombie_found_in_the_tree_at_attach_is_left_out(kill_after) -> None:
     """A tree that holds a zombie when attached (a restart's attach again, say): its
