@@ -306,6 +306,22 @@ def test_a_thread_someone_else_set_while_no_daemon_ran_is_left_and_handed_over(t
 
 
 @two_cpus
+@pytest.mark.parametrize("placements", [[], [""], "0", [0]], ids=["empty", "an empty CPU list", "a string", "a number"])
+def test_placements_it_cannot_read_have_every_saved_thread_restored(tmp_path, engine, proc, placements) -> None:
+    """The last run's placements tell its pins from masks someone else set; a list
+    that cannot be one (empty: no run pins to nothing) says nothing, and every saved
+    thread is restored, as from a file written before placements were kept."""
+    tid = tids_of(proc.pid)[1]
+    sf = StateFile(tmp_path)
+    _write(sf, {tid: _record(tid, ALL, PIN)}, placements=placements)
+    os.sched_setaffinity(tid, PIN)
+    with structlog.testing.capture_logs() as logs:
+        sf.recover(engine)
+    assert os.sched_getaffinity(tid) == ALL
+    assert _events(logs, "state file: the last run's placements are unreadable, every saved thread is restored")
+
+
+@two_cpus
 @pytest.mark.parametrize("text", [
     '{"version": 1, "pinner": {"version": 1, "thr',
     "\x00\x00\x00\x00",
