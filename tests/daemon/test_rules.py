@@ -92,6 +92,23 @@ def test_a_name_rule_matches_a_process_by_its_comm_alone(kill_after):
         assert other.pid not in engine.targets
 
 
+def test_a_clients_pid_taken_by_another_process_is_matched_again(kill_after):
+    """A client of the control socket is never matched (``clients``, pid -> start
+    time), while it runs: its pid given since to another process (another start time;
+    here the client's entry is made stale by hand) is a workload, attached by a rule
+    that matches it."""
+    comm = f"psr-{uuid.uuid4().hex[:8]}"
+    named = kill_after(named_by_comm(comm))
+    rules = matcher()
+    with _released(*_engine()) as engine:
+        rules.note_client(named.pid, engine)  # as the control socket does for each peer
+        rules.rescan(engine, (TargetRule(name=f"^{comm}$"),), time.monotonic())
+        assert engine.targets == {}, "a client, while it runs"
+        rules.clients[named.pid] -= 1  # the client that had this pid has exited
+        rules.rescan(engine, (TargetRule(name=f"^{comm}$"),), time.monotonic())
+        assert set(engine.targets) == {named.pid} and named.pid not in rules.clients
+
+
 def test_the_first_rule_that_matches_a_process_says_how_it_is_managed(kill_after):
     """Two rules match: the first one's settings (here observe) are the process's, and
     its index is the target's rule (no test saw the last one win)."""
