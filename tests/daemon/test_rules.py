@@ -109,6 +109,19 @@ def test_a_clients_pid_taken_by_another_process_is_matched_again(kill_after):
         assert set(engine.targets) == {named.pid} and named.pid not in rules.clients
 
 
+def test_a_reload_that_leaves_no_rule_lets_go_of_what_the_rules_attached(kill_after):
+    """A config reloaded without any rule: the targets the rules attached are detached
+    (their masks given back), as when a rule stops matching."""
+    comm = f"psr-{uuid.uuid4().hex[:8]}"
+    named = kill_after(named_by_comm(comm))
+    rules = matcher()
+    with _released(*_engine()) as engine:
+        rules.rescan(engine, (TargetRule(name=f"^{comm}$"),), time.monotonic())
+        assert set(engine.targets) == {named.pid}
+        rules.rescan(engine, (), time.monotonic())
+        assert engine.targets == {}
+
+
 def test_the_first_rule_that_matches_a_process_says_how_it_is_managed(kill_after):
     """Two rules match: the first one's settings (here observe) are the process's, and
     its index is the target's rule (no test saw the last one win)."""
