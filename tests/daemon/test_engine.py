@@ -31,7 +31,7 @@ from parlschedd.daemon.target import Roster, Target, ThreadState
 from parlschedd.host.affinity import Pinner, possible_cpus
 from parlschedd.host import cgroups, procfs
 from parlschedd.host.base import CounterSource
-from parlschedd.host.errors import HostError
+from parlschedd.host.errors import HostError, ThreadGone
 from parlschedd.host.perf import CounterSet
 from parlschedd.topology import read_topology
 from tests.conftest import NOBODY, fake_cpus, needs_root, start_daemon, thread_pidfds, wait_for
@@ -919,6 +919,36 @@ def test_a_descendant_that_pinned_itself_to_the_targets_cpuset_keeps_its_own_pin
         assert {engine.pinner.records[tid].original for tid in theirs} == {frozenset({1})}
         engine.detach(tree.parent.pid)
         assert set(masks(theirs).values()) == {frozenset({1})}
+
+
+@needs_root
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_a_thread_found_gone_at_its_pin_is_dropped_in_that_period(workload) -> None:
+    """A thread whose pin finds it gone (it exited between the period's reads and its
+    move: the Pinner's batched check says ThreadGone) is dropped in that period, its
+    counter closed and its record let go, not kept as managed until the next listing.
+    Fault injection: no thread exits on demand between the two, so the Pinner answers
+    ThreadGone for one live worker's moves (and makes none of them)."""
+    w = workload(2)
+    engine, counters = _pin_engine()
+    with _released(engine, counters):
+        target = engine.attach(w.pid, time.monotonic())
+        victim = max(tid for tid in target.threads if tid != w.pid)
+        real, told = engine.pinner.pin_many, []
+
+        def pin_many(moves):
+            outcomes = iter(real([m for m in moves if m[0] != victim]))
+            told.extend(tid for tid, _ in moves if tid == victim)
+            return [ThreadGone(f"tid {tid} (injected)", tid=tid) if tid == victim else next(outcomes) for tid, _ in moves]
+
+        engine.pinner.pin_many = pin_many
+        for _ in range(50):
+            engine.tick(time.monotonic())
+            if told:
+                break
+            time.sleep(0.01)
+        assert told, "the worker was never moved"
+        assert victim not in target.threads and victim not in engine.pinner.records
 
 
 @needs_root
