@@ -9,6 +9,7 @@ still the kernel's.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import resource
@@ -17,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -336,6 +337,20 @@ def test_read_many_agrees_with_read_and_reports_gone(spawn: Callable[..., Worker
         assert values[0] > 0 and values[2] > 0
 
 
+@contextlib.contextmanager
+def _group_through_pipe(counters: CounterSet) -> Iterator[tuple[int, int]]:
+    """(tid, write end): a pipe stands in for the group leader's fd of a tid never
+    opened, so that a test feeds read_many the reads a PMU would give; closed after."""
+    r, w = os.pipe()
+    tid = 1
+    counters._fds[tid], counters._scaled[tid] = [r], [0, 0, 0, 0.0]
+    try:
+        yield tid, w
+    finally:
+        counters.close(tid)
+        os.close(w)
+
+
 def test_read_many_scales_each_interval_of_a_multiplexed_group() -> None:
     """This machine has no PMU, so nothing here is ever multiplexed: the reads a
     multiplexed instructions group gives (enabled > running) are fed through a pipe in
@@ -346,11 +361,8 @@ def test_read_many_scales_each_interval_of_a_multiplexed_group() -> None:
              (13_000, 2_000, 1_100_000_000), (16_000, 3_000, 1_200_000_000)]  # never on it, then a third
     counters = CounterSet(CounterSource.INSTRUCTIONS)
     assert counters._multiplexed
-    r, w = os.pipe()
-    tid = 1  # never opened: the pipe stands in for its group
-    counters._fds[tid], counters._scaled[tid] = [r], [0, 0, 0, 0.0]
     state, got, expected = [0, 0, 0, 0.0], [], []
-    try:
+    with _group_through_pipe(counters) as (tid, w):
         for enabled, running, count in reads:
             os.write(w, struct.pack("=4Q", 1, enabled, running, count))  # nr, times, instructions
             values, gone = counters.read_many([tid])
@@ -360,9 +372,6 @@ def test_read_many_scales_each_interval_of_a_multiplexed_group() -> None:
         np.testing.assert_array_equal(got, expected)
         # unknown, then on the PMU 1000 of the 5000 ns enabled since the last count: x5
         assert np.isnan(got[2]) and got[3] - got[1] == 100_000_000 * 5
-    finally:
-        counters.close(tid)
-        os.close(w)
 
 
 def test_read_many_gives_the_count_of_a_group_not_multiplexed_and_nan_for_a_short_read() -> None:
@@ -373,16 +382,10 @@ def test_read_many_gives_the_count_of_a_group_not_multiplexed_and_nan_for_a_shor
     group's layout is no value."""
     counters = CounterSet(CounterSource.TASK_CLOCK)
     assert not counters._multiplexed
-    r, w = os.pipe()
-    tid = 1  # never opened: the pipe stands in for its group
-    counters._fds[tid], counters._scaled[tid] = [r], [0, 0, 0, 0.0]
-    try:
+    with _group_through_pipe(counters) as (tid, w):
         os.write(w, struct.pack("=4Q", 1, 30_000, 20_000, 12_345))  # nr, enabled, running, task-clock ns
         values, gone = counters.read_many([tid])
         assert gone == [] and values.tolist() == [12_345.0]
         os.write(w, struct.pack("=3Q", 1, 40_000, 30_000))  # the count left out
         values, gone = counters.read_many([tid])
         assert gone == [] and np.isnan(values[0])
-    finally:
-        counters.close(tid)
-        os.close(w)
